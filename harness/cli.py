@@ -1,0 +1,84 @@
+"""Command-line entry point: ``python -m harness <command> [options]``.
+
+Each command lives in the module that owns its noun (``compare`` in
+:mod:`harness.runner`, ``apply`` in :mod:`harness.series` ...). A command module
+exposes ``add_arguments_<command>(parser)`` and ``run_<command>(args) -> int``;
+only the chosen command's module is imported, so ``--help`` stays fast and a
+broken optional dependency of one command cannot break the others.
+
+Errors: a :class:`harness.errors.HarnessError` is printed as one line on stderr
+(``error: <cause> -- <remedy>``) and the process exits with its exit code (2);
+argparse usage errors are turned into the same one-line form.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from typing import NoReturn, Sequence
+
+from harness import __version__
+from harness.errors import HarnessError, UsageError
+
+#: command -> (module, one-line help). Keep sorted by pipeline order.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "bench": ("harness.runner", "checks + microbenchmarks of one build under its env configs"),
+    "compare": ("harness.runner", "A/B: checks + microbenchmarks of stock vs patched builds"),
+    "report": ("harness.report", "re-render report.md from a results directory"),
+}
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises a one-line UsageError instead of printing usage and exiting."""
+
+    def error(self, message: str) -> NoReturn:  # noqa: D401 - argparse API
+        raise UsageError(f"{self.prog}: {message}", f"see `{self.prog} --help`")
+
+
+def build_parser(command: str) -> argparse.ArgumentParser:
+    """Return the parser of one command (its module imported on demand).
+
+    Raises:
+        UsageError: the command is not known.
+    """
+    if command not in COMMANDS:
+        raise UsageError(f"unknown command {command!r}", f"choose one of: {', '.join(COMMANDS)}")
+    module_name, help_text = COMMANDS[command]
+    module = importlib.import_module(module_name)
+    parser = _Parser(prog=f"python -m harness {command}", description=help_text)
+    getattr(module, f"add_arguments_{command}")(parser)
+    parser.set_defaults(_run=getattr(module, f"run_{command}"))
+    return parser
+
+
+def _usage() -> str:
+    width = max(map(len, COMMANDS))
+    lines = [f"torch-patch-harness {__version__}", "usage: python -m harness <command> [options]", "", "commands:"]
+    lines += [f"  {name.ljust(width)}  {help_text}" for name, (_, help_text) in COMMANDS.items()]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; return the process exit code (0 ok, 1 some cells failed, 2 bad input)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(_usage())
+        return 0 if argv else 2
+    if argv[0] == "--version":
+        print(__version__)
+        return 0
+    try:
+        parser = build_parser(argv[0])
+        args = parser.parse_args(argv[1:])
+        return int(args._run(args) or 0)
+    except HarnessError as exc:
+        print(exc.line(), file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("interrupted: finished results are on disk; run the same command again to resume", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

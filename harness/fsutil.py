@@ -1,0 +1,100 @@
+"""Files that are never half-written, and locks that say who holds them.
+
+Every result the user produced is written through :func:`atomic_write_text`
+(temporary file in the same directory, fsync, rename), so an interrupt or a
+crash leaves either the old file or the new one, never a torn one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import socket
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+from harness.errors import HarnessError
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` atomically (same-directory temp file + ``os.replace``)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_json(path: Path, data: Any) -> None:
+    """:func:`atomic_write_text` of ``json.dumps(data, indent=1, sort_keys=True)`` plus a newline."""
+    atomic_write_text(path, json.dumps(data, indent=1, sort_keys=True) + "\n")
+
+
+def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
+    """Hex sha256 of a file's bytes."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+class LockHeld(HarnessError):
+    """Another live process holds the lock."""
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+@contextmanager
+def exclusive_lock(directory: Path, what: str) -> Iterator[Path]:
+    """Hold ``<directory>/.lock`` for the duration; a stale lock (dead pid, same host) is taken over.
+
+    Raises:
+        LockHeld: another live process holds it; the message names its pid, host and command.
+    """
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    lock = directory / ".lock"
+    me = {"pid": os.getpid(), "host": socket.gethostname(), "what": what}
+    for _ in range(2):
+        try:
+            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            try:
+                holder = json.loads(lock.read_text())
+            except (OSError, ValueError):
+                holder = {}
+            same_host = holder.get("host") == me["host"]
+            if same_host and isinstance(holder.get("pid"), int) and not _pid_alive(holder["pid"]):
+                lock.unlink(missing_ok=True)  # stale: its process is gone
+                continue
+            raise LockHeld(
+                f"{directory} is in use by pid {holder.get('pid', '?')} on {holder.get('host', '?')} "
+                f"({holder.get('what', 'unknown command')})",
+                f"wait for it to finish, or delete {lock} if that process no longer exists",
+            ) from None
+        with os.fdopen(fd, "w") as fh:
+            json.dump(me, fh)
+        break
+    try:
+        yield lock
+    finally:
+        lock.unlink(missing_ok=True)

@@ -1,0 +1,49 @@
+"""Thin nox sessions: each installs what it needs and calls ``python -m harness <command>``.
+
+The harness works without nox too; every session here is one command line.
+Arguments after ``--`` are passed through, e.g.::
+
+    nox -s compare -- --stock torch==2.13.0 --patched torch==2.14.1 --device cpu --quick --out results/cpu-ab
+"""
+
+from __future__ import annotations
+
+import nox
+
+nox.options.default_venv_backend = "venv"
+nox.options.reuse_venv = "yes"
+nox.options.sessions = ["tests"]
+
+PYTHON = False  # use the interpreter nox runs under unless a session says otherwise
+#: torch used by the toolkit's own tests (a CPU wheel; the builds under test get their own venvs)
+TEST_TORCH = "torch==2.13.0"
+
+
+def _harness(session: nox.Session, command: str) -> None:
+    session.install("-e", ".")
+    session.run("python", "-m", "harness", command, *session.posargs)
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """The toolkit's own tests (pytest)."""
+    session.install("-e", ".[test]", TEST_TORCH)
+    session.run("python", "-m", "pytest", *(session.posargs or ["-q"]))
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    """Checks + microbenchmarks of one build under every env config of a device."""
+    _harness(session, "bench")
+
+
+@nox.session
+def compare(session: nox.Session) -> None:
+    """A/B evidence: stock vs patched, interleaved fresh worker processes, results.json + report.md."""
+    _harness(session, "compare")
+
+
+@nox.session
+def report(session: nox.Session) -> None:
+    """Re-render report.md (and plots) from results/<run>/results.json alone."""
+    _harness(session, "report")
