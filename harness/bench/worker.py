@@ -1,0 +1,103 @@
+"""Worker entry point: one fresh process runs every cell of one (build, config, round).
+
+``<build python> -m harness.bench.worker SPEC.json OUT.jsonl`` (standard library + torch only).
+
+SPEC (written by :mod:`harness.runner`)::
+
+    {"device": "cpu", "cells": ["mm/512x512x512/float32", ...], "check": true,
+     "reduced_fp32": false, "seed": 0,
+     "timing": {"warmup_s": 0.05, "measure_s": 0.5, "min_block_s": 0.001}}
+
+OUT gets one JSON object per line, flushed and fsynced as each finishes, so a crash keeps every
+finished cell: a ``start`` record (pid, torch version, the raw torch-steering variables this
+process saw), one ``cell`` record per cell (``status`` ``ok`` | ``skipped`` | ``failed``, ``reason``,
+``measurement`` = :class:`harness.bench.timer.Measurement`, ``check`` =
+:class:`harness.checks.accuracy.CheckResult`), and an ``end`` record.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import time
+
+from harness.bench.timer import BlockTimer
+from harness.bench.workloads import Cell, make_inputs, op_callable, reference
+from harness.checks.accuracy import check
+from harness.configs import snapshot
+from harness.provenance import dtype_support, unsupported_reason
+
+
+def _emit(fh, record: dict) -> None:
+    fh.write(json.dumps(record) + "\n")
+    fh.flush()
+    os.fsync(fh.fileno())
+
+
+def free_device_bytes(torch, device: str) -> int | None:
+    """Bytes the device can still allocate (None when unknown)."""
+    try:
+        if device == "cuda":
+            return int(torch.cuda.mem_get_info()[0])
+        if device == "mps":
+            return int(torch.mps.recommended_max_memory() - torch.mps.driver_allocated_memory())
+        return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    except (AttributeError, ValueError, OSError, RuntimeError):
+        return None
+
+
+def run_cell(torch, timer: BlockTimer, cell: Cell, spec: dict, unsupported: dict) -> dict:
+    """Measure (and optionally check) one cell; never raises for the cell's own failures."""
+    record = {"type": "cell", "key": cell.key, "status": "ok", "reason": ""}
+    why = unsupported_reason(unsupported, cell.dtype, cell.op)
+    if why:
+        return {**record, "status": "skipped", "reason": f"{cell.op} in {cell.dtype} unsupported on {spec['device']}: {why}"}
+    free = free_device_bytes(torch, spec["device"])
+    need = cell.peak_bytes() + (cell.peak_bytes() * 2 if spec.get("check") else 0)
+    if free is not None and need > 0.8 * free:
+        return {**record, "status": "skipped",
+                "reason": f"needs about {need / 2**30:.2f} GiB, {free / 2**30:.2f} GiB free on {spec['device']}"}
+    try:
+        inputs = make_inputs(cell, spec["device"], seed=spec.get("seed", 0))
+        fn = op_callable(cell, inputs)
+        if spec.get("check"):
+            out = fn()
+            result = check(cell, out, reference(cell, inputs), spec.get("reduced_fp32", False))
+            record["check"] = result.to_json()
+            del out
+        m = timer.measure(fn, **spec.get("timing", {}))
+    except Exception as exc:  # the op's own failure is the cell's result, recorded with its words
+        return {**record, "status": "failed", "reason": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"}
+    bad = [s for s in m.samples if not (math.isfinite(s) and s > 0)]
+    if bad:
+        return {**record, "status": "failed", "reason": f"{len(bad)} timing samples are not finite positive seconds"}
+    record["measurement"] = m.to_json()
+    if record.get("check") and not record["check"]["passed"]:
+        record["status"] = "failed"
+        record["reason"] = "check failed: " + record["check"]["reason"]
+    return record
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    spec_path, out_path = argv
+    with open(spec_path) as fh:
+        spec = json.load(fh)
+    import torch
+
+    torch.manual_seed(spec.get("seed", 0))
+    with open(out_path, "a") as out:
+        _emit(out, {"type": "start", "pid": os.getpid(), "torch_version": torch.__version__,
+                    "env": snapshot(), "started": time.time()})
+        timer = BlockTimer(spec["device"])
+        unsupported = dtype_support(torch, spec["device"])
+        for key in spec["cells"]:
+            _emit(out, run_cell(torch, timer, Cell.from_key(key), spec, unsupported))
+        _emit(out, {"type": "end", "finished": time.time()})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Correctness checks run inside a build's interpreter (standard library + torch only)."""

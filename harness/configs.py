@@ -1,0 +1,122 @@
+"""Env-config profiles per device: named sets of environment variables, one fresh process each.
+
+torch reads these variables once per process (at first use of the backend), so
+every config runs in its own worker process whose environment holds exactly the
+config's variables: every other ``PYTORCH_MPS_*``, ``TORCH_*`` and ``ATEN_*``
+variable inherited from the parent is removed (:func:`worker_environment`).
+
+Sources for the variables:
+- MPS: ``PYTORCH_MPS_FAST_MATH`` and ``PYTORCH_MPS_PREFER_METAL`` are read in
+  ``aten/src/ATen/native/mps/operations/LinearAlgebra.mm`` and the MPS graph code
+  (upstream reads PREFER_METAL by *presence*: ``std::getenv(...) != nullptr``, so
+  ``PYTORCH_MPS_PREFER_METAL=0`` also turns it on). ``PYTORCH_MPS_GEMM_PREFER_FAST_MATH``
+  is the variable this project's patch series adds (docs/mps-gemm-prefer-fast-math.md).
+- CUDA: ``TORCH_BLAS_PREFER_CUBLASLT`` (aten/src/ATen/Context.cpp, prefer cuBLASLt for GEMM)
+  and ``TORCH_ALLOW_TF32_CUBLAS_OVERRIDE`` (aten/src/ATen/Context.cpp, TF32 for fp32 GEMM).
+- CPU: ``ATEN_CPU_CAPABILITY`` (aten/src/ATen/native/DispatchStub.cpp; ``default`` disables
+  the vectorised ATen kernels; BLAS/oneDNN GEMM kernels do not consult it).
+
+Whether the build under test really reads a variable is checked per build, not
+assumed: :mod:`harness.provenance` looks for the name in the build's shared libraries.
+
+This module runs inside build interpreters: standard library only.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Mapping
+
+#: Prefixes of variables that steer torch backends; inherited ones are cleared in workers.
+CLEARED_PREFIXES = ("PYTORCH_MPS_", "TORCH_", "ATEN_")
+
+DEVICES = ("mps", "cuda", "cpu")
+
+
+@dataclass(frozen=True)
+class EnvConfig:
+    """A named env config: the exact variables a worker process gets.
+
+    Attributes:
+        name: profile name, e.g. ``fast_math+prefer_metal``.
+        env: variable -> raw string value, exactly as set in the worker.
+        about: one line on what the config is for.
+        reduced_fp32: the config lets float32 GEMM run with a 10-bit mantissa (TF32 on cuda,
+            fast math on MPS), which loosens the float32 accuracy bound (harness.checks.accuracy).
+    """
+
+    name: str
+    env: Mapping[str, str] = field(default_factory=dict)
+    about: str = ""
+    reduced_fp32: bool = False
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "env": dict(self.env), "about": self.about, "reduced_fp32": self.reduced_fp32}
+
+
+_FAST = {"PYTORCH_MPS_FAST_MATH": "1"}
+_METAL = {"PYTORCH_MPS_PREFER_METAL": "1"}
+_GEMM = {"PYTORCH_MPS_GEMM_PREFER_FAST_MATH": "1"}
+
+PROFILES: dict[str, tuple[EnvConfig, ...]] = {
+    "mps": (
+        EnvConfig("vanilla", {}, "MPSGraph everywhere, full-precision math"),
+        EnvConfig("fast_math", {**_FAST}, "MPSGraph with fast math", reduced_fp32=True),
+        EnvConfig("prefer_metal", {**_METAL}, "Metal kernels where upstream has them (GEMM, SDPA)"),
+        EnvConfig("fast_math+prefer_metal", {**_FAST, **_METAL}, "both: GEMM on Metal, the seed's slow case", True),
+        EnvConfig("all", {**_FAST, **_METAL, **_GEMM}, "patched: GEMM back on MPSGraph, SDPA stays Metal", True),
+    ),
+    "cuda": (
+        EnvConfig("default", {}, "cuBLAS heuristics, TF32 off for fp32 GEMM (torch default)"),
+        EnvConfig("cublaslt", {"TORCH_BLAS_PREFER_CUBLASLT": "1"}, "prefer cuBLASLt for GEMM"),
+        EnvConfig("tf32_override", {"TORCH_ALLOW_TF32_CUBLAS_OVERRIDE": "1"}, "TF32 tensor cores for fp32 GEMM", True),
+    ),
+    "cpu": (
+        EnvConfig("default", {}, "ATen picks the best vector ISA the CPU has"),
+        EnvConfig("no_vec", {"ATEN_CPU_CAPABILITY": "default"}, "ATen vectorised kernels off"),
+    ),
+}
+
+#: Configs a plain `compare` runs per device when --configs is not given.
+DEFAULT_CONFIGS = {device: tuple(c.name for c in profiles) for device, profiles in PROFILES.items()}
+DEFAULT_CONFIGS["mps"] = ("vanilla", "fast_math+prefer_metal", "all")
+
+
+def select(device: str, names: str | None) -> list[EnvConfig]:
+    """Resolve ``--configs a,b`` (or the device default when ``names`` is None).
+
+    Raises:
+        ValueError: an unknown device or config name; the message lists the valid ones.
+    """
+    if device not in PROFILES:
+        raise ValueError(f"unknown device {device!r}; choose one of {', '.join(DEVICES)}")
+    by_name = {c.name: c for c in PROFILES[device]}
+    wanted = DEFAULT_CONFIGS[device] if names is None else [n.strip() for n in names.split(",") if n.strip()]
+    unknown = [n for n in wanted if n not in by_name]
+    if unknown or not wanted:
+        raise ValueError(
+            f"unknown env config {', '.join(map(repr, unknown)) or '(empty)'} for device {device}; "
+            f"choose from {', '.join(by_name)}"
+        )
+    return [by_name[n] for n in wanted]
+
+
+def variables(device: str) -> list[str]:
+    """Every variable any profile of ``device`` sets (sorted), for the read-by-build check."""
+    return sorted({k for c in PROFILES[device] for k in c.env})
+
+
+def worker_environment(config: EnvConfig, parent: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment for a worker running ``config``: the parent's, minus every variable with a
+    :data:`CLEARED_PREFIXES` prefix, plus exactly the config's variables."""
+    parent = os.environ if parent is None else parent
+    env = {k: v for k, v in parent.items() if not k.startswith(CLEARED_PREFIXES)}
+    env.update(config.env)
+    return env
+
+
+def snapshot(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The raw values of every torch-steering variable a process sees (recorded with its results)."""
+    environ = os.environ if environ is None else environ
+    return {k: v for k, v in sorted(environ.items()) if k.startswith(CLEARED_PREFIXES)}

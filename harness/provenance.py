@@ -1,0 +1,165 @@
+"""Facts about one torch build, probed inside that build's interpreter.
+
+Run as ``<build python> -m harness.provenance --device cpu --vars A,B`` (standard library + torch
+only); prints one JSON object. :mod:`harness.runner` stores it in ``results.json`` under
+``builds.<name>.provenance``.
+
+Recorded: torch version and git hash, ``torch.__config__.show()``, MPS built/available, CUDA
+available (+ device name), OS (on macOS the ``sw_vers`` product version), CPU/GPU name, Python,
+thread count, which env variables the build's shared libraries contain (a variable absent from
+every library cannot be read by that build), which dtypes the device can run, and a health probe
+of the device (a tiny allocation and a small matmul compared with the CPU).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import mmap
+import os
+import platform
+import subprocess
+import sys
+from pathlib import Path
+
+PROBE_DTYPES = ("float16", "bfloat16", "float32", "float64", "float8_e4m3fn", "float8_e5m2")
+
+
+def _cpu_name() -> str:
+    if sys.platform == "darwin":
+        out = subprocess.run(["sysctl", "-n", "machdep.cpu.brand_string"], capture_output=True, text=True)
+        return out.stdout.strip() or platform.processor()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.lower().startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _os_name() -> dict:
+    info = {"system": platform.system(), "release": platform.release(), "machine": platform.machine(),
+            "platform": platform.platform()}
+    if sys.platform == "darwin":
+        out = subprocess.run(["sw_vers", "-productVersion"], capture_output=True, text=True)
+        info["macos_product_version"] = out.stdout.strip() or platform.mac_ver()[0]
+    return info
+
+
+def torch_libraries(torch_dir: Path) -> list[Path]:
+    """The shared libraries of a torch install (``torch/lib/*.so*``, ``*.dylib``, ``*.dll``)."""
+    lib = torch_dir / "lib"
+    found = [p for p in sorted(lib.glob("*")) if p.is_file() and (".so" in p.name or p.suffix in (".dylib", ".dll"))]
+    return found
+
+
+def strings_in_libraries(libraries: list[Path], names: list[str]) -> dict[str, list[str]]:
+    """For each name, the libraries whose bytes contain it (memory-mapped search)."""
+    hits: dict[str, list[str]] = {n: [] for n in names}
+    for path in libraries:
+        with open(path, "rb") as fh:
+            try:
+                mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+            except ValueError:  # empty file
+                continue
+            with mm:
+                for n in names:
+                    if mm.find(n.encode()) != -1:
+                        hits[n].append(path.name)
+    return hits
+
+
+def dtype_support(torch, device: str) -> dict[str, dict[str, str | None]]:
+    """dtype -> op -> None when that op runs on ``device`` at a tiny size (16-element dims, the
+    real workload code of :mod:`harness.bench.workloads`), else the reason it does not."""
+    from harness.bench.workloads import OPS, Cell, make_inputs, op_callable
+
+    tiny = {"bmm": (2, 16, 16, 16), "sdpa": (1, 2, 16, 16), "sdpa_causal": (1, 2, 16, 16)}
+    out: dict[str, dict[str, str | None]] = {}
+    for name in PROBE_DTYPES:
+        out[name] = {}
+        for op in OPS:
+            try:
+                cell = Cell(op, tiny.get(op, (16, 16, 16)), name)
+                op_callable(cell, make_inputs(cell, device))().float().sum().item()
+                out[name][op] = None
+            except Exception as exc:  # the device's own words are the reason
+                out[name][op] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+    return out
+
+
+def unsupported_reason(support: dict, dtype: str, op: str) -> str | None:
+    """The reason ``op`` cannot run in ``dtype`` per a :func:`dtype_support` table (None: it can)."""
+    return support.get(dtype, {}).get(op)
+
+
+def health(torch, device: str) -> str | None:
+    """None when ``device`` works: a 256-byte allocation and a 64x64 float32 matmul that matches
+    the CPU within 1e-4 relative. Otherwise the reason (GitHub-hosted macOS runners report MPS
+    available and then fail the first allocation: actions/runner-images issue 9918)."""
+    try:
+        torch.empty(64, dtype=torch.float32, device=device).fill_(1.0)
+        g = torch.Generator().manual_seed(0)
+        a = torch.randn(64, 64, generator=g)
+        ref = a @ a
+        got = (a.to(device) @ a.to(device)).cpu()
+        err = float((got - ref).norm() / ref.norm())
+        if not err < 1e-4:
+            return f"a 64x64 float32 matmul on {device} differs from the CPU by {err:.3g} (relative)"
+    except Exception as exc:
+        return f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+    return None
+
+
+def probe(device: str, variables: list[str]) -> dict:
+    """Collect the provenance dict (see module docstring). ``variables`` are looked for in the
+    build's libraries."""
+    import torch
+
+    torch_dir = Path(torch.__file__).parent
+    mps_built = bool(getattr(torch.backends, "mps", None) and torch.backends.mps.is_built())
+    mps_available = bool(mps_built and torch.backends.mps.is_available())
+    cuda_available = bool(torch.cuda.is_available())
+    info = {
+        "torch_version": torch.__version__,
+        "git_version": getattr(torch.version, "git_version", None),
+        "cuda_version": torch.version.cuda,
+        "config_show": torch.__config__.show(),
+        "mps_built": mps_built,
+        "mps_available": mps_available,
+        "cuda_available": cuda_available,
+        "gpu_name": torch.cuda.get_device_name(0) if cuda_available else (_cpu_name() if mps_available else None),
+        "cpu_name": _cpu_name(),
+        "os": _os_name(),
+        "python": platform.python_version(),
+        "executable": sys.executable,
+        "torch_dir": str(torch_dir),
+        "num_threads": torch.get_num_threads(),
+        "variables_in_libraries": strings_in_libraries(torch_libraries(torch_dir), variables),
+    }
+    ready = {"cpu": True, "cuda": cuda_available, "mps": mps_available}[device]
+    info["device"] = device
+    if not ready:
+        why = {"cuda": "torch.cuda.is_available() is False",
+               "mps": "MPS is not built into this torch" if not mps_built else
+               "MPS is built but torch.backends.mps.is_available() is False (macOS < 12.3, no Metal device, or a VM)"}
+        info["device_error"] = why[device]
+    else:
+        info["device_error"] = health(torch, device)
+    info["dtype_support"] = dtype_support(torch, device) if info["device_error"] is None else {}
+    return info
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m harness.provenance")
+    parser.add_argument("--device", required=True, choices=("cpu", "cuda", "mps"))
+    parser.add_argument("--vars", default="", help="comma-separated env variable names to look for")
+    args = parser.parse_args(argv)
+    names = [v for v in args.vars.split(",") if v]
+    json.dump(probe(args.device, names), sys.stdout)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,171 @@
+"""``report.md`` for the pull request, rendered from ``results.json`` alone (no measuring here).
+
+Command ``report``: ``python -m harness report results/<run>`` re-renders the report of a run.
+Sections: summary per env config (geometric-mean speedup with its CI), per-cell tables
+(stock and patched medians, patched/stock time ratio with a 95 % bootstrap confidence interval,
+Mann-Whitney U p-value, verdict), correctness (relative error vs float64 per config and build),
+failures and skips with their reasons, and provenance with the command that reproduces the run.
+Long tables are folded in ``<details>`` so the PR stays readable.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from harness import results as res
+from harness import stats
+from harness.bench.workloads import Cell
+from harness.fsutil import atomic_write_text
+
+THRESHOLD = 0.02
+
+
+def add_arguments_report(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("directory", type=Path, help="a results directory holding results.json")
+
+
+def run_report(args: argparse.Namespace) -> int:
+    data = res.load(args.directory)
+    path = args.directory / "report.md"
+    atomic_write_text(path, render(data))
+    print(path)
+    return 0
+
+
+def _us(seconds: float | None) -> str:
+    return "–" if seconds is None else f"{seconds * 1e6:,.1f}"
+
+
+def _tflops(cell: Cell, seconds: float | None) -> str:
+    return "–" if not seconds else f"{cell.flop / seconds / 1e12:.3g}"
+
+
+def _short(sha: str | None) -> str:
+    return (sha or "unknown")[:12]
+
+
+def _notes(records: list[dict]) -> list[str]:
+    notes = []
+    for r in records:
+        if r.get("status") in ("failed", "skipped") and r.get("reason"):
+            text = f"{r['status']}: {r['reason']}"
+            if text not in notes:
+                notes.append(text)
+    if any(r.get("measurement", {}).get("launch_bound") for r in records):
+        notes.append("launch-bound (host-visible latency, not kernel time)")
+    return notes
+
+
+def _cell_rows(data: dict):
+    """{config: {key: {build: records}}} in plan order."""
+    table: dict[str, dict[str, dict[str, list[dict]]]] = {}
+    for config, key, build, records in res.iter_cells(data):
+        table.setdefault(config, {}).setdefault(key, {})[build] = records
+    return table
+
+
+def _provenance(data: dict) -> list[str]:
+    run = data["run"]
+    lines = ["| | " + " | ".join(data["builds"]) + " |", "|---|" + "---|" * len(data["builds"])]
+
+    def row(label, fn):
+        lines.append(f"| {label} | " + " | ".join(str(fn(b)) for b in data["builds"].values()) + " |")
+
+    row("torch", lambda b: b["provenance"]["torch_version"])
+    row("git hash", lambda b: f"`{_short(b['provenance'].get('git_version'))}`")
+    row("input", lambda b: f"`{b['input']['value']}`")
+    row("wheel sha256", lambda b: f"`{(b['input'].get('sha256') or '–')[:16]}`")
+    row("series marker in libraries", lambda b: ", ".join(
+        f"{k}: {'yes' if v else 'no'}" for k, v in b["provenance"]["variables_in_libraries"].items()
+        if k.startswith("PYTORCH_MPS_GEMM")) or "–")
+    row("MPS built / available", lambda b: f"{b['provenance']['mps_built']} / {b['provenance']['mps_available']}")
+    row("CUDA available", lambda b: b["provenance"]["cuda_available"])
+    row("GPU", lambda b: b["provenance"].get("gpu_name") or "–")
+    row("CPU", lambda b: b["provenance"]["cpu_name"])
+    row("OS", lambda b: b["provenance"]["os"].get("macos_product_version") or b["provenance"]["os"]["platform"])
+    row("Python", lambda b: b["provenance"]["python"])
+    row("threads", lambda b: b["provenance"]["num_threads"])
+    lines += ["", f"Harness {data['harness_version']}, device `{run['device']}`, {run['rounds']} rounds of fresh "
+              f"processes per (build, config), order shuffled per round (seed {run['seed']}), "
+              f"timing {run['timing']}; started {run['started']}, finished {run['finished']}.", "",
+              "Reproduce:", "", "```", " ".join(run["command"]), "```"]
+    return lines
+
+
+def render(data: dict) -> str:
+    """The markdown report of one run (see module docstring). Deterministic for the same data."""
+    run = data["run"]
+    builds = list(data["builds"])
+    ab = builds == ["stock", "patched"]
+    table = _cell_rows(data)
+    names = " vs ".join(f"{b} (torch {data['builds'][b]['provenance']['torch_version']})" for b in builds)
+    out = [f"# {'A/B' if ab else 'Benchmark'}: {names} on `{run['device']}`", ""]
+
+    summaries, sections, accuracy, problems = [], [], [], []
+    for config in run["configs"]:
+        env = data["configs"][config]["env"]
+        env_text = " ".join(f"{k}={v}" for k, v in env.items()) or "(no variables)"
+        rows = []
+        comparisons = []
+        for key, per_build in table.get(config, {}).items():
+            cell = Cell.from_key(key)
+            medians = {b: res.process_medians(per_build.get(b, [])) for b in builds}
+            mid = {b: (stats.median(m) if m else None) for b, m in medians.items()}
+            notes = _notes([r for b in builds for r in per_build.get(b, [])])
+            base = [cell.op, cell.label, cell.dtype]
+            if ab:
+                cmp = stats.compare(medians["stock"], medians["patched"], threshold=THRESHOLD)
+                comparisons.append(cmp)
+                ci = "–" if cmp.ci_low is None else f"{cmp.ratio:.3f} [{cmp.ci_low:.3f}, {cmp.ci_high:.3f}]"
+                p = "–" if cmp.p_value is None else f"{cmp.p_value:.2g}"
+                verdict = cmp.verdict + (f" ({cmp.reason})" if cmp.reason else "")
+                rows.append(base + [_us(mid["stock"]), _us(mid["patched"]), _tflops(cell, mid["stock"]),
+                                    _tflops(cell, mid["patched"]), ci, p, verdict, "; ".join(notes)])
+            else:
+                b = builds[0]
+                spread = stats.iqr(medians[b]) if len(medians[b]) >= 2 else None
+                iqr_text = "–" if spread is None else f"{_us(spread[0])} – {_us(spread[1])}"
+                rows.append(base + [_us(mid[b]), iqr_text, _tflops(cell, mid[b]), str(len(medians[b])), "; ".join(notes)])
+            for b in builds:
+                checks = [r["check"] for r in per_build.get(b, []) if r.get("check")]
+                for chk in checks:
+                    accuracy.append((config, cell, b, chk))
+            for note in notes:
+                if not note.startswith("launch-bound"):
+                    problems.append(f"- `{config}` {cell.op} {cell.label} {cell.dtype}: {note}")
+        if ab:
+            gm = stats.geomean(comparisons)
+            if gm.value is None:
+                summaries.append(f"- **{config}** ({env_text}): no geometric mean ({gm.reason})")
+            else:
+                summaries.append(f"- **{config}** ({env_text}): patched/stock time ratio, geometric mean over "
+                                 f"{gm.n} cells: **{gm.value:.3f}** [95% CI {gm.low:.3f}, {gm.high:.3f}] "
+                                 f"(speedup {1 / gm.value:.3f}x)")
+            head = ["op", "shape", "dtype", "stock µs", "patched µs", "stock TFLOP/s", "patched TFLOP/s",
+                    "patched/stock [95% CI]", "p (U test)", "verdict", "notes"]
+        else:
+            head = ["op", "shape", "dtype", "median µs", "IQR of process medians µs", "TFLOP/s", "processes", "notes"]
+        sections += [f"<details><summary><b>{config}</b> ({env_text}): {len(rows)} cells</summary>", "",
+                     "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        sections += ["| " + " | ".join(r) + " |" for r in rows]
+        sections += ["", "</details>", ""]
+
+    if ab:
+        out += ["## Summary", "", f"Time ratio patched/stock (< 1: patched faster); verdict threshold ±{THRESHOLD:.0%}; "
+                "95% bootstrap confidence intervals over per-process medians.", ""] + summaries + [""]
+    out += ["## Cells", ""] + sections
+    out += ["## Correctness", "", "Relative error ‖out − ref‖/‖ref‖ against a float64 CPU reference (first round).", ""]
+    if accuracy:
+        out += ["<details><summary>relative error per cell</summary>", "",
+                "| config | op | shape | dtype | build | rel. error | bound | passed |", "|---|---|---|---|---|---|---|---|"]
+        for config, cell, b, chk in accuracy:
+            err = "–" if chk["rel_error"] is None else f"{chk['rel_error']:.2e}"
+            out.append(f"| {config} | {cell.op} | {cell.label} | {cell.dtype} | {b} | {err} | {chk['bound']:.1e} | "
+                       f"{'yes' if chk['passed'] else 'NO: ' + chk['reason']} |")
+        out += ["", "</details>", ""]
+    else:
+        out += ["No checks ran.", ""]
+    out += ["## Failures and skips", ""] + (problems or ["None."]) + [""]
+    out += ["## Provenance", ""] + _provenance(data) + [""]
+    return "\n".join(out)

@@ -1,0 +1,284 @@
+"""Schedules worker processes over builds × env configs × rounds; commands ``compare`` and ``bench``.
+
+Scheduling (A/B): in each round every (build, config) pair runs once, in a fresh process, in an
+order shuffled per round with a seeded RNG, so stock and patched alternate and slow drift of the
+machine (thermal state, background load) spreads over both sides instead of biasing one. The
+first round also runs the correctness checks. Each process gets exactly its config's variables
+(:func:`harness.configs.worker_environment`).
+
+Resumable: a process whose ``raw/<proc>.status.json`` exists is not run again; a process that was
+interrupted (no status file) is redone. ``--fresh`` discards earlier results of the same out dir.
+A worker that crashes, is killed by a signal or exceeds ``--timeout`` has its unfinished cells
+marked failed with that reason; the run goes on and exits with status 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import harness
+from harness import configs as cfg
+from harness import results as res
+from harness.bench.workloads import DTYPES, ITEMSIZE, Cell, default_cells
+from harness.errors import HarnessError, UsageError
+from harness.fsutil import atomic_write_json, atomic_write_text, exclusive_lock
+from harness.progress import note, task
+from harness.provenance import unsupported_reason
+from harness.venvs import ensure_interpreter, parse_input
+
+#: variables the patch series introduces; looked for in every build's libraries (provenance)
+SERIES_MARKERS = ("PYTORCH_MPS_GEMM_PREFER_FAST_MATH",)
+SOURCE_ROOT = str(Path(harness.__file__).resolve().parent.parent)
+
+TIMING = {
+    # seconds; min_block_s: a GPU block of >= 10 ms makes the launch gap before the first call < 0.1 %
+    "full": {"cpu": {"warmup_s": 0.1, "measure_s": 1.0, "min_block_s": 2e-3},
+             "gpu": {"warmup_s": 0.2, "measure_s": 1.0, "min_block_s": 1e-2}},
+    "quick": {"cpu": {"warmup_s": 0.03, "measure_s": 0.15, "min_block_s": 1e-3},
+              "gpu": {"warmup_s": 0.05, "measure_s": 0.3, "min_block_s": 5e-3}},
+}
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _common_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--device", required=True, choices=cfg.DEVICES, help="device to measure on")
+    parser.add_argument("--configs", help="comma-separated env configs (default: the device's profile list)")
+    parser.add_argument("--dtypes", help=f"comma-separated dtypes (default: {','.join(DTYPES)}; also {', '.join(d for d in ITEMSIZE if d not in DTYPES)})")
+    parser.add_argument("--cells", help="comma-separated cell keys op/MxNxK/dtype (default: the built-in set)")
+    parser.add_argument("--quick", action="store_true", help="reduced cell set and shorter timing (minutes on a 2-core CPU)")
+    parser.add_argument("--rounds", type=int, help="fresh processes per (build, config) (default 5, --quick 3)")
+    parser.add_argument("--timeout", type=float, help="seconds one worker process may take (default 900, --quick 300)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the inputs and of the per-round order")
+    parser.add_argument("--out", type=Path, required=True, help="results directory (resumed if it holds a run)")
+    parser.add_argument("--fresh", action="store_true", help="discard earlier results in --out and start over")
+
+
+def add_arguments_compare(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--stock", required=True, help="stock build: wheel path, requirement (torch==2.13.0) or python:/path")
+    parser.add_argument("--patched", required=True, help="patched build: wheel path, requirement or python:/path")
+    _common_arguments(parser)
+
+
+def add_arguments_bench(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--build", required=True, help="the build: wheel path, requirement or python:/path")
+    _common_arguments(parser)
+
+
+def run_compare(args: argparse.Namespace) -> int:
+    return execute(args, {"stock": args.stock, "patched": args.patched})
+
+
+def run_bench(args: argparse.Namespace) -> int:
+    return execute(args, {"build": args.build})
+
+
+def plan_cells(args: argparse.Namespace) -> list[Cell]:
+    """The cells of this run from --cells / --dtypes / --quick.
+
+    Raises:
+        UsageError: an unknown dtype or a malformed cell key.
+    """
+    dtypes = DTYPES
+    if args.dtypes:
+        dtypes = tuple(d.strip() for d in args.dtypes.split(",") if d.strip())
+        unknown = [d for d in dtypes if d not in ITEMSIZE]
+        if unknown or not dtypes:
+            raise UsageError(f"unknown dtype {', '.join(unknown) or '(empty)'}", f"choose from {', '.join(ITEMSIZE)}")
+    if args.cells:
+        cells = []
+        for key in args.cells.split(","):
+            try:
+                cells.append(Cell.from_key(key.strip()))
+            except (ValueError, TypeError) as exc:
+                raise UsageError(f"bad cell {key.strip()!r}: {exc}", "write cells as op/MxNxK/dtype, e.g. mm/512x512x512/float16") from None
+        return cells
+    return default_cells(dtypes, quick=args.quick)
+
+
+def probe_build(name: str, python: Path, device: str) -> dict:
+    """Run :mod:`harness.provenance` in ``python``; raise when the device cannot produce evidence.
+
+    Raises:
+        HarnessError: the interpreter has no torch, or the device is missing/unhealthy in this build.
+    """
+    names = sorted(set(cfg.variables(device)) | set(SERIES_MARKERS))
+    env = cfg.worker_environment(cfg.EnvConfig("probe"))
+    env["PYTHONPATH"] = SOURCE_ROOT
+    proc = subprocess.run([str(python), "-m", "harness.provenance", "--device", device, "--vars", ",".join(names)],
+                          capture_output=True, text=True, env=env)
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise HarnessError(f"build {name} ({python}) cannot run the probe: {last}",
+                           "make sure that interpreter has torch installed (python -c 'import torch')")
+    info = json.loads(proc.stdout)
+    if info.get("device_error"):
+        raise HarnessError(f"device {device} is not usable in build {name} (torch {info['torch_version']}): {info['device_error']}",
+                           "refusing to produce evidence for it; choose another --device (cpu always works)")
+    return info
+
+
+def _proc_name(rnd: int, build: str, config: str) -> str:
+    return f"r{rnd:02d}-{build}-{config.replace('+', '_')}"
+
+
+def _status_path(raw: Path, name: str) -> Path:
+    return raw / f"{name}.status.json"
+
+
+def read_worker_records(path: Path) -> tuple[dict, dict, bool]:
+    """Parse a worker's jsonl: (start record, {cell key: record}, saw the end record)."""
+    start, cells, ended = {}, {}, False
+    if path.is_file():
+        for line in path.read_text().splitlines():
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue  # a line torn by a crash
+            if rec.get("type") == "start":
+                start = rec
+            elif rec.get("type") == "cell":
+                cells[rec["key"]] = {k: v for k, v in rec.items() if k not in ("type", "key")}
+            elif rec.get("type") == "end":
+                ended = True
+    return start, cells, ended
+
+
+def _describe_exit(returncode: int) -> str:
+    if returncode < 0:
+        try:
+            return f"worker killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"worker killed by signal {-returncode}"
+    return f"worker exited with status {returncode}"
+
+
+def run_worker(python: Path, spec: dict, config: cfg.EnvConfig, raw: Path, name: str, timeout: float) -> dict:
+    """Run one worker process to completion; return its process record (cells included)."""
+    spec_path, out_path = raw / f"{name}.spec.json", raw / f"{name}.jsonl"
+    out_path.unlink(missing_ok=True)  # an interrupted earlier attempt is redone whole
+    atomic_write_json(spec_path, spec)
+    env = cfg.worker_environment(config)
+    env["PYTHONPATH"] = SOURCE_ROOT
+    started = time.time()
+    reason, returncode = "", None
+    try:
+        proc = subprocess.run([str(python), "-m", "harness.bench.worker", str(spec_path), str(out_path)],
+                              env=env, capture_output=True, text=True, timeout=timeout)
+        returncode = proc.returncode
+        if returncode != 0:
+            tail = (proc.stderr.strip().splitlines() or [""])[-1][:300]
+            reason = _describe_exit(returncode) + (f": {tail}" if tail else "")
+    except subprocess.TimeoutExpired:
+        reason = f"worker timed out after {timeout:g} s"
+    start, cells, ended = read_worker_records(out_path)
+    for key in spec["cells"]:
+        if key not in cells:
+            cells[key] = {"status": "failed", "reason": reason or "worker ended without measuring this cell"}
+    record = {"status": "ok" if (ended and not reason) else "failed", "reason": reason, "returncode": returncode,
+              "pid": start.get("pid"), "env": start.get("env", {}), "started": started, "finished": time.time(),
+              "cells": cells}
+    atomic_write_json(_status_path(raw, name), record)
+    return record
+
+
+def execute(args: argparse.Namespace, inputs: dict[str, str]) -> int:
+    """Run a compare (two builds) or bench (one build); write results.json and report.md."""
+    try:
+        configs = cfg.select(args.device, args.configs)
+    except ValueError as exc:
+        raise UsageError(str(exc), "see python -m harness compare --help") from None
+    cells = plan_cells(args)
+    rounds = args.rounds or (3 if args.quick else 5)
+    if rounds < 1:
+        raise UsageError(f"--rounds must be >= 1, got {rounds}", "use --rounds 3 or more for a confidence interval")
+    timeout = args.timeout or (300.0 if args.quick else 900.0)
+    builds = {name: parse_input(text, name) for name, text in inputs.items()}
+    out: Path = args.out
+    with exclusive_lock(out, " ".join(sys.argv)):
+        raw = out / "raw"
+        if args.fresh:
+            shutil.rmtree(raw, ignore_errors=True)
+            (out / res.RESULTS).unlink(missing_ok=True)
+        elif (out / res.RESULTS).exists():
+            res.load(out)  # refuse to resume from (and overwrite) an unreadable or foreign results.json
+        raw.mkdir(parents=True, exist_ok=True)
+
+        build_info = {}
+        for name, build in builds.items():
+            python, reused = ensure_interpreter(build)
+            note(f"build {name}: {'reusing' if reused else 'created'} {python}")
+            info = probe_build(name, python, args.device)
+            build_info[name] = {"input": build.to_json(), "interpreter": str(python), "provenance": info}
+        support = next(iter(build_info.values()))["provenance"]["dtype_support"]
+        if args.dtypes:
+            lacking = sorted({(c.dtype, c.op) for c in cells if unsupported_reason(support, c.dtype, c.op)})
+            if lacking:
+                dt = lacking[0][0]
+                ops = ", ".join(op for d, op in lacking if d == dt)
+                ok = [d for d, per_op in support.items() if not any(per_op.values())]
+                raise UsageError(f"{dt} is not supported on {args.device} for {ops}: {unsupported_reason(support, dt, lacking[0][1])}",
+                                 f"drop it from --dtypes (fully supported here: {', '.join(ok)}) or pick --cells without those ops")
+
+        kind = "quick" if args.quick else "full"
+        timing = TIMING[kind]["cpu" if args.device == "cpu" else "gpu"]
+        order = []
+        for rnd in range(rounds):
+            pairs = [(b, c.name) for b in builds for c in configs]
+            random.Random(args.seed * 1000 + rnd).shuffle(pairs)
+            order += [(rnd, b, c) for b, c in pairs]
+        data = {
+            "schema_version": res.SCHEMA_VERSION,
+            "harness_version": harness.__version__,
+            "run": {"command": ["python", "-m", "harness", *sys.argv[1:]] if sys.argv[0].endswith(("harness", "__main__.py")) else sys.argv,
+                    "kind": "compare" if "stock" in builds else "bench",
+                    "device": args.device, "quick": args.quick, "rounds": rounds, "seed": args.seed,
+                    "timeout_s": timeout, "timing": timing, "configs": [c.name for c in configs],
+                    "cells": [c.key for c in cells], "order": order, "started": _now(), "finished": None},
+            "builds": build_info,
+            "configs": {c.name: c.to_json() for c in configs},
+            "processes": [],
+        }
+        by_config = {c.name: c for c in configs}
+        failed = 0
+        with task(f"{data['run']['kind']} on {args.device}", total=len(order)) as bar:
+            for i, (rnd, build, config) in enumerate(order):
+                name = _proc_name(rnd, build, config)
+                status = _status_path(raw, name)
+                if status.is_file():
+                    record = json.loads(status.read_text())
+                    verb = "kept"
+                else:
+                    spec = {"device": args.device, "cells": [c.key for c in cells], "check": rnd == 0,
+                            "reduced_fp32": by_config[config].reduced_fp32, "seed": args.seed, "timing": timing}
+                    record = run_worker(Path(build_info[build]["interpreter"]), spec, by_config[config], raw, name, timeout)
+                    verb = "ran"
+                record.update({"name": name, "round": rnd, "build": build, "config": config, "slot": i})
+                data["processes"].append(record)
+                bad = [k for k, v in record["cells"].items() if v["status"] == "failed"]
+                failed += len(bad)
+                note(f"[{i + 1}/{len(order)}] {verb} {name}: {len(cells) - len(bad)} cells ok"
+                     + (f", {len(bad)} failed ({record['reason'] or record['cells'][bad[0]]['reason']})" if bad else ""))
+                res.save(out, data)
+                bar.advance()
+        data["run"]["finished"] = _now()
+        res.save(out, data)
+        from harness.report import render
+
+        atomic_write_text(out / "report.md", render(data))
+        note(f"wrote {out / res.RESULTS} and {out / 'report.md'}")
+    if failed:
+        note(f"{failed} cell measurements failed; see report.md")
+    return 1 if failed else 0

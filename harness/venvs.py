@@ -1,0 +1,131 @@
+"""Torch builds under test: turn a ``--stock`` / ``--patched`` input into an interpreter.
+
+An input is one of:
+
+- ``python:/path/to/python``: an existing interpreter, used as it is;
+- a path to a wheel (``*.whl``): installed into its own virtual environment;
+- a requirement (``torch==2.13.0``): installed by pip into its own virtual environment.
+
+Each environment lives in ``<cache>/envs/<slug>-<key8>`` where the key hashes the input (the
+wheel's sha256 for a file, the requirement text otherwise) and the base interpreter's version.
+It is created once and reused while the input is unchanged: a ``harness-input.json`` written after
+a successful install records the input; a venv without it (an interrupted install) is rebuilt.
+Environment creation runs under a lock in the cache (:func:`harness.fsutil.exclusive_lock`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import subprocess
+import sys
+import venv
+from dataclasses import dataclass
+from pathlib import Path
+
+from packaging.requirements import InvalidRequirement, Requirement
+
+from harness.errors import BuildInputError
+from harness.fsutil import atomic_write_json, exclusive_lock, sha256_file
+from harness.paths import cache_dir, slug
+from harness.progress import note
+
+MARKER = "harness-input.json"
+
+
+@dataclass(frozen=True)
+class BuildInput:
+    """A parsed build input. ``kind`` is ``python`` | ``wheel`` | ``requirement``; ``value`` the
+    interpreter path, the wheel path (absolute) or the requirement text."""
+
+    kind: str
+    value: str
+    sha256: str | None = None  # the wheel's, when kind == "wheel"
+
+    def to_json(self) -> dict:
+        return {"kind": self.kind, "value": self.value, "sha256": self.sha256}
+
+
+def parse_input(text: str, role: str) -> BuildInput:
+    """Parse one ``--stock`` / ``--patched`` value.
+
+    Raises:
+        BuildInputError: the interpreter or wheel does not exist, or the text is neither a path
+            nor a valid requirement.
+    """
+    if text.startswith("python:"):
+        path = Path(text[len("python:"):]).expanduser()
+        if not path.is_file():
+            raise BuildInputError(f"--{role}: interpreter {path} does not exist",
+                                  "pass python:/absolute/path/to/python of an environment that has torch")
+        return BuildInput("python", str(path))
+    if text.endswith(".whl") or "/" in text or text.startswith("."):
+        path = Path(text).expanduser().resolve()
+        if not path.is_file():
+            raise BuildInputError(f"--{role}: wheel {path} does not exist",
+                                  "build it first (nox -s build_stock / build_patched) or pass a requirement like torch==2.13.0")
+        if path.suffix != ".whl":
+            raise BuildInputError(f"--{role}: {path} is not a wheel (.whl)", "pass a .whl file, a requirement, or python:/path")
+        return BuildInput("wheel", str(path), sha256_file(path))
+    try:
+        req = Requirement(text)
+    except InvalidRequirement as exc:
+        raise BuildInputError(f"--{role}: {text!r} is neither a wheel path nor a requirement ({exc})",
+                              "pass e.g. torch==2.13.0, ./dist/torch-...whl, or python:/path/to/python") from None
+    return BuildInput("requirement", str(req))
+
+
+def env_key(build: BuildInput, base_python: str = sys.executable) -> str:
+    """A stable key for the environment of ``build`` created from ``base_python``."""
+    identity = build.sha256 if build.kind == "wheel" else build.value
+    text = json.dumps([build.kind, identity, sys.version_info[:2], str(Path(base_python).resolve())])
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _venv_python(root: Path) -> Path:
+    return root / ("Scripts/python.exe" if sys.platform == "win32" else "bin/python")
+
+
+def ensure_interpreter(build: BuildInput, *, envs_dir: Path | None = None) -> tuple[Path, bool]:
+    """Return (interpreter, reused) for ``build``, creating its venv if needed.
+
+    Raises:
+        BuildInputError: pip cannot install the input (the message quotes pip's own cause).
+    """
+    if build.kind == "python":
+        return Path(build.value), True
+    envs_dir = envs_dir or cache_dir() / "envs"
+    name = slug(Path(build.value).name if build.kind == "wheel" else build.value)[:60]
+    root = envs_dir / f"{name}-{env_key(build)[:8]}"
+    python = _venv_python(root)
+    with exclusive_lock(envs_dir, f"creating {root.name}"):
+        marker = root / MARKER
+        if marker.is_file() and python.is_file():
+            try:
+                if json.loads(marker.read_text()).get("input") == build.to_json():
+                    return python, True
+            except ValueError:
+                pass
+        if root.exists():
+            shutil.rmtree(root)  # interrupted or stale: rebuild from scratch
+        note(f"creating environment {root} for {build.value}")
+        venv.EnvBuilder(with_pip=True, clear=True).create(root)
+        target = build.value
+        cmd = [str(python), "-m", "pip", "install", "--disable-pip-version-check", "--no-input", target]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            log = root.with_suffix(".pip.log")
+            log.write_text(proc.stdout + proc.stderr)
+            shutil.rmtree(root, ignore_errors=True)
+            raise BuildInputError(f"pip could not install {target}: {_pip_cause(proc.stdout + proc.stderr)}",
+                                  f"check that the version exists (pip index versions torch); pip's log: {log}")
+        atomic_write_json(marker, {"input": build.to_json()})
+    return python, False
+
+
+def _pip_cause(output: str) -> str:
+    """The most telling line of pip's output (its ERROR line, else the last non-empty one)."""
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    errors = [line for line in lines if line.startswith("ERROR:")]
+    return (errors[0] if errors else (lines[-1] if lines else "no output"))[:300]

@@ -1,0 +1,60 @@
+import subprocess
+import sys
+import time
+
+import pytest
+
+from harness.errors import BuildInputError
+from harness.venvs import ensure_interpreter, parse_input
+
+
+def test_parse_inputs(tmp_path):
+    assert parse_input("torch==2.13.0", "stock").kind == "requirement"
+    assert parse_input(f"python:{sys.executable}", "stock").value == sys.executable
+    wheel = tmp_path / "torch-2.6.0+stock.abcdef12-cp311-cp311-linux_x86_64.whl"
+    wheel.write_bytes(b"not really a wheel")
+    parsed = parse_input(str(wheel), "patched")
+    import hashlib
+    assert parsed.kind == "wheel" and parsed.sha256 == hashlib.sha256(b"not really a wheel").hexdigest()
+
+
+@pytest.mark.parametrize("text, cause", [
+    ("/nonexistent/torch-2.6.0-cp311-cp311-linux_x86_64.whl", "--stock: wheel /nonexistent/torch-2.6.0-cp311-cp311-linux_x86_64.whl does not exist"),
+    ("python:/nonexistent/python", "--stock: interpreter /nonexistent/python does not exist"),
+    ("torch===", "--stock: 'torch===' is neither a wheel path nor a requirement"),
+])
+def test_bad_inputs_name_the_cause(text, cause):
+    with pytest.raises(BuildInputError) as info:
+        parse_input(text, "stock")
+    assert info.value.cause.startswith(cause)
+    assert info.value.remedy
+
+
+def test_non_wheel_file_is_rejected(tmp_path):
+    path = tmp_path / "torch.tar.gz"
+    path.write_text("x")
+    with pytest.raises(BuildInputError, match="is not a wheel"):
+        parse_input(str(path), "patched")
+
+
+@pytest.mark.slow
+def test_requirement_gets_a_venv_created_once_and_reused(tmp_path):
+    build = parse_input("torch==2.13.0", "stock")
+    python, reused = ensure_interpreter(build, envs_dir=tmp_path)
+    assert not reused
+    version = subprocess.run([str(python), "-c", "import torch; print(torch.__version__)"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+    assert version.startswith("2.13.0")
+    t0 = time.perf_counter()
+    again, reused = ensure_interpreter(build, envs_dir=tmp_path)
+    assert reused and again == python
+    assert time.perf_counter() - t0 < 5
+
+
+@pytest.mark.slow
+def test_unsatisfiable_requirement_quotes_pip(tmp_path):
+    with pytest.raises(BuildInputError) as info:
+        ensure_interpreter(parse_input("torch==0.0.1", "patched"), envs_dir=tmp_path)
+    assert info.value.cause.startswith("pip could not install torch==0.0.1: ERROR:")
+    assert "pip's log" in info.value.remedy
+    assert not any(p.is_dir() and p.name.startswith("torch") for p in tmp_path.iterdir())
