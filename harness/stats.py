@@ -22,11 +22,13 @@ Conventions:
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import warnings
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Hashable, Mapping, Sequence, TypeVar, Union
+from typing import Any, TypeVar, Union
 
 import numpy as np
 from scipy import stats as _st
@@ -198,7 +200,7 @@ def modes(
     def split(g: np.ndarray) -> None:
         n = g.size
         m = _min_group(n, min_share)
-        if n >= 2 * m and n >= 4:
+        if n >= 2 * m:
             stat, gap = _scan(g, m)
             j = int(np.argmax(stat))
             if stat[j] > _gap_critical(n, m, false_alarm) and math.expm1(gap[j]) >= min_gap:
@@ -280,6 +282,22 @@ class Comparison:
     def bimodal(self) -> bool:
         """True when either side's per-process medians split into >= 2 modes."""
         return len(self.stock_modes) > 1 or len(self.patched_modes) > 1
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready dict: every field, plus speedup, half_width, bimodal; NaN becomes None."""
+        d = dataclasses.asdict(self)
+        d.update(speedup=self.speedup, half_width=self.half_width, bimodal=self.bimodal)
+        return _json_safe(d)
+
+
+def _json_safe(x: Any) -> Any:
+    if isinstance(x, dict):
+        return {k: _json_safe(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_json_safe(v) for v in x]
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    return x
 
 
 def min_processes(confidence: float = 0.95) -> int:
@@ -577,7 +595,8 @@ def geomean(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         res = _st.bootstrap(data, stat, n_resamples=n_resamples, vectorized=True, paired=False,
-                            confidence_level=confidence, method="percentile", rng=rng)
+                            confidence_level=confidence, method="percentile", rng=rng,
+                            batch=1000)  # bounds memory: 1000 x (processes of all cells)
     lo, hi = float(res.confidence_interval.low), float(res.confidence_interval.high)
     if not (math.isfinite(lo) and math.isfinite(hi)):
         return GeoMean(gm, nan, nan, len(used), excluded, over, confidence, f"bootstrap CI is not finite{note}")
@@ -698,7 +717,7 @@ def drift(
         kt = _st.kendalltau(idx, y)
         ts = _st.theilslopes(y, idx, alpha=confidence)
     scale = (n - 1) / float(np.median(y))
-    rel, rlo, rhi = ts.slope * scale, ts.low_slope * scale, ts.high_slope * scale
+    rel, rlo, rhi = (float(v) * scale for v in (ts.slope, ts.low_slope, ts.high_slope))
     tau, pv = float(kt.statistic), float(kt.pvalue)
     if not all(math.isfinite(v) for v in (tau, pv, rel, rlo, rhi)):
         return Drift(n, tau, pv, rel, rlo, rhi, UNDETERMINED, "Kendall tau or Theil-Sen slope not finite")

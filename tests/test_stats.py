@@ -350,3 +350,18 @@ def test_drift_stable_and_undetermined():
     noisy = drift(lognormal(rng, 6, 0.05))
     assert noisy.verdict == "undetermined" and "inconclusive" in noisy.reason
     assert drift([1.0, float("nan"), 1.0, 1.0, 1.0]).verdict == "undetermined"
+
+
+# ----------------------------------------------------------------- serialisation
+
+
+def test_comparison_as_dict_is_strict_json():
+    import json
+
+    rng = np.random.default_rng(80)
+    s = np.r_[lognormal(rng, 6, 0.02), lognormal(rng, 4, 0.02, 2.5)]
+    for c in (compare(s, lognormal(rng, 10, 0.02)), compare([1.0], [2.0])):
+        d = json.loads(json.dumps(c.as_dict(), allow_nan=False))
+        assert d["verdict"] == c.verdict and d["reason"] == c.reason
+        assert d["speedup"] == pytest.approx(c.speedup)
+    assert d["ci_low"] is None and d["ratio"] == 2.0
