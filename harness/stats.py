@@ -321,6 +321,19 @@ def _fmt(x: float) -> str:
     return f"{x:.4g}"
 
 
+def _bootstrap_ci(data, statistic, confidence, n_resamples, method, rng) -> tuple[float, float]:
+    """``scipy.stats.bootstrap`` CI of a vectorized statistic of independent samples.
+
+    Degenerate data gives a NaN bound (scipy's DegenerateDataWarning is silenced here and
+    every caller checks finiteness). ``batch=1000`` bounds memory to 1000 x all values.
+    """
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = _st.bootstrap(data, statistic, n_resamples=n_resamples, vectorized=True, paired=False,
+                            confidence_level=confidence, method=method, rng=rng, batch=1000)
+    return float(res.confidence_interval.low), float(res.confidence_interval.high)
+
+
 def _undetermined(base: dict, reason: str, notes: list[str]) -> Comparison:
     return Comparison(**base, verdict=UNDETERMINED, reason=reason, notes=tuple(notes))
 
@@ -447,20 +460,7 @@ def compare(
     lo = hi = nan
     used = method
     for meth in ([method] if method == "percentile" else [method, "percentile"]):
-        with warnings.catch_warnings():
-            # DegenerateDataWarning / RuntimeWarning become a NaN interval, handled below.
-            warnings.simplefilter("ignore")
-            res = _st.bootstrap(
-                (s, p),
-                _ratio_of_medians,
-                n_resamples=n_resamples,
-                vectorized=True,
-                paired=False,
-                confidence_level=confidence,
-                method=meth,
-                rng=rng,
-            )
-        lo, hi = float(res.confidence_interval.low), float(res.confidence_interval.high)
+        lo, hi = _bootstrap_ci((s, p), _ratio_of_medians, confidence, n_resamples, meth, rng)
         used = meth
         if math.isfinite(lo) and math.isfinite(hi):
             break
@@ -592,12 +592,7 @@ def geomean(
     else:
         data = tuple(np.asarray(a, dtype=float) for c in used for a in (c.stock, c.patched))
         stat = _gm_of_cells
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        res = _st.bootstrap(data, stat, n_resamples=n_resamples, vectorized=True, paired=False,
-                            confidence_level=confidence, method="percentile", rng=rng,
-                            batch=1000)  # bounds memory: 1000 x (processes of all cells)
-    lo, hi = float(res.confidence_interval.low), float(res.confidence_interval.high)
+    lo, hi = _bootstrap_ci(data, stat, confidence, n_resamples, "percentile", rng)
     if not (math.isfinite(lo) and math.isfinite(hi)):
         return GeoMean(gm, nan, nan, len(used), excluded, over, confidence, f"bootstrap CI is not finite{note}")
     return GeoMean(gm, lo, hi, len(used), excluded, over, confidence,
