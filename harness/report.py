@@ -11,6 +11,7 @@ Long tables are folded in ``<details>`` so the PR stays readable.
 from __future__ import annotations
 
 import argparse
+import math
 from pathlib import Path
 
 from harness import results as res
@@ -41,6 +42,23 @@ def _tflops(cell: Cell, seconds: float | None) -> str:
     return "–" if not seconds else f"{cell.flop / seconds / 1e12:.3g}"
 
 
+def _ratio_ci(ratio: float, low: float, high: float) -> str:
+    """``0.982 [0.975, 0.990]``; the CI is omitted when it could not be computed (NaN)."""
+    if not math.isfinite(ratio):
+        return "–"
+    if math.isfinite(low) and math.isfinite(high):
+        return f"{ratio:.3f} [{low:.3f}, {high:.3f}]"
+    return f"{ratio:.3f} [no CI]"
+
+
+def _modes_text(cmp) -> str:
+    parts = []
+    for side, found in (("stock", cmp.stock_modes), ("patched", cmp.patched_modes)):
+        if len(found) > 1:
+            parts.append(f"{side} " + " / ".join(f"{_us(m.center)} µs ({m.share:.0%})" for m in found))
+    return "; ".join(parts)
+
+
 def _short(sha: str | None) -> str:
     return (sha or "unknown")[:12]
 
@@ -67,10 +85,11 @@ def _cell_rows(data: dict):
 
 def _provenance(data: dict) -> list[str]:
     run = data["run"]
-    lines = ["| | " + " | ".join(data["builds"]) + " |", "|---|" + "---|" * len(data["builds"])]
+    names = run["builds"]
+    lines = ["| | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
 
     def row(label, fn):
-        lines.append(f"| {label} | " + " | ".join(str(fn(b)) for b in data["builds"].values()) + " |")
+        lines.append(f"| {label} | " + " | ".join(str(fn(data["builds"][b])) for b in names) + " |")
 
     row("torch", lambda b: b["provenance"]["torch_version"])
     row("git hash", lambda b: f"`{_short(b['provenance'].get('git_version'))}`")
@@ -96,7 +115,7 @@ def _provenance(data: dict) -> list[str]:
 def render(data: dict) -> str:
     """The markdown report of one run (see module docstring). Deterministic for the same data."""
     run = data["run"]
-    builds = list(data["builds"])
+    builds = data["run"]["builds"]  # plan order (results.json sorts its keys)
     ab = builds == ["stock", "patched"]
     table = _cell_rows(data)
     names = " vs ".join(f"{b} (torch {data['builds'][b]['provenance']['torch_version']})" for b in builds)
@@ -111,15 +130,19 @@ def render(data: dict) -> str:
         for key, per_build in table.get(config, {}).items():
             cell = Cell.from_key(key)
             medians = {b: res.process_medians(per_build.get(b, [])) for b in builds}
-            mid = {b: (stats.median(m) if m else None) for b, m in medians.items()}
+            mid = {b: (stats.process_median(m) if m else None) for b, m in medians.items()}
             notes = _notes([r for b in builds for r in per_build.get(b, [])])
             base = [cell.op, cell.label, cell.dtype]
             if ab:
                 cmp = stats.compare(medians["stock"], medians["patched"], threshold=THRESHOLD)
                 comparisons.append(cmp)
-                ci = "–" if cmp.ci_low is None else f"{cmp.ratio:.3f} [{cmp.ci_low:.3f}, {cmp.ci_high:.3f}]"
-                p = "–" if cmp.p_value is None else f"{cmp.p_value:.2g}"
-                verdict = cmp.verdict + (f" ({cmp.reason})" if cmp.reason else "")
+                ci = _ratio_ci(cmp.ratio, cmp.ci_low, cmp.ci_high)
+                p = f"{cmp.p_value:.2g}" if math.isfinite(cmp.p_value) else "–"
+                verdict = f"**{cmp.verdict}**" if cmp.verdict in ("faster", "slower") else cmp.verdict
+                if cmp.verdict == "undetermined":
+                    notes.insert(0, cmp.reason)
+                if cmp.bimodal:
+                    notes.append("bimodal: " + _modes_text(cmp))
                 rows.append(base + [_us(mid["stock"]), _us(mid["patched"]), _tflops(cell, mid["stock"]),
                                     _tflops(cell, mid["patched"]), ci, p, verdict, "; ".join(notes)])
             else:
@@ -136,12 +159,12 @@ def render(data: dict) -> str:
                     problems.append(f"- `{config}` {cell.op} {cell.label} {cell.dtype}: {note}")
         if ab:
             gm = stats.geomean(comparisons)
-            if gm.value is None:
+            if not math.isfinite(gm.gm):
                 summaries.append(f"- **{config}** ({env_text}): no geometric mean ({gm.reason})")
             else:
                 summaries.append(f"- **{config}** ({env_text}): patched/stock time ratio, geometric mean over "
-                                 f"{gm.n} cells: **{gm.value:.3f}** [95% CI {gm.low:.3f}, {gm.high:.3f}] "
-                                 f"(speedup {1 / gm.value:.3f}x)")
+                                 f"{gm.n_cells} cells: **{_ratio_ci(gm.gm, gm.lo, gm.hi)}** "
+                                 f"(speedup {1 / gm.gm:.3f}x; {gm.reason})")
             head = ["op", "shape", "dtype", "stock µs", "patched µs", "stock TFLOP/s", "patched TFLOP/s",
                     "patched/stock [95% CI]", "p (U test)", "verdict", "notes"]
         else:

@@ -62,7 +62,7 @@ def iter_cells(data: dict) -> Iterator[tuple[str, str, str, list[dict]]]:
             grouped[(proc["config"], key, proc["build"])].append({**rec, "round": proc["round"]})
     order = {k: i for i, k in enumerate(data["run"]["cells"])}
     configs = {c: i for i, c in enumerate(data["run"]["configs"])}
-    builds = {b: i for i, b in enumerate(data["builds"])}
+    builds = {b: i for i, b in enumerate(data["run"]["builds"])}
     for (config, key, build) in sorted(grouped, key=lambda t: (configs.get(t[0], 99), order.get(t[1], 1e9), builds.get(t[2], 9))):
         yield config, key, build, sorted(grouped[(config, key, build)], key=lambda r: r["round"])
 

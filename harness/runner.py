@@ -59,7 +59,7 @@ def _common_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dtypes", help=f"comma-separated dtypes (default: {','.join(DTYPES)}; also {', '.join(d for d in ITEMSIZE if d not in DTYPES)})")
     parser.add_argument("--cells", help="comma-separated cell keys op/MxNxK/dtype (default: the built-in set)")
     parser.add_argument("--quick", action="store_true", help="reduced cell set and shorter timing (minutes on a 2-core CPU)")
-    parser.add_argument("--rounds", type=int, help="fresh processes per (build, config) (default 5, --quick 3)")
+    parser.add_argument("--rounds", type=int, help="fresh processes per (build, config) (default 6, --quick 4; >= 4 for a verdict)")
     parser.add_argument("--timeout", type=float, help="seconds one worker process may take (default 900, --quick 300)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the inputs and of the per-round order")
     parser.add_argument("--out", type=Path, required=True, help="results directory (resumed if it holds a run)")
@@ -201,7 +201,7 @@ def execute(args: argparse.Namespace, inputs: dict[str, str]) -> int:
     except ValueError as exc:
         raise UsageError(str(exc), "see python -m harness compare --help") from None
     cells = plan_cells(args)
-    rounds = args.rounds or (3 if args.quick else 5)
+    rounds = args.rounds or (4 if args.quick else 6)  # >= 4 per side: the U test can reach p < 0.05
     if rounds < 1:
         raise UsageError(f"--rounds must be >= 1, got {rounds}", "use --rounds 3 or more for a confidence interval")
     timeout = args.timeout or (300.0 if args.quick else 900.0)
@@ -244,7 +244,7 @@ def execute(args: argparse.Namespace, inputs: dict[str, str]) -> int:
             "harness_version": harness.__version__,
             "run": {"command": ["python", "-m", "harness", *sys.argv[1:]] if sys.argv[0].endswith(("harness", "__main__.py")) else sys.argv,
                     "kind": "compare" if "stock" in builds else "bench",
-                    "device": args.device, "quick": args.quick, "rounds": rounds, "seed": args.seed,
+                    "builds": list(builds), "device": args.device, "quick": args.quick, "rounds": rounds, "seed": args.seed,
                     "timeout_s": timeout, "timing": timing, "configs": [c.name for c in configs],
                     "cells": [c.key for c in cells], "order": order, "started": _now(), "finished": None},
             "builds": build_info,
@@ -277,7 +277,7 @@ def execute(args: argparse.Namespace, inputs: dict[str, str]) -> int:
         res.save(out, data)
         from harness.report import render
 
-        atomic_write_text(out / "report.md", render(data))
+        atomic_write_text(out / "report.md", render(res.load(out)))  # exactly what `report` re-renders
         note(f"wrote {out / res.RESULTS} and {out / 'report.md'}")
     if failed:
         note(f"{failed} cell measurements failed; see report.md")

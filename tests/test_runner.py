@@ -1,0 +1,116 @@
+"""End-to-end runs of `compare` on this interpreter's torch, with real worker crashes and hangs."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+CELLS = "mm/64x64x64/float32,sdpa_causal/1x2x64x16/float32"
+REPO = Path(__file__).resolve().parent.parent
+
+
+def harness(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "harness", *args], capture_output=True, text=True,
+                          cwd=REPO, env={**os.environ, **(env or {})}, timeout=600)
+
+
+def fake_python(tmp_path: Path, worker_code: str) -> str:
+    """An interpreter that behaves like this one except that worker processes run ``worker_code``."""
+    script = tmp_path / "python"
+    script.write_text(
+        "#!/bin/sh\n"
+        f'if [ "$2" = harness.bench.worker ]; then exec {sys.executable} -c "{worker_code}"; fi\n'
+        f'exec {sys.executable} "$@"\n')
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    return f"python:{script}"
+
+
+@pytest.fixture(scope="module")
+def ab_run(tmp_path_factory, this_python):
+    out = tmp_path_factory.mktemp("ab") / "run"
+    args = ["compare", "--stock", this_python, "--patched", this_python, "--device", "cpu", "--configs", "default",
+            "--cells", CELLS, "--rounds", "4", "--out", str(out)]
+    first = harness(*args)
+    return out, args, first
+
+
+def test_compare_writes_results_with_raw_samples_of_every_process(ab_run):
+    out, _, proc = ab_run
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads((out / "results.json").read_text())
+    assert data["schema_version"] == 1
+    assert data["run"]["builds"] == ["stock", "patched"]
+    assert len(data["processes"]) == 2 * 4
+    # interleaved: every round holds both builds, and the order differs between rounds
+    rounds = [[(p["build"]) for p in data["processes"] if p["round"] == r] for r in range(4)]
+    assert all(sorted(r) == ["patched", "stock"] for r in rounds)
+    for p in data["processes"]:
+        assert p["status"] == "ok" and p["env"] == {}
+        for key in CELLS.split(","):
+            cell = p["cells"][key]
+            assert cell["status"] == "ok"
+            m = cell["measurement"]
+            assert len(m["samples"]) >= 10 and all(s > 0 for s in m["samples"])
+            assert ("check" in cell) == (p["round"] == 0)
+    first_round = [p for p in data["processes"] if p["round"] == 0]
+    assert all(p["cells"]["mm/64x64x64/float32"]["check"]["passed"] for p in first_round)
+
+
+def test_report_names_versions_hashes_and_ratios(ab_run):
+    out, _, _ = ab_run
+    report = (out / "report.md").read_text()
+    import torch
+
+    assert f"torch {torch.__version__}" in report
+    assert torch.version.git_version[:12] in report
+    assert "patched/stock [95% CI]" in report
+    assert "| mm | M64 N64 K64 | float32 |" in report
+
+
+def test_rerun_resumes_without_running_workers(ab_run):
+    out, args, _ = ab_run
+    before = json.loads((out / "results.json").read_text())
+    again = harness(*args)
+    assert again.returncode == 0
+    assert again.stderr.count(" kept r") == 8 and " ran r" not in again.stderr
+    after = json.loads((out / "results.json").read_text())
+    assert [p["cells"] for p in after["processes"]] == [p["cells"] for p in before["processes"]]
+
+
+def test_report_command_re_renders_identically(ab_run):
+    out, _, _ = ab_run
+    original = (out / "report.md").read_text()
+    (out / "report.md").unlink()
+    proc = harness("report", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert (out / "report.md").read_text() == original
+
+
+def test_crashing_worker_marks_its_cells_failed_and_the_run_continues(tmp_path, this_python):
+    crash = fake_python(tmp_path, "import os; os.abort()")
+    proc = harness("compare", "--stock", this_python, "--patched", crash, "--device", "cpu", "--configs", "default",
+                   "--cells", CELLS, "--rounds", "1", "--out", str(tmp_path / "out"))
+    assert proc.returncode == 1
+    data = json.loads((tmp_path / "out" / "results.json").read_text())
+    by_build = {p["build"]: p for p in data["processes"]}
+    assert by_build["stock"]["status"] == "ok"
+    assert by_build["patched"]["status"] == "failed"
+    assert by_build["patched"]["reason"].startswith("worker killed by SIGABRT")
+    assert {c["reason"] for c in by_build["patched"]["cells"].values()} == {by_build["patched"]["reason"]}
+    assert "failed: worker killed by SIGABRT" in (tmp_path / "out" / "report.md").read_text()
+
+
+def test_hanging_worker_times_out(tmp_path, this_python):
+    hang = fake_python(tmp_path, "import time; time.sleep(60)")
+    proc = harness("compare", "--stock", hang, "--patched", this_python, "--device", "cpu", "--configs", "default",
+                   "--cells", CELLS, "--rounds", "1", "--timeout", "3", "--out", str(tmp_path / "out"))
+    assert proc.returncode == 1
+    data = json.loads((tmp_path / "out" / "results.json").read_text())
+    stock = next(p for p in data["processes"] if p["build"] == "stock")
+    assert stock["reason"] == "worker timed out after 3 s"
