@@ -107,7 +107,7 @@ def _provenance(data: dict) -> list[str]:
     row("threads", lambda b: b["provenance"]["num_threads"])
     lines += ["", f"Harness {data['harness_version']}, device `{run['device']}`, {run['rounds']} rounds of fresh "
               f"processes per (build, config), order shuffled per round (seed {run['seed']}), "
-              f"timing {run['timing']}; started {run['started']}, finished {run['finished']}.", "",
+              f"timing {run['timing']}, torch threads {run.get('threads') or 'default'}; started {run['started']}, finished {run['finished']}.", "",
               "Reproduce:", "", "```", " ".join(run["command"]), "```"]
     return lines
 

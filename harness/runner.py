@@ -62,6 +62,9 @@ def _common_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rounds", type=int, help="fresh processes per (build, config) (default 6, --quick 4; >= 4 for a verdict)")
     parser.add_argument("--timeout", type=float, help="seconds one worker process may take (default 900, --quick 300)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the inputs and of the per-round order")
+    parser.add_argument("--threads", type=int,
+                        help="torch intra-op threads in workers (default: 1 on cpu, where OpenMP threads that share "
+                             "cores with other processes add ms of spin-wait noise; torch's own default elsewhere; 0 = torch's default)")
     parser.add_argument("--out", type=Path, required=True, help="results directory (resumed if it holds a run)")
     parser.add_argument("--fresh", action="store_true", help="discard earlier results in --out and start over")
 
@@ -232,6 +235,7 @@ def execute(args: argparse.Namespace, inputs: dict[str, str]) -> int:
                 raise UsageError(f"{dt} is not supported on {args.device} for {ops}: {unsupported_reason(support, dt, lacking[0][1])}",
                                  f"drop it from --dtypes (fully supported here: {', '.join(ok)}) or pick --cells without those ops")
 
+        threads = args.threads if args.threads is not None else (1 if args.device == "cpu" else 0)
         kind = "quick" if args.quick else "full"
         timing = TIMING[kind]["cpu" if args.device == "cpu" else "gpu"]
         order = []
@@ -245,7 +249,7 @@ def execute(args: argparse.Namespace, inputs: dict[str, str]) -> int:
             "run": {"command": ["python", "-m", "harness", *sys.argv[1:]] if sys.argv[0].endswith(("harness", "__main__.py")) else sys.argv,
                     "kind": "compare" if "stock" in builds else "bench",
                     "builds": list(builds), "device": args.device, "quick": args.quick, "rounds": rounds, "seed": args.seed,
-                    "timeout_s": timeout, "timing": timing, "configs": [c.name for c in configs],
+                    "timeout_s": timeout, "timing": timing, "threads": threads, "configs": [c.name for c in configs],
                     "cells": [c.key for c in cells], "order": order, "started": _now(), "finished": None},
             "builds": build_info,
             "configs": {c.name: c.to_json() for c in configs},
@@ -262,7 +266,8 @@ def execute(args: argparse.Namespace, inputs: dict[str, str]) -> int:
                     verb = "kept"
                 else:
                     spec = {"device": args.device, "cells": [c.key for c in cells], "check": rnd == 0,
-                            "reduced_fp32": by_config[config].reduced_fp32, "seed": args.seed, "timing": timing}
+                            "reduced_fp32": by_config[config].reduced_fp32, "seed": args.seed, "timing": timing,
+                            "threads": threads}
                     record = run_worker(Path(build_info[build]["interpreter"]), spec, by_config[config], raw, name, timeout)
                     verb = "ran"
                 record.update({"name": name, "round": rnd, "build": build, "config": config, "slot": i})

@@ -5,7 +5,7 @@
 SPEC (written by :mod:`harness.runner`)::
 
     {"device": "cpu", "cells": ["mm/512x512x512/float32", ...], "check": true,
-     "reduced_fp32": false, "seed": 0,
+     "reduced_fp32": false, "seed": 0, "threads": 1,
      "timing": {"warmup_s": 0.05, "measure_s": 0.5, "min_block_s": 0.001}}
 
 OUT gets one JSON object per line, flushed and fsynced as each finishes, so a crash keeps every
@@ -88,9 +88,11 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     torch.manual_seed(spec.get("seed", 0))
+    if spec.get("threads"):
+        torch.set_num_threads(int(spec["threads"]))
     with open(out_path, "a") as out:
         _emit(out, {"type": "start", "pid": os.getpid(), "torch_version": torch.__version__,
-                    "env": snapshot(), "started": time.time()})
+                    "env": snapshot(), "threads": torch.get_num_threads(), "started": time.time()})
         timer = BlockTimer(spec["device"])
         unsupported = dtype_support(torch, spec["device"])
         for key in spec["cells"]:

@@ -1,0 +1,132 @@
+"""Calibrate the A/B verdicts on real hardware: A/A false positives, planted-change power,
+and CI precision per second of measurement (issue 6; results go to docs/methodology.md).
+
+Both sides run the same build (``--python``) through the harness's own worker and scheduler
+(:func:`harness.runner.run_worker`, fresh process per side per round, order shuffled per round)
+and the verdicts come from :func:`harness.stats.compare`, exactly as in ``compare``.
+
+- ``aa``: identical cells on both sides; any ``faster``/``slower`` verdict is a false positive.
+- ``planted``: the "patched" side runs each GEMM cell with K larger by ``--plant`` (default 3 %),
+  a known extra cost of ``K'/K - 1`` FLOP; a cell whose planted cost exceeds the verdict threshold
+  must come out ``slower``.
+
+Usage::
+
+    python benchmarks/calibrate_ab.py --device cpu --mode aa --rounds 6 --out results/calib-cpu-aa
+    PYTHONPATH=. python3 benchmarks/calibrate_ab.py --device cuda --mode planted --out $OUT/planted
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import sys
+import time
+from pathlib import Path
+
+from harness import stats
+from harness.bench.workloads import Cell
+from harness.configs import EnvConfig
+from harness.runner import run_worker
+
+CUDA_CELLS = [Cell(op, shape, dt) for dt in ("float16", "bfloat16") for op, shape in [
+    ("mm", (1024, 1024, 1024)), ("mm", (2048, 2048, 2048)), ("mm", (4096, 4096, 4096)), ("mm", (4096, 4096, 256)),
+    ("mm", (333, 444, 555)), ("mm", (1, 4096, 4096)), ("addmm", (2048, 2048, 2048)), ("bmm", (8, 512, 512, 512)),
+    ("bmm", (4, 1024, 1024, 1024)), ("linear", (2048, 2048, 2048)), ("linear", (8192, 4096, 1024)),
+    ("sdpa", (2, 16, 1024, 64)), ("sdpa", (4, 32, 2048, 128)), ("sdpa_causal", (4, 32, 2048, 128)),
+    ("sdpa_causal", (2, 16, 1024, 64)),
+]]
+CPU_CELLS = [Cell(op, shape, "float32") for op, shape in [
+    ("mm", (256, 256, 256)), ("mm", (512, 512, 512)), ("mm", (333, 444, 555)), ("mm", (1, 1024, 1024)),
+    ("addmm", (256, 256, 256)), ("bmm", (4, 128, 128, 128)), ("linear", (256, 512, 256)), ("sdpa", (1, 4, 256, 64)),
+]]
+
+
+def planted(cell: Cell, plant: float) -> Cell:
+    """``cell`` with its reduction dimension K scaled by (1 + plant), rounded to an integer."""
+    *rest, k = cell.shape
+    return Cell(cell.op, (*rest, max(1, round(k * (1 + plant)))), cell.dtype)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--device", required=True, choices=("cpu", "cuda", "mps"))
+    parser.add_argument("--mode", required=True, choices=("aa", "planted"))
+    parser.add_argument("--python", default=sys.executable, help="interpreter of the build (both sides)")
+    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--plant", type=float, default=0.03)
+    parser.add_argument("--threshold", type=float, default=0.02)
+    parser.add_argument("--measure-s", type=float, default=0.3)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=None, help="as compare --threads (default 1 on cpu)")
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+
+    base = CPU_CELLS if args.device == "cpu" else CUDA_CELLS
+    if args.mode == "planted":
+        base = [c for c in base if c.family == "gemm"]
+    sides = {"stock": base, "patched": [planted(c, args.plant) for c in base] if args.mode == "planted" else base}
+    gpu = args.device != "cpu"
+    threads = args.threads if args.threads is not None else (0 if gpu else 1)
+    timing = {"warmup_s": 0.1 if gpu else 0.03, "measure_s": args.measure_s, "min_block_s": 1e-2 if gpu else 1e-3}
+    raw = args.out / "raw"
+    raw.mkdir(parents=True, exist_ok=True)
+    medians: dict[str, dict[str, list[float]]] = {c.key: {"stock": [], "patched": []} for c in base}
+    seconds: dict[str, float] = {c.key: 0.0 for c in base}
+    t_start = time.time()
+    for rnd in range(args.rounds):
+        order = list(sides)
+        random.Random(args.seed * 1000 + rnd).shuffle(order)
+        for side in order:
+            spec = {"device": args.device, "cells": [c.key for c in sides[side]], "check": False, "seed": args.seed,
+                    "timing": timing, "threads": threads}
+            rec = run_worker(Path(args.python), spec, EnvConfig("default"), raw, f"r{rnd:02d}-{side}", timeout=900)
+            for logical, actual in zip(base, sides[side]):
+                cell = rec["cells"][actual.key]
+                if cell["status"] == "ok":
+                    m = cell["measurement"]
+                    medians[logical.key][side].append(m["median"])
+                    seconds[logical.key] += sum(m["samples"]) * m["number"]
+            print(f"round {rnd} {side}: {time.time() - t_start:.0f} s", file=sys.stderr, flush=True)
+
+    rows = []
+    for c in base:
+        cmp = stats.compare(medians[c.key]["stock"], medians[c.key]["patched"], threshold=args.threshold)
+        expected = planted(c, args.plant).flop / c.flop if args.mode == "planted" else 1.0
+        hw = cmp.half_width
+        rows.append({"cell": c.key, "expected_ratio": expected, "ratio": cmp.ratio, "ci": [cmp.ci_low, cmp.ci_high],
+                     "p": cmp.p_value, "verdict": cmp.verdict, "reason": cmp.reason, "half_width": hw,
+                     "measured_s": seconds[c.key], "n": [cmp.n_stock, cmp.n_patched],
+                     "s_to_1pct": seconds[c.key] * (hw / 0.01) ** 2 if math.isfinite(hw) else None,
+                     "bimodal": cmp.bimodal})
+    decided = [r for r in rows if r["verdict"] != "undetermined"]
+    summary = {"device": args.device, "mode": args.mode, "rounds": args.rounds, "threshold": args.threshold,
+               "plant": args.plant if args.mode == "planted" else 0.0, "cells": len(rows),
+               "undetermined": len(rows) - len(decided), "wall_s": time.time() - t_start, "timing": timing,
+               "threads": threads}
+    if args.mode == "aa":
+        fp = [r for r in rows if r["verdict"] in ("faster", "slower")]
+        summary["false_positives"] = len(fp)
+        summary["false_positive_rate"] = len(fp) / len(rows)
+    else:
+        eligible = [r for r in rows if r["expected_ratio"] - 1 > args.threshold]
+        hits = [r for r in eligible if r["verdict"] == "slower"]
+        summary["eligible"] = len(eligible)
+        summary["detected"] = len(hits)
+        summary["power"] = len(hits) / len(eligible) if eligible else None
+        summary["ci_covers_expected"] = sum(1 for r in rows if r["ci"][0] <= r["expected_ratio"] <= r["ci"][1])
+    hws = sorted(r["half_width"] for r in rows if math.isfinite(r["half_width"]))
+    summary["median_half_width"] = hws[len(hws) // 2] if hws else None
+    summary["median_s_to_1pct"] = sorted(r["s_to_1pct"] for r in rows if r["s_to_1pct"] is not None)[len(hws) // 2] if hws else None
+    (args.out / "calibration.json").write_text(json.dumps({"summary": summary, "rows": rows}, indent=1))
+    print(json.dumps(summary, indent=1))
+    for r in rows:
+        print(f"{r['cell']:36s} ratio {r['ratio']:.4f} CI [{r['ci'][0]:.4f}, {r['ci'][1]:.4f}] expected "
+              f"{r['expected_ratio']:.4f} {r['verdict']:12s} hw {r['half_width']:.4f} {r['measured_s']:.2f}s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
