@@ -11,6 +11,9 @@ What is checked (issue 4, acceptance):
   changed lines: ``clang-format`` (the version the tree's lint pins) with the tree's
   ``.clang-format``, ``python -m py_compile``, ``flake8`` with the tree's ``.flake8`` and ``ruff``
   with the tree's ``pyproject.toml``. Each lint check has a negative control that must fail.
+- The patched ``use_metal_mm`` statics, compiled with the tree's ``check_env`` (g++), choose Metal
+  exactly when ``PYTORCH_MPS_PREFER_METAL`` is present and the new variable is not ``1``, and warn
+  once per process on an invalid value.
 
 The Debian fetch helper below is private to this module for now; ``tests/debian_source.py``
 (branch ``series``) provides the same as a fixture and the two should be merged.
@@ -19,6 +22,7 @@ The Debian fetch helper below is private to this module for now; ``tests/debian_
 from __future__ import annotations
 
 import difflib
+import os
 import re
 import shutil
 import subprocess
@@ -332,3 +336,83 @@ def test_changed_test_lines_compile_and_pass_the_trees_linters(patched_tree):
     finally:
         (tree / probe).unlink()
     assert flagged == {"flake8", "ruff"}
+
+
+# --------------------------------------------------------------------------- semantics (slow)
+
+PREDICATE_PROGRAM = """\
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <optional>
+#include <string>
+
+namespace c10::utils {
+// Stand-ins for get_env (env.cpp, minus the mutex) and TORCH_WARN (prints like a warning).
+std::optional<std::string> get_env(const char* name) noexcept {
+  const char* value = std::getenv(name);
+  return value ? std::optional<std::string>(value) : std::nullopt;
+}
+bool has_env(const char* name) noexcept {
+  return get_env(name).has_value();
+}
+template <typename... Args>
+void torch_warn(const Args&... args) {
+  std::cerr << "Warning: ";
+  (std::cerr << ... << args);
+  std::cerr << std::endl;
+}
+#define TORCH_WARN(...) torch_warn(__VA_ARGS__)
+// check_env, verbatim from the tree's c10/util/env.cpp:
+@CHECK_ENV@
+} // namespace c10::utils
+
+// The static initialisers of use_metal_mm, verbatim from the patched LinearAlgebra.mm:
+bool always_use_metal_for_gemm() {
+@STATICS@
+  return always_use_metal;
+}
+
+int main() {
+  std::printf("%d %d\\n", always_use_metal_for_gemm(), always_use_metal_for_gemm());
+}
+"""
+
+
+@pytest.mark.slow
+def test_patched_predicate_follows_the_documented_semantics(patched_tree, tmp_path):
+    """Compile the patched ``use_metal_mm`` statics with the tree's ``check_env`` and run every case."""
+    compiler = shutil.which("g++") or shutil.which("c++")
+    if compiler is None:
+        pytest.skip("needs a C++17 compiler (g++) to compile the patched predicate")
+    repo, _ = patched_tree
+    tree = Path(repo.working_tree_dir)
+    env_cpp = (tree / "c10/util/env.cpp").read_text()
+    check_env = "std::optional<bool> check_env(" + env_cpp.split("std::optional<bool> check_env(", 1)[1]
+    check_env = check_env.split("\n}\n", 1)[0] + "\n}\n"
+    body = (tree / "aten/src/ATen/native/mps/operations/LinearAlgebra.mm").read_text()
+    body = body.split("bool use_metal_mm(", 1)[1].split("\n}\n", 1)[0]
+    statics = [line for line in body.splitlines() if "gemm_prefer_fast_math" in line and line.startswith("  static")]
+    assert len(statics) == 2, statics
+    source = tmp_path / "predicate.cpp"
+    source.write_text(PREDICATE_PROGRAM.replace("@CHECK_ENV@", check_env).replace("@STATICS@", "\n".join(statics)))
+    binary = tmp_path / "predicate"
+    subprocess.run([compiler, "-std=c++17", "-Wall", "-Wextra", "-Werror", str(source), "-o", str(binary)], check=True)
+
+    base_env = {k: v for k, v in os.environ.items() if k not in ("PYTORCH_MPS_PREFER_METAL", VARIABLE)}
+    for prefer_metal in (None, "1", "0", ""):
+        for gemm in (None, "1", "0", "yes", ""):
+            env = dict(base_env)
+            if prefer_metal is not None:
+                env["PYTORCH_MPS_PREFER_METAL"] = prefer_metal
+            if gemm is not None:
+                env[VARIABLE] = gemm
+            run = subprocess.run([str(binary)], env=env, capture_output=True, text=True, check=True)
+            case = f"PREFER_METAL={prefer_metal!r} {VARIABLE}={gemm!r}"
+            # PREFER_METAL counts by presence (even "0" or ""); only the value "1" of the new variable masks it
+            expected = int(prefer_metal is not None and gemm != "1")
+            assert run.stdout.split() == [str(expected)] * 2, case
+            invalid = gemm not in (None, "0", "1")
+            warning = f"Ignoring invalid value for boolean flag {VARIABLE}"
+            # read once per process: at most one warning although the predicate ran twice
+            assert run.stderr.count(warning) == int(invalid), f"{case}: {run.stderr!r}"
