@@ -61,8 +61,10 @@ def main() -> int:
     parser.add_argument("--measure-s", type=float, default=0.3)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=None, help="as compare --threads (default 1 on cpu)")
+    parser.add_argument("--keep-env", default="", help="as compare --keep-env")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
+    keep = tuple(n for n in args.keep_env.split(",") if n)
 
     base = CPU_CELLS if args.device == "cpu" else CUDA_CELLS
     if args.mode == "planted":
@@ -82,7 +84,8 @@ def main() -> int:
         for side in order:
             spec = {"device": args.device, "cells": [c.key for c in sides[side]], "check": False, "seed": args.seed,
                     "timing": timing, "threads": threads}
-            rec = run_worker(Path(args.python), spec, EnvConfig("default"), raw, f"r{rnd:02d}-{side}", timeout=900)
+            rec = run_worker(Path(args.python), spec, EnvConfig("default"), raw, f"r{rnd:02d}-{side}", timeout=900,
+                             keep=keep)
             for logical, actual in zip(base, sides[side]):
                 cell = rec["cells"][actual.key]
                 if cell["status"] == "ok":

@@ -107,11 +107,13 @@ def variables(device: str) -> list[str]:
     return sorted({k for c in PROFILES[device] for k in c.env})
 
 
-def worker_environment(config: EnvConfig, parent: Mapping[str, str] | None = None) -> dict[str, str]:
+def worker_environment(config: EnvConfig, parent: Mapping[str, str] | None = None,
+                       keep: tuple[str, ...] = ()) -> dict[str, str]:
     """The environment for a worker running ``config``: the parent's, minus every variable with a
-    :data:`CLEARED_PREFIXES` prefix, plus exactly the config's variables."""
+    :data:`CLEARED_PREFIXES` prefix (except the names in ``keep``, e.g. a site's required
+    ``TORCH_SYMM_MEM_DISABLE_MULTICAST``), plus exactly the config's variables."""
     parent = os.environ if parent is None else parent
-    env = {k: v for k, v in parent.items() if not k.startswith(CLEARED_PREFIXES)}
+    env = {k: v for k, v in parent.items() if k in keep or not k.startswith(CLEARED_PREFIXES)}
     env.update(config.env)
     return env
 

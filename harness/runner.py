@@ -62,6 +62,9 @@ def _common_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rounds", type=int, help="fresh processes per (build, config) (default 6, --quick 4; >= 4 for a verdict)")
     parser.add_argument("--timeout", type=float, help="seconds one worker process may take (default 900, --quick 300)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the inputs and of the per-round order")
+    parser.add_argument("--keep-env", default="", metavar="NAMES",
+                        help="comma-separated PYTORCH_MPS_/TORCH_/ATEN_ variables to pass through to workers "
+                             "(all others are cleared; kept ones are recorded in results.json)")
     parser.add_argument("--threads", type=int,
                         help="torch intra-op threads in workers (default: 1 on cpu, where OpenMP threads that share "
                              "cores with other processes add ms of spin-wait noise; torch's own default elsewhere; 0 = torch's default)")
@@ -168,12 +171,14 @@ def _describe_exit(returncode: int) -> str:
     return f"worker exited with status {returncode}"
 
 
-def run_worker(python: Path, spec: dict, config: cfg.EnvConfig, raw: Path, name: str, timeout: float) -> dict:
-    """Run one worker process to completion; return its process record (cells included)."""
+def run_worker(python: Path, spec: dict, config: cfg.EnvConfig, raw: Path, name: str, timeout: float,
+               keep: tuple[str, ...] = ()) -> dict:
+    """Run one worker process to completion; return its process record (cells included).
+    ``keep``: inherited variables passed through despite their prefix (see --keep-env)."""
     spec_path, out_path = raw / f"{name}.spec.json", raw / f"{name}.jsonl"
     out_path.unlink(missing_ok=True)  # an interrupted earlier attempt is redone whole
     atomic_write_json(spec_path, spec)
-    env = cfg.worker_environment(config)
+    env = cfg.worker_environment(config, keep=keep)
     env["PYTHONPATH"] = SOURCE_ROOT
     started = time.time()
     reason, returncode = "", None
@@ -236,6 +241,7 @@ def execute(args: argparse.Namespace, inputs: dict[str, str]) -> int:
                                  f"drop it from --dtypes (fully supported here: {', '.join(ok)}) or pick --cells without those ops")
 
         threads = args.threads if args.threads is not None else (1 if args.device == "cpu" else 0)
+        keep = tuple(n.strip() for n in args.keep_env.split(",") if n.strip())
         kind = "quick" if args.quick else "full"
         timing = TIMING[kind]["cpu" if args.device == "cpu" else "gpu"]
         order = []
@@ -249,7 +255,7 @@ def execute(args: argparse.Namespace, inputs: dict[str, str]) -> int:
             "run": {"command": ["python", "-m", "harness", *sys.argv[1:]] if sys.argv[0].endswith(("harness", "__main__.py")) else sys.argv,
                     "kind": "compare" if "stock" in builds else "bench",
                     "builds": list(builds), "device": args.device, "quick": args.quick, "rounds": rounds, "seed": args.seed,
-                    "timeout_s": timeout, "timing": timing, "threads": threads, "configs": [c.name for c in configs],
+                    "timeout_s": timeout, "timing": timing, "threads": threads, "keep_env": list(keep), "configs": [c.name for c in configs],
                     "cells": [c.key for c in cells], "order": order, "started": _now(), "finished": None},
             "builds": build_info,
             "configs": {c.name: c.to_json() for c in configs},
@@ -268,7 +274,8 @@ def execute(args: argparse.Namespace, inputs: dict[str, str]) -> int:
                     spec = {"device": args.device, "cells": [c.key for c in cells], "check": rnd == 0,
                             "reduced_fp32": by_config[config].reduced_fp32, "seed": args.seed, "timing": timing,
                             "threads": threads}
-                    record = run_worker(Path(build_info[build]["interpreter"]), spec, by_config[config], raw, name, timeout)
+                    record = run_worker(Path(build_info[build]["interpreter"]), spec, by_config[config], raw, name,
+                                        timeout, keep)
                     verb = "ran"
                 record.update({"name": name, "round": rnd, "build": build, "config": config, "slot": i})
                 data["processes"].append(record)
