@@ -38,6 +38,12 @@ CUDA_CELLS = [Cell(op, shape, dt) for dt in ("float16", "bfloat16") for op, shap
     ("sdpa", (2, 16, 1024, 64)), ("sdpa", (4, 32, 2048, 128)), ("sdpa_causal", (4, 32, 2048, 128)),
     ("sdpa_causal", (2, 16, 1024, 64)),
 ]]
+#: kernel-bound cells (>= 50 µs on an H200): where a planted FLOP change must show in device time
+LARGE_CELLS = [Cell(op, shape, dt) for dt in ("float16", "bfloat16") for op, shape in [
+    ("mm", (3072, 3072, 3072)), ("mm", (4096, 4096, 4096)), ("mm", (6144, 6144, 6144)), ("mm", (8192, 8192, 2048)),
+    ("addmm", (4096, 4096, 4096)), ("bmm", (16, 1024, 1024, 1024)), ("bmm", (8, 2048, 2048, 1024)),
+    ("linear", (8192, 4096, 1024)), ("linear", (16384, 4096, 4096)), ("mm", (8192, 1024, 8192)),
+]]
 CPU_CELLS = [Cell(op, shape, "float32") for op, shape in [
     ("mm", (256, 256, 256)), ("mm", (512, 512, 512)), ("mm", (333, 444, 555)), ("mm", (1, 1024, 1024)),
     ("addmm", (256, 256, 256)), ("bmm", (4, 128, 128, 128)), ("linear", (256, 512, 256)), ("sdpa", (1, 4, 256, 64)),
@@ -63,6 +69,8 @@ def main() -> int:
     parser.add_argument("--mode", required=True, choices=("aa", "planted"))
     parser.add_argument("--python", default=sys.executable, help="interpreter of the build (both sides)")
     parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--set", dest="cell_set", choices=("default", "large"), default="default",
+                        help="cell set: default (mixed, incl. launch-bound) or large (kernel-bound GEMMs; gpu)")
     parser.add_argument("--plant", type=float, default=0.03)
     parser.add_argument("--threshold", type=float, default=0.02)
     parser.add_argument("--measure-s", type=float, default=0.3)
@@ -73,7 +81,7 @@ def main() -> int:
     args = parser.parse_args()
     keep = tuple(n for n in args.keep_env.split(",") if n)
 
-    base = CPU_CELLS if args.device == "cpu" else CUDA_CELLS
+    base = CPU_CELLS if args.device == "cpu" else (LARGE_CELLS if args.cell_set == "large" else CUDA_CELLS)
     if args.mode == "planted":
         base = [c for c in base if c.family == "gemm"]
     sides = {"stock": base, "patched": [planted(c, args.plant) for c in base] if args.mode == "planted" else base}
@@ -115,7 +123,7 @@ def main() -> int:
                      "bimodal": cmp.bimodal,
                      "launch_bound": sum(launch_bound[c.key]) > len(launch_bound[c.key]) / 2})
     decided = [r for r in rows if r["verdict"] != "undetermined"]
-    summary = {"device": args.device, "mode": args.mode, "rounds": args.rounds, "threshold": args.threshold,
+    summary = {"device": args.device, "mode": args.mode, "set": args.cell_set, "rounds": args.rounds, "threshold": args.threshold,
                "plant": args.plant if args.mode == "planted" else 0.0, "cells": len(rows),
                "undetermined": len(rows) - len(decided), "wall_s": time.time() - t_start, "timing": timing,
                "threads": threads}
