@@ -19,9 +19,9 @@ PYTHON = False  # use the interpreter nox runs under unless a session says other
 TEST_TORCH = "torch==2.13.0"
 
 
-def _harness(session: nox.Session, command: str) -> None:
+def _harness(session: nox.Session, command: str, *args: str) -> None:
     session.install("-e", ".")
-    session.run("python", "-m", "harness", command, *session.posargs)
+    session.run("python", "-m", "harness", command, *args, *session.posargs)
 
 
 @nox.session
@@ -29,6 +29,18 @@ def tests(session: nox.Session) -> None:
     """The toolkit's own tests (pytest)."""
     session.install("-e", ".[test]", TEST_TORCH)
     session.run("python", "-m", "pytest", *(session.posargs or ["-q"]))
+
+
+@nox.session
+def build_stock(session: nox.Session) -> None:
+    """Wheel of the base (stock worktree) into dist/, verified in a fresh venv."""
+    _harness(session, "build", "--kind", "stock")
+
+
+@nox.session
+def build_patched(session: nox.Session) -> None:
+    """Wheel of base + series (patched worktree, or --incremental in the stock tree), verified."""
+    _harness(session, "build", "--kind", "patched")
 
 
 @nox.session

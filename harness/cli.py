@@ -23,6 +23,7 @@ from harness.errors import HarnessError, UsageError
 
 #: command -> (module, one-line help). Keep sorted by pipeline order.
 COMMANDS: dict[str, tuple[str, str]] = {
+    "build": ("harness.build", "wheel of the stock or patched worktree (--kind), one configuration, verified"),
     "bench": ("harness.runner", "checks + microbenchmarks of one build under its env configs"),
     "compare": ("harness.runner", "A/B: checks + microbenchmarks of stock vs patched builds"),
     "report": ("harness.report", "re-render report.md from a results directory"),

@@ -1,0 +1,356 @@
+"""Unit tests of harness.build: platform environments, labels, base conventions, preflight, failures.
+
+Fast: no compiler runs here (tests/test_build_e2e.py builds real wheels).
+"""
+
+from __future__ import annotations
+
+import collections
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from packaging.version import Version
+
+from harness import build as b
+from harness.cli import main
+from harness.errors import BuildError, UsageError
+
+STOCK_SHA = "924a857c1fef0a5b3d26666b2336fe6b098ca7fb"
+
+
+def _tree(root: Path, *, version="2.6.0a0", reads_version=True, wheel_script=None, gitmodules=None) -> Path:
+    """A source tree with PyTorch's build-convention files (no code)."""
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "version.txt").write_text(version + "\n")
+    (root / "pyproject.toml").write_text(
+        '[build-system]\nrequires = ["setuptools", "wheel", "cmake", "typing-extensions>=4.10.0"]\n'
+        'build-backend = "setuptools.build_meta:__legacy__"\n'
+    )
+    (root / "requirements.txt").write_text("# dev\nnumpy\ncmake\n\nsympy==1.13.1 ; python_version >= \"3.9\"\n")
+    (root / "setup.py").write_text("import os\nv = os.getenv('PYTORCH_BUILD_VERSION')\n" if reads_version else "pass\n")
+    if wheel_script is not None:
+        (root / ".ci" / "wheel").mkdir(parents=True)
+        (root / ".ci" / "wheel" / "build_wheel.sh").write_text(wheel_script)
+    if gitmodules is not None:
+        (root / ".gitmodules").write_text(gitmodules)
+    return root
+
+
+# ------------------------------------------------------------------ platform environments
+
+
+def test_platform_env_macos_arm64_pinned():
+    env = b.platform_env("macos-arm64", jobs=8, macos_deployment_target="11.0", launcher="ccache")
+    assert env == {
+        "BUILD_TEST": "0", "CMAKE_BUILD_TYPE": "Release", "MAX_JOBS": "8", "USE_ROCM": "0",
+        "USE_MPS": "1", "USE_CUDA": "0", "CMAKE_OSX_ARCHITECTURES": "arm64", "MACOSX_DEPLOYMENT_TARGET": "11.0",
+        "CMAKE_C_COMPILER_LAUNCHER": "ccache", "CMAKE_CXX_COMPILER_LAUNCHER": "ccache",
+        "CMAKE_OBJC_COMPILER_LAUNCHER": "ccache", "CMAKE_OBJCXX_COMPILER_LAUNCHER": "ccache",
+    }
+
+
+def test_platform_env_linux_cpu_pinned():
+    env = b.platform_env("linux-cpu", jobs=2, build_type="RelWithDebInfo")
+    assert env == {"BUILD_TEST": "0", "CMAKE_BUILD_TYPE": "RelWithDebInfo", "MAX_JOBS": "2", "USE_ROCM": "0",
+                   "USE_CUDA": "0", "USE_MPS": "0"}
+
+
+def test_platform_env_linux_cuda_pinned():
+    env = b.platform_env("linux-cuda", jobs=16, cuda_arch_list="9.0", launcher="sccache")
+    assert env == {
+        "BUILD_TEST": "0", "CMAKE_BUILD_TYPE": "Release", "MAX_JOBS": "16", "USE_ROCM": "0",
+        "USE_CUDA": "1", "USE_MPS": "0", "TORCH_CUDA_ARCH_LIST": "9.0",
+        "CMAKE_C_COMPILER_LAUNCHER": "sccache", "CMAKE_CXX_COMPILER_LAUNCHER": "sccache",
+        "CMAKE_CUDA_COMPILER_LAUNCHER": "sccache",
+    }
+    assert b.platform_env("linux-cuda", jobs=1)["TORCH_CUDA_ARCH_LIST"] == "8.0;8.6;8.9;9.0"
+
+
+@pytest.mark.parametrize("kwargs, word", [
+    ({"platform": "windows", "jobs": 1}, "platform"),
+    ({"platform": "linux-cpu", "jobs": 0}, "--jobs"),
+    ({"platform": "linux-cpu", "jobs": 1, "build_type": "Fast"}, "build type"),
+])
+def test_platform_env_rejects_bad_input(kwargs, word):
+    with pytest.raises(UsageError) as info:
+        b.platform_env(**kwargs)
+    assert word in info.value.cause and "\n" not in info.value.line()
+
+
+def test_env_overrides_parse_and_reject():
+    assert b.parse_env_overrides(["A=1", "B=x=y", "A=2", "EMPTY="]) == {"A": "2", "B": "x=y", "EMPTY": ""}
+    for bad in ("NOVALUE", "=1", "1A=2", "A B=1"):
+        with pytest.raises(UsageError) as info:
+            b.parse_env_overrides([bad])
+        assert repr(bad) in info.value.cause
+
+
+def test_cli_malformed_env_is_one_line(capsys):
+    rc = main(["build", "--kind", "stock", "--dry-run", "--platform", "linux-cpu", "--env", "MAX_JOBS"])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert err.count("\n") == 1 and err.startswith("error: malformed --env 'MAX_JOBS'")
+
+
+# ------------------------------------------------------------------ labels and the base's files
+
+
+def test_local_version_labels_are_pep440_and_distinct(tmp_path):
+    patch = tmp_path / "0001-x.patch"
+    patch.write_bytes(b"diff --git a/x b/x\n")
+    series = b.SeriesRef("mps-gemm-prefer-fast-math", (patch,))
+    import hashlib
+
+    assert series.hash == hashlib.sha256(b"diff --git a/x b/x\n").hexdigest()
+    stock = b.local_version("2.6.0", "stock", base_sha=STOCK_SHA)
+    patched = b.local_version("2.6.0", "patched", series=series)
+    assert stock == "2.6.0+stock.924a857c"
+    assert patched == f"2.6.0+mps.gemm.prefer.fast.math.{series.hash[:8]}"
+    assert Version(stock).local == "stock.924a857c" and Version(stock) != Version(patched)
+    assert Version(stock).public == Version(patched).public == "2.6.0"
+    # an all-digit sha prefix with a leading zero would lose the zero: it gets git's g prefix
+    assert b.local_version("2.6.0", "stock", base_sha="0123456789") == "2.6.0+stock.g01234567"
+    with pytest.raises(BuildError):
+        b.local_version("2.6.0", "stock", base_sha=None)
+    with pytest.raises(BuildError):
+        b.local_version("2.6.0", "patched", series=b.SeriesRef("bad name!", (patch,)))
+
+
+def test_base_release_and_version_env(tmp_path):
+    src = _tree(tmp_path / "src")
+    assert b.base_release(src) == "2.6.0"
+    assert b.version_env(src, "2.6.0+stock.924a857c") == {
+        "PYTORCH_BUILD_VERSION": "2.6.0+stock.924a857c", "PYTORCH_BUILD_NUMBER": "0"}
+    other = _tree(tmp_path / "other", reads_version=False)
+    with pytest.raises(BuildError) as info:
+        b.version_env(other, "1.0+x")
+    assert "PYTORCH_BUILD_VERSION" in info.value.cause
+
+
+@pytest.mark.parametrize("script, expected, where", [
+    (None, "11.0", "sets no deployment target"),
+    ("export MACOSX_DEPLOYMENT_TARGET=10.15\n", "11.0", ".ci/wheel/build_wheel.sh:1"),
+    ("# MACOSX_DEPLOYMENT_TARGET=14.0\nexport MACOSX_DEPLOYMENT_TARGET=13.3\n", "13.3", ".ci/wheel/build_wheel.sh:2"),
+])
+def test_macos_deployment_target_read_from_base(tmp_path, script, expected, where):
+    src = _tree(tmp_path / "src", wheel_script=script)
+    target, note = b.macos_deployment_target(src)
+    assert target == expected and where in note
+
+
+def test_build_requirements_and_command_follow_base(tmp_path):
+    src = _tree(tmp_path / "src")
+    assert b.build_requirements(src) == (
+        "setuptools", "wheel", "cmake", "typing-extensions>=4.10.0", "numpy", 'sympy==1.13.1 ; python_version >= "3.9"')
+    dist = tmp_path / "dist"
+    assert b.build_command(src, "py", dist) == (
+        "py", "-m", "pip", "wheel", str(src), "--no-build-isolation", "--no-deps", "-v", "-w", str(dist))
+    (src / "pyproject.toml").unlink()
+    assert b.build_command(src, "py", dist) == ("py", "setup.py", "bdist_wheel", "-d", str(dist))
+    (src / "setup.py").unlink()
+    with pytest.raises(BuildError):
+        b.build_command(src, "py", dist)
+
+
+def test_compiles_on():
+    mm = "aten/src/ATen/native/mps/operations/LinearAlgebra.mm"
+    assert b.compiles_on(mm, "macos-arm64") and not b.compiles_on(mm, "linux-cpu")
+    assert b.compiles_on("aten/src/ATen/native/cuda/Blas.cpp", "linux-cuda")
+    assert not b.compiles_on("aten/src/ATen/native/cuda/Blas.cpp", "linux-cpu")
+    assert all(b.compiles_on("src/config.cpp", p) for p in b.PLATFORMS)
+
+
+# ------------------------------------------------------------------ plans
+
+
+def test_stock_and_patched_share_one_configuration(tmp_path):
+    src = _tree(tmp_path / "src")
+    patch = tmp_path / "0001.patch"
+    patch.write_text("x")
+    series = b.SeriesRef("s", (patch,))
+    common = dict(jobs=4, env_overrides=["USE_DISTRIBUTED=0"], build_type="Release", dist_dir=tmp_path / "d",
+                  base_sha=STOCK_SHA, launcher="ccache")
+    for platform in b.PLATFORMS:
+        stock = b.plan_build(src, platform, kind="stock", **common)
+        patched = b.plan_build(src, platform, kind="patched", series=series, **common)
+        assert b.shared_configuration(stock, patched) == {
+            "PYTORCH_BUILD_VERSION": ("2.6.0+stock.924a857c", f"2.6.0+s.{series.hash[:8]}")}
+        assert stock.command == patched.command and stock.requirements == patched.requirements
+        assert stock.env["USE_DISTRIBUTED"] == "0" and stock.env["MAX_JOBS"] == "4"
+
+
+def test_env_override_wins_and_incremental_needs_patched(tmp_path):
+    src = _tree(tmp_path / "src")
+    plan = b.plan_build(src, "linux-cuda", env_overrides={"TORCH_CUDA_ARCH_LIST": "8.0", "MAX_JOBS": "3"},
+                        base_sha=STOCK_SHA, launcher=None)
+    assert plan.env["TORCH_CUDA_ARCH_LIST"] == "8.0" and plan.jobs == 3
+    assert not any(k.endswith("_COMPILER_LAUNCHER") for k in plan.env)
+    with pytest.raises(UsageError):
+        b.plan_build(src, "linux-cpu", kind="stock", incremental=True, base_sha=STOCK_SHA)
+
+
+def test_describe_prints_env_and_exact_command(tmp_path):
+    src = _tree(tmp_path / "src")
+    plan = b.plan_build(src, "macos-arm64", jobs=6, base_sha=STOCK_SHA, launcher=None, dist_dir=tmp_path / "dist")
+    text = plan.describe().splitlines()
+    assert "MACOSX_DEPLOYMENT_TARGET=11.0" in text and "USE_MPS=1" in text and "MAX_JOBS=6" in text
+    assert "PYTORCH_BUILD_VERSION=2.6.0+stock.924a857c" in text
+    venv_python = str(b.build_venv_path(plan.requirements) / "bin" / "python")
+    assert text[-1] == f"{venv_python} -m pip wheel {src} --no-build-isolation --no-deps -v -w {tmp_path / 'dist'}"
+
+
+@pytest.mark.parametrize("platform, present, absent", [
+    ("macos-arm64", ["USE_MPS=1", "CMAKE_OSX_ARCHITECTURES=arm64", "MACOSX_DEPLOYMENT_TARGET=11.0"], ["TORCH_CUDA_ARCH_LIST"]),
+    ("linux-cpu", ["USE_CUDA=0", "USE_MPS=0"], ["MACOSX_DEPLOYMENT_TARGET", "TORCH_CUDA_ARCH_LIST"]),
+    ("linux-cuda", ["USE_CUDA=1", "TORCH_CUDA_ARCH_LIST=8.0;8.6;8.9;9.0"], ["MACOSX_DEPLOYMENT_TARGET"]),
+])
+def test_cli_dry_run_without_source(capsys, platform, present, absent):
+    rc = main(["build", "--kind", "patched", "--dry-run", "--platform", platform, "--series", "mps-gemm-prefer-fast-math",
+               "--jobs", "4"])
+    out = capsys.readouterr().out
+    assert rc == 0
+    lines = out.splitlines()
+    for item in present + ["MAX_JOBS=4", "PYTORCH_BUILD_NUMBER=0"]:
+        assert item in lines
+    assert not any(line.startswith(tuple(absent)) for line in lines)
+    assert "PYTORCH_BUILD_VERSION=<version.txt release>+mps.gemm.prefer.fast.math.<series hash8>" in lines
+    assert "pip wheel '<source>' --no-build-isolation --no-deps -v" in lines[-1]
+
+
+# ------------------------------------------------------------------ preflight
+
+
+def test_missing_submodules_from_gitmodules(tmp_path):
+    src = _tree(tmp_path / "src", gitmodules='[submodule "a"]\n\tpath = third_party/a\n[submodule "b"]\n\tpath = third_party/b\n')
+    (src / "third_party" / "a").mkdir(parents=True)
+    (src / "third_party" / "a" / "CMakeLists.txt").write_text("")
+    (src / "third_party" / "b").mkdir()  # present but empty, as after a clone without --recursive
+    assert b._missing_submodules_fallback(src) == ["third_party/b"]
+
+
+def test_missing_submodules_from_cmake_references(tmp_path):
+    """The Debian tarball ships no .gitmodules: the third_party dirs CMake refers to are checked."""
+    src = _tree(tmp_path / "src")
+    (src / "cmake").mkdir()
+    (src / "CMakeLists.txt").write_text('add_subdirectory(${PROJECT_SOURCE_DIR}/third_party/fmt)\n')
+    (src / "cmake" / "Dependencies.cmake").write_text(
+        'set(P ${CMAKE_CURRENT_LIST_DIR}/../third_party/pybind11)\ninclude(${PROJECT_SOURCE_DIR}/third_party/fmt/x)\n')
+    (src / "third_party" / "pybind11").mkdir(parents=True)
+    (src / "third_party" / "pybind11" / "setup.py").write_text("")
+    assert b._missing_submodules_fallback(src) == ["third_party/fmt"]
+    with pytest.raises(BuildError) as info:
+        b.preflight_source(src)
+    line = info.value.line()
+    assert "\n" not in line and "lacks its git submodules (third_party/fmt)" in line
+    assert "git clone --recursive --branch v2.6.0" in line and "pytorch-v2.6.0.tar.gz" in line
+
+
+def test_preflight_tools_missing_compiler_cmake_and_disk(tmp_path, monkeypatch):
+    src = _tree(tmp_path / "src")
+    plan = b.plan_build(src, "linux-cpu", base_sha=STOCK_SHA, launcher=None, dist_dir=tmp_path / "dist")
+    empty = tmp_path / "emptybin"
+    empty.mkdir()
+    monkeypatch.delenv("CXX", raising=False)
+    with pytest.raises(BuildError) as info:
+        b.preflight_tools(plan, str(empty))
+    assert "no C++ compiler" in info.value.cause and "apt-get install -y g++" in info.value.remedy
+    (empty / "c++").symlink_to(shutil.which("c++") or "/bin/true")
+    with pytest.raises(BuildError) as info:
+        b.preflight_tools(plan, str(empty))
+    assert info.value.cause.startswith("cmake not found")
+    (empty / "cmake").symlink_to("/bin/true")
+    Usage = collections.namedtuple("Usage", "total used free")
+    monkeypatch.setattr(b.shutil, "disk_usage", lambda p: Usage(100 * b.GIB, 99 * b.GIB, plan.min_free_bytes - 1))
+    with pytest.raises(BuildError) as info:
+        b.preflight_tools(plan, str(empty))
+    assert "needs about" in info.value.cause
+    monkeypatch.setattr(b.shutil, "disk_usage", lambda p: Usage(100 * b.GIB, 0, plan.min_free_bytes))
+    b.preflight_tools(plan, str(empty))  # enough: no error
+
+
+def test_disk_estimate_pytorch_table_and_other(tmp_path):
+    torch_like = _tree(tmp_path / "pt")
+    (torch_like / "aten").mkdir()
+    (torch_like / "torch").mkdir()
+    assert b.disk_estimate(torch_like, "linux-cuda") == 50 * b.GIB
+    small = _tree(tmp_path / "small")
+    assert b.disk_estimate(small, "linux-cpu") == b.OTHER_DISK_MIN
+    (small / "big.bin").write_bytes(b"\0" * (64 << 20))
+    assert b.disk_estimate(small, "linux-cpu") > 20 * (64 << 20)
+
+
+# ------------------------------------------------------------------ logs
+
+
+def test_count_compiled_units_ninja_and_make():
+    log = "\n".join([
+        "[1/3] Building CXX object CMakeFiles/_tiny.dir/src/a.cpp.o",
+        "[2/3] Building CXX object CMakeFiles/_tiny.dir/src/b.cpp.o",
+        "[ 50%] Building OBJCXX object caffe2/CMakeFiles/torch_cpu.dir/x.mm.o",
+        "[3/3] Linking CXX shared module _tiny.so",
+        "[1/3] Building CXX object CMakeFiles/_tiny.dir/src/a.cpp.o",  # repeated: counted once
+    ])
+    assert b.count_compiled_units(log) == 3
+
+
+def test_build_failed_carries_cause_tail_and_log(tmp_path):
+    log = tmp_path / "x.log"
+    lines = [f"line {i}" for i in range(100)]
+    lines[60] = "src/add.cpp:1:1: error: 'garbage' does not name a type"
+    log.write_text("\n".join(lines) + "\n")
+    exc = b.BuildFailed("stock build failed (exit 1)", log)
+    assert exc.cause == "stock build failed (exit 1): src/add.cpp:1:1: error: 'garbage' does not name a type"
+    assert exc.remedy == f"full log: {log}" and exc.exit_code == 1
+    assert exc.tail == lines[60:] and len(exc.tail) == 40
+
+
+@pytest.mark.slow
+def test_debian_pytorch_260_refused_before_compiling(tmp_path, capsys):
+    """The real Debian 2.6.0 source (submodules stripped) stops in preflight with one line."""
+    src = _debian_pytorch_260(tmp_path)
+    with pytest.raises(BuildError) as info:
+        b.preflight_source(src)
+    line = info.value.line()
+    assert "\n" not in line and "lacks its git submodules" in line and "third_party/pybind11" in line
+    assert "pytorch-v2.6.0.tar.gz" in line and "git clone --recursive" in line
+    plan = b.plan_build(src, "macos-arm64", base_sha=STOCK_SHA, jobs=8, launcher=None)
+    assert plan.env["MACOSX_DEPLOYMENT_TARGET"] == "11.0" and plan.version == "2.6.0+stock.924a857c"
+    assert "cmake" in plan.requirements and "ninja" in plan.requirements
+    assert plan.command[1:5] == ("-m", "pip", "wheel", str(src))
+
+
+def _debian_pytorch_260(tmp_path: Path) -> Path:
+    """Fetch Debian's pytorch 2.6.0+dfsg source with apt (the machine's Debian mirror) and extract the
+    build-convention files; skip when apt or the mirror is unavailable."""
+    import re
+
+    sources = [Path("/etc/apt/sources.list.d/debian.sources"), Path("/etc/apt/sources.list")]
+    uri = None
+    for path in sources:
+        if path.is_file():
+            match = re.search(r"^URIs:\s*(\S+)", path.read_text(), re.MULTILINE) or re.search(
+                r"^deb\s+(?:\[[^]]*\]\s+)?(\S+)", path.read_text(), re.MULTILINE)
+            if match:
+                uri = match.group(1)
+                break
+    if uri is None or shutil.which("apt-get") is None:
+        pytest.skip("no Debian apt source on this machine")
+    lists, cache = tmp_path / "lists", tmp_path / "apt"
+    (lists / "partial").mkdir(parents=True)
+    cache.mkdir()
+    srclist = tmp_path / "sources.list"
+    srclist.write_text(f"deb-src [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] {uri} trixie main\n")
+    opts = ["-o", f"Dir::Etc::SourceList={srclist}", "-o", "Dir::Etc::SourceParts=/dev/null", "-o", f"Dir::State::Lists={lists}"]
+    for cmd in (["apt-get", *opts, "update"], ["apt-get", *opts, "source", "--download-only", "pytorch=2.6.0+dfsg-7"]):
+        proc = subprocess.run(cmd, cwd=cache, capture_output=True, text=True)
+        if proc.returncode != 0:
+            pytest.skip(f"apt could not fetch the Debian source: {proc.stderr.strip()[-200:]}")
+    archive = next(cache.glob("pytorch_2.6.0+dfsg.orig.tar.*"))
+    members = ["version.txt", "setup.py", "pyproject.toml", "requirements.txt", "CMakeLists.txt", "cmake/*.cmake",
+               "tools/generate_torch_version.py", "third_party/README.md"]
+    subprocess.run(["tar", "-xf", str(archive), "-C", str(tmp_path), "--wildcards",
+                    *[f"pytorch-v2.6.0/{m}" for m in members]], check=True)
+    return tmp_path / "pytorch-v2.6.0"
