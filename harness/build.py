@@ -89,7 +89,10 @@ TAIL_LINES = 40
 #: A compile step in a CMake-generated build's output (Ninja ``[3/9] Building CXX object x.o``
 #: or Makefiles ``[ 50%] Building CXX object x.o``).
 _COMPILE_LINE = re.compile(r"Building (?:C|CXX|OBJC|OBJCXX|CUDA|HIP) object (\S+)")
-_CAUSE_LINE = re.compile(r"(\berror\b:|CMake Error|FAILED:|fatal error|Traceback|No such file)", re.IGNORECASE)
+#: Cause-line patterns, most specific first: compiler diagnostics, CMake, ninja/make, Python, pip.
+_CAUSE_PATTERNS = tuple(re.compile(p) for p in (
+    r"(fatal )?error:", r"CMake Error", r"^FAILED:|\*\*\* \[", r"^\w*(Error|Exception)\b", r"^error:|^ERROR:",
+))
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -727,7 +730,7 @@ class BuildFailed(BuildError):
 
     def __init__(self, what: str, log_path: Path) -> None:
         lines = Path(log_path).read_text(errors="replace").splitlines() if Path(log_path).is_file() else []
-        cause = next((ln.strip() for ln in lines if _CAUSE_LINE.search(ln)), None)
+        cause = next((ln.strip() for pattern in _CAUSE_PATTERNS for ln in lines if pattern.search(ln)), None)
         if cause is None:
             cause = next((ln.strip() for ln in reversed(lines) if ln.strip()), "no output")
         super().__init__(f"{what}: {cause[:300]}", f"full log: {log_path}")
