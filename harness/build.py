@@ -26,8 +26,8 @@ beside the wheel. A build whose inputs equal an existing manifest's is skipped.
 that its version carries the label, that MPS is built (macOS), and that its compiled libraries
 contain (patched) or lack (stock) the series' marker strings.
 
-Everything here uses the standard library, ``packaging`` and ``git`` (GitPython) only for the
-incremental in-tree apply. Commands are argument lists, never shell strings.
+Everything here uses the standard library, ``packaging``, and git through
+:func:`harness.upstream.git_run`. Commands are argument lists, never shell strings.
 """
 
 from __future__ import annotations
@@ -400,40 +400,12 @@ def build_command(source_dir: Path, python: str, dist_dir: Path) -> tuple[str, .
 # Preflight
 
 
-_THIRD_PARTY_RE = re.compile(r"\}/(?:\.\./)?third_party/([A-Za-z0-9_.+-]+)")
-
-
-def _missing_submodules_fallback(source_dir: Path) -> list[str]:
-    """Submodule paths absent or empty: from ``.gitmodules`` when present, else the
-    ``third_party/<name>`` directories the top-level CMakeLists.txt and cmake/*.cmake refer to
-    (the Debian tarball ships no .gitmodules)."""
-    root = Path(source_dir)
-    paths: list[str] = []
-    gitmodules = root / ".gitmodules"
-    if gitmodules.is_file():
-        paths = re.findall(r"^\s*path\s*=\s*(\S+)", gitmodules.read_text(), flags=re.MULTILINE)
-    else:
-        for cmake_file in [root / "CMakeLists.txt", *sorted((root / "cmake").glob("*.cmake"))]:
-            if cmake_file.is_file():
-                paths += [f"third_party/{name}" for name in _THIRD_PARTY_RE.findall(cmake_file.read_text(errors="replace"))]
-    missing = []
-    for rel in dict.fromkeys(paths):
-        path = root / rel
-        if not path.is_dir() or not any(path.iterdir()):
-            missing.append(rel)
-    return missing
-
-
 def missing_submodules(source_dir: Path) -> list[str]:
-    """Submodules the source lacks: :func:`harness.upstream.missing_submodules` when that module
-    is present, else :func:`_missing_submodules_fallback`."""
-    try:
-        from harness import upstream  # type: ignore[attr-defined]
+    """Submodules the source lacks (:func:`harness.upstream.missing_submodules`: ``.gitmodules``, or
+    PyTorch's default list for a tree without one, like the Debian tarball)."""
+    from harness.upstream import missing_submodules as upstream_missing
 
-        finder = upstream.missing_submodules
-    except (ImportError, AttributeError):
-        finder = _missing_submodules_fallback
-    return list(finder(Path(source_dir)))
+    return list(upstream_missing(Path(source_dir)))
 
 
 def disk_estimate(source_dir: Path, platform: str) -> int:
@@ -567,7 +539,7 @@ class BuildPlan:
             lines.append(f"# series: {self.series.name} {self.series.hash[:8]} ({len(self.series.patches)} patches)")
         lines.append(f"# version: {self.version}")
         lines += [f"# {note}" for note in self.notes]
-        lines.append(f"# build venv requirements: {' '.join(self.requirements) or '(none)'}")
+        lines.append(f"# build venv requirements: {shlex.join(self.requirements) or '(none)'}")
         lines += [f"{key}={shlex.quote(value)}" for key, value in sorted(self.env.items())]
         python = str(_venv_python(build_venv_path(self.requirements)))
         lines.append(shlex.join([python if part == "{python}" else part for part in self.command]))
@@ -576,12 +548,12 @@ class BuildPlan:
 
 def git_head(source_dir: Path) -> str | None:
     """The commit SHA checked out in ``source_dir`` (40 hex), or None when it is not a git worktree."""
-    try:
-        import git
+    from harness.upstream import git_run
 
-        return git.Repo(source_dir, search_parent_directories=False).head.commit.hexsha
-    except Exception:  # not a repository, no commits, GitPython errors: no SHA
+    if not (Path(source_dir) / ".git").exists():
         return None
+    result = git_run(source_dir, "rev-parse", "HEAD", check=False)
+    return result.out.strip() if result.rc == 0 else None
 
 
 def plan_build(
@@ -777,16 +749,13 @@ def find_identical(dist_dir: Path, inputs: dict) -> Path | None:
 
 def _apply_series_in_tree(tree: Path, patches: Sequence[Path], *, reverse: bool = False) -> None:
     """``git apply`` (or ``-R``) the series to the working files of ``tree``, no commit (incremental builds)."""
-    import git
+    from harness.upstream import git_run
 
-    repo = git.Repo(tree)
-    args = ["-R"] if reverse else []
-    try:
-        repo.git.apply(*args, *[str(Path(p).resolve()) for p in patches])
-    except git.GitCommandError as exc:
-        detail = (exc.stderr or "").strip().splitlines()
-        raise BuildError(f"series does not {'revert' if reverse else 'apply'} in {tree}: {detail[0] if detail else exc}",
-                         "rebuild the stock tree from a clean worktree (build_stock) and retry") from None
+    args = ["apply", *(["-R"] if reverse else []), *[str(Path(p).resolve()) for p in patches]]
+    result = git_run(tree, *args, check=False)
+    if result.rc != 0:
+        raise BuildError(f"series does not {'revert' if reverse else 'apply'} in {tree}: {result.last_line()}",
+                         "rebuild the stock tree from a clean worktree (build_stock) and retry")
 
 
 def build_wheel(plan: BuildPlan, dist_dir: Path | None = None, *, force: bool = False) -> BuildResult:
@@ -1029,8 +998,11 @@ def verify_wheel(
 
 
 def add_arguments_build(parser: argparse.ArgumentParser) -> None:
-    """Options of ``python -m harness build``."""
+    """Options of ``python -m harness build`` (plus the common ``--upstream/--base/--series/--workdir``)."""
+    from harness.upstream import add_common_arguments
+
     parser.add_argument("--kind", choices=KINDS, required=True, help="stock (the base) or patched (base + series)")
+    add_common_arguments(parser)
     parser.add_argument("--platform", choices=PLATFORMS, default=None, help="build environment (default: this host)")
     parser.add_argument("--dry-run", action="store_true", help="print the environment and command, build nothing")
     parser.add_argument("--jobs", type=int, default=None, help="parallel compile jobs, MAX_JOBS (default: CPU count)")
@@ -1041,49 +1013,67 @@ def add_arguments_build(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--force", action="store_true", help="rebuild even if an identical build exists")
     parser.add_argument("--no-verify", action="store_true", help="skip verification in a fresh venv")
     parser.add_argument("--dist", type=Path, default=Path("dist"), help="wheel + manifest directory (default ./dist)")
-    parser.add_argument("--source", type=Path, default=None, help="build this source tree directly (no worktrees)")
-    parser.add_argument("--upstream", default=None, help="upstream URL, path or source archive")
-    parser.add_argument("--base", default=None, help="base ref (tag, branch, SHA)")
-    parser.add_argument("--series", default=None, help="patch series: folder under patches/ or a path")
-    parser.add_argument("--workdir", type=Path, default=Path("work"), help="worktrees directory (default ./work)")
+    parser.add_argument("--source", type=Path, default=None,
+                        help="build this source tree directly, no worktrees (a patched build of it must be patched already)")
 
 
-def resolve_sources(args: argparse.Namespace) -> tuple[Path, Path, str | None, SeriesRef | None]:
-    """(stock tree, patched tree, base SHA, series) for the CLI, through harness.upstream / harness.series.
+@dataclass(frozen=True)
+class Sources:
+    """What the CLI builds: the two trees, the base commit and the series (None = not resolved)."""
 
-    ``--source DIR`` bypasses them: DIR is both trees (a patched build of it must be already patched).
+    stock: Path | None
+    patched: Path | None
+    base_sha: str | None
+    series: SeriesRef | None
+    base: str | None = None
+
+
+def series_ref(series, entry) -> SeriesRef:
+    """:class:`harness.series.Series` + its ``Base`` entry -> :class:`SeriesRef` (patches of that base,
+    ``env`` as markers, ``files``)."""
+    return SeriesRef(series.name, tuple(series.patch_paths(entry)), tuple(series.env), tuple(entry.files or ()))
+
+
+def resolve_sources(args: argparse.Namespace) -> Sources:
+    """The trees a CLI build uses, through :mod:`harness.upstream` and :mod:`harness.series`.
+
+    ``--source DIR``: DIR is both trees (``--series`` only names the label and markers).
+    ``--dry-run``: existing worktrees are read, nothing is cloned, imported or applied.
+    Otherwise: checkout (worktrees at the base), the submodule preflight (one line, before the
+    series is applied or anything installed), then ``apply`` of the series into ``patched``
+    (a patched, non-incremental build).
 
     Raises:
-        BuildError: harness.upstream / harness.series are not available (use --source).
+        SeriesError, UpstreamError: from series/upstream (bad series, unknown base, unreachable upstream).
+        BuildError: the source lacks its submodules; the series does not apply.
     """
-    series = None
+    from harness import series as series_mod
+    from harness import upstream as upstream_mod
+
     if args.source is not None:
         src = Path(args.source)
+        ref = None
         if args.series:
-            series = _series_ref(args.series, args.base, src)
-        return src, src, git_head(src), series
-    try:
-        from harness import upstream  # type: ignore[attr-defined]
-    except ImportError:
-        raise BuildError("harness.upstream is not available in this checkout", "pass --source DIR to build a source tree directly") from None
-    stock, patched = upstream.worktrees_for_args(args) if hasattr(upstream, "worktrees_for_args") else _worktrees(upstream, args)
-    if args.series:
-        series = _series_ref(args.series, args.base, Path(stock))
-    return Path(stock), Path(patched), git_head(Path(stock)), series
-
-
-def _worktrees(upstream, args: argparse.Namespace):
-    """Thin adapter to ``harness.upstream.worktrees(workdir, base) -> (stock, patched)``."""
-    return upstream.worktrees(args.workdir, args.base)
-
-
-def _series_ref(name: str, base: str | None, source_dir: Path) -> SeriesRef:
-    """Series -> SeriesRef through ``harness.series`` (load series.toml, pick the base)."""
-    try:
-        from harness import series as series_mod  # type: ignore[attr-defined]
-    except ImportError:
-        raise BuildError("harness.series is not available in this checkout", "build stock only, or merge the series branch") from None
-    return series_mod.series_ref_for_build(name, base, source_dir)  # adapter defined when wired
+            loaded = series_mod.load_series(args.series)
+            ref = series_ref(loaded, loaded.base(args.base))
+        return Sources(src, src, git_head(src), ref, args.base)
+    if args.dry_run and not (args.series or args.base):
+        return Sources(None, None, None, None)
+    ctx = series_mod.resolve_context(args, need_series=args.kind == "patched")
+    ref = series_ref(ctx.series, ctx.entry) if ctx.series is not None else None
+    if args.dry_run:
+        stock, patched = upstream_mod.worktrees(args.workdir, ctx.base)
+        if not stock.is_dir():
+            return Sources(None, None, None, ref, ctx.base)
+        return Sources(stock, patched, git_head(stock), ref, ctx.base)
+    co = upstream_mod.checkout(ctx.upstream, ctx.base, args.workdir, ctx.series.name if ctx.series else None)
+    preflight_source(co.stock)
+    if args.kind == "patched" and not args.incremental:
+        outcome = series_mod.apply_series(ctx.series, ctx.entry, co)
+        if outcome is not None and not outcome.ok:
+            raise BuildError(f"series {ctx.series.name} does not apply in {co.patched} ({outcome.stopped_at}: "
+                             f"{outcome.reason})", f"resolve it with `python -m harness apply --series {ctx.series.name}`")
+    return Sources(co.stock, co.patched, co.commit, ref, ctx.base)
 
 
 def _print_failure(exc: BuildFailed) -> None:
@@ -1092,26 +1082,28 @@ def _print_failure(exc: BuildFailed) -> None:
 
 
 def run_build(args: argparse.Namespace) -> int:
-    """``python -m harness build``: plan (``--dry-run`` prints it), build, verify. Returns 0, or raises."""
+    """``python -m harness build``: plan (``--dry-run`` prints it), build, verify; 0 or an error."""
     overrides = parse_env_overrides(args.env)
     platform = args.platform or host_platform()
-    if args.dry_run and args.source is None and args.upstream is None:
-        plan_text = describe_without_source(platform, args, overrides)
-        print(plan_text)
-        return 0
-    stock_tree, patched_tree, base_sha, series = resolve_sources(args)
-    if args.kind == "patched" and series is None:
+    if args.kind == "stock" and args.incremental:
+        raise UsageError("--incremental applies to patched builds only", "drop --incremental for --kind stock")
+    sources = resolve_sources(args)
+    if args.kind == "patched" and sources.series is None and not args.dry_run:
         raise UsageError("--kind patched needs --series", "pass --series NAME")
-    tree = stock_tree if args.kind == "stock" or args.incremental else patched_tree
+    tree = sources.stock if args.kind == "stock" or args.incremental else sources.patched
+    if tree is None:  # dry run, no worktree yet
+        print(describe_without_source(platform, args, overrides, sources))
+        return 0
     if not args.dry_run:
         preflight_source(tree)  # before anything is installed: one line when submodules are missing
-    plan = plan_build(tree, platform, kind=args.kind, series=series, jobs=args.jobs, env_overrides=overrides,
-                      build_type=args.build_type, dist_dir=args.dist, base_sha=base_sha, incremental=args.incremental)
+    plan = plan_build(tree, platform, kind=args.kind, series=sources.series, jobs=args.jobs, env_overrides=overrides,
+                      build_type=args.build_type, dist_dir=args.dist, base_sha=sources.base_sha,
+                      incremental=args.incremental)
     if args.dry_run:
         print(plan.describe())
         missing = missing_submodules(tree)
         if missing:
-            print(f"# preflight would refuse: missing submodules {', '.join(missing)}")
+            print(f"# preflight would refuse: {tree} lacks submodules {', '.join(missing)}")
         return 0
     try:
         result = build_wheel(plan, force=args.force)
@@ -1119,32 +1111,44 @@ def run_build(args: argparse.Namespace) -> int:
         _print_failure(exc)
         raise
     if not args.no_verify:
+        series = sources.series
         verified = verify_wheel(result.wheel, plan.version, platform=platform,
-                                markers=series.markers if series else (), must_contain=args.kind == "patched" if series else None,
+                                markers=series.markers if series else (),
+                                must_contain=(args.kind == "patched") if series else None,
                                 series_files=series.files if series else ())
         for note in verified.notes:
             progress.note(note)
-        progress.note(f"verified {result.wheel.name}: imports, version {verified.version}")
+        progress.note(f"verified {result.wheel.name}: imports, version {verified.version}"
+                      + (", markers checked" if verified.markers_checked else ""))
     print(result.wheel)
     return 0
 
 
-def describe_without_source(platform: str, args: argparse.Namespace, overrides: Mapping[str, str]) -> str:
-    """``--dry-run`` with no source at hand: the platform environment and command with placeholders
-    for what only the source decides (version, base SHA, requirements)."""
+def describe_without_source(platform: str, args: argparse.Namespace, overrides: Mapping[str, str],
+                            sources: Sources | None = None) -> str:
+    """``--dry-run`` with no worktree at hand: the platform environment and command, with ``<...>``
+    placeholders for what only the base's files decide (release, base SHA, requirements)."""
     env = platform_env(platform, jobs=args.jobs or os.cpu_count() or 1, build_type=args.build_type, launcher=find_launcher())
-    series_label = re.sub(r"[-_]", ".", args.series) if args.series else "<series>"  # PEP 440 normal form
-    label = "stock.<base sha8>" if args.kind == "stock" else f"{series_label}.<series hash8>"
+    ref = sources.series if sources else None
+    if args.kind == "stock":
+        label = "stock.<base sha8>"
+    elif ref is not None:
+        label = local_version("0", "patched", series=ref).split("+", 1)[1]
+    else:
+        label = (re.sub(r"[-_]", ".", args.series) if args.series else "<series>") + ".<series hash8>"
     env.update({VERSION_ENV: f"<version.txt release>+{label}", BUILD_NUMBER_ENV: "0"})
     env.update(overrides)
+    base = sources.base if sources and sources.base else "<base>"
     lines = [
-        f"# {args.kind} build, platform {platform}, build type {env.get('CMAKE_BUILD_TYPE')} (no source given: "
-        "values in <> come from the base's files)",
+        f"# {args.kind} build, platform {platform}, build type {env.get('CMAKE_BUILD_TYPE')}",
+        f"# no worktree of {base} in {args.workdir} yet: values in <> come from the base's files (run checkout first)",
     ]
+    if ref is not None:
+        lines.append(f"# series: {ref.name} {ref.hash[:8]} ({len(ref.patches)} patches)")
     if platform == "macos-arm64":
         lines.append("# MACOSX_DEPLOYMENT_TARGET: the base's own value raised to the arm64 floor 11.0")
     lines.append("# build venv requirements: <pyproject.toml [build-system] requires + requirements.txt>")
     lines += [f"{key}={value}" for key, value in sorted(env.items())]
-    lines.append(shlex.join(["{python}", "-m", "pip", "wheel", "<source>", "--no-build-isolation", "--no-deps", "-v",
-                             "-w", str(Path(args.dist).resolve())]))
+    lines.append(shlex.join(["<build venv>/bin/python", "-m", "pip", "wheel", "<source>", "--no-build-isolation",
+                             "--no-deps", "-v", "-w", str(Path(args.dist).resolve())]))
     return "\n".join(lines)

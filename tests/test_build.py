@@ -208,44 +208,51 @@ def test_describe_prints_env_and_exact_command(tmp_path):
     ("linux-cuda", ["USE_CUDA=1", "TORCH_CUDA_ARCH_LIST=8.0;8.6;8.9;9.0"], ["MACOSX_DEPLOYMENT_TARGET"]),
 ])
 def test_cli_dry_run_without_source(capsys, platform, present, absent):
-    rc = main(["build", "--kind", "patched", "--dry-run", "--platform", platform, "--series", "mps-gemm-prefer-fast-math",
-               "--jobs", "4"])
+    rc = main(["build", "--kind", "patched", "--dry-run", "--platform", platform, "--jobs", "4"])
     out = capsys.readouterr().out
     assert rc == 0
     lines = out.splitlines()
     for item in present + ["MAX_JOBS=4", "PYTORCH_BUILD_NUMBER=0"]:
         assert item in lines
     assert not any(line.startswith(tuple(absent)) for line in lines)
-    assert "PYTORCH_BUILD_VERSION=<version.txt release>+mps.gemm.prefer.fast.math.<series hash8>" in lines
+    assert "PYTORCH_BUILD_VERSION=<version.txt release>+<series>.<series hash8>" in lines
     assert "pip wheel '<source>' --no-build-isolation --no-deps -v" in lines[-1]
+
+
+def test_cli_dry_run_with_series_before_checkout(capsys, tmp_path):
+    """A known series gives the real label; no worktree yet, nothing is cloned."""
+    series = tmp_path / "patches" / "mps-gemm-prefer-fast-math"
+    (series / "v2.6.0").mkdir(parents=True)
+    patch = series / "v2.6.0" / "0001-x.patch"
+    patch.write_text("From 0 Mon Sep 17 00:00:00 2001\nSubject: [PATCH] x\n\n---\n")
+    (series / "series.toml").write_text(
+        'name = "mps-gemm-prefer-fast-math"\ntitle = "t"\nupstream = "https://github.com/pytorch/pytorch.git"\n'
+        'env = ["PYTORCH_MPS_GEMM_PREFER_FAST_MATH"]\n\n[[base]]\nref = "v2.6.0"\npatches = ["0001-x.patch"]\n')
+    rc = main(["build", "--kind", "patched", "--dry-run", "--platform", "macos-arm64", "--series", str(series),
+               "--workdir", str(tmp_path / "work")])
+    lines = capsys.readouterr().out.splitlines()
+    digest = b.SeriesRef("x", (patch,)).hash[:8]
+    assert rc == 0 and f"PYTORCH_BUILD_VERSION=<version.txt release>+mps.gemm.prefer.fast.math.{digest}" in lines
+    assert f"# series: mps-gemm-prefer-fast-math {digest} (1 patches)" in lines
+    assert not (tmp_path / "work").exists()
 
 
 # ------------------------------------------------------------------ preflight
 
 
-def test_missing_submodules_from_gitmodules(tmp_path):
+def test_preflight_source_is_one_line_naming_submodules_and_remedy(tmp_path):
     src = _tree(tmp_path / "src", gitmodules='[submodule "a"]\n\tpath = third_party/a\n[submodule "b"]\n\tpath = third_party/b\n')
     (src / "third_party" / "a").mkdir(parents=True)
     (src / "third_party" / "a" / "CMakeLists.txt").write_text("")
     (src / "third_party" / "b").mkdir()  # present but empty, as after a clone without --recursive
-    assert b._missing_submodules_fallback(src) == ["third_party/b"]
-
-
-def test_missing_submodules_from_cmake_references(tmp_path):
-    """The Debian tarball ships no .gitmodules: the third_party dirs CMake refers to are checked."""
-    src = _tree(tmp_path / "src")
-    (src / "cmake").mkdir()
-    (src / "CMakeLists.txt").write_text('add_subdirectory(${PROJECT_SOURCE_DIR}/third_party/fmt)\n')
-    (src / "cmake" / "Dependencies.cmake").write_text(
-        'set(P ${CMAKE_CURRENT_LIST_DIR}/../third_party/pybind11)\ninclude(${PROJECT_SOURCE_DIR}/third_party/fmt/x)\n')
-    (src / "third_party" / "pybind11").mkdir(parents=True)
-    (src / "third_party" / "pybind11" / "setup.py").write_text("")
-    assert b._missing_submodules_fallback(src) == ["third_party/fmt"]
+    assert b.missing_submodules(src) == ["third_party/b"]
     with pytest.raises(BuildError) as info:
         b.preflight_source(src)
     line = info.value.line()
-    assert "\n" not in line and "lacks its git submodules (third_party/fmt)" in line
+    assert "\n" not in line and "lacks its git submodules (third_party/b)" in line
     assert "git clone --recursive --branch v2.6.0" in line and "pytorch-v2.6.0.tar.gz" in line
+    (src / "third_party" / "b" / "x.h").write_text("")
+    b.preflight_source(src)  # complete: no error
 
 
 def test_preflight_tools_missing_compiler_cmake_and_disk(tmp_path, monkeypatch):
@@ -307,50 +314,50 @@ def test_build_failed_carries_cause_tail_and_log(tmp_path):
     assert exc.tail == lines[60:] and len(exc.tail) == 40
 
 
+@pytest.fixture(scope="module")
+def debian_tree(debian_archive, tmp_path_factory) -> Path:
+    """The build-convention files of Debian's real PyTorch 2.6.0 source (submodules stripped)."""
+    root = tmp_path_factory.mktemp("pt260")
+    members = ["version.txt", "setup.py", "pyproject.toml", "requirements.txt", "CMakeLists.txt", "cmake/*.cmake",
+               "tools/generate_torch_version.py", "third_party/README.md"]
+    subprocess.run(["tar", "-xf", str(debian_archive), "-C", str(root), "--wildcards",
+                    *[f"pytorch-v2.6.0/{m}" for m in members]], check=True)
+    return root / "pytorch-v2.6.0"
+
+
 @pytest.mark.slow
-def test_debian_pytorch_260_refused_before_compiling(tmp_path, capsys):
-    """The real Debian 2.6.0 source (submodules stripped) stops in preflight with one line."""
-    src = _debian_pytorch_260(tmp_path)
+def test_debian_pytorch_260_plan_and_preflight(debian_tree):
+    """The base's own files decide: version variable, requirements, command, deployment target; the
+    stripped source stops in preflight with one line."""
+    src = debian_tree
     with pytest.raises(BuildError) as info:
         b.preflight_source(src)
     line = info.value.line()
-    assert "\n" not in line and "lacks its git submodules" in line and "third_party/pybind11" in line
+    assert "\n" not in line and "lacks its git submodules" in line and "third_party/" in line
     assert "pytorch-v2.6.0.tar.gz" in line and "git clone --recursive" in line
     plan = b.plan_build(src, "macos-arm64", base_sha=STOCK_SHA, jobs=8, launcher=None)
     assert plan.env["MACOSX_DEPLOYMENT_TARGET"] == "11.0" and plan.version == "2.6.0+stock.924a857c"
-    assert "cmake" in plan.requirements and "ninja" in plan.requirements
+    assert plan.env["PYTORCH_BUILD_VERSION"] == "2.6.0+stock.924a857c"
+    assert plan.requirements[:9] == ("setuptools", "wheel", "astunparse", "numpy", "ninja", "pyyaml", "cmake",
+                                     "typing-extensions>=4.10.0", "requests")
     assert plan.command[1:5] == ("-m", "pip", "wheel", str(src))
 
 
-def _debian_pytorch_260(tmp_path: Path) -> Path:
-    """Fetch Debian's pytorch 2.6.0+dfsg source with apt (the machine's Debian mirror) and extract the
-    build-convention files; skip when apt or the mirror is unavailable."""
-    import re
+@pytest.mark.slow
+def test_cli_build_patched_of_debian_archive_stops_before_compiling(debian_archive, tmp_path, capsys):
+    """Acceptance: `build_patched -- --upstream <Debian 2.6.0 archive> --base v2.6.0 --series ...` -> one line.
 
-    sources = [Path("/etc/apt/sources.list.d/debian.sources"), Path("/etc/apt/sources.list")]
-    uri = None
-    for path in sources:
-        if path.is_file():
-            match = re.search(r"^URIs:\s*(\S+)", path.read_text(), re.MULTILINE) or re.search(
-                r"^deb\s+(?:\[[^]]*\]\s+)?(\S+)", path.read_text(), re.MULTILINE)
-            if match:
-                uri = match.group(1)
-                break
-    if uri is None or shutil.which("apt-get") is None:
-        pytest.skip("no Debian apt source on this machine")
-    lists, cache = tmp_path / "lists", tmp_path / "apt"
-    (lists / "partial").mkdir(parents=True)
-    cache.mkdir()
-    srclist = tmp_path / "sources.list"
-    srclist.write_text(f"deb-src [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] {uri} trixie main\n")
-    opts = ["-o", f"Dir::Etc::SourceList={srclist}", "-o", "Dir::Etc::SourceParts=/dev/null", "-o", f"Dir::State::Lists={lists}"]
-    for cmd in (["apt-get", *opts, "update"], ["apt-get", *opts, "source", "--download-only", "pytorch=2.6.0+dfsg-7"]):
-        proc = subprocess.run(cmd, cwd=cache, capture_output=True, text=True)
-        if proc.returncode != 0:
-            pytest.skip(f"apt could not fetch the Debian source: {proc.stderr.strip()[-200:]}")
-    archive = next(cache.glob("pytorch_2.6.0+dfsg.orig.tar.*"))
-    members = ["version.txt", "setup.py", "pyproject.toml", "requirements.txt", "CMakeLists.txt", "cmake/*.cmake",
-               "tools/generate_torch_version.py", "third_party/README.md"]
-    subprocess.run(["tar", "-xf", str(archive), "-C", str(tmp_path), "--wildcards",
-                    *[f"pytorch-v2.6.0/{m}" for m in members]], check=True)
-    return tmp_path / "pytorch-v2.6.0"
+    Uses the default harness cache, like tests/test_upstream.py, so the archive is imported once."""
+    series = tmp_path / "patches" / "demo"
+    (series / "v2.6.0").mkdir(parents=True)
+    (series / "v2.6.0" / "0001-demo.patch").write_text("From 0 Mon Sep 17 00:00:00 2001\nSubject: [PATCH] demo\n\n---\n")
+    (series / "series.toml").write_text(
+        'name = "demo"\ntitle = "demo"\nupstream = "https://github.com/pytorch/pytorch.git"\nenv = ["DEMO_VAR"]\n\n'
+        '[[base]]\nref = "v2.6.0"\npatches = ["0001-demo.patch"]\n')
+    rc = main(["build", "--kind", "patched", "--upstream", str(debian_archive), "--base", "v2.6.0",
+               "--series", str(series), "--workdir", str(tmp_path / "work"), "--dist", str(tmp_path / "dist")])
+    err = capsys.readouterr().err.splitlines()
+    errors = [line for line in err if line.startswith("error:")]
+    assert rc == 2 and len(errors) == 1 and err[-1] == errors[0]
+    assert "lacks its git submodules" in errors[0] and "pytorch-v2.6.0.tar.gz" in errors[0]
+    assert not (tmp_path / "dist").exists()  # stopped before any build step: no log, no wheel

@@ -180,3 +180,27 @@ def test_cli_build_source_reuses_identical_build(builds, upstream, capsys):
     captured = capsys.readouterr()
     assert rc == 0 and captured.out.strip() == str(result.wheel)
     assert "skipped" in captured.err and f"verified {result.wheel.name}" in captured.err
+
+
+def test_cli_sessions_checkout_apply_build_verify(upstream, tmp_path, capsys):
+    """The build_stock / build_patched session path: checkout (worktrees of the series' upstream) ->
+    apply -> build -> verify, then --incremental in the stock tree; units compiled 7, 7, 1."""
+    import json
+
+    series_dir = upstream["root"] / "patches" / su.SERIES_NAME
+    common = ["--series", str(series_dir), "--workdir", str(tmp_path / "work"), "--platform", "linux-cpu", "--jobs", "2"]
+    wheels = {}
+    for name, extra in (("stock", ["--kind", "stock", "--dist", str(tmp_path / "dist")]),
+                        ("patched", ["--kind", "patched", "--dist", str(tmp_path / "dist")]),
+                        ("incremental", ["--kind", "patched", "--incremental", "--dist", str(tmp_path / "dist-inc")])):
+        rc = main(["build", *extra, *common])
+        captured = capsys.readouterr()
+        assert rc == 0, captured.err
+        wheels[name] = Path(captured.out.strip())
+        assert f"verified {wheels[name].name}: imports, version" in captured.err and "markers checked" in captured.err
+    units = {k: json.loads(w.with_name(w.name + ".build.json").read_text())["compiled_units"] for k, w in wheels.items()}
+    assert units == {"stock": len(su.UNITS), "patched": len(su.UNITS), "incremental": 1}
+    assert wheels["patched"].name == wheels["incremental"].name  # same label: same series, same base
+    assert "+stock." in wheels["stock"].name
+    patched_tree = tmp_path / "work" / "v1.4.0" / "patched"
+    assert su.MARKER in (patched_tree / su.PATCHED_FILE).read_text()  # apply put the series on the branch
