@@ -348,14 +348,28 @@ def test_cli_build_patched_of_debian_archive_stops_before_compiling(debian_archi
     """Acceptance: `build_patched -- --upstream <Debian 2.6.0 archive> --base v2.6.0 --series ...` -> one line.
 
     Uses the default harness cache, like tests/test_upstream.py, so the archive is imported once."""
-    series = tmp_path / "patches" / "demo"
+    import uuid
+
+    from harness.upstream import git_run
+
+    name = f"demo-{uuid.uuid4().hex[:8]}"  # its patched branch lives in the shared import store
+    series = tmp_path / "patches" / name
     (series / "v2.6.0").mkdir(parents=True)
     (series / "v2.6.0" / "0001-demo.patch").write_text("From 0 Mon Sep 17 00:00:00 2001\nSubject: [PATCH] demo\n\n---\n")
     (series / "series.toml").write_text(
-        'name = "demo"\ntitle = "demo"\nupstream = "https://github.com/pytorch/pytorch.git"\nenv = ["DEMO_VAR"]\n\n'
+        f'name = "{name}"\ntitle = "demo"\nupstream = "https://github.com/pytorch/pytorch.git"\nenv = ["DEMO_VAR"]\n\n'
         '[[base]]\nref = "v2.6.0"\npatches = ["0001-demo.patch"]\n')
-    rc = main(["build", "--kind", "patched", "--upstream", str(debian_archive), "--base", "v2.6.0",
-               "--series", str(series), "--workdir", str(tmp_path / "work"), "--dist", str(tmp_path / "dist")])
+    work = tmp_path / "work"
+    try:
+        rc = main(["build", "--kind", "patched", "--upstream", str(debian_archive), "--base", "v2.6.0",
+                   "--series", str(series), "--workdir", str(work), "--dist", str(tmp_path / "dist")])
+    finally:  # leave the shared store as found: no worktrees, no branch of this test
+        stock = work / "v2.6.0" / "stock"
+        if stock.is_dir():
+            store = git_run(stock, "rev-parse", "--path-format=absolute", "--git-common-dir").out.strip()
+            for tree in ("patched", "stock"):
+                git_run(store, "worktree", "remove", "--force", str(work / "v2.6.0" / tree), check=False)
+            git_run(store, "branch", "-D", f"patched/{name}/v2.6.0", check=False)
     err = capsys.readouterr().err.splitlines()
     errors = [line for line in err if line.startswith("error:")]
     assert rc == 2 and len(errors) == 1 and err[-1] == errors[0]
