@@ -83,9 +83,12 @@ class CMakeBuild(build_ext):
             generator = ["-G", "Ninja"] if shutil.which("ninja") else []
             cmd = ["cmake", "-S", str(ROOT), "-B", str(build_dir), *generator]
             cmd += [f"-D{k}={v}" for k, v in sorted(defines.items())]
+            print("+", " ".join(cmd), flush=True)
             subprocess.check_call(cmd)
         jobs = os.environ.get("MAX_JOBS") or str(os.cpu_count() or 1)
-        subprocess.check_call(["cmake", "--build", str(build_dir), "--parallel", jobs])
+        cmd = ["cmake", "--build", str(build_dir), "--parallel", jobs]
+        print("+", " ".join(cmd), flush=True)
+        subprocess.check_call(cmd)
         target = Path(self.get_ext_fullpath(ext.name))
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(build_dir / ("_tiny" + sysconfig.get_config_var("EXT_SUFFIX")), target)

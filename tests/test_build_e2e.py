@@ -204,3 +204,18 @@ def test_cli_sessions_checkout_apply_build_verify(upstream, tmp_path, capsys):
     assert "+stock." in wheels["stock"].name
     patched_tree = tmp_path / "work" / "v1.4.0" / "patched"
     assert su.MARKER in (patched_tree / su.PATCHED_FILE).read_text()  # apply put the series on the branch
+
+
+def test_env_contract_reaches_cmake(builds, upstream):
+    """MAX_JOBS and CMAKE_<LANG>_COMPILER_LAUNCHER (when a compiler cache is installed) reach the build."""
+    plan, result = builds["stock"]
+    log = result.log.read_text()
+    assert "--parallel 2" in log  # MAX_JOBS=2 -> cmake --build --parallel 2
+    cache = (upstream["stock"] / "build" / "cmake-Release" / "CMakeCache.txt").read_text()
+    launcher = b.find_launcher()
+    if launcher:
+        assert plan.env["CMAKE_CXX_COMPILER_LAUNCHER"] == launcher
+        assert f"CMAKE_CXX_COMPILER_LAUNCHER:UNINITIALIZED={launcher}" in cache
+    else:
+        assert "CMAKE_CXX_COMPILER_LAUNCHER" not in plan.env and "COMPILER_LAUNCHER" not in cache
+    assert "CMAKE_BUILD_TYPE:STRING=Release" in cache
