@@ -90,9 +90,16 @@ TAIL_LINES = 40
 #: or Makefiles ``[ 50%] Building CXX object x.o``).
 _COMPILE_LINE = re.compile(r"Building (?:C|CXX|OBJC|OBJCXX|CUDA|HIP) object (\S+)")
 #: Cause-line patterns, most specific first: compiler diagnostics, CMake, ninja/make, Python, pip.
-_CAUSE_PATTERNS = tuple(re.compile(p) for p in (
-    r"(fatal )?error:", r"CMake Error", r"^FAILED:|\*\*\* \[", r"^\w*(Error|Exception)\b", r"^error:|^ERROR:",
-))
+_CAUSE_PATTERNS = tuple(
+    re.compile(p)
+    for p in (
+        r"(fatal )?error:",
+        r"CMake Error",
+        r"^FAILED:|\*\*\* \[",
+        r"^\w*(Error|Exception)\b",
+        r"^error:|^ERROR:",
+    )
+)
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -239,8 +246,14 @@ def _hex_segment(digest: str) -> str:
     return f"g{head}" if head.isdigit() and head.startswith("0") else head
 
 
-def local_version(release: str, kind: str, *, base_sha: str | None = None, series: SeriesRef | None = None,
-                  series_hash: str | None = None) -> str:
+def local_version(
+    release: str,
+    kind: str,
+    *,
+    base_sha: str | None = None,
+    series: SeriesRef | None = None,
+    series_hash: str | None = None,
+) -> str:
     """The version with its local label, in PEP 440 normal form.
 
     stock: ``<release>+stock.<base_sha[:8]>``; patched: ``<release>+<series.name>.<series hash[:8]>``
@@ -265,7 +278,9 @@ def local_version(release: str, kind: str, *, base_sha: str | None = None, serie
     try:
         version = Version(raw)
     except InvalidVersion:
-        raise BuildError(f"{raw!r} is not a valid PEP 440 version", "rename the series to letters, digits and '-'") from None
+        raise BuildError(
+            f"{raw!r} is not a valid PEP 440 version", "rename the series to letters, digits and '-'"
+        ) from None
     if not version.local:
         raise BuildError(f"{raw!r} has no local version label", "report this as a harness bug")
     return str(version)
@@ -393,7 +408,9 @@ def build_command(source_dir: Path, python: str, dist_dir: Path) -> tuple[str, .
         return (python, "-m", "pip", "wheel", str(root), "--no-build-isolation", "--no-deps", "-v", "-w", str(dist_dir))
     if (root / "setup.py").is_file():
         return (python, "setup.py", "bdist_wheel", "-d", str(dist_dir))
-    raise BuildError(f"{root} has neither pyproject.toml [build-system] nor setup.py", "point at the base's source root")
+    raise BuildError(
+        f"{root} has neither pyproject.toml [build-system] nor setup.py", "point at the base's source root"
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -445,7 +462,9 @@ def preflight_source(source_dir: Path) -> None:
     missing = missing_submodules(source_dir)
     if missing:
         shown = ", ".join(missing[:6]) + (f" and {len(missing) - 6} more" if len(missing) > 6 else "")
-        raise BuildError(f"{source_dir} lacks its git submodules ({shown}); it cannot be built", _release_hint(source_dir))
+        raise BuildError(
+            f"{source_dir} lacks its git submodules ({shown}); it cannot be built", _release_hint(source_dir)
+        )
 
 
 def preflight_tools(plan: "BuildPlan", path: str) -> None:
@@ -455,19 +474,28 @@ def preflight_tools(plan: "BuildPlan", path: str) -> None:
         BuildError: one line naming what is missing and how to install it.
     """
     cxx = plan.env.get("CXX") or os.environ.get("CXX")
-    if not (shutil.which(cxx, path=path) if cxx else any(shutil.which(c, path=path) for c in ("c++", "g++", "clang++"))):
-        remedy = ("install the Xcode command line tools: `xcode-select --install`" if plan.platform == "macos-arm64"
-                  else "install one: `apt-get install -y g++` (Debian/Ubuntu)")
+    if not (
+        shutil.which(cxx, path=path) if cxx else any(shutil.which(c, path=path) for c in ("c++", "g++", "clang++"))
+    ):
+        remedy = (
+            "install the Xcode command line tools: `xcode-select --install`"
+            if plan.platform == "macos-arm64"
+            else "install one: `apt-get install -y g++` (Debian/Ubuntu)"
+        )
         raise BuildError(f"no C++ compiler found ({cxx or 'c++, g++, clang++'} not on PATH)", remedy)
     if not shutil.which("cmake", path=path):
-        raise BuildError("cmake not found on PATH or in the build environment",
-                         "`python -m pip install cmake` or `apt-get install -y cmake` / `brew install cmake`")
+        raise BuildError(
+            "cmake not found on PATH or in the build environment",
+            "`python -m pip install cmake` or `apt-get install -y cmake` / `brew install cmake`",
+        )
     dist = plan.dist_dir if plan.dist_dir.exists() else plan.dist_dir.parent
     free = shutil.disk_usage(plan.source_dir if plan.source_dir.exists() else dist).free
     if free < plan.min_free_bytes:
         raise BuildError(
             f"only {free / GIB:.1f} GiB free at {plan.source_dir}; a {plan.platform} build of this base needs about "
-            f"{plan.min_free_bytes / GIB:.1f} GiB", "free disk space or build on a larger volume (--workdir)")
+            f"{plan.min_free_bytes / GIB:.1f} GiB",
+            "free disk space or build on a larger volume (--workdir)",
+        )
 
 
 # --------------------------------------------------------------------------------------------
@@ -598,14 +626,21 @@ def plan_build(
     target, target_note = macos_deployment_target(source_dir)
     if launcher is True:
         launcher = find_launcher()
-    env = platform_env(platform, jobs=jobs or os.cpu_count() or 1, build_type=build_type,
-                       macos_deployment_target=target, launcher=launcher or None)
+    env = platform_env(
+        platform,
+        jobs=jobs or os.cpu_count() or 1,
+        build_type=build_type,
+        macos_deployment_target=target,
+        launcher=launcher or None,
+    )
     version = local_version(base_release(source_dir), kind, base_sha=base_sha, series=series)
     env.update(version_env(source_dir, version))
     env.update(overrides)
     if env.get("MAX_JOBS", "").isdigit():
         jobs = int(env["MAX_JOBS"])
-    notes = [f"compiler launcher: {launcher}" if launcher else "compiler launcher: none (install ccache to speed rebuilds)"]
+    notes = [
+        f"compiler launcher: {launcher}" if launcher else "compiler launcher: none (install ccache to speed rebuilds)"
+    ]
     if platform == "macos-arm64":
         notes.append(f"MACOSX_DEPLOYMENT_TARGET: {target_note}")
     return BuildPlan(
@@ -645,7 +680,9 @@ def _venv_python(venv: Path) -> Path:
 def _run_logged(cmd: Sequence[str], log, *, cwd: Path | None = None, env: Mapping[str, str] | None = None) -> int:
     log.write(f"$ {shlex.join(cmd)}\n")
     log.flush()
-    return subprocess.run(list(cmd), cwd=cwd, env=dict(env) if env else None, stdout=log, stderr=subprocess.STDOUT).returncode
+    return subprocess.run(
+        list(cmd), cwd=cwd, env=dict(env) if env else None, stdout=log, stderr=subprocess.STDOUT
+    ).returncode
 
 
 def build_venv_path(requirements: Sequence[str]) -> Path:
@@ -754,8 +791,10 @@ def _apply_series_in_tree(tree: Path, patches: Sequence[Path], *, reverse: bool 
     args = ["apply", *(["-R"] if reverse else []), *[str(Path(p).resolve()) for p in patches]]
     result = git_run(tree, *args, check=False)
     if result.rc != 0:
-        raise BuildError(f"series does not {'revert' if reverse else 'apply'} in {tree}: {result.last_line()}",
-                         "rebuild the stock tree from a clean worktree (build_stock) and retry")
+        raise BuildError(
+            f"series does not {'revert' if reverse else 'apply'} in {tree}: {result.last_line()}",
+            "rebuild the stock tree from a clean worktree (build_stock) and retry",
+        )
 
 
 def build_wheel(plan: BuildPlan, dist_dir: Path | None = None, *, force: bool = False) -> BuildResult:
@@ -772,8 +811,9 @@ def build_wheel(plan: BuildPlan, dist_dir: Path | None = None, *, force: bool = 
     """
     dist_dir = Path(dist_dir or plan.dist_dir).resolve()
     if dist_dir != plan.dist_dir:
-        plan = dataclasses.replace(plan, dist_dir=dist_dir,
-                                   command=build_command(plan.source_dir, "{python}", dist_dir))
+        plan = dataclasses.replace(
+            plan, dist_dir=dist_dir, command=build_command(plan.source_dir, "{python}", dist_dir)
+        )
     preflight_source(plan.source_dir)
     logs = dist_dir / "logs"
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
@@ -793,10 +833,15 @@ def build_wheel(plan: BuildPlan, dist_dir: Path | None = None, *, force: bool = 
             if existing is not None:
                 data = json.loads(existing.read_text())
                 wheel = existing.with_name(existing.name[: -len(".build.json")])
-                progress.note(f"build {plan.kind}: inputs identical to {existing.name}; skipped (use --force to rebuild)")
+                progress.note(
+                    f"build {plan.kind}: inputs identical to {existing.name}; skipped (use --force to rebuild)"
+                )
                 return BuildResult(wheel, existing, Path(data.get("log", "")), True, 0.0, 0)
         if plan.incremental and not (plan.source_dir / "build").is_dir():
-            raise BuildError(f"{plan.source_dir} has no build tree to reuse", "run build_stock first, then build_patched --incremental")
+            raise BuildError(
+                f"{plan.source_dir} has no build tree to reuse",
+                "run build_stock first, then build_patched --incremental",
+            )
         command = [python if part == "{python}" else part for part in plan.command]
         dist_dir.mkdir(parents=True, exist_ok=True)
         logs.mkdir(parents=True, exist_ok=True)
@@ -823,22 +868,25 @@ def build_wheel(plan: BuildPlan, dist_dir: Path | None = None, *, force: bool = 
         wheel = _pick_wheel(new, plan.version, log_path)
         log_text = log_path.read_text(errors="replace")
         manifest = wheel.with_name(wheel.name + ".build.json")
-        atomic_write_json(manifest, {
-            "schema": 1,
-            "inputs": inputs,
-            "base_sha": plan.base_sha,
-            "series": inputs["series"],
-            "environment": inputs["env"],
-            "compiler": toolchain["compiler"],
-            "cmake": toolchain["cmake"],
-            "start": started.isoformat(timespec="seconds"),
-            "end": ended.isoformat(timespec="seconds"),
-            "duration_s": round(duration, 3),
-            "log": str(log_path),
-            "wheel": wheel.name,
-            "wheel_sha256": sha256_file(wheel),
-            "compiled_units": count_compiled_units(log_text),
-        })
+        atomic_write_json(
+            manifest,
+            {
+                "schema": 1,
+                "inputs": inputs,
+                "base_sha": plan.base_sha,
+                "series": inputs["series"],
+                "environment": inputs["env"],
+                "compiler": toolchain["compiler"],
+                "cmake": toolchain["cmake"],
+                "start": started.isoformat(timespec="seconds"),
+                "end": ended.isoformat(timespec="seconds"),
+                "duration_s": round(duration, 3),
+                "log": str(log_path),
+                "wheel": wheel.name,
+                "wheel_sha256": sha256_file(wheel),
+                "compiled_units": count_compiled_units(log_text),
+            },
+        )
         progress.note(f"build {plan.kind}: {wheel.name} in {duration:.1f} s (manifest {manifest.name})")
         return BuildResult(wheel, manifest, log_path, False, duration, count_compiled_units(log_text))
 
@@ -854,8 +902,9 @@ def _pick_wheel(candidates: list[Path], version: str, log_path: Path) -> Path:
         except InvalidWheelFilename:
             continue
     found = ", ".join(p.name for p in candidates) or "no new wheel"
-    raise BuildError(f"the build wrote {found}, not a wheel of version {version}",
-                     f"the base ignored {VERSION_ENV}; see {log_path}")
+    raise BuildError(
+        f"the build wrote {found}, not a wheel of version {version}", f"the base ignored {VERSION_ENV}; see {log_path}"
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -948,7 +997,10 @@ def verify_wheel(
     expected = Version(expected_version)
     wheel_version = parse_wheel_filename(wheel.name)[1]
     if wheel_version != expected:
-        raise VerifyError(f"{wheel.name} has version {wheel_version}, expected {expected}", "rebuild it with build_stock/build_patched")
+        raise VerifyError(
+            f"{wheel.name} has version {wheel_version}, expected {expected}",
+            "rebuild it with build_stock/build_patched",
+        )
     with zipfile.ZipFile(wheel) as zf:
         import_name = _wheel_top_level(zf)
     notes: list[str] = []
@@ -960,22 +1012,30 @@ def verify_wheel(
             hits = marker_hits(wheel, markers)
             for marker, where in hits.items():
                 if must_contain and not where:
-                    raise VerifyError(f"{wheel.name}: no compiled library contains the marker {marker!r}",
-                                      "the series was not compiled in; rebuild build_patched from the patched worktree")
+                    raise VerifyError(
+                        f"{wheel.name}: no compiled library contains the marker {marker!r}",
+                        "the series was not compiled in; rebuild build_patched from the patched worktree",
+                    )
                 if not must_contain and where:
-                    raise VerifyError(f"{wheel.name}: {where[0]} contains the patched marker {marker!r}",
-                                      "the stock wheel was built from a patched tree; rebuild build_stock")
+                    raise VerifyError(
+                        f"{wheel.name}: {where[0]} contains the patched marker {marker!r}",
+                        "the stock wheel was built from a patched tree; rebuild build_stock",
+                    )
             markers_checked = True
     with tempfile.TemporaryDirectory(prefix="verify-", dir=venv_dir) as tmp:
         venv = Path(tmp) / "venv"
         # a venv without its own pip (fast); this interpreter's pip installs into it (pip >= 22.3 --python)
-        for step in ([sys.executable, "-m", "venv", "--without-pip", str(venv)],
-                     [sys.executable, "-m", "pip", "--python", str(_venv_python(venv)), "install", "--quiet", str(wheel)]):
+        for step in (
+            [sys.executable, "-m", "venv", "--without-pip", str(venv)],
+            [sys.executable, "-m", "pip", "--python", str(_venv_python(venv)), "install", "--quiet", str(wheel)],
+        ):
             proc = subprocess.run(step, capture_output=True, text=True)
             if proc.returncode != 0:
                 last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
                 raise VerifyError(f"installing {wheel.name} into a fresh venv failed: {last}", "see pip's message")
-        proc = subprocess.run([str(_venv_python(venv)), "-c", _PROBE, import_name], capture_output=True, text=True, cwd=tmp)
+        proc = subprocess.run(
+            [str(_venv_python(venv)), "-c", _PROBE, import_name], capture_output=True, text=True, cwd=tmp
+        )
         if proc.returncode != 0:
             last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
             raise VerifyError(f"{wheel.name}: `import {import_name}` fails in a fresh venv: {last}", "fix the build")
@@ -985,11 +1045,15 @@ def verify_wheel(
     except Exception:
         imported_ok = False
     if not imported_ok:
-        raise VerifyError(f"{wheel.name}: {import_name}.__version__ is {probe['version']!r}, expected {expected}",
-                          f"the base did not take {VERSION_ENV}; rebuild")
+        raise VerifyError(
+            f"{wheel.name}: {import_name}.__version__ is {probe['version']!r}, expected {expected}",
+            f"the base did not take {VERSION_ENV}; rebuild",
+        )
     mps = probe.get("mps_built")
     if platform == "macos-arm64" and import_name == "torch" and not mps:
-        raise VerifyError(f"{wheel.name}: torch.backends.mps.is_built() is False", "build with USE_MPS=1 on macOS >= 12.3 SDK")
+        raise VerifyError(
+            f"{wheel.name}: torch.backends.mps.is_built() is False", "build with USE_MPS=1 on macOS >= 12.3 SDK"
+        )
     return VerifyResult(wheel, probe["version"], mps, markers_checked, tuple(notes))
 
 
@@ -1006,15 +1070,24 @@ def add_arguments_build(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--platform", choices=PLATFORMS, default=None, help="build environment (default: this host)")
     parser.add_argument("--dry-run", action="store_true", help="print the environment and command, build nothing")
     parser.add_argument("--jobs", type=int, default=None, help="parallel compile jobs, MAX_JOBS (default: CPU count)")
-    parser.add_argument("--env", action="append", default=[], metavar="KEY=VALUE", help="override a build variable (repeatable)")
+    parser.add_argument(
+        "--env", action="append", default=[], metavar="KEY=VALUE", help="override a build variable (repeatable)"
+    )
     parser.add_argument("--build-type", choices=BUILD_TYPES, default="Release")
-    parser.add_argument("--incremental", action="store_true",
-                        help="patched: apply the series in the built stock tree and rebuild only what it touches")
+    parser.add_argument(
+        "--incremental",
+        action="store_true",
+        help="patched: apply the series in the built stock tree and rebuild only what it touches",
+    )
     parser.add_argument("--force", action="store_true", help="rebuild even if an identical build exists")
     parser.add_argument("--no-verify", action="store_true", help="skip verification in a fresh venv")
     parser.add_argument("--dist", type=Path, default=Path("dist"), help="wheel + manifest directory (default ./dist)")
-    parser.add_argument("--source", type=Path, default=None,
-                        help="build this source tree directly, no worktrees (a patched build of it must be patched already)")
+    parser.add_argument(
+        "--source",
+        type=Path,
+        default=None,
+        help="build this source tree directly, no worktrees (a patched build of it must be patched already)",
+    )
 
 
 @dataclass(frozen=True)
@@ -1071,8 +1144,10 @@ def resolve_sources(args: argparse.Namespace) -> Sources:
     if args.kind == "patched" and not args.incremental:
         outcome = series_mod.apply_series(ctx.series, ctx.entry, co)
         if outcome is not None and not outcome.ok:
-            raise BuildError(f"series {ctx.series.name} does not apply in {co.patched} ({outcome.stopped_at}: "
-                             f"{outcome.reason})", f"resolve it with `python -m harness apply --series {ctx.series.name}`")
+            raise BuildError(
+                f"series {ctx.series.name} does not apply in {co.patched} ({outcome.stopped_at}: " f"{outcome.reason})",
+                f"resolve it with `python -m harness apply --series {ctx.series.name}`",
+            )
     return Sources(co.stock, co.patched, co.commit, ref, ctx.base)
 
 
@@ -1096,9 +1171,18 @@ def run_build(args: argparse.Namespace) -> int:
         return 0
     if not args.dry_run:
         preflight_source(tree)  # before anything is installed: one line when submodules are missing
-    plan = plan_build(tree, platform, kind=args.kind, series=sources.series, jobs=args.jobs, env_overrides=overrides,
-                      build_type=args.build_type, dist_dir=args.dist, base_sha=sources.base_sha,
-                      incremental=args.incremental)
+    plan = plan_build(
+        tree,
+        platform,
+        kind=args.kind,
+        series=sources.series,
+        jobs=args.jobs,
+        env_overrides=overrides,
+        build_type=args.build_type,
+        dist_dir=args.dist,
+        base_sha=sources.base_sha,
+        incremental=args.incremental,
+    )
     if args.dry_run:
         print(plan.describe())
         missing = missing_submodules(tree)
@@ -1112,23 +1196,32 @@ def run_build(args: argparse.Namespace) -> int:
         raise
     if not args.no_verify:
         series = sources.series
-        verified = verify_wheel(result.wheel, plan.version, platform=platform,
-                                markers=series.markers if series else (),
-                                must_contain=(args.kind == "patched") if series else None,
-                                series_files=series.files if series else ())
+        verified = verify_wheel(
+            result.wheel,
+            plan.version,
+            platform=platform,
+            markers=series.markers if series else (),
+            must_contain=(args.kind == "patched") if series else None,
+            series_files=series.files if series else (),
+        )
         for note in verified.notes:
             progress.note(note)
-        progress.note(f"verified {result.wheel.name}: imports, version {verified.version}"
-                      + (", markers checked" if verified.markers_checked else ""))
+        progress.note(
+            f"verified {result.wheel.name}: imports, version {verified.version}"
+            + (", markers checked" if verified.markers_checked else "")
+        )
     print(result.wheel)
     return 0
 
 
-def describe_without_source(platform: str, args: argparse.Namespace, overrides: Mapping[str, str],
-                            sources: Sources | None = None) -> str:
+def describe_without_source(
+    platform: str, args: argparse.Namespace, overrides: Mapping[str, str], sources: Sources | None = None
+) -> str:
     """``--dry-run`` with no worktree at hand: the platform environment and command, with ``<...>``
     placeholders for what only the base's files decide (release, base SHA, requirements)."""
-    env = platform_env(platform, jobs=args.jobs or os.cpu_count() or 1, build_type=args.build_type, launcher=find_launcher())
+    env = platform_env(
+        platform, jobs=args.jobs or os.cpu_count() or 1, build_type=args.build_type, launcher=find_launcher()
+    )
     ref = sources.series if sources else None
     if args.kind == "stock":
         label = "stock.<base sha8>"
@@ -1149,6 +1242,20 @@ def describe_without_source(platform: str, args: argparse.Namespace, overrides: 
         lines.append("# MACOSX_DEPLOYMENT_TARGET: the base's own value raised to the arm64 floor 11.0")
     lines.append("# build venv requirements: <pyproject.toml [build-system] requires + requirements.txt>")
     lines += [f"{key}={value}" for key, value in sorted(env.items())]
-    lines.append(shlex.join(["<build venv>/bin/python", "-m", "pip", "wheel", "<source>", "--no-build-isolation",
-                             "--no-deps", "-v", "-w", str(Path(args.dist).resolve())]))
+    lines.append(
+        shlex.join(
+            [
+                "<build venv>/bin/python",
+                "-m",
+                "pip",
+                "wheel",
+                "<source>",
+                "--no-build-isolation",
+                "--no-deps",
+                "-v",
+                "-w",
+                str(Path(args.dist).resolve()),
+            ]
+        )
+    )
     return "\n".join(lines)

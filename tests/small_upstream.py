@@ -126,10 +126,12 @@ _UNITS_SRC = {
     "add.cpp": '#include "tiny.h"\ndouble tiny_add(double a, double b) { return a + b; }\n',
     "mul.cpp": '#include "tiny.h"\ndouble tiny_mul(double a, double b) { return a * b; }\n',
     "dot.cpp": '#include "tiny.h"\ndouble tiny_dot(const double* a, const double* b, int n) {\n'
-               "  double s = 0; for (int i = 0; i < n; ++i) s += a[i] * b[i]; return s;\n}\n",
-    "norm.cpp": '#include <cmath>\n#include "tiny.h"\ndouble tiny_norm(const double* a, int n) { return std::sqrt(tiny_dot(a, a, n)); }\n',
+    "  double s = 0; for (int i = 0; i < n; ++i) s += a[i] * b[i]; return s;\n}\n",
+    "norm.cpp": '#include <cmath>\n#include "tiny.h"\n'
+    "double tiny_norm(const double* a, int n) { return std::sqrt(tiny_dot(a, a, n)); }\n",
     "scale.cpp": '#include "tiny.h"\ndouble tiny_scale(double a, double s) { return tiny_mul(a, s); }\n',
-    "config.cpp": '#include "tiny.h"\n// Build-time and run-time switches.\nint tiny_prefer_fast_path() { return 0; }\n',
+    "config.cpp": '#include "tiny.h"\n// Build-time and run-time switches.\n'
+    "int tiny_prefer_fast_path() { return 0; }\n",
     "module.cpp": """\
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -173,10 +175,14 @@ _INIT = "from tinyext._tiny import add, norm2, prefer_fast_path\nfrom tinyext.ve
 
 def _git(repo: Path, *args: str) -> str:
     env = {
-        "GIT_AUTHOR_NAME": "tiny", "GIT_AUTHOR_EMAIL": "tiny@example.invalid",
-        "GIT_COMMITTER_NAME": "tiny", "GIT_COMMITTER_EMAIL": "tiny@example.invalid",
-        "GIT_AUTHOR_DATE": "2026-01-01T00:00:00Z", "GIT_COMMITTER_DATE": "2026-01-01T00:00:00Z",
-        "PATH": __import__("os").environ["PATH"], "HOME": str(repo),
+        "GIT_AUTHOR_NAME": "tiny",
+        "GIT_AUTHOR_EMAIL": "tiny@example.invalid",
+        "GIT_COMMITTER_NAME": "tiny",
+        "GIT_COMMITTER_EMAIL": "tiny@example.invalid",
+        "GIT_AUTHOR_DATE": "2026-01-01T00:00:00Z",
+        "GIT_COMMITTER_DATE": "2026-01-01T00:00:00Z",
+        "PATH": __import__("os").environ["PATH"],
+        "HOME": str(repo),
     }
     return subprocess.run(["git", *args], cwd=repo, env=env, check=True, capture_output=True, text=True).stdout
 
@@ -212,7 +218,9 @@ def make_series(repo: Path, patches_root: Path) -> Path:
     base_dir.mkdir(parents=True)
     _git(repo, "checkout", "-q", "-b", "fast-path", "v1.4.0")
     (repo / PATCHED_FILE).write_text(_PATCHED_CONFIG)
-    _git(repo, "commit", "-q", "-am", f"config: {MARKER}=1 prefers the fast path\n\nWhy: lets users opt in at run time.")
+    _git(
+        repo, "commit", "-q", "-am", f"config: {MARKER}=1 prefers the fast path\n\nWhy: lets users opt in at run time."
+    )
     out = _git(repo, "format-patch", "-1", "-o", str(base_dir), "HEAD")
     patch = Path(out.strip().splitlines()[-1])
     _git(repo, "checkout", "-q", "main")

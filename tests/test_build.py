@@ -8,7 +8,6 @@ from __future__ import annotations
 import collections
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -29,7 +28,7 @@ def _tree(root: Path, *, version="2.6.0a0", reads_version=True, wheel_script=Non
         '[build-system]\nrequires = ["setuptools", "wheel", "cmake", "typing-extensions>=4.10.0"]\n'
         'build-backend = "setuptools.build_meta:__legacy__"\n'
     )
-    (root / "requirements.txt").write_text("# dev\nnumpy\ncmake\n\nsympy==1.13.1 ; python_version >= \"3.9\"\n")
+    (root / "requirements.txt").write_text('# dev\nnumpy\ncmake\n\nsympy==1.13.1 ; python_version >= "3.9"\n')
     (root / "setup.py").write_text("import os\nv = os.getenv('PYTORCH_BUILD_VERSION')\n" if reads_version else "pass\n")
     if wheel_script is not None:
         (root / ".ci" / "wheel").mkdir(parents=True)
@@ -45,35 +44,58 @@ def _tree(root: Path, *, version="2.6.0a0", reads_version=True, wheel_script=Non
 def test_platform_env_macos_arm64_pinned():
     env = b.platform_env("macos-arm64", jobs=8, macos_deployment_target="11.0", launcher="ccache")
     assert env == {
-        "BUILD_TEST": "0", "CMAKE_BUILD_TYPE": "Release", "MAX_JOBS": "8", "USE_ROCM": "0",
-        "USE_MPS": "1", "USE_CUDA": "0", "CMAKE_OSX_ARCHITECTURES": "arm64", "MACOSX_DEPLOYMENT_TARGET": "11.0",
-        "CMAKE_C_COMPILER_LAUNCHER": "ccache", "CMAKE_CXX_COMPILER_LAUNCHER": "ccache",
-        "CMAKE_OBJC_COMPILER_LAUNCHER": "ccache", "CMAKE_OBJCXX_COMPILER_LAUNCHER": "ccache",
+        "BUILD_TEST": "0",
+        "CMAKE_BUILD_TYPE": "Release",
+        "MAX_JOBS": "8",
+        "USE_ROCM": "0",
+        "USE_MPS": "1",
+        "USE_CUDA": "0",
+        "CMAKE_OSX_ARCHITECTURES": "arm64",
+        "MACOSX_DEPLOYMENT_TARGET": "11.0",
+        "CMAKE_C_COMPILER_LAUNCHER": "ccache",
+        "CMAKE_CXX_COMPILER_LAUNCHER": "ccache",
+        "CMAKE_OBJC_COMPILER_LAUNCHER": "ccache",
+        "CMAKE_OBJCXX_COMPILER_LAUNCHER": "ccache",
     }
 
 
 def test_platform_env_linux_cpu_pinned():
     env = b.platform_env("linux-cpu", jobs=2, build_type="RelWithDebInfo")
-    assert env == {"BUILD_TEST": "0", "CMAKE_BUILD_TYPE": "RelWithDebInfo", "MAX_JOBS": "2", "USE_ROCM": "0",
-                   "USE_CUDA": "0", "USE_MPS": "0"}
+    assert env == {
+        "BUILD_TEST": "0",
+        "CMAKE_BUILD_TYPE": "RelWithDebInfo",
+        "MAX_JOBS": "2",
+        "USE_ROCM": "0",
+        "USE_CUDA": "0",
+        "USE_MPS": "0",
+    }
 
 
 def test_platform_env_linux_cuda_pinned():
     env = b.platform_env("linux-cuda", jobs=16, cuda_arch_list="9.0", launcher="sccache")
     assert env == {
-        "BUILD_TEST": "0", "CMAKE_BUILD_TYPE": "Release", "MAX_JOBS": "16", "USE_ROCM": "0",
-        "USE_CUDA": "1", "USE_MPS": "0", "TORCH_CUDA_ARCH_LIST": "9.0",
-        "CMAKE_C_COMPILER_LAUNCHER": "sccache", "CMAKE_CXX_COMPILER_LAUNCHER": "sccache",
+        "BUILD_TEST": "0",
+        "CMAKE_BUILD_TYPE": "Release",
+        "MAX_JOBS": "16",
+        "USE_ROCM": "0",
+        "USE_CUDA": "1",
+        "USE_MPS": "0",
+        "TORCH_CUDA_ARCH_LIST": "9.0",
+        "CMAKE_C_COMPILER_LAUNCHER": "sccache",
+        "CMAKE_CXX_COMPILER_LAUNCHER": "sccache",
         "CMAKE_CUDA_COMPILER_LAUNCHER": "sccache",
     }
     assert b.platform_env("linux-cuda", jobs=1)["TORCH_CUDA_ARCH_LIST"] == "8.0;8.6;8.9;9.0"
 
 
-@pytest.mark.parametrize("kwargs, word", [
-    ({"platform": "windows", "jobs": 1}, "platform"),
-    ({"platform": "linux-cpu", "jobs": 0}, "--jobs"),
-    ({"platform": "linux-cpu", "jobs": 1, "build_type": "Fast"}, "build type"),
-])
+@pytest.mark.parametrize(
+    "kwargs, word",
+    [
+        ({"platform": "windows", "jobs": 1}, "platform"),
+        ({"platform": "linux-cpu", "jobs": 0}, "--jobs"),
+        ({"platform": "linux-cpu", "jobs": 1, "build_type": "Fast"}, "build type"),
+    ],
+)
 def test_platform_env_rejects_bad_input(kwargs, word):
     with pytest.raises(UsageError) as info:
         b.platform_env(**kwargs)
@@ -123,18 +145,27 @@ def test_base_release_and_version_env(tmp_path):
     src = _tree(tmp_path / "src")
     assert b.base_release(src) == "2.6.0"
     assert b.version_env(src, "2.6.0+stock.924a857c") == {
-        "PYTORCH_BUILD_VERSION": "2.6.0+stock.924a857c", "PYTORCH_BUILD_NUMBER": "0"}
+        "PYTORCH_BUILD_VERSION": "2.6.0+stock.924a857c",
+        "PYTORCH_BUILD_NUMBER": "0",
+    }
     other = _tree(tmp_path / "other", reads_version=False)
     with pytest.raises(BuildError) as info:
         b.version_env(other, "1.0+x")
     assert "PYTORCH_BUILD_VERSION" in info.value.cause
 
 
-@pytest.mark.parametrize("script, expected, where", [
-    (None, "11.0", "sets no deployment target"),
-    ("export MACOSX_DEPLOYMENT_TARGET=10.15\n", "11.0", ".ci/wheel/build_wheel.sh:1"),
-    ("# MACOSX_DEPLOYMENT_TARGET=14.0\nexport MACOSX_DEPLOYMENT_TARGET=13.3\n", "13.3", ".ci/wheel/build_wheel.sh:2"),
-])
+@pytest.mark.parametrize(
+    "script, expected, where",
+    [
+        (None, "11.0", "sets no deployment target"),
+        ("export MACOSX_DEPLOYMENT_TARGET=10.15\n", "11.0", ".ci/wheel/build_wheel.sh:1"),
+        (
+            "# MACOSX_DEPLOYMENT_TARGET=14.0\nexport MACOSX_DEPLOYMENT_TARGET=13.3\n",
+            "13.3",
+            ".ci/wheel/build_wheel.sh:2",
+        ),
+    ],
+)
 def test_macos_deployment_target_read_from_base(tmp_path, script, expected, where):
     src = _tree(tmp_path / "src", wheel_script=script)
     target, note = b.macos_deployment_target(src)
@@ -144,10 +175,26 @@ def test_macos_deployment_target_read_from_base(tmp_path, script, expected, wher
 def test_build_requirements_and_command_follow_base(tmp_path):
     src = _tree(tmp_path / "src")
     assert b.build_requirements(src) == (
-        "setuptools", "wheel", "cmake", "typing-extensions>=4.10.0", "numpy", 'sympy==1.13.1 ; python_version >= "3.9"')
+        "setuptools",
+        "wheel",
+        "cmake",
+        "typing-extensions>=4.10.0",
+        "numpy",
+        'sympy==1.13.1 ; python_version >= "3.9"',
+    )
     dist = tmp_path / "dist"
     assert b.build_command(src, "py", dist) == (
-        "py", "-m", "pip", "wheel", str(src), "--no-build-isolation", "--no-deps", "-v", "-w", str(dist))
+        "py",
+        "-m",
+        "pip",
+        "wheel",
+        str(src),
+        "--no-build-isolation",
+        "--no-deps",
+        "-v",
+        "-w",
+        str(dist),
+    )
     (src / "pyproject.toml").unlink()
     assert b.build_command(src, "py", dist) == ("py", "setup.py", "bdist_wheel", "-d", str(dist))
     (src / "setup.py").unlink()
@@ -171,21 +218,33 @@ def test_stock_and_patched_share_one_configuration(tmp_path):
     patch = tmp_path / "0001.patch"
     patch.write_text("x")
     series = b.SeriesRef("s", (patch,))
-    common = dict(jobs=4, env_overrides=["USE_DISTRIBUTED=0"], build_type="Release", dist_dir=tmp_path / "d",
-                  base_sha=STOCK_SHA, launcher="ccache")
+    common = dict(
+        jobs=4,
+        env_overrides=["USE_DISTRIBUTED=0"],
+        build_type="Release",
+        dist_dir=tmp_path / "d",
+        base_sha=STOCK_SHA,
+        launcher="ccache",
+    )
     for platform in b.PLATFORMS:
         stock = b.plan_build(src, platform, kind="stock", **common)
         patched = b.plan_build(src, platform, kind="patched", series=series, **common)
         assert b.shared_configuration(stock, patched) == {
-            "PYTORCH_BUILD_VERSION": ("2.6.0+stock.924a857c", f"2.6.0+s.{series.hash[:8]}")}
+            "PYTORCH_BUILD_VERSION": ("2.6.0+stock.924a857c", f"2.6.0+s.{series.hash[:8]}")
+        }
         assert stock.command == patched.command and stock.requirements == patched.requirements
         assert stock.env["USE_DISTRIBUTED"] == "0" and stock.env["MAX_JOBS"] == "4"
 
 
 def test_env_override_wins_and_incremental_needs_patched(tmp_path):
     src = _tree(tmp_path / "src")
-    plan = b.plan_build(src, "linux-cuda", env_overrides={"TORCH_CUDA_ARCH_LIST": "8.0", "MAX_JOBS": "3"},
-                        base_sha=STOCK_SHA, launcher=None)
+    plan = b.plan_build(
+        src,
+        "linux-cuda",
+        env_overrides={"TORCH_CUDA_ARCH_LIST": "8.0", "MAX_JOBS": "3"},
+        base_sha=STOCK_SHA,
+        launcher=None,
+    )
     assert plan.env["TORCH_CUDA_ARCH_LIST"] == "8.0" and plan.jobs == 3
     assert not any(k.endswith("_COMPILER_LAUNCHER") for k in plan.env)
     with pytest.raises(UsageError):
@@ -202,11 +261,18 @@ def test_describe_prints_env_and_exact_command(tmp_path):
     assert text[-1] == f"{venv_python} -m pip wheel {src} --no-build-isolation --no-deps -v -w {tmp_path / 'dist'}"
 
 
-@pytest.mark.parametrize("platform, present, absent", [
-    ("macos-arm64", ["USE_MPS=1", "CMAKE_OSX_ARCHITECTURES=arm64", "MACOSX_DEPLOYMENT_TARGET=11.0"], ["TORCH_CUDA_ARCH_LIST"]),
-    ("linux-cpu", ["USE_CUDA=0", "USE_MPS=0"], ["MACOSX_DEPLOYMENT_TARGET", "TORCH_CUDA_ARCH_LIST"]),
-    ("linux-cuda", ["USE_CUDA=1", "TORCH_CUDA_ARCH_LIST=8.0;8.6;8.9;9.0"], ["MACOSX_DEPLOYMENT_TARGET"]),
-])
+@pytest.mark.parametrize(
+    "platform, present, absent",
+    [
+        (
+            "macos-arm64",
+            ["USE_MPS=1", "CMAKE_OSX_ARCHITECTURES=arm64", "MACOSX_DEPLOYMENT_TARGET=11.0"],
+            ["TORCH_CUDA_ARCH_LIST"],
+        ),
+        ("linux-cpu", ["USE_CUDA=0", "USE_MPS=0"], ["MACOSX_DEPLOYMENT_TARGET", "TORCH_CUDA_ARCH_LIST"]),
+        ("linux-cuda", ["USE_CUDA=1", "TORCH_CUDA_ARCH_LIST=8.0;8.6;8.9;9.0"], ["MACOSX_DEPLOYMENT_TARGET"]),
+    ],
+)
 def test_cli_dry_run_without_source(capsys, platform, present, absent):
     rc = main(["build", "--kind", "patched", "--dry-run", "--platform", platform, "--jobs", "4"])
     out = capsys.readouterr().out
@@ -227,9 +293,22 @@ def test_cli_dry_run_with_series_before_checkout(capsys, tmp_path):
     patch.write_text("From 0 Mon Sep 17 00:00:00 2001\nSubject: [PATCH] x\n\n---\n")
     (series / "series.toml").write_text(
         'name = "mps-gemm-prefer-fast-math"\ntitle = "t"\nupstream = "https://github.com/pytorch/pytorch.git"\n'
-        'env = ["PYTORCH_MPS_GEMM_PREFER_FAST_MATH"]\n\n[[base]]\nref = "v2.6.0"\npatches = ["0001-x.patch"]\n')
-    rc = main(["build", "--kind", "patched", "--dry-run", "--platform", "macos-arm64", "--series", str(series),
-               "--workdir", str(tmp_path / "work")])
+        'env = ["PYTORCH_MPS_GEMM_PREFER_FAST_MATH"]\n\n[[base]]\nref = "v2.6.0"\npatches = ["0001-x.patch"]\n'
+    )
+    rc = main(
+        [
+            "build",
+            "--kind",
+            "patched",
+            "--dry-run",
+            "--platform",
+            "macos-arm64",
+            "--series",
+            str(series),
+            "--workdir",
+            str(tmp_path / "work"),
+        ]
+    )
     lines = capsys.readouterr().out.splitlines()
     digest = b.SeriesRef("x", (patch,)).hash[:8]
     assert rc == 0 and f"PYTORCH_BUILD_VERSION=<version.txt release>+mps.gemm.prefer.fast.math.{digest}" in lines
@@ -241,7 +320,10 @@ def test_cli_dry_run_with_series_before_checkout(capsys, tmp_path):
 
 
 def test_preflight_source_is_one_line_naming_submodules_and_remedy(tmp_path):
-    src = _tree(tmp_path / "src", gitmodules='[submodule "a"]\n\tpath = third_party/a\n[submodule "b"]\n\tpath = third_party/b\n')
+    src = _tree(
+        tmp_path / "src",
+        gitmodules='[submodule "a"]\n\tpath = third_party/a\n[submodule "b"]\n\tpath = third_party/b\n',
+    )
     (src / "third_party" / "a").mkdir(parents=True)
     (src / "third_party" / "a" / "CMakeLists.txt").write_text("")
     (src / "third_party" / "b").mkdir()  # present but empty, as after a clone without --recursive
@@ -293,13 +375,15 @@ def test_disk_estimate_pytorch_table_and_other(tmp_path):
 
 
 def test_count_compiled_units_ninja_and_make():
-    log = "\n".join([
-        "[1/3] Building CXX object CMakeFiles/_tiny.dir/src/a.cpp.o",
-        "[2/3] Building CXX object CMakeFiles/_tiny.dir/src/b.cpp.o",
-        "[ 50%] Building OBJCXX object caffe2/CMakeFiles/torch_cpu.dir/x.mm.o",
-        "[3/3] Linking CXX shared module _tiny.so",
-        "[1/3] Building CXX object CMakeFiles/_tiny.dir/src/a.cpp.o",  # repeated: counted once
-    ])
+    log = "\n".join(
+        [
+            "[1/3] Building CXX object CMakeFiles/_tiny.dir/src/a.cpp.o",
+            "[2/3] Building CXX object CMakeFiles/_tiny.dir/src/b.cpp.o",
+            "[ 50%] Building OBJCXX object caffe2/CMakeFiles/torch_cpu.dir/x.mm.o",
+            "[3/3] Linking CXX shared module _tiny.so",
+            "[1/3] Building CXX object CMakeFiles/_tiny.dir/src/a.cpp.o",  # repeated: counted once
+        ]
+    )
     assert b.count_compiled_units(log) == 3
 
 
@@ -318,10 +402,20 @@ def test_build_failed_carries_cause_tail_and_log(tmp_path):
 def debian_tree(debian_archive, tmp_path_factory) -> Path:
     """The build-convention files of Debian's real PyTorch 2.6.0 source (submodules stripped)."""
     root = tmp_path_factory.mktemp("pt260")
-    members = ["version.txt", "setup.py", "pyproject.toml", "requirements.txt", "CMakeLists.txt", "cmake/*.cmake",
-               "tools/generate_torch_version.py", "third_party/README.md"]
-    subprocess.run(["tar", "-xf", str(debian_archive), "-C", str(root), "--wildcards",
-                    *[f"pytorch-v2.6.0/{m}" for m in members]], check=True)
+    members = [
+        "version.txt",
+        "setup.py",
+        "pyproject.toml",
+        "requirements.txt",
+        "CMakeLists.txt",
+        "cmake/*.cmake",
+        "tools/generate_torch_version.py",
+        "third_party/README.md",
+    ]
+    subprocess.run(
+        ["tar", "-xf", str(debian_archive), "-C", str(root), "--wildcards", *[f"pytorch-v2.6.0/{m}" for m in members]],
+        check=True,
+    )
     return root / "pytorch-v2.6.0"
 
 
@@ -338,8 +432,17 @@ def test_debian_pytorch_260_plan_and_preflight(debian_tree):
     plan = b.plan_build(src, "macos-arm64", base_sha=STOCK_SHA, jobs=8, launcher=None)
     assert plan.env["MACOSX_DEPLOYMENT_TARGET"] == "11.0" and plan.version == "2.6.0+stock.924a857c"
     assert plan.env["PYTORCH_BUILD_VERSION"] == "2.6.0+stock.924a857c"
-    assert plan.requirements[:9] == ("setuptools", "wheel", "astunparse", "numpy", "ninja", "pyyaml", "cmake",
-                                     "typing-extensions>=4.10.0", "requests")
+    assert plan.requirements[:9] == (
+        "setuptools",
+        "wheel",
+        "astunparse",
+        "numpy",
+        "ninja",
+        "pyyaml",
+        "cmake",
+        "typing-extensions>=4.10.0",
+        "requests",
+    )
     assert plan.command[1:5] == ("-m", "pip", "wheel", str(src))
 
 
@@ -355,14 +458,32 @@ def test_cli_build_patched_of_debian_archive_stops_before_compiling(debian_archi
     name = f"demo-{uuid.uuid4().hex[:8]}"  # its patched branch lives in the shared import store
     series = tmp_path / "patches" / name
     (series / "v2.6.0").mkdir(parents=True)
-    (series / "v2.6.0" / "0001-demo.patch").write_text("From 0 Mon Sep 17 00:00:00 2001\nSubject: [PATCH] demo\n\n---\n")
+    (series / "v2.6.0" / "0001-demo.patch").write_text(
+        "From 0 Mon Sep 17 00:00:00 2001\nSubject: [PATCH] demo\n\n---\n"
+    )
     (series / "series.toml").write_text(
         f'name = "{name}"\ntitle = "demo"\nupstream = "https://github.com/pytorch/pytorch.git"\nenv = ["DEMO_VAR"]\n\n'
-        '[[base]]\nref = "v2.6.0"\npatches = ["0001-demo.patch"]\n')
+        '[[base]]\nref = "v2.6.0"\npatches = ["0001-demo.patch"]\n'
+    )
     work = tmp_path / "work"
     try:
-        rc = main(["build", "--kind", "patched", "--upstream", str(debian_archive), "--base", "v2.6.0",
-                   "--series", str(series), "--workdir", str(work), "--dist", str(tmp_path / "dist")])
+        rc = main(
+            [
+                "build",
+                "--kind",
+                "patched",
+                "--upstream",
+                str(debian_archive),
+                "--base",
+                "v2.6.0",
+                "--series",
+                str(series),
+                "--workdir",
+                str(work),
+                "--dist",
+                str(tmp_path / "dist"),
+            ]
+        )
     finally:  # leave the shared store as found: no worktrees, no branch of this test
         stock = work / "v2.6.0" / "stock"
         if stock.is_dir():

@@ -37,8 +37,14 @@ def upstream(tmp_path_factory):
     patched = su.worktree(repo, root / "work" / "v1.4.0" / "patched")
     su.apply_series(patched, patches)
     series = b.SeriesRef(su.SERIES_NAME, tuple(patches), (su.MARKER,), (su.PATCHED_FILE,))
-    yield {"root": root, "repo": repo, "stock": stock, "patched": patched, "series": series,
-           "base_sha": b.git_head(stock)}
+    yield {
+        "root": root,
+        "repo": repo,
+        "stock": stock,
+        "patched": patched,
+        "series": series,
+        "base_sha": b.git_head(stock),
+    }
     if old is None:
         os.environ.pop("TORCH_PATCH_HARNESS_CACHE", None)
     else:
@@ -53,8 +59,14 @@ def builds(upstream):
     common = dict(jobs=2, dist_dir=dist, base_sha=u["base_sha"])
     stock_plan = b.plan_build(u["stock"], "linux-cpu", kind="stock", **common)
     patched_plan = b.plan_build(u["patched"], "linux-cpu", kind="patched", series=u["series"], **common)
-    incremental_plan = b.plan_build(u["stock"], "linux-cpu", kind="patched", series=u["series"], incremental=True,
-                                    **{**common, "dist_dir": dist_inc})
+    incremental_plan = b.plan_build(
+        u["stock"],
+        "linux-cpu",
+        kind="patched",
+        series=u["series"],
+        incremental=True,
+        **{**common, "dist_dir": dist_inc},
+    )
     return {
         "stock": (stock_plan, b.build_wheel(stock_plan)),
         "patched": (patched_plan, b.build_wheel(patched_plan)),
@@ -89,8 +101,14 @@ def test_incremental_recompiles_only_the_touched_unit(builds, upstream):
 def test_verification_of_each_wheel(builds):
     for kind, must_contain in (("stock", False), ("patched", True), ("incremental", True)):
         plan, result = builds[kind]
-        verified = b.verify_wheel(result.wheel, plan.version, platform="linux-cpu", markers=(su.MARKER,),
-                                  must_contain=must_contain, series_files=(su.PATCHED_FILE,))
+        verified = b.verify_wheel(
+            result.wheel,
+            plan.version,
+            platform="linux-cpu",
+            markers=(su.MARKER,),
+            must_contain=must_contain,
+            series_files=(su.PATCHED_FILE,),
+        )
         assert verified.version == plan.version and verified.markers_checked
 
 
@@ -98,12 +116,20 @@ def test_patched_wheel_reads_the_new_variable(builds, tmp_path):
     _, result = builds["incremental"]
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
-    subprocess.run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", "-q",
-                    str(result.wheel)], check=True)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", "-q", str(result.wheel)],
+        check=True,
+    )
     code = "import tinyext; print(tinyext.prefer_fast_path(), tinyext.add(2.0, 3.5), tinyext.norm2(3.0, 4.0))"
     for value, expected in (("1", "True 5.5 5.0"), ("0", "False 5.5 5.0")):
-        out = subprocess.run([str(venv / "bin" / "python"), "-c", code], capture_output=True, text=True, cwd=tmp_path,
-                             env={**os.environ, su.MARKER: value}, check=True).stdout.strip()
+        out = subprocess.run(
+            [str(venv / "bin" / "python"), "-c", code],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            env={**os.environ, su.MARKER: value},
+            check=True,
+        ).stdout.strip()
         assert out == expected
 
 
@@ -115,7 +141,9 @@ def test_manifest_beside_wheel_and_identical_rebuild_skipped(builds, upstream, c
     assert first.manifest == first.wheel.with_name(first.wheel.name + ".build.json")
     assert data["base_sha"] == upstream["base_sha"] and data["series"] is None
     assert data["environment"]["PYTORCH_BUILD_VERSION"] == plan.version
-    assert data["compiler"].startswith(("c++", "g++", "clang", "Apple clang")) and data["cmake"].startswith("cmake version")
+    assert data["compiler"].startswith(("c++", "g++", "clang", "Apple clang")) and data["cmake"].startswith(
+        "cmake version"
+    )
     assert data["duration_s"] > 0 and data["start"] <= data["end"] and Path(data["log"]).is_file()
     assert data["compiled_units"] == len(su.UNITS)
     patched_data = json.loads(builds["patched"][1].manifest.read_text())
@@ -150,19 +178,40 @@ def test_wrong_label_or_marker_fails_verification_with_one_line(builds, tmp_path
         b.verify_wheel(stock.wheel, stock_plan.version, platform="linux-cpu", markers=(su.MARKER,), must_contain=True)
     assert f"no compiled library contains the marker '{su.MARKER}'" in info.value.line()
     with pytest.raises(b.VerifyError) as info:
-        b.verify_wheel(patched.wheel, patched_plan.version, platform="linux-cpu", markers=(su.MARKER,), must_contain=False)
+        b.verify_wheel(
+            patched.wheel, patched_plan.version, platform="linux-cpu", markers=(su.MARKER,), must_contain=False
+        )
     assert "contains the patched marker" in info.value.line()
     # a platform that does not compile the patched file skips the marker check, saying so
-    skipped = b.verify_wheel(stock.wheel, stock_plan.version, platform="linux-cpu", markers=(su.MARKER,),
-                             must_contain=True, series_files=("src/mps/Gemm.mm",))
+    skipped = b.verify_wheel(
+        stock.wheel,
+        stock_plan.version,
+        platform="linux-cpu",
+        markers=(su.MARKER,),
+        must_contain=True,
+        series_files=("src/mps/Gemm.mm",),
+    )
     assert not skipped.markers_checked and "does not compile" in skipped.notes[0]
 
 
 def test_cli_build_failure_prints_cause_tail_and_log(upstream, tmp_path, capsys):
     broken = su.worktree(upstream["repo"], tmp_path / "broken")
     (broken / "src" / "add.cpp").write_text('#include "tiny.h"\nthis is not C++;\n')
-    rc = main(["build", "--kind", "stock", "--source", str(broken), "--platform", "linux-cpu", "--jobs", "2",
-               "--dist", str(tmp_path / "dist")])
+    rc = main(
+        [
+            "build",
+            "--kind",
+            "stock",
+            "--source",
+            str(broken),
+            "--platform",
+            "linux-cpu",
+            "--jobs",
+            "2",
+            "--dist",
+            str(tmp_path / "dist"),
+        ]
+    )
     err = capsys.readouterr().err.splitlines()
     assert rc == 1
     last = err[-1]
@@ -175,8 +224,21 @@ def test_cli_build_failure_prints_cause_tail_and_log(upstream, tmp_path, capsys)
 
 def test_cli_build_source_reuses_identical_build(builds, upstream, capsys):
     plan, result = builds["stock"]
-    rc = main(["build", "--kind", "stock", "--source", str(upstream["stock"]), "--platform", "linux-cpu",
-               "--jobs", "2", "--dist", str(result.wheel.parent)])
+    rc = main(
+        [
+            "build",
+            "--kind",
+            "stock",
+            "--source",
+            str(upstream["stock"]),
+            "--platform",
+            "linux-cpu",
+            "--jobs",
+            "2",
+            "--dist",
+            str(result.wheel.parent),
+        ]
+    )
     captured = capsys.readouterr()
     assert rc == 0 and captured.out.strip() == str(result.wheel)
     assert "skipped" in captured.err and f"verified {result.wheel.name}" in captured.err
@@ -188,17 +250,30 @@ def test_cli_sessions_checkout_apply_build_verify(upstream, tmp_path, capsys):
     import json
 
     series_dir = upstream["root"] / "patches" / su.SERIES_NAME
-    common = ["--series", str(series_dir), "--workdir", str(tmp_path / "work"), "--platform", "linux-cpu", "--jobs", "2"]
+    common = [
+        "--series",
+        str(series_dir),
+        "--workdir",
+        str(tmp_path / "work"),
+        "--platform",
+        "linux-cpu",
+        "--jobs",
+        "2",
+    ]
     wheels = {}
-    for name, extra in (("stock", ["--kind", "stock", "--dist", str(tmp_path / "dist")]),
-                        ("patched", ["--kind", "patched", "--dist", str(tmp_path / "dist")]),
-                        ("incremental", ["--kind", "patched", "--incremental", "--dist", str(tmp_path / "dist-inc")])):
+    for name, extra in (
+        ("stock", ["--kind", "stock", "--dist", str(tmp_path / "dist")]),
+        ("patched", ["--kind", "patched", "--dist", str(tmp_path / "dist")]),
+        ("incremental", ["--kind", "patched", "--incremental", "--dist", str(tmp_path / "dist-inc")]),
+    ):
         rc = main(["build", *extra, *common])
         captured = capsys.readouterr()
         assert rc == 0, captured.err
         wheels[name] = Path(captured.out.strip())
         assert f"verified {wheels[name].name}: imports, version" in captured.err and "markers checked" in captured.err
-    units = {k: json.loads(w.with_name(w.name + ".build.json").read_text())["compiled_units"] for k, w in wheels.items()}
+    units = {
+        k: json.loads(w.with_name(w.name + ".build.json").read_text())["compiled_units"] for k, w in wheels.items()
+    }
     assert units == {"stock": len(su.UNITS), "patched": len(su.UNITS), "incremental": 1}
     assert wheels["patched"].name == wheels["incremental"].name  # same label: same series, same base
     assert "+stock." in wheels["stock"].name
