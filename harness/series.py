@@ -181,7 +181,7 @@ def load_series(spec: str | Path) -> Series:
         SeriesError: unreadable TOML, unknown/missing/mistyped key, name != folder name, bad SHA,
             duplicate base ref, a patch file absent. The line names the file and the offending key.
     """
-    folder = find_series(spec)
+    folder = find_series(spec).resolve()
     manifest = folder / MANIFEST
     where = _show(manifest)
     try:
