@@ -373,7 +373,9 @@ def _failing_hunks(store: Path, env: dict[str, str], patch: Path, tmp: Path) -> 
             result = git_run(store, "apply", "--cached", "--check", "--recount", str(probe), env=env, check=False)
             if result.rc != 0:
                 head = hunk.splitlines()[0]
-                failures.append(f"{name}: hunk #{number} `{head}` does not apply")
+                ranges, _, context = head.partition(" @@")
+                shown = f"{ranges} @@" + (f" {context.strip()[:48]}" if context.strip() else "")
+                failures.append(f"{name}: hunk #{number} `{shown}` does not apply")
     return failures
 
 
