@@ -327,11 +327,12 @@ def resolve_context(args: argparse.Namespace, *, need_series: bool = True) -> Co
     return Context(series, upstream, base, entry)
 
 
-def _check_pin(co: Checkout, entry: Base) -> None:
-    if entry.commit and co.upstream.kind == "git" and entry.commit != co.commit:
-        raise SeriesError(f"base {entry.ref!r} is {co.commit} upstream but series.toml pins commit {entry.commit}",
+def _check_pin(kind: str, commit: str, entry: Base) -> None:
+    """Raise when a git upstream's base commit differs from the ``commit`` pinned in series.toml."""
+    if entry.commit and kind == "git" and entry.commit != commit:
+        raise SeriesError(f"base {entry.ref!r} is {commit} upstream but series.toml pins commit {entry.commit}",
                           "the ref moved upstream: rebase the series onto it, or fix the pin")
-    if entry.commit and co.upstream.kind == "archive":
+    if entry.commit and kind == "archive":
         progress.note(f"series: pinned commit of {entry.ref} not checked (archive upstream has its own import commit)")
 
 
@@ -648,7 +649,7 @@ def _context_checkout(args: argparse.Namespace) -> tuple[Series, Base, Checkout]
     ctx = resolve_context(args)
     assert ctx.series is not None and ctx.entry is not None
     co = checkout(ctx.upstream, ctx.base, args.workdir, ctx.series.name)
-    _check_pin(co, ctx.entry)
+    _check_pin(co.upstream.kind, co.commit, ctx.entry)
     return ctx.series, ctx.entry, co
 
 
@@ -665,6 +666,7 @@ def run_check(args: argparse.Namespace) -> int:
     assert ctx.series is not None and ctx.entry is not None
     upstream = open_upstream(ctx.upstream, ref=ctx.base)
     commit = resolve_commit(upstream.store, ctx.base, source=ctx.upstream)
+    _check_pin(upstream.kind, commit, ctx.entry)
     results = check_series(ctx.series, ctx.entry, upstream.store, commit)
     for item in results:
         note = {"ok": "applies", "3way": "applies only with 3-way merge", "not-checked": "not checked (an earlier "

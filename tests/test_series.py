@@ -98,6 +98,17 @@ def test_check_ok_then_stale_patch_names_file_and_hunk(tiny_upstream, project, i
     assert [git(t, "rev-parse", "HEAD") for t in (stock, patched)] == heads
 
 
+def test_pinned_commit_must_match_a_git_upstream(tiny_upstream, project, isolated_cache, capsys):
+    v1 = git(tiny_upstream, "rev-parse", "v1^{commit}").strip()
+    export_series(tiny_upstream, project, extra=f'commit = "{v1}"\n')
+    assert _run(capsys, "check", "--series", "demo")[0] == 0
+    manifest = project / "patches" / "demo" / "series.toml"
+    manifest.write_text(manifest.read_text().replace(v1, "0" * 40))
+    assert cli.main(["check", "--series", "demo"]) == 2
+    errors = _errors(capsys)
+    assert len(errors) == 1 and f"base 'v1' is {v1} upstream but series.toml pins commit {'0' * 40}" in errors[0]
+
+
 def test_check_files_key_must_match_the_diff(tiny_upstream, project, isolated_cache, capsys):
     export_series(tiny_upstream, project, extra='files = ["a.txt"]\n')
     rc, out = _run(capsys, "check", "--series", "demo")
