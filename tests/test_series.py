@@ -109,6 +109,18 @@ def test_pinned_commit_must_match_a_git_upstream(tiny_upstream, project, isolate
     assert len(errors) == 1 and f"base 'v1' is {v1} upstream but series.toml pins commit {'0' * 40}" in errors[0]
 
 
+def test_check_and_apply_fall_back_to_three_way(tiny_upstream, project, isolated_cache, capsys):
+    export_series(tiny_upstream, project, base="v4")  # patches made on v1, declared for v4
+    rc, out = _run(capsys, "check", "--series", "demo")
+    assert rc == 0, out
+    assert "0001-a-patch-line-5.patch: applies only with 3-way merge" in out
+    rc, out = _run(capsys, "apply", "--series", "demo")
+    assert rc == 0, out
+    _, patched = worktrees(project / "work", "v4")
+    text = (patched / "a.txt").read_text()
+    assert "line 3 context moved\nline 4\nline 5 patched\n" in text
+
+
 def test_check_files_key_must_match_the_diff(tiny_upstream, project, isolated_cache, capsys):
     export_series(tiny_upstream, project, extra='files = ["a.txt"]\n')
     rc, out = _run(capsys, "check", "--series", "demo")
