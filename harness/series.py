@@ -30,7 +30,6 @@ import json
 import os
 import re
 import shlex
-import shutil
 import sys
 import tempfile
 import tomllib
@@ -201,7 +200,8 @@ def load_series(spec: str | Path) -> Series:
         raise SeriesError(f"{where}: key 'base' must be one or more [[base]] tables", "add a [[base]] table")
     bases: list[Base] = []
     for number, table in enumerate(data["base"], start=1):
-        label = f"{where}: [[base]] #{number}" + (f" (ref {table['ref']!r})" if isinstance(table.get("ref"), str) else "")
+        ref_note = f" (ref {table['ref']!r})" if isinstance(table.get("ref"), str) else ""
+        label = f"{where}: [[base]] #{number}{ref_note}"
         _check_keys(label, table, _BASE_KEYS, _BASE_REQUIRED,
                     "add `{key} = ...` to that [[base]] (patches: ordered format-patch file names)")
         if "commit" in table and not _SHA.fullmatch(table["commit"]):

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import re
-import shutil
-import subprocess
 import uuid
 from pathlib import Path
 
@@ -13,7 +11,6 @@ import pytest
 
 from conftest import AUTHOR, export_series, git
 from harness import cli
-from harness.paths import cache_dir
 from harness.series import load_series, series_hash
 from harness.upstream import checkout, worktrees
 
@@ -300,7 +297,7 @@ def test_debian_check_apply_refresh_and_stale(debian_archive, debian_project, pr
     # stale on purpose: the context line of the .mm hunk no longer exists at v2.6.0
     patch = next((project / "patches" / name / "v2.6.0").glob("0001-*.patch"))
     text = patch.read_text()
-    patch.write_text(text.replace("bool use_metal_mm(const Tensor& self", "bool use_metal_mm_renamed(const Tensor& self"))
+    patch.write_text(text.replace("bool use_metal_mm(const Tensor& self", "bool use_metal_mm_gone(const Tensor& self"))
     heads = [git(t, "rev-parse", "HEAD") for t in (stock, patched)]
     rc, out = _run(capsys, "check", *common)
     assert rc == 1
