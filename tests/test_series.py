@@ -65,6 +65,43 @@ def test_series_hash_is_sha256_of_patch_bytes_in_order(tiny_upstream, project):
     assert series.env == ("DEMO_ENV",) and series.upstream == str(tiny_upstream)
 
 
+def test_full_contract_manifest_loads(project):
+    """Every key of the shared series contract, as the real MPS series uses them."""
+    folder = project / "patches" / "mps-gemm-prefer-fast-math"
+    (folder / "v2.6.0-src").mkdir(parents=True)
+    (folder / "v2.6.0-src" / "0001-mps-gemm.patch").write_text("From 0 Mon Sep 17 00:00:00 2001\n")
+    sha = "a" * 40
+    (folder / "series.toml").write_text(f"""\
+name = "mps-gemm-prefer-fast-math"
+title = "MPS: PYTORCH_MPS_GEMM_PREFER_FAST_MATH lets GEMM keep MPSGraph under PREFER_METAL"
+upstream = "https://github.com/pytorch/pytorch.git"
+related = ["https://github.com/pytorch/pytorch/pull/167424"]
+env = ["PYTORCH_MPS_GEMM_PREFER_FAST_MATH"]
+
+[[base]]
+ref = "v2.6.0"
+commit = "{sha}"
+dir = "v2.6.0-src"
+patches = ["0001-mps-gemm.patch"]
+files = ["aten/src/ATen/native/mps/operations/LinearAlgebra.mm"]
+notes = "free text"
+[[base.read]]
+path = "aten/src/ATen/native/mps/operations/LinearAlgebra.mm"
+commit = "{sha}"
+
+[evidence]
+mps = ["vanilla", "fast_math", "prefer_metal", "fast_math+prefer_metal", "all"]
+""")
+    series = load_series("mps-gemm-prefer-fast-math")
+    entry = series.base("v2.6.0")
+    assert entry.commit == sha and entry.dir == "v2.6.0-src" and entry.notes == "free text"
+    assert entry.read == ({"path": "aten/src/ATen/native/mps/operations/LinearAlgebra.mm", "commit": sha},)
+    assert series.related == ("https://github.com/pytorch/pytorch/pull/167424",)
+    assert series.evidence["mps"][-1] == "all"
+    assert series.patch_paths(entry) == [folder.resolve() / "v2.6.0-src" / "0001-mps-gemm.patch"]
+    assert load_series(folder / "series.toml").name == series.name  # a path works too
+
+
 # ------------------------------------------------------------------------------- operations, tiny
 def _work_clean(project: Path, base: str = "v1") -> list[str]:
     out = []
