@@ -30,7 +30,6 @@ import json
 import os
 import re
 import shlex
-import shutil
 import sys
 import tempfile
 import tomllib
@@ -181,7 +180,7 @@ def load_series(spec: str | Path) -> Series:
         SeriesError: unreadable TOML, unknown/missing/mistyped key, name != folder name, bad SHA,
             duplicate base ref, a patch file absent. The line names the file and the offending key.
     """
-    folder = find_series(spec)
+    folder = find_series(spec).resolve()
     manifest = folder / MANIFEST
     where = _show(manifest)
     try:
@@ -201,7 +200,8 @@ def load_series(spec: str | Path) -> Series:
         raise SeriesError(f"{where}: key 'base' must be one or more [[base]] tables", "add a [[base]] table")
     bases: list[Base] = []
     for number, table in enumerate(data["base"], start=1):
-        label = f"{where}: [[base]] #{number}" + (f" (ref {table['ref']!r})" if isinstance(table.get("ref"), str) else "")
+        ref_note = f" (ref {table['ref']!r})" if isinstance(table.get("ref"), str) else ""
+        label = f"{where}: [[base]] #{number}{ref_note}"
         _check_keys(label, table, _BASE_KEYS, _BASE_REQUIRED,
                     "add `{key} = ...` to that [[base]] (patches: ordered format-patch file names)")
         if "commit" in table and not _SHA.fullmatch(table["commit"]):
@@ -327,11 +327,12 @@ def resolve_context(args: argparse.Namespace, *, need_series: bool = True) -> Co
     return Context(series, upstream, base, entry)
 
 
-def _check_pin(co: Checkout, entry: Base) -> None:
-    if entry.commit and co.upstream.kind == "git" and entry.commit != co.commit:
-        raise SeriesError(f"base {entry.ref!r} is {co.commit} upstream but series.toml pins commit {entry.commit}",
+def _check_pin(kind: str, commit: str, entry: Base) -> None:
+    """Raise when a git upstream's base commit differs from the ``commit`` pinned in series.toml."""
+    if entry.commit and kind == "git" and entry.commit != commit:
+        raise SeriesError(f"base {entry.ref!r} is {commit} upstream but series.toml pins commit {entry.commit}",
                           "the ref moved upstream: rebase the series onto it, or fix the pin")
-    if entry.commit and co.upstream.kind == "archive":
+    if entry.commit and kind == "archive":
         progress.note(f"series: pinned commit of {entry.ref} not checked (archive upstream has its own import commit)")
 
 
@@ -373,7 +374,9 @@ def _failing_hunks(store: Path, env: dict[str, str], patch: Path, tmp: Path) -> 
             result = git_run(store, "apply", "--cached", "--check", "--recount", str(probe), env=env, check=False)
             if result.rc != 0:
                 head = hunk.splitlines()[0]
-                failures.append(f"{name}: hunk #{number} `{head}` does not apply")
+                ranges, _, context = head.partition(" @@")
+                shown = f"{ranges} @@" + (f" {context.strip()[:48]}" if context.strip() else "")
+                failures.append(f"{name}: hunk #{number} `{shown}` does not apply")
     return failures
 
 
@@ -646,7 +649,7 @@ def _context_checkout(args: argparse.Namespace) -> tuple[Series, Base, Checkout]
     ctx = resolve_context(args)
     assert ctx.series is not None and ctx.entry is not None
     co = checkout(ctx.upstream, ctx.base, args.workdir, ctx.series.name)
-    _check_pin(co, ctx.entry)
+    _check_pin(co.upstream.kind, co.commit, ctx.entry)
     return ctx.series, ctx.entry, co
 
 
@@ -663,6 +666,7 @@ def run_check(args: argparse.Namespace) -> int:
     assert ctx.series is not None and ctx.entry is not None
     upstream = open_upstream(ctx.upstream, ref=ctx.base)
     commit = resolve_commit(upstream.store, ctx.base, source=ctx.upstream)
+    _check_pin(upstream.kind, commit, ctx.entry)
     results = check_series(ctx.series, ctx.entry, upstream.store, commit)
     for item in results:
         note = {"ok": "applies", "3way": "applies only with 3-way merge", "not-checked": "not checked (an earlier "

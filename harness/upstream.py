@@ -198,13 +198,14 @@ def _mirror(url: str, ref: str | None) -> Upstream:
         tmp = Path(tempfile.mkdtemp(prefix=f".{store.name}.", dir=mirrors))
         progress.note(f"upstream: cloning {url} into {store} (once; later runs fetch incrementally)")
         started = time.monotonic()
+        feed = None
         try:
             with progress.task(f"clone {url}") as bar:
-                git.Repo.clone_from(url, tmp, bare=True, progress=_GitProgress(bar, "clone"),
-                                    env={**_NO_PROMPT})
+                feed = _GitProgress(bar, "clone")
+                git.Repo.clone_from(url, tmp, bare=True, progress=feed, env={**_NO_PROMPT})
         except git.GitCommandError as exc:
             shutil.rmtree(tmp, ignore_errors=True)
-            reason = GitResult(exc.status or 1, "", str(exc.stderr or "")).last_line().strip("'\" ")
+            reason = _reason(exc, feed)
             raise UpstreamError(f"cannot clone upstream {url}: {reason}",
                                 "check the URL and the network, or pass --upstream PATH "
                                 "(a local clone or mirror, or a source archive)") from None
@@ -225,18 +226,31 @@ def _needs_fetch(store: Path, ref: str) -> bool:
 
 def _fetch(store: Path, url: str, *, required: bool) -> None:
     progress.note(f"upstream: fetching {url} (incremental)")
+    feed = None
     try:
         with progress.task(f"fetch {url}") as bar:
+            feed = _GitProgress(bar, "fetch")
             repo = git.Repo(store)
             with repo.git.custom_environment(**_NO_PROMPT):
-                repo.remote("origin").fetch(progress=_GitProgress(bar, "fetch"))
+                repo.remote("origin").fetch(progress=feed)
     except (git.GitCommandError, ValueError) as exc:
-        reason = str(getattr(exc, "stderr", "") or exc).strip().splitlines()[-1:] or ["fetch failed"]
+        reason = _reason(exc, feed)
         if required:
-            raise UpstreamError(f"cannot fetch upstream {url}: {reason[0].strip()}",
+            raise UpstreamError(f"cannot fetch upstream {url}: {reason}",
                                 "check the URL and the network, or pass --upstream PATH "
                                 "(a local clone or mirror, or a source archive)") from None
-        progress.note(f"upstream: warning: fetch from {url} failed ({reason[0].strip()}); using the cached mirror")
+        progress.note(f"upstream: warning: fetch from {url} failed ({reason}); using the cached mirror")
+
+
+def _reason(exc: Exception, feed: "_GitProgress | None") -> str:
+    """git's own last error line of a failed clone/fetch (the progress parser keeps stderr's error lines)."""
+    lines = list(getattr(feed, "error_lines", []) or []) + list(getattr(feed, "other_lines", []) or [])
+    lines += str(getattr(exc, "stderr", "") or "").splitlines()
+    for line in lines:
+        text = line.strip().strip("'\" ")
+        if text.startswith(("fatal:", "error:")):
+            return text
+    return f"git exited with status {getattr(exc, 'status', '?')}"
 
 
 # -------------------------------------------------------------------------------------- archives

@@ -50,8 +50,9 @@ def project(tmp_path, monkeypatch) -> Path:
 
 @pytest.fixture
 def tiny_upstream(tmp_path) -> Path:
-    """A small upstream repository with tags ``v1``, ``v2`` (moves a.txt far from the series' hunk)
-    and ``v3`` (rewrites the line the series edits: a rebase conflict), plus a branch ``feature``
+    """A small upstream repository with tags ``v1``, ``v2`` (moves a.txt far from the series' hunk),
+    ``v3`` (rewrites the line the series edits: a rebase conflict) and ``v4`` (edits a context line of
+    the series' hunk: only a 3-way merge applies it), plus a branch ``feature``
     from v1 with two commits (a.txt line 5; docs/b.md) that tests export as a patch series.
     """
     repo = tmp_path / "upstream"
@@ -78,6 +79,11 @@ def tiny_upstream(tmp_path) -> Path:
                                 .replace("line 5\n", "line 5 rewritten upstream\n"))
     git(repo, "commit", "-q", "-am", "v3: upstream rewrites line 5")
     git(repo, "tag", "v3")
+    git(repo, "checkout", "-q", "-b", "context", "v1")
+    (repo / "a.txt").write_text(_lines(40).replace("line 3\n", "line 3 context moved\n"))
+    git(repo, "commit", "-q", "-am", "v4: upstream edits the series' context, not its line")
+    git(repo, "tag", "v4")
+    git(repo, "checkout", "-q", "main")
     return repo
 
 

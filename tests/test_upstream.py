@@ -60,6 +60,18 @@ def test_branch_base_fetches_incrementally(tiny_upstream, isolated_cache, tmp_pa
     assert second.commit == moved != first.commit
 
 
+def test_warm_cache_works_offline_when_fetch_fails(tiny_upstream, isolated_cache, tmp_path, capsys):
+    first = checkout(str(tiny_upstream), "main", tmp_path / "work", None)
+    # the upstream becomes unreachable: a branch base is fetched, the fetch fails, the cached commit is used
+    git(first.upstream.store, "remote", "set-url", "origin", str(tmp_path / "nowhere"))
+    again = checkout(str(tiny_upstream), "main", tmp_path / "work", None)
+    assert again.commit == first.commit and not again.upstream.created
+    assert "warning: fetch from" in capsys.readouterr().err
+    # a ref the cache does not have is an error naming the upstream, in one line
+    with pytest.raises(UpstreamError, match="cannot fetch upstream"):
+        checkout(str(tiny_upstream), "not-cached", tmp_path / "work2", None)
+
+
 def test_missing_base_ref_is_one_line(tiny_upstream, isolated_cache, tmp_path, capsys):
     rc = cli.main(["checkout", "--upstream", str(tiny_upstream), "--base", "nope", "--workdir", str(tmp_path / "w")])
     errors = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("error:")]
@@ -77,6 +89,7 @@ def test_unreachable_url_is_one_line(isolated_cache, tmp_path, capsys):
     assert len([ln for ln in err if ln.startswith("error:")]) == 1
     line = err[-1]
     assert url in line and "--upstream PATH" in line
+    assert "fatal: unable to access" in line  # git's own reason, not a bare exit status
     assert not list((isolated_cache / "mirrors").glob("*.git"))  # no half clone left behind
 
 
