@@ -800,6 +800,13 @@ def _apply_series_in_tree(tree: Path, patches: Sequence[Path], *, reverse: bool 
 def build_wheel(plan: BuildPlan, dist_dir: Path | None = None, *, force: bool = False) -> BuildResult:
     """Run one build: preflight, build venv, the base's command, log, manifest.
 
+    Incremental (``plan.incremental``): the series is ``git apply``-ed to the already-built stock
+    tree, the same command rebuilds in its build directory (only translation units whose sources
+    changed recompile), and the series is reverted afterwards (even on failure). The label change
+    costs PyTorch no recompiles: CMake takes only major.minor.patch of ``PYTORCH_BUILD_VERSION``
+    into ``torch/version.h`` (``caffe2_parse_version_str``, v2.6.0 CMakeLists.txt), the same for
+    both labels. A later stock rebuild recompiles the units the series touched.
+
     Args:
         plan: from :func:`plan_build`.
         dist_dir: default ``plan.dist_dir``.

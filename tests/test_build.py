@@ -496,3 +496,47 @@ def test_cli_build_patched_of_debian_archive_stops_before_compiling(debian_archi
     assert rc == 2 and len(errors) == 1 and err[-1] == errors[0]
     assert "lacks its git submodules" in errors[0] and "pytorch-v2.6.0.tar.gz" in errors[0]
     assert not (tmp_path / "dist").exists()  # stopped before any build step: no log, no wheel
+
+
+def _fake_torch_wheel(out: Path, version: str, mps_built: bool) -> Path:
+    """A pure-Python wheel named torch whose ``backends.mps.is_built()`` returns ``mps_built``."""
+    import base64
+    import hashlib
+    import zipfile
+
+    name = f"torch-{version}-py3-none-any.whl"
+    info = f"torch-{version}.dist-info"
+    files = {
+        "torch/__init__.py": f"__version__ = {version!r}\nfrom torch import backends\n",
+        "torch/backends/__init__.py": "from torch.backends import mps\n",
+        "torch/backends/mps/__init__.py": f"def is_built():\n    return {mps_built}\n",
+        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: torch\nVersion: {version}\n",
+        f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+        f"{info}/top_level.txt": "torch\n",
+    }
+    record = []
+    for path, text in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
+        record.append(f"{path},sha256={digest},{len(text.encode())}")
+    record.append(f"{info}/RECORD,,")
+    files[f"{info}/RECORD"] = "\n".join(record) + "\n"
+    wheel = out / name
+    with zipfile.ZipFile(wheel, "w") as zf:
+        for path, text in files.items():
+            zf.writestr(path, text)
+    return wheel
+
+
+@pytest.mark.slow
+def test_verify_requires_mps_on_macos(tmp_path):
+    version = "2.6.0+stock.924a857c"
+    (tmp_path / "off").mkdir()
+    (tmp_path / "on").mkdir()
+    without = _fake_torch_wheel(tmp_path / "off", version, mps_built=False)
+    with pytest.raises(b.VerifyError) as info:
+        b.verify_wheel(without, version, platform="macos-arm64")
+    assert "torch.backends.mps.is_built() is False" in info.value.line() and "\n" not in info.value.line()
+    assert b.verify_wheel(without, version, platform="linux-cpu").mps_built is False  # not required off macOS
+    with_mps = _fake_torch_wheel(tmp_path / "on", version, mps_built=True)
+    result = b.verify_wheel(with_mps, version, platform="macos-arm64")
+    assert result.mps_built is True and result.version == version
