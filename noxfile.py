@@ -19,9 +19,9 @@ PYTHON = False  # use the interpreter nox runs under unless a session says other
 TEST_TORCH = "torch==2.13.0"
 
 
-def _harness(session: nox.Session, command: str) -> None:
+def _harness(session: nox.Session, command: str, *args: str) -> None:
     session.install("-e", ".")
-    session.run("python", "-m", "harness", command, *session.posargs)
+    session.run("python", "-m", "harness", command, *args, *session.posargs)
 
 
 @nox.session
@@ -29,6 +29,48 @@ def tests(session: nox.Session) -> None:
     """The toolkit's own tests (pytest)."""
     session.install("-e", ".[test]", TEST_TORCH)
     session.run("python", "-m", "pytest", *(session.posargs or ["-q"]))
+
+
+@nox.session
+def checkout(session: nox.Session) -> None:
+    """Upstream (git URL, path or source archive) -> stock and patched worktrees at --base."""
+    _harness(session, "checkout")
+
+
+@nox.session
+def check(session: nox.Session) -> None:
+    """Does the patch series apply at the base? Names each failing file and hunk."""
+    _harness(session, "check")
+
+
+@nox.session
+def apply(session: nox.Session) -> None:
+    """git am --3way the patch series into the patched worktree, one commit per patch."""
+    _harness(session, "apply")
+
+
+@nox.session
+def refresh(session: nox.Session) -> None:
+    """Write the patched worktree's commits back as the patch series (stable bytes)."""
+    _harness(session, "refresh")
+
+
+@nox.session
+def rebase(session: nox.Session) -> None:
+    """Carry the patch series onto --onto REF with 3-way merge; success adds a [[base]] variant."""
+    _harness(session, "rebase")
+
+
+@nox.session
+def build_stock(session: nox.Session) -> None:
+    """Wheel of the base (stock worktree) into dist/, verified in a fresh venv."""
+    _harness(session, "build", "--kind", "stock")
+
+
+@nox.session
+def build_patched(session: nox.Session) -> None:
+    """Wheel of base + series (patched worktree, or --incremental in the stock tree), verified."""
+    _harness(session, "build", "--kind", "patched")
 
 
 @nox.session

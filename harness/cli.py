@@ -23,6 +23,12 @@ from harness.errors import HarnessError, UsageError
 
 #: command -> (module, one-line help). Keep sorted by pipeline order.
 COMMANDS: dict[str, tuple[str, str]] = {
+    "checkout": ("harness.upstream", "clone/import the upstream; create stock and patched worktrees at a base ref"),
+    "check": ("harness.series", "does the patch series apply at the base? (worktrees untouched)"),
+    "apply": ("harness.series", "git am --3way the patch series into the patched worktree"),
+    "refresh": ("harness.series", "write the patched worktree's commits back as the patch series"),
+    "rebase": ("harness.series", "carry the patch series onto another base ref (3-way); add a base variant"),
+    "build": ("harness.build", "wheel of the stock or patched worktree (--kind), one configuration, verified"),
     "bench": ("harness.runner", "checks + microbenchmarks of one build under its env configs"),
     "compare": ("harness.runner", "A/B: checks + microbenchmarks of stock vs patched builds"),
     "report": ("harness.report", "re-render report.md from a results directory"),

@@ -1,0 +1,1268 @@
+"""Wheel builds of a base and of base + patch series: one configuration, two labels, verified.
+
+The two builds of an A/B (``stock`` and ``patched``) share ONE build configuration: the same
+platform environment, build type, job count, compiler launcher, build requirements and command.
+Only the source differs (the series applied) and the local version label, so that pip can
+never confuse the two wheels:
+
+- stock:   ``X+stock.<base sha8>``
+- patched: ``X+<series>.<series hash8>``
+
+where ``X`` is the base's ``version.txt`` normalised to its release (``2.6.0a0`` -> ``2.6.0``)
+and the label is written in PEP 440 normal form (``packaging``: ``-`` becomes ``.``), so the
+wheel's file name, its metadata and ``module.__version__`` all carry the same string.
+PyTorch reads the version from ``PYTORCH_BUILD_VERSION`` (and asserts ``PYTORCH_BUILD_NUMBER``
+is set; a number > 1 appends ``.postN``): ``tools/generate_torch_version.py`` of v2.6.0,
+``get_torch_version``. :func:`version_env` checks that the base reads that variable.
+
+Pipeline of one build (:func:`build_wheel`): preflight (submodules, compiler, CMake, free disk)
+-> dedicated build virtual environment with the base's build requirements (``pyproject.toml``
+``[build-system] requires`` + ``requirements.txt``) -> the base's own build command (PEP 517:
+``python -m pip wheel . --no-build-isolation --no-deps -v``; in-tree, so the CMake build
+directory survives for ``--incremental``) -> the full log to a file -> a build manifest JSON
+beside the wheel. A build whose inputs equal an existing manifest's is skipped.
+
+:func:`verify_wheel` installs a wheel into a fresh virtual environment and checks that it imports,
+that its version carries the label, that MPS is built (macOS), and that its compiled libraries
+contain (patched) or lack (stock) the series' marker strings.
+
+Everything here uses the standard library, ``packaging``, and git through
+:func:`harness.upstream.git_run`. Commands are argument lists, never shell strings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime as _dt
+import hashlib
+import json
+import os
+import platform as _platform
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import tomllib
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Mapping, Sequence
+
+from harness import progress
+from harness.errors import BuildError, UsageError
+from harness.fsutil import atomic_write_json, exclusive_lock, sha256_file
+from harness.paths import cache_dir, slug
+
+PLATFORMS = ("macos-arm64", "linux-cpu", "linux-cuda")
+KINDS = ("stock", "patched")
+BUILD_TYPES = ("Release", "RelWithDebInfo", "Debug", "MinSizeRel")
+
+#: Apple-silicon floor: macOS 11.0 is the first release that runs on arm64, and PyTorch's own
+#: arm64 wheels are tagged ``macosx_11_0_arm64`` (``.ci/wheel/build_wheel.sh``, ``mac_version``).
+MACOS_ARM64_FLOOR = "11.0"
+
+#: Default ``TORCH_CUDA_ARCH_LIST`` (our choice, override with ``--env``): compute capabilities
+#: 8.0 (A100), 8.6 (RTX 30xx/A10), 8.9 (L4/RTX 40xx), 9.0 (H100/H200). PyTorch's release wheels
+#: list more (back to 5.0) at several times the compile time.
+DEFAULT_CUDA_ARCH_LIST = "8.0;8.6;8.9;9.0"
+
+#: Version variable the base must read (PyTorch: ``tools/generate_torch_version.py``).
+VERSION_ENV = "PYTORCH_BUILD_VERSION"
+BUILD_NUMBER_ENV = "PYTORCH_BUILD_NUMBER"
+
+#: Free-disk estimates (bytes) a PyTorch build tree + wheel needs, by platform: measured sizes of
+#: a v2.6 ``build/`` directory are ~10 GB (CPU, Release) and ~30 GB (CUDA, 4 archs); these add
+#: headroom for the wheel, the build venv and the compiler cache.
+GIB = 1 << 30
+PYTORCH_DISK_ESTIMATE = {"macos-arm64": 20 * GIB, "linux-cpu": 20 * GIB, "linux-cuda": 50 * GIB}
+#: For other bases: this many times the source tree's size, at least 512 MiB.
+OTHER_DISK_FACTOR = 20
+OTHER_DISK_MIN = 512 << 20
+
+#: Lines of the log shown on failure.
+TAIL_LINES = 40
+
+#: A compile step in a CMake-generated build's output (Ninja ``[3/9] Building CXX object x.o``
+#: or Makefiles ``[ 50%] Building CXX object x.o``).
+_COMPILE_LINE = re.compile(r"Building (?:C|CXX|OBJC|OBJCXX|CUDA|HIP) object (\S+)")
+#: Cause-line patterns, most specific first: compiler diagnostics, CMake, ninja/make, Python, pip.
+_CAUSE_PATTERNS = tuple(
+    re.compile(p)
+    for p in (
+        r"(fatal )?error:",
+        r"CMake Error",
+        r"^FAILED:|\*\*\* \[",
+        r"^\w*(Error|Exception)\b",
+        r"^error:|^ERROR:",
+    )
+)
+_ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+# --------------------------------------------------------------------------------------------
+# Series reference (what a build needs to know of a patch series)
+
+
+@dataclass(frozen=True)
+class SeriesRef:
+    """The part of a patch series a build needs.
+
+    Attributes:
+        name: series name (``patches/<name>/``), used in the patched local version label.
+        patches: the base's patch files, in order (``git format-patch`` files).
+        markers: strings the patched binary must contain (``series.toml`` ``env``).
+        files: upstream paths the series touches (``[[base]] files``); decides where markers are checked.
+    """
+
+    name: str
+    patches: tuple[Path, ...]
+    markers: tuple[str, ...] = ()
+    files: tuple[str, ...] = ()
+
+    @property
+    def hash(self) -> str:
+        """sha256 (hex) over the patch files' bytes in order (docs: series_schema "series hash")."""
+        digest = hashlib.sha256()
+        for patch in self.patches:
+            digest.update(Path(patch).read_bytes())
+        return digest.hexdigest()
+
+
+# --------------------------------------------------------------------------------------------
+# Pure parts: platform environments, overrides, labels
+
+
+def parse_env_overrides(items: Iterable[str]) -> dict[str, str]:
+    """``["KEY=VALUE", ...]`` -> dict, later keys win.
+
+    Raises:
+        UsageError: an item without ``=`` or with a key that is not an environment variable name.
+    """
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not _ENV_KEY.match(key):
+            raise UsageError(f"malformed --env {item!r}", "write --env KEY=VALUE, KEY a shell variable name")
+        out[key] = value
+    return out
+
+
+def platform_env(
+    platform: str,
+    *,
+    jobs: int,
+    build_type: str = "Release",
+    macos_deployment_target: str = MACOS_ARM64_FLOOR,
+    cuda_arch_list: str = DEFAULT_CUDA_ARCH_LIST,
+    launcher: str | None = None,
+) -> dict[str, str]:
+    """The build environment variables of one platform (a pure function).
+
+    Variables follow PyTorch's build (``setup.py`` header; ``tools/setup_helpers/cmake.py`` passes
+    every ``BUILD_*``, ``USE_*`` and ``CMAKE_*`` variable to CMake as ``-D``; ``MAX_JOBS`` caps the
+    compile jobs; ``CMAKE_BUILD_TYPE`` wins over ``DEBUG``/``REL_WITH_DEB_INFO``).
+
+    Args:
+        platform: one of :data:`PLATFORMS`.
+        jobs: parallel compile jobs (``MAX_JOBS``), >= 1.
+        build_type: CMake build type, one of :data:`BUILD_TYPES`.
+        macos_deployment_target: ``MACOSX_DEPLOYMENT_TARGET`` (macOS only), see :func:`macos_deployment_target`.
+        cuda_arch_list: ``TORCH_CUDA_ARCH_LIST`` (linux-cuda only).
+        launcher: compiler cache program (``ccache``/``sccache``) for ``CMAKE_<LANG>_COMPILER_LAUNCHER``.
+
+    Raises:
+        UsageError: unknown platform or build type, jobs < 1.
+    """
+    if platform not in PLATFORMS:
+        raise UsageError(f"unknown platform {platform!r}", f"choose one of: {', '.join(PLATFORMS)}")
+    if build_type not in BUILD_TYPES:
+        raise UsageError(f"unknown build type {build_type!r}", f"choose one of: {', '.join(BUILD_TYPES)}")
+    if jobs < 1:
+        raise UsageError(f"--jobs {jobs} is below 1", "give a positive number of compile jobs")
+    env = {"MAX_JOBS": str(jobs), "CMAKE_BUILD_TYPE": build_type, "BUILD_TEST": "0", "USE_ROCM": "0"}
+    languages = ["C", "CXX"]
+    if platform == "macos-arm64":
+        env.update(
+            USE_MPS="1",
+            USE_CUDA="0",
+            CMAKE_OSX_ARCHITECTURES="arm64",
+            MACOSX_DEPLOYMENT_TARGET=macos_deployment_target,
+        )
+        languages += ["OBJC", "OBJCXX"]  # the MPS backend is Objective-C++ (.mm)
+    elif platform == "linux-cpu":
+        env.update(USE_CUDA="0", USE_MPS="0")
+    else:  # linux-cuda
+        env.update(USE_CUDA="1", USE_MPS="0", TORCH_CUDA_ARCH_LIST=cuda_arch_list)
+        languages += ["CUDA"]
+    if launcher:
+        env.update({f"CMAKE_{lang}_COMPILER_LAUNCHER": launcher for lang in languages})
+    return env
+
+
+def host_platform() -> str:
+    """The platform of this machine: ``macos-arm64`` on Apple silicon, else ``linux-cpu``.
+
+    ``linux-cuda`` is never guessed; ask for it with ``--platform linux-cuda``.
+    """
+    if sys.platform == "darwin" and _platform.machine() == "arm64":
+        return "macos-arm64"
+    return "linux-cpu"
+
+
+def find_launcher() -> str | None:
+    """The compiler cache on PATH: ``ccache`` first, then ``sccache``; None when neither is installed."""
+    for name in ("ccache", "sccache"):
+        if shutil.which(name):
+            return name
+    return None
+
+
+def base_release(source_dir: Path) -> str:
+    """``version.txt`` of the base normalised to its release (``2.6.0a0`` -> ``2.6.0``).
+
+    Raises:
+        BuildError: version.txt missing or not a PEP 440 version.
+    """
+    from packaging.version import InvalidVersion, Version
+
+    path = Path(source_dir) / "version.txt"
+    try:
+        return Version(path.read_text().strip()).base_version
+    except OSError:
+        raise BuildError(f"{path} is missing", "point --source/--upstream at the base's source root") from None
+    except InvalidVersion:
+        raise BuildError(f"{path} is not a PEP 440 version", "check the base's version.txt") from None
+
+
+def _hex_segment(digest: str) -> str:
+    """First 8 hex digits as a local-label segment. An all-digit prefix with a leading zero would
+    lose the zero in PEP 440 normal form (numeric segments are integers), so it gets git's ``g``
+    prefix (``01234567`` -> ``g01234567``); every other prefix is kept as is."""
+    head = digest[:8].lower()
+    return f"g{head}" if head.isdigit() and head.startswith("0") else head
+
+
+def local_version(
+    release: str,
+    kind: str,
+    *,
+    base_sha: str | None = None,
+    series: SeriesRef | None = None,
+    series_hash: str | None = None,
+) -> str:
+    """The version with its local label, in PEP 440 normal form.
+
+    stock: ``<release>+stock.<base_sha[:8]>``; patched: ``<release>+<series.name>.<series hash[:8]>``
+    (``-`` in the series name becomes ``.``, as pip would normalise it; see :func:`_hex_segment`
+    for the one case where the 8 hex digits get a ``g`` prefix).
+
+    Raises:
+        BuildError: the result is not a valid PEP 440 version with a local label.
+    """
+    from packaging.version import InvalidVersion, Version
+
+    if kind == "stock":
+        if not base_sha:
+            raise BuildError("a stock label needs the base commit SHA", "build from a git worktree of the base")
+        raw = f"{release}+stock.{_hex_segment(base_sha)}"
+    elif kind == "patched":
+        if series is None:
+            raise BuildError("a patched build needs a patch series", "pass --series NAME")
+        raw = f"{release}+{series.name}.{_hex_segment(series_hash or series.hash)}"
+    else:
+        raise UsageError(f"unknown kind {kind!r}", "choose stock or patched")
+    try:
+        version = Version(raw)
+    except InvalidVersion:
+        raise BuildError(
+            f"{raw!r} is not a valid PEP 440 version", "rename the series to letters, digits and '-'"
+        ) from None
+    if not version.local:
+        raise BuildError(f"{raw!r} has no local version label", "report this as a harness bug")
+    return str(version)
+
+
+def version_env(source_dir: Path | None, version: str) -> dict[str, str]:
+    """The variables through which the base takes its build version.
+
+    The base must read :data:`VERSION_ENV` (PyTorch: ``tools/generate_torch_version.py``); it
+    asserts :data:`BUILD_NUMBER_ENV` is set, and a build number > 1 would append ``.postN``,
+    so it is ``0`` (as PyTorch's own ``OVERRIDE_PACKAGE_VERSION`` path does).
+
+    Raises:
+        BuildError: the base's setup.py / tools/*.py never mention :data:`VERSION_ENV`.
+    """
+    if source_dir is not None:
+        root = Path(source_dir)
+        candidates = [root / "setup.py", *sorted((root / "tools").glob("*.py"))]
+        if not any(p.is_file() and VERSION_ENV in p.read_text(errors="replace") for p in candidates):
+            raise BuildError(
+                f"{root} does not read {VERSION_ENV} (setup.py, tools/*.py)",
+                "the local version label cannot be set; build a base that takes its version from that variable",
+            )
+    return {VERSION_ENV: version, BUILD_NUMBER_ENV: "0"}
+
+
+_DEPLOYMENT_RE = re.compile(r"(?:MACOSX_DEPLOYMENT_TARGET\s*=\s*|CMAKE_OSX_DEPLOYMENT_TARGET\s+\"?)(\d+(?:\.\d+)*)")
+
+
+def macos_deployment_target(source_dir: Path | None) -> tuple[str, str]:
+    """``MACOSX_DEPLOYMENT_TARGET`` for an arm64 build of this base, and where it came from.
+
+    Reads the base's wheel-build files (``.ci/wheel/build_wheel.sh``, ``setup.py``,
+    ``CMakeLists.txt``, ``cmake/*.cmake`` except iOS) for a deployment target, and raises it to
+    :data:`MACOS_ARM64_FLOOR` (PyTorch v2.6's script sets 10.15, and tags arm64 wheels 11.0).
+    The Debian v2.6.0 tree has no ``.ci/`` and sets none, which gives the floor.
+
+    Returns:
+        (version string, one-line provenance).
+    """
+    from packaging.version import Version
+
+    found: list[tuple[str, str]] = []
+    if source_dir is not None:
+        root = Path(source_dir)
+        files = [root / ".ci/wheel/build_wheel.sh", root / "setup.py", root / "CMakeLists.txt"]
+        files += [p for p in sorted((root / "cmake").glob("*.cmake")) if "ios" not in p.name.lower()]
+        for path in files:
+            if not path.is_file():
+                continue
+            for lineno, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+                if line.lstrip().startswith("#"):
+                    continue
+                match = _DEPLOYMENT_RE.search(line)
+                if match:
+                    found.append((match.group(1), f"{path.relative_to(root)}:{lineno}"))
+    if not found:
+        return MACOS_ARM64_FLOOR, "base sets no deployment target; arm64 floor 11.0"
+    value, where = max(found, key=lambda item: Version(item[0]))
+    if Version(value) < Version(MACOS_ARM64_FLOOR):
+        return MACOS_ARM64_FLOOR, f"base sets {value} ({where}); raised to the arm64 floor 11.0"
+    return value, f"base sets {value} ({where})"
+
+
+def compiles_on(path: str, platform: str) -> bool:
+    """Whether ``platform``'s build compiles the upstream file ``path`` (so its markers can be checked).
+
+    Objective-C(++) files (``.mm``/``.m``) and ``/mps/`` sources compile only on macOS; CUDA
+    sources (``.cu``/``.cuh``, ``/cuda/``) only on linux-cuda; other files everywhere.
+    """
+    lower = path.lower()
+    if lower.endswith((".mm", ".m", ".metal")) or "/mps/" in lower:
+        return platform == "macos-arm64"
+    if lower.endswith((".cu", ".cuh")) or "/cuda/" in lower:
+        return platform == "linux-cuda"
+    return True
+
+
+# --------------------------------------------------------------------------------------------
+# Reading the base's build convention
+
+
+def build_requirements(source_dir: Path) -> tuple[str, ...]:
+    """The base's build requirements: ``pyproject.toml`` ``[build-system] requires`` then
+    ``requirements.txt`` (comments and blank lines dropped; environment markers kept), deduplicated.
+
+    Raises:
+        BuildError: pyproject.toml cannot be parsed.
+    """
+    root = Path(source_dir)
+    reqs: list[str] = []
+    pyproject = root / "pyproject.toml"
+    if pyproject.is_file():
+        try:
+            data = tomllib.loads(pyproject.read_text())
+        except tomllib.TOMLDecodeError as exc:
+            raise BuildError(f"{pyproject}: {exc}", "fix the base's pyproject.toml") from None
+        reqs += list(data.get("build-system", {}).get("requires", []))
+    requirements = root / "requirements.txt"
+    if requirements.is_file():
+        for line in requirements.read_text().splitlines():
+            line = line.split("#", 1)[0].strip()
+            if line and not line.startswith("-"):
+                reqs.append(line)
+    seen: dict[str, None] = {}
+    for req in reqs:
+        seen.setdefault(req, None)
+    return tuple(seen)
+
+
+def build_command(source_dir: Path, python: str, dist_dir: Path) -> tuple[str, ...]:
+    """The base's own wheel-build command.
+
+    A ``pyproject.toml`` with ``[build-system]`` (PyTorch v2.6: setuptools' legacy backend) is
+    built by PEP 517 through pip, without build isolation (the build venv already holds the
+    requirements) and in-tree (pip >= 21.3), so the CMake build directory persists between
+    builds: ``python -m pip wheel <src> --no-build-isolation --no-deps -v -w <dist>``. A base with
+    only ``setup.py`` gets ``python setup.py bdist_wheel -d <dist>`` (PyTorch's ``.ci/wheel`` form).
+
+    Raises:
+        BuildError: the source has neither.
+    """
+    root = Path(source_dir)
+    if (root / "pyproject.toml").is_file() and "build-system" in tomllib.loads((root / "pyproject.toml").read_text()):
+        return (python, "-m", "pip", "wheel", str(root), "--no-build-isolation", "--no-deps", "-v", "-w", str(dist_dir))
+    if (root / "setup.py").is_file():
+        return (python, "setup.py", "bdist_wheel", "-d", str(dist_dir))
+    raise BuildError(
+        f"{root} has neither pyproject.toml [build-system] nor setup.py", "point at the base's source root"
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Preflight
+
+
+def missing_submodules(source_dir: Path) -> list[str]:
+    """Submodules the source lacks (:func:`harness.upstream.missing_submodules`: ``.gitmodules``, or
+    PyTorch's default list for a tree without one, like the Debian tarball)."""
+    from harness.upstream import missing_submodules as upstream_missing
+
+    return list(upstream_missing(Path(source_dir)))
+
+
+def disk_estimate(source_dir: Path, platform: str) -> int:
+    """Free bytes a build of this source needs (see :data:`PYTORCH_DISK_ESTIMATE`, :data:`OTHER_DISK_FACTOR`)."""
+    root = Path(source_dir)
+    if (root / "aten").is_dir() and (root / "torch").is_dir():
+        return PYTORCH_DISK_ESTIMATE[platform]
+    size = 0
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if d not in (".git", "build")]
+        for name in filenames:
+            try:
+                size += os.lstat(os.path.join(dirpath, name)).st_size
+            except OSError:
+                pass
+    return max(OTHER_DISK_MIN, OTHER_DISK_FACTOR * size)
+
+
+def _release_hint(source_dir: Path) -> str:
+    try:
+        release = base_release(source_dir)
+    except BuildError:
+        release = "X.Y.Z"
+    return (
+        f"get a complete source: `git clone --recursive --branch v{release} https://github.com/pytorch/pytorch` "
+        f"or the release tarball pytorch-v{release}.tar.gz from https://github.com/pytorch/pytorch/releases "
+        f"(it includes the submodules), then pass it as --upstream"
+    )
+
+
+def preflight_source(source_dir: Path) -> None:
+    """Refuse a source without its submodules, before anything is installed or compiled.
+
+    Raises:
+        BuildError: one line naming the missing submodules and how to get a complete source.
+    """
+    missing = missing_submodules(source_dir)
+    if missing:
+        shown = ", ".join(missing[:6]) + (f" and {len(missing) - 6} more" if len(missing) > 6 else "")
+        raise BuildError(
+            f"{source_dir} lacks its git submodules ({shown}); it cannot be built", _release_hint(source_dir)
+        )
+
+
+def preflight_tools(plan: "BuildPlan", path: str) -> None:
+    """Refuse to start without a C++ compiler, CMake (on ``path``) or the estimated free disk.
+
+    Raises:
+        BuildError: one line naming what is missing and how to install it.
+    """
+    cxx = plan.env.get("CXX") or os.environ.get("CXX")
+    if not (
+        shutil.which(cxx, path=path) if cxx else any(shutil.which(c, path=path) for c in ("c++", "g++", "clang++"))
+    ):
+        remedy = (
+            "install the Xcode command line tools: `xcode-select --install`"
+            if plan.platform == "macos-arm64"
+            else "install one: `apt-get install -y g++` (Debian/Ubuntu)"
+        )
+        raise BuildError(f"no C++ compiler found ({cxx or 'c++, g++, clang++'} not on PATH)", remedy)
+    if not shutil.which("cmake", path=path):
+        raise BuildError(
+            "cmake not found on PATH or in the build environment",
+            "`python -m pip install cmake` or `apt-get install -y cmake` / `brew install cmake`",
+        )
+    dist = plan.dist_dir if plan.dist_dir.exists() else plan.dist_dir.parent
+    free = shutil.disk_usage(plan.source_dir if plan.source_dir.exists() else dist).free
+    if free < plan.min_free_bytes:
+        raise BuildError(
+            f"only {free / GIB:.1f} GiB free at {plan.source_dir}; a {plan.platform} build of this base needs about "
+            f"{plan.min_free_bytes / GIB:.1f} GiB",
+            "free disk space or build on a larger volume (--workdir)",
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# Plan
+
+
+@dataclass(frozen=True)
+class BuildPlan:
+    """Everything one build needs, computed before anything runs (printed by ``--dry-run``).
+
+    Attributes:
+        source_dir: the tree that is built (stock worktree, patched worktree, or the stock tree
+            with the series applied for ``incremental``).
+        platform, kind, build_type, jobs: the configuration.
+        base_sha: the base commit (40 hex) or None when the source is not a git worktree.
+        series: the patch series (patched builds) or None.
+        version: version with local label, PEP 440 normal form.
+        env: the variables set for the build (platform + version + launcher + ``--env``), not os.environ.
+        requirements: build requirements installed into the build venv.
+        command: the build command, ``{python}`` standing for the build venv's interpreter.
+        dist_dir: where the wheel and its manifest go.
+        incremental: build in ``source_dir`` (the stock tree) with the series applied, reusing its build tree.
+        min_free_bytes: refuse to start below this much free disk.
+        notes: provenance lines (deployment target source, launcher).
+    """
+
+    source_dir: Path
+    platform: str
+    kind: str
+    build_type: str
+    jobs: int
+    base_sha: str | None
+    series: SeriesRef | None
+    version: str
+    env: dict[str, str]
+    requirements: tuple[str, ...]
+    command: tuple[str, ...]
+    dist_dir: Path
+    incremental: bool = False
+    min_free_bytes: int = 0
+    notes: tuple[str, ...] = ()
+
+    def inputs(self, toolchain: Mapping[str, str]) -> dict:
+        """The inputs that decide the wheel (compared to skip identical rebuilds)."""
+        return {
+            "source_dir": str(self.source_dir),
+            "base_sha": self.base_sha,
+            "kind": self.kind,
+            "series": None if self.series is None else {"name": self.series.name, "hash": self.series.hash},
+            "platform": self.platform,
+            "build_type": self.build_type,
+            "version": self.version,
+            "env": dict(sorted(self.env.items())),
+            "requirements": list(self.requirements),
+            "command": list(self.command),
+            "incremental": self.incremental,
+            "toolchain": dict(toolchain),
+        }
+
+    def describe(self) -> str:
+        """Multi-line text for ``--dry-run``: environment and command, exactly as run."""
+        lines = [
+            f"# {self.kind} build, platform {self.platform}, build type {self.build_type}"
+            + (" (incremental, in the stock tree)" if self.incremental else ""),
+            f"# source: {self.source_dir}",
+            f"# base commit: {self.base_sha or 'unknown'}",
+        ]
+        if self.series is not None:
+            lines.append(f"# series: {self.series.name} {self.series.hash[:8]} ({len(self.series.patches)} patches)")
+        lines.append(f"# version: {self.version}")
+        lines += [f"# {note}" for note in self.notes]
+        lines.append(f"# build venv requirements: {shlex.join(self.requirements) or '(none)'}")
+        lines += [f"{key}={shlex.quote(value)}" for key, value in sorted(self.env.items())]
+        python = str(_venv_python(build_venv_path(self.requirements)))
+        lines.append(shlex.join([python if part == "{python}" else part for part in self.command]))
+        return "\n".join(lines)
+
+
+def git_head(source_dir: Path) -> str | None:
+    """The commit SHA checked out in ``source_dir`` (40 hex), or None when it is not a git worktree."""
+    from harness.upstream import git_run
+
+    if not (Path(source_dir) / ".git").exists():
+        return None
+    result = git_run(source_dir, "rev-parse", "HEAD", check=False)
+    return result.out.strip() if result.rc == 0 else None
+
+
+def plan_build(
+    source_dir: Path,
+    platform: str,
+    *,
+    kind: str = "stock",
+    series: SeriesRef | None = None,
+    jobs: int | None = None,
+    env_overrides: Mapping[str, str] | Iterable[str] = (),
+    build_type: str = "Release",
+    dist_dir: Path = Path("dist"),
+    base_sha: str | None = None,
+    incremental: bool = False,
+    launcher: str | None | bool = True,
+) -> BuildPlan:
+    """Compute a build plan (no side effects beyond reading files).
+
+    Args:
+        source_dir: root of the tree to build (has version.txt, pyproject.toml/setup.py).
+        platform: one of :data:`PLATFORMS`.
+        kind: ``stock`` or ``patched`` (patched needs ``series``).
+        jobs: ``MAX_JOBS``; default the CPU count.
+        env_overrides: ``KEY=VALUE`` strings or a mapping; applied last, over everything.
+        base_sha: the base commit; default the HEAD of ``source_dir`` (a patched worktree's HEAD is
+            the series' last commit, so pass the base's SHA there).
+        incremental: patched only: ``source_dir`` is the already-built stock tree.
+        launcher: compiler cache program; True = detect (:func:`find_launcher`), None/False = none.
+
+    Raises:
+        UsageError: bad platform/build type/jobs/--env; incremental for a stock build.
+        BuildError: the source lacks version.txt, a build convention or the version variable.
+    """
+    source_dir = Path(source_dir).resolve()
+    dist_dir = Path(dist_dir).resolve()
+    if kind not in KINDS:
+        raise UsageError(f"unknown kind {kind!r}", "choose stock or patched")
+    if incremental and kind != "patched":
+        raise UsageError("--incremental applies to patched builds only", "drop --incremental for --kind stock")
+    overrides = dict(env_overrides) if isinstance(env_overrides, Mapping) else parse_env_overrides(env_overrides)
+    base_sha = base_sha or git_head(source_dir)
+    target, target_note = macos_deployment_target(source_dir)
+    if launcher is True:
+        launcher = find_launcher()
+    env = platform_env(
+        platform,
+        jobs=jobs or os.cpu_count() or 1,
+        build_type=build_type,
+        macos_deployment_target=target,
+        launcher=launcher or None,
+    )
+    version = local_version(base_release(source_dir), kind, base_sha=base_sha, series=series)
+    env.update(version_env(source_dir, version))
+    env.update(overrides)
+    if env.get("MAX_JOBS", "").isdigit():
+        jobs = int(env["MAX_JOBS"])
+    notes = [
+        f"compiler launcher: {launcher}" if launcher else "compiler launcher: none (install ccache to speed rebuilds)"
+    ]
+    if platform == "macos-arm64":
+        notes.append(f"MACOSX_DEPLOYMENT_TARGET: {target_note}")
+    return BuildPlan(
+        source_dir=source_dir,
+        platform=platform,
+        kind=kind,
+        build_type=env.get("CMAKE_BUILD_TYPE", build_type),
+        jobs=jobs or os.cpu_count() or 1,
+        base_sha=base_sha,
+        series=series,
+        version=version,
+        env=env,
+        requirements=build_requirements(source_dir),
+        command=build_command(source_dir, "{python}", dist_dir),
+        dist_dir=dist_dir,
+        incremental=incremental,
+        min_free_bytes=disk_estimate(source_dir, platform),
+        notes=tuple(notes),
+    )
+
+
+def shared_configuration(stock: BuildPlan, patched: BuildPlan) -> dict[str, tuple[str | None, str | None]]:
+    """Environment variables on which two plans differ (stock vs patched should differ only in the
+    version variable): ``{key: (stock value, patched value)}``."""
+    keys = set(stock.env) | set(patched.env)
+    return {k: (stock.env.get(k), patched.env.get(k)) for k in sorted(keys) if stock.env.get(k) != patched.env.get(k)}
+
+
+# --------------------------------------------------------------------------------------------
+# Build venv, toolchain, running
+
+
+def _venv_python(venv: Path) -> Path:
+    return venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+
+
+def _run_logged(cmd: Sequence[str], log, *, cwd: Path | None = None, env: Mapping[str, str] | None = None) -> int:
+    log.write(f"$ {shlex.join(cmd)}\n")
+    log.flush()
+    return subprocess.run(
+        list(cmd), cwd=cwd, env=dict(env) if env else None, stdout=log, stderr=subprocess.STDOUT
+    ).returncode
+
+
+def build_venv_path(requirements: Sequence[str]) -> Path:
+    """Where the build venv for ``requirements`` lives: ``<cache>/build-venvs/py3X-<hash12>``
+    (hash over this Python's version and the requirements, in order)."""
+    key = hashlib.sha256("\n".join([sys.version, *requirements]).encode()).hexdigest()[:12]
+    return cache_dir() / "build-venvs" / f"py{sys.version_info.major}{sys.version_info.minor}-{key}"
+
+
+def ensure_build_venv(requirements: Sequence[str], log_path: Path) -> Path:
+    """A virtual environment holding ``requirements`` (cached at :func:`build_venv_path`).
+
+    Returns:
+        the venv directory. Raises BuildFailed (with the pip log) when creation or install fails.
+    """
+    venv = build_venv_path(requirements)
+    stamp = venv / ".harness-complete"
+    if stamp.is_file():
+        return venv
+    with exclusive_lock(venv.parent / f".{venv.name}", "build venv"):
+        if stamp.is_file():
+            return venv
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(log_path, "a", encoding="utf-8") as log:
+            progress.note(f"build venv: creating {venv} ({len(requirements)} requirements)")
+            steps = [[sys.executable, "-m", "venv", "--clear", str(venv)]]
+            if requirements:
+                steps.append([str(_venv_python(venv)), "-m", "pip", "install", *requirements])
+            for step in steps:
+                if _run_logged(step, log) != 0:
+                    raise BuildFailed("could not create the build environment", log_path)
+        stamp.write_text("\n".join(requirements) + "\n")
+    return venv
+
+
+def toolchain_versions(env: Mapping[str, str]) -> dict[str, str]:
+    """First lines of ``c++ --version`` (or $CXX) and ``cmake --version`` under ``env``; "missing" if absent."""
+    out = {}
+    cxx = env.get("CXX") or "c++"
+    for key, cmd in (("compiler", [cxx, "--version"]), ("cmake", ["cmake", "--version"])):
+        exe = shutil.which(cmd[0], path=env.get("PATH"))
+        if exe is None:
+            out[key] = "missing"
+            continue
+        proc = subprocess.run([exe, *cmd[1:]], capture_output=True, text=True, env=dict(env))
+        out[key] = (proc.stdout.strip().splitlines() or ["unknown"])[0]
+    return out
+
+
+class BuildFailed(BuildError):
+    """A build step that ran and failed: carries the log path and its last lines."""
+
+    exit_code = 1
+
+    def __init__(self, what: str, log_path: Path) -> None:
+        lines = Path(log_path).read_text(errors="replace").splitlines() if Path(log_path).is_file() else []
+        cause = next((ln.strip() for pattern in _CAUSE_PATTERNS for ln in lines if pattern.search(ln)), None)
+        if cause is None:
+            cause = next((ln.strip() for ln in reversed(lines) if ln.strip()), "no output")
+        super().__init__(f"{what}: {cause[:300]}", f"full log: {log_path}")
+        self.log_path = Path(log_path)
+        self.tail = lines[-TAIL_LINES:]
+
+
+def count_compiled_units(log_text: str) -> int:
+    """Number of distinct translation units a CMake build compiled, from its output (:data:`_COMPILE_LINE`)."""
+    return len(set(_COMPILE_LINE.findall(log_text)))
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    """Outcome of :func:`build_wheel`.
+
+    Attributes:
+        wheel: the wheel file. manifest: its ``<wheel>.build.json``. log: full build log.
+        skipped: True when an identical earlier build was reused (nothing ran).
+        duration_s: wall seconds of the build command (0 when skipped).
+        compiled_units: translation units compiled (from the log; 0 when skipped).
+    """
+
+    wheel: Path
+    manifest: Path
+    log: Path
+    skipped: bool
+    duration_s: float
+    compiled_units: int
+
+
+def find_identical(dist_dir: Path, inputs: dict) -> Path | None:
+    """A manifest in ``dist_dir`` with the same inputs whose wheel still exists unchanged."""
+    for manifest in sorted(Path(dist_dir).glob("*.whl.build.json")):
+        try:
+            data = json.loads(manifest.read_text())
+        except (OSError, ValueError):
+            continue
+        wheel = manifest.with_name(manifest.name[: -len(".build.json")])
+        if data.get("inputs") == inputs and wheel.is_file() and sha256_file(wheel) == data.get("wheel_sha256"):
+            return manifest
+    return None
+
+
+def _apply_series_in_tree(tree: Path, patches: Sequence[Path], *, reverse: bool = False) -> None:
+    """``git apply`` (or ``-R``) the series to the working files of ``tree``, no commit (incremental builds)."""
+    from harness.upstream import git_run
+
+    args = ["apply", *(["-R"] if reverse else []), *[str(Path(p).resolve()) for p in patches]]
+    result = git_run(tree, *args, check=False)
+    if result.rc != 0:
+        raise BuildError(
+            f"series does not {'revert' if reverse else 'apply'} in {tree}: {result.last_line()}",
+            "rebuild the stock tree from a clean worktree (build_stock) and retry",
+        )
+
+
+def build_wheel(plan: BuildPlan, dist_dir: Path | None = None, *, force: bool = False) -> BuildResult:
+    """Run one build: preflight, build venv, the base's command, log, manifest.
+
+    Incremental (``plan.incremental``): the series is ``git apply``-ed to the already-built stock
+    tree, the same command rebuilds in its build directory (only translation units whose sources
+    changed recompile), and the series is reverted afterwards (even on failure). The label change
+    costs PyTorch no recompiles: CMake takes only major.minor.patch of ``PYTORCH_BUILD_VERSION``
+    into ``torch/version.h`` (``caffe2_parse_version_str``, v2.6.0 CMakeLists.txt), the same for
+    both labels. A later stock rebuild recompiles the units the series touched.
+
+    Args:
+        plan: from :func:`plan_build`.
+        dist_dir: default ``plan.dist_dir``.
+        force: rebuild even when an identical manifest exists.
+
+    Raises:
+        BuildError: preflight refused (one line). BuildFailed: the build ran and failed
+            (``.tail`` holds the last 40 log lines, ``.log_path`` the log).
+    """
+    dist_dir = Path(dist_dir or plan.dist_dir).resolve()
+    if dist_dir != plan.dist_dir:
+        plan = dataclasses.replace(
+            plan, dist_dir=dist_dir, command=build_command(plan.source_dir, "{python}", dist_dir)
+        )
+    preflight_source(plan.source_dir)
+    logs = dist_dir / "logs"
+    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    log_path = logs / f"{plan.kind}-{slug(plan.version)}-{stamp}.log"
+    with exclusive_lock(cache_dir() / "locks" / slug(str(plan.source_dir)), f"build {plan.kind} {plan.source_dir}"):
+        venv = ensure_build_venv(plan.requirements, log_path)
+        python = str(_venv_python(venv))
+        env = dict(os.environ)
+        env["PATH"] = str(venv / "bin") + os.pathsep + env.get("PATH", "")
+        env["VIRTUAL_ENV"] = str(venv)
+        env.update(plan.env)
+        preflight_tools(plan, env["PATH"])
+        toolchain = toolchain_versions(env)
+        inputs = plan.inputs(toolchain)
+        if not force:
+            existing = find_identical(dist_dir, inputs)
+            if existing is not None:
+                data = json.loads(existing.read_text())
+                wheel = existing.with_name(existing.name[: -len(".build.json")])
+                progress.note(
+                    f"build {plan.kind}: inputs identical to {existing.name}; skipped (use --force to rebuild)"
+                )
+                return BuildResult(wheel, existing, Path(data.get("log", "")), True, 0.0, 0)
+        if plan.incremental and not (plan.source_dir / "build").is_dir():
+            raise BuildError(
+                f"{plan.source_dir} has no build tree to reuse",
+                "run build_stock first, then build_patched --incremental",
+            )
+        command = [python if part == "{python}" else part for part in plan.command]
+        dist_dir.mkdir(parents=True, exist_ok=True)
+        logs.mkdir(parents=True, exist_ok=True)
+        before = {p.name: p.stat().st_mtime_ns for p in dist_dir.glob("*.whl")}
+        applied = False
+        started = _dt.datetime.now(_dt.timezone.utc)
+        t0 = time.monotonic()
+        try:
+            if plan.incremental:
+                _apply_series_in_tree(plan.source_dir, plan.series.patches)
+                applied = True
+            progress.note(f"build {plan.kind}: {shlex.join(command)} (log: {log_path})")
+            with open(log_path, "a", encoding="utf-8") as log:
+                log.write("".join(f"{k}={v}\n" for k, v in sorted(plan.env.items())))
+                rc = _run_logged(command, log, cwd=plan.source_dir, env=env)
+        finally:
+            if applied:
+                _apply_series_in_tree(plan.source_dir, plan.series.patches, reverse=True)
+        duration = time.monotonic() - t0
+        ended = _dt.datetime.now(_dt.timezone.utc)
+        if rc != 0:
+            raise BuildFailed(f"{plan.kind} build failed (exit {rc})", log_path)
+        new = [p for p in dist_dir.glob("*.whl") if before.get(p.name) != p.stat().st_mtime_ns]
+        wheel = _pick_wheel(new, plan.version, log_path)
+        log_text = log_path.read_text(errors="replace")
+        manifest = wheel.with_name(wheel.name + ".build.json")
+        atomic_write_json(
+            manifest,
+            {
+                "schema": 1,
+                "inputs": inputs,
+                "base_sha": plan.base_sha,
+                "series": inputs["series"],
+                "environment": inputs["env"],
+                "compiler": toolchain["compiler"],
+                "cmake": toolchain["cmake"],
+                "start": started.isoformat(timespec="seconds"),
+                "end": ended.isoformat(timespec="seconds"),
+                "duration_s": round(duration, 3),
+                "log": str(log_path),
+                "wheel": wheel.name,
+                "wheel_sha256": sha256_file(wheel),
+                "compiled_units": count_compiled_units(log_text),
+            },
+        )
+        progress.note(f"build {plan.kind}: {wheel.name} in {duration:.1f} s (manifest {manifest.name})")
+        return BuildResult(wheel, manifest, log_path, False, duration, count_compiled_units(log_text))
+
+
+def _pick_wheel(candidates: list[Path], version: str, log_path: Path) -> Path:
+    from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+    from packaging.version import Version
+
+    for path in candidates:
+        try:
+            if parse_wheel_filename(path.name)[1] == Version(version):
+                return path
+        except InvalidWheelFilename:
+            continue
+    found = ", ".join(p.name for p in candidates) or "no new wheel"
+    raise BuildError(
+        f"the build wrote {found}, not a wheel of version {version}", f"the base ignored {VERSION_ENV}; see {log_path}"
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Verification
+
+
+class VerifyError(BuildError):
+    """A built wheel that fails verification (one line)."""
+
+    exit_code = 1
+
+
+_PROBE = r"""
+import importlib, json, sys
+mod = importlib.import_module(sys.argv[1])
+out = {"version": str(getattr(mod, "__version__", "")), "file": getattr(mod, "__file__", None)}
+if sys.argv[1] == "torch":
+    out["mps_built"] = bool(mod.backends.mps.is_built())
+print(json.dumps(out))
+"""
+
+_LIBRARY_SUFFIXES = (".so", ".dylib", ".pyd", ".dll")
+
+
+def _wheel_top_level(wheel: zipfile.ZipFile) -> str:
+    names = wheel.namelist()
+    for name in names:
+        if name.endswith(".dist-info/top_level.txt"):
+            first = wheel.read(name).decode().split()
+            if first:
+                return first[0]
+    for name in names:
+        top = name.split("/", 1)[0]
+        if "/" in name and not top.endswith((".dist-info", ".data")):
+            return top
+    raise VerifyError(f"{wheel.filename} holds no importable package", "check the base's packaging")
+
+
+def marker_hits(wheel_path: Path, markers: Sequence[str]) -> dict[str, list[str]]:
+    """For each marker, the compiled libraries in the wheel whose bytes contain it."""
+    hits: dict[str, list[str]] = {m: [] for m in markers}
+    with zipfile.ZipFile(wheel_path) as wheel:
+        for name in wheel.namelist():
+            base = name.rsplit("/", 1)[-1]
+            if base.endswith(_LIBRARY_SUFFIXES) or ".so." in base:
+                data = wheel.read(name)
+                for marker in markers:
+                    if marker.encode() in data:
+                        hits[marker].append(name)
+    return hits
+
+
+@dataclass(frozen=True)
+class VerifyResult:
+    """What :func:`verify_wheel` checked: imported version, MPS, markers (None = not checked, with why)."""
+
+    wheel: Path
+    version: str
+    mps_built: bool | None
+    markers_checked: bool
+    notes: tuple[str, ...] = field(default=())
+
+
+def verify_wheel(
+    wheel: Path,
+    expected_version: str,
+    *,
+    platform: str | None = None,
+    markers: Sequence[str] = (),
+    must_contain: bool | None = None,
+    series_files: Sequence[str] = (),
+    venv_dir: Path | None = None,
+) -> VerifyResult:
+    """Install ``wheel`` into a fresh venv and check it.
+
+    Checks: the wheel file's version equals ``expected_version`` (PEP 440 comparison, local label
+    included); the package imports and its ``__version__`` equals it; on ``macos-arm64`` torch
+    reports ``torch.backends.mps.is_built()``; when ``must_contain`` is not None and the platform
+    compiles one of ``series_files`` (:func:`compiles_on`; no files = yes), every marker is in
+    (True) or absent from (False) the wheel's compiled libraries.
+
+    Raises:
+        VerifyError: one line naming the failed check.
+    """
+    from packaging.utils import parse_wheel_filename
+    from packaging.version import Version
+
+    wheel = Path(wheel).resolve()
+    platform = platform or host_platform()
+    expected = Version(expected_version)
+    wheel_version = parse_wheel_filename(wheel.name)[1]
+    if wheel_version != expected:
+        raise VerifyError(
+            f"{wheel.name} has version {wheel_version}, expected {expected}",
+            "rebuild it with build_stock/build_patched",
+        )
+    with zipfile.ZipFile(wheel) as zf:
+        import_name = _wheel_top_level(zf)
+    notes: list[str] = []
+    markers_checked = False
+    if must_contain is not None and markers:
+        if series_files and not any(compiles_on(f, platform) for f in series_files):
+            notes.append(f"marker check skipped: {platform} does not compile {', '.join(series_files)}")
+        else:
+            hits = marker_hits(wheel, markers)
+            for marker, where in hits.items():
+                if must_contain and not where:
+                    raise VerifyError(
+                        f"{wheel.name}: no compiled library contains the marker {marker!r}",
+                        "the series was not compiled in; rebuild build_patched from the patched worktree",
+                    )
+                if not must_contain and where:
+                    raise VerifyError(
+                        f"{wheel.name}: {where[0]} contains the patched marker {marker!r}",
+                        "the stock wheel was built from a patched tree; rebuild build_stock",
+                    )
+            markers_checked = True
+    with tempfile.TemporaryDirectory(prefix="verify-", dir=venv_dir) as tmp:
+        venv = Path(tmp) / "venv"
+        # a venv without its own pip (fast); this interpreter's pip installs into it (pip >= 22.3 --python)
+        for step in (
+            [sys.executable, "-m", "venv", "--without-pip", str(venv)],
+            [sys.executable, "-m", "pip", "--python", str(_venv_python(venv)), "install", "--quiet", str(wheel)],
+        ):
+            proc = subprocess.run(step, capture_output=True, text=True)
+            if proc.returncode != 0:
+                last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+                raise VerifyError(f"installing {wheel.name} into a fresh venv failed: {last}", "see pip's message")
+        proc = subprocess.run(
+            [str(_venv_python(venv)), "-c", _PROBE, import_name], capture_output=True, text=True, cwd=tmp
+        )
+        if proc.returncode != 0:
+            last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+            raise VerifyError(f"{wheel.name}: `import {import_name}` fails in a fresh venv: {last}", "fix the build")
+        probe = json.loads(proc.stdout.strip().splitlines()[-1])
+    try:
+        imported_ok = Version(probe["version"]) == expected
+    except Exception:
+        imported_ok = False
+    if not imported_ok:
+        raise VerifyError(
+            f"{wheel.name}: {import_name}.__version__ is {probe['version']!r}, expected {expected}",
+            f"the base did not take {VERSION_ENV}; rebuild",
+        )
+    mps = probe.get("mps_built")
+    if platform == "macos-arm64" and import_name == "torch" and not mps:
+        raise VerifyError(
+            f"{wheel.name}: torch.backends.mps.is_built() is False", "build with USE_MPS=1 on macOS >= 12.3 SDK"
+        )
+    return VerifyResult(wheel, probe["version"], mps, markers_checked, tuple(notes))
+
+
+# --------------------------------------------------------------------------------------------
+# CLI: python -m harness build --kind stock|patched
+
+
+def add_arguments_build(parser: argparse.ArgumentParser) -> None:
+    """Options of ``python -m harness build`` (plus the common ``--upstream/--base/--series/--workdir``)."""
+    from harness.upstream import add_common_arguments
+
+    parser.add_argument("--kind", choices=KINDS, required=True, help="stock (the base) or patched (base + series)")
+    add_common_arguments(parser)
+    parser.add_argument("--platform", choices=PLATFORMS, default=None, help="build environment (default: this host)")
+    parser.add_argument("--dry-run", action="store_true", help="print the environment and command, build nothing")
+    parser.add_argument("--jobs", type=int, default=None, help="parallel compile jobs, MAX_JOBS (default: CPU count)")
+    parser.add_argument(
+        "--env", action="append", default=[], metavar="KEY=VALUE", help="override a build variable (repeatable)"
+    )
+    parser.add_argument("--build-type", choices=BUILD_TYPES, default="Release")
+    parser.add_argument(
+        "--incremental",
+        action="store_true",
+        help="patched: apply the series in the built stock tree and rebuild only what it touches",
+    )
+    parser.add_argument("--force", action="store_true", help="rebuild even if an identical build exists")
+    parser.add_argument("--no-verify", action="store_true", help="skip verification in a fresh venv")
+    parser.add_argument("--dist", type=Path, default=Path("dist"), help="wheel + manifest directory (default ./dist)")
+    parser.add_argument(
+        "--source",
+        type=Path,
+        default=None,
+        help="build this source tree directly, no worktrees (a patched build of it must be patched already)",
+    )
+
+
+@dataclass(frozen=True)
+class Sources:
+    """What the CLI builds: the two trees, the base commit and the series (None = not resolved)."""
+
+    stock: Path | None
+    patched: Path | None
+    base_sha: str | None
+    series: SeriesRef | None
+    base: str | None = None
+
+
+def series_ref(series, entry) -> SeriesRef:
+    """:class:`harness.series.Series` + its ``Base`` entry -> :class:`SeriesRef` (patches of that base,
+    ``env`` as markers, ``files``)."""
+    return SeriesRef(series.name, tuple(series.patch_paths(entry)), tuple(series.env), tuple(entry.files or ()))
+
+
+def resolve_sources(args: argparse.Namespace) -> Sources:
+    """The trees a CLI build uses, through :mod:`harness.upstream` and :mod:`harness.series`.
+
+    ``--source DIR``: DIR is both trees (``--series`` only names the label and markers).
+    ``--dry-run``: existing worktrees are read, nothing is cloned, imported or applied.
+    Otherwise: checkout (worktrees at the base), the submodule preflight (one line, before the
+    series is applied or anything installed), then ``apply`` of the series into ``patched``
+    (a patched, non-incremental build).
+
+    Raises:
+        SeriesError, UpstreamError: from series/upstream (bad series, unknown base, unreachable upstream).
+        BuildError: the source lacks its submodules; the series does not apply.
+    """
+    from harness import series as series_mod
+    from harness import upstream as upstream_mod
+
+    if args.source is not None:
+        src = Path(args.source)
+        ref = None
+        if args.series:
+            loaded = series_mod.load_series(args.series)
+            ref = series_ref(loaded, loaded.base(args.base))
+        return Sources(src, src, git_head(src), ref, args.base)
+    if args.dry_run and not (args.series or args.base):
+        return Sources(None, None, None, None)
+    ctx = series_mod.resolve_context(args, need_series=args.kind == "patched")
+    ref = series_ref(ctx.series, ctx.entry) if ctx.series is not None else None
+    if args.dry_run:
+        stock, patched = upstream_mod.worktrees(args.workdir, ctx.base)
+        if not stock.is_dir():
+            return Sources(None, None, None, ref, ctx.base)
+        return Sources(stock, patched, git_head(stock), ref, ctx.base)
+    co = upstream_mod.checkout(ctx.upstream, ctx.base, args.workdir, ctx.series.name if ctx.series else None)
+    preflight_source(co.stock)
+    if args.kind == "patched" and not args.incremental:
+        outcome = series_mod.apply_series(ctx.series, ctx.entry, co)
+        if outcome is not None and not outcome.ok:
+            raise BuildError(
+                f"series {ctx.series.name} does not apply in {co.patched} ({outcome.stopped_at}: " f"{outcome.reason})",
+                f"resolve it with `python -m harness apply --series {ctx.series.name}`",
+            )
+    return Sources(co.stock, co.patched, co.commit, ref, ctx.base)
+
+
+def _print_failure(exc: BuildFailed) -> None:
+    for line in exc.tail:
+        print(line, file=sys.stderr)
+
+
+def run_build(args: argparse.Namespace) -> int:
+    """``python -m harness build``: plan (``--dry-run`` prints it), build, verify; 0 or an error."""
+    overrides = parse_env_overrides(args.env)
+    platform = args.platform or host_platform()
+    if args.kind == "stock" and args.incremental:
+        raise UsageError("--incremental applies to patched builds only", "drop --incremental for --kind stock")
+    sources = resolve_sources(args)
+    if args.kind == "patched" and sources.series is None and not args.dry_run:
+        raise UsageError("--kind patched needs --series", "pass --series NAME")
+    tree = sources.stock if args.kind == "stock" or args.incremental else sources.patched
+    if tree is None:  # dry run, no worktree yet
+        print(describe_without_source(platform, args, overrides, sources))
+        return 0
+    if not args.dry_run:
+        preflight_source(tree)  # before anything is installed: one line when submodules are missing
+    plan = plan_build(
+        tree,
+        platform,
+        kind=args.kind,
+        series=sources.series,
+        jobs=args.jobs,
+        env_overrides=overrides,
+        build_type=args.build_type,
+        dist_dir=args.dist,
+        base_sha=sources.base_sha,
+        incremental=args.incremental,
+    )
+    if args.dry_run:
+        print(plan.describe())
+        missing = missing_submodules(tree)
+        if missing:
+            print(f"# preflight would refuse: {tree} lacks submodules {', '.join(missing)}")
+        return 0
+    try:
+        result = build_wheel(plan, force=args.force)
+    except BuildFailed as exc:
+        _print_failure(exc)
+        raise
+    if not args.no_verify:
+        series = sources.series
+        verified = verify_wheel(
+            result.wheel,
+            plan.version,
+            platform=platform,
+            markers=series.markers if series else (),
+            must_contain=(args.kind == "patched") if series else None,
+            series_files=series.files if series else (),
+        )
+        for note in verified.notes:
+            progress.note(note)
+        progress.note(
+            f"verified {result.wheel.name}: imports, version {verified.version}"
+            + (", markers checked" if verified.markers_checked else "")
+        )
+    print(result.wheel)
+    return 0
+
+
+def describe_without_source(
+    platform: str, args: argparse.Namespace, overrides: Mapping[str, str], sources: Sources | None = None
+) -> str:
+    """``--dry-run`` with no worktree at hand: the platform environment and command, with ``<...>``
+    placeholders for what only the base's files decide (release, base SHA, requirements)."""
+    env = platform_env(
+        platform, jobs=args.jobs or os.cpu_count() or 1, build_type=args.build_type, launcher=find_launcher()
+    )
+    ref = sources.series if sources else None
+    if args.kind == "stock":
+        label = "stock.<base sha8>"
+    elif ref is not None:
+        label = local_version("0", "patched", series=ref).split("+", 1)[1]
+    else:
+        label = (re.sub(r"[-_]", ".", args.series) if args.series else "<series>") + ".<series hash8>"
+    env.update({VERSION_ENV: f"<version.txt release>+{label}", BUILD_NUMBER_ENV: "0"})
+    env.update(overrides)
+    base = sources.base if sources and sources.base else "<base>"
+    lines = [
+        f"# {args.kind} build, platform {platform}, build type {env.get('CMAKE_BUILD_TYPE')}",
+        f"# no worktree of {base} in {args.workdir} yet: values in <> come from the base's files (run checkout first)",
+    ]
+    if ref is not None:
+        lines.append(f"# series: {ref.name} {ref.hash[:8]} ({len(ref.patches)} patches)")
+    if platform == "macos-arm64":
+        lines.append("# MACOSX_DEPLOYMENT_TARGET: the base's own value raised to the arm64 floor 11.0")
+    lines.append("# build venv requirements: <pyproject.toml [build-system] requires + requirements.txt>")
+    lines += [f"{key}={value}" for key, value in sorted(env.items())]
+    lines.append(
+        shlex.join(
+            [
+                "<build venv>/bin/python",
+                "-m",
+                "pip",
+                "wheel",
+                "<source>",
+                "--no-build-isolation",
+                "--no-deps",
+                "-v",
+                "-w",
+                str(Path(args.dist).resolve()),
+            ]
+        )
+    )
+    return "\n".join(lines)

@@ -1,0 +1,578 @@
+"""Upstream sources as git: mirrors, archive imports, and the ``stock`` / ``patched`` worktrees.
+
+An upstream (``--upstream``) is one of
+
+- a git URL (default: PyTorch's GitHub repository) -- cloned once into a bare mirror
+  ``<cache>/mirrors/<slug>.git``, fetched incrementally afterwards, with a progress bar;
+- a local repository or mirror path -- the same, cloned locally (hard links, no network);
+- a source archive (``.tar.gz``, ``.tar.xz``, ``.zip``, ...) -- imported once into
+  ``<cache>/imports/<name>-<sha256[:12]>.git`` as ONE deterministic commit (fixed identity and
+  date, so the same archive always gives the same SHA) tagged ``v<version>``, the version read from
+  ``version.txt`` and normalised with ``packaging.version.Version(...).base_version``
+  (PyTorch 2.6.0 ships ``2.6.0a0`` -> tag ``v2.6.0``).
+
+The mirror's fetch refspec is ``+refs/heads/*:refs/heads/*`` plus tags, without ``--prune``
+(so the harness's own ``patched/...`` branches in the same object store survive a fetch) and
+without GitHub's ``refs/pull/*`` (a ``--mirror`` clone of PyTorch would fetch every PR head).
+
+``checkout`` creates ``<workdir>/<slug(base)>/stock`` (detached at the base commit) and
+``<workdir>/<slug(base)>/patched`` (on branch ``patched/<series>/<slug(base)>``), both
+``git worktree``s of the one object store, then initialises submodules recursively where the
+tree has a ``.gitmodules``. A source without its submodules is reported, not refused:
+:func:`missing_submodules` gives the fact to the build step.
+
+All git calls go through GitPython (:func:`git_run`), with argument lists only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import stat
+import tarfile
+import tempfile
+import time
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import git
+
+from harness import progress
+from harness.errors import UpstreamError
+from harness.fsutil import exclusive_lock, sha256_file
+from harness.paths import cache_dir, slug
+
+#: ``--upstream`` when neither the command line nor the series manifest names one.
+DEFAULT_UPSTREAM = "https://github.com/pytorch/pytorch.git"
+#: Archive file name endings that :func:`open_upstream` imports instead of cloning.
+ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar.xz", ".txz", ".tar.bz2", ".tbz2", ".tar", ".zip")
+#: Fixed identity and date of an archive import commit (the SHA depends only on the archive).
+IMPORT_IDENTITY = {
+    "GIT_AUTHOR_NAME": "torch-patch-harness import",
+    "GIT_AUTHOR_EMAIL": "import@torch-patch-harness.invalid",
+    "GIT_AUTHOR_DATE": "946684800 +0000",  # 2000-01-01T00:00:00Z
+    "GIT_COMMITTER_NAME": "torch-patch-harness import",
+    "GIT_COMMITTER_EMAIL": "import@torch-patch-harness.invalid",
+    "GIT_COMMITTER_DATE": "946684800 +0000",
+}
+#: Submodule folders PyTorch's own ``setup.py`` (``get_submodule_folders``, v2.6.0) checks when
+#: the source has no ``.gitmodules`` -- the fact that tells a stripped tarball from a full one.
+PYTORCH_DEFAULT_SUBMODULES = ("third_party/gloo", "third_party/cpuinfo", "third_party/onnx",
+                              "third_party/fbgemm", "third_party/cutlass")
+#: git must never stop to ask for a password in a non-interactive harness run.
+_NO_PROMPT = {"GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "true", "SSH_ASKPASS": "true"}
+
+
+# --------------------------------------------------------------------------------------- git calls
+@dataclass(frozen=True)
+class GitResult:
+    """Outcome of one git command: exit status, stdout, stderr (text)."""
+
+    rc: int
+    out: str
+    err: str
+
+    def last_line(self) -> str:
+        """The last non-empty line of stderr (or stdout): git's own reason for a failure."""
+        lines = [ln.strip() for ln in (self.err or self.out).splitlines() if ln.strip()]
+        return lines[-1] if lines else f"git exited with status {self.rc}"
+
+
+def git_run(cwd: Path | str, *args: str, env: dict[str, str] | None = None, check: bool = True,
+            stdin: Path | None = None, error: type[UpstreamError] | None = None) -> GitResult:
+    """Run ``git <args>`` in ``cwd`` through GitPython; argument list only, never a shell.
+
+    Args:
+        cwd: working directory (a worktree, or a bare repository).
+        args: git's arguments.
+        env: extra environment variables (merged over ``os.environ``).
+        check: raise on a non-zero exit status.
+        stdin: a file fed to git's standard input.
+        error: the :class:`~harness.errors.HarnessError` subclass raised (default UpstreamError).
+
+    Raises:
+        UpstreamError (or ``error``): ``check`` and git failed; the line names the command.
+    """
+    full_env = {**os.environ, **_NO_PROMPT, **(env or {})}
+    handle = open(stdin, "rb") if stdin else None
+    try:
+        rc, out, err = git.Git(str(cwd)).execute(
+            ["git", *args], istream=handle, with_extended_output=True, with_exceptions=False,
+            env=full_env, strip_newline_in_stdout=False)
+    finally:
+        if handle:
+            handle.close()
+    result = GitResult(rc, out or "", err or "")
+    if check and rc != 0:
+        raise (error or UpstreamError)(
+            f"`git {' '.join(args[:3])}` failed in {cwd}: {result.last_line()}",
+            "see git's message; fix the repository state and run the command again")
+    return result
+
+
+class _GitProgress(git.RemoteProgress):
+    """Feeds git's clone/fetch progress lines into a :func:`harness.progress.task` bar."""
+
+    _STAGES = {git.RemoteProgress.COUNTING: "counting objects", git.RemoteProgress.COMPRESSING: "compressing",
+               git.RemoteProgress.RECEIVING: "receiving objects", git.RemoteProgress.RESOLVING: "resolving deltas",
+               git.RemoteProgress.WRITING: "writing", git.RemoteProgress.CHECKING_OUT: "checking out"}
+
+    def __init__(self, handle, what: str) -> None:
+        super().__init__()
+        self._handle, self._what = handle, what
+
+    def update(self, op_code, cur_count, max_count=None, message="") -> None:  # noqa: D401 - GitPython API
+        stage = self._STAGES.get(op_code & self.OP_MASK, "working")
+        self._handle.update(completed=float(cur_count or 0), total=float(max_count) if max_count else None,
+                            description=f"{self._what}: {stage}")
+
+
+# ----------------------------------------------------------------------------------------- sources
+@dataclass(frozen=True)
+class Upstream:
+    """The git object store behind the worktrees.
+
+    Attributes:
+        source: ``--upstream`` as given (URL, path or archive).
+        store: the bare repository in the cache.
+        kind: ``"git"`` (URL or local repository, mirrored) or ``"archive"`` (imported).
+        created: True when this call cloned or imported it (False: the cache was warm).
+        tag: for an archive, the tag of its import commit (``v2.6.0``); None for git.
+    """
+
+    source: str
+    store: Path
+    kind: str
+    created: bool
+    tag: str | None = None
+
+
+def is_archive(source: str) -> bool:
+    """True when ``source`` names an existing file with an archive ending (:data:`ARCHIVE_SUFFIXES`)."""
+    return source.lower().endswith(ARCHIVE_SUFFIXES) and Path(source).is_file()
+
+
+def _url_slug(source: str) -> str:
+    text = re.sub(r"^[a-z+]+://", "", source.strip()).rstrip("/")
+    text = text[:-4] if text.endswith(".git") else text
+    return slug(text.replace("/", "_").replace(":", "_"))
+
+
+def open_upstream(source: str, *, ref: str | None = None) -> Upstream:
+    """Give the bare repository for ``source``: clone/import on first use, fetch when needed.
+
+    A git upstream is fetched (incrementally) only when ``ref`` is not already in the mirror or
+    is a branch (branches move; tags and full SHAs do not). A failed fetch with ``ref`` present
+    is a warning, not an error, so a warm cache works offline.
+
+    Raises:
+        UpstreamError: the URL or path cannot be cloned, the archive cannot be read or has no version.
+    """
+    if is_archive(source):
+        return import_archive(Path(source))
+    path = Path(source).expanduser()
+    if path.exists():
+        if path.is_file():
+            raise UpstreamError(f"--upstream {source} is a file but not an archive ({', '.join(ARCHIVE_SUFFIXES)})",
+                                "pass a git URL, a local repository, or a .tar.gz/.tar.xz/.zip source archive")
+        probe = git_run(path, "rev-parse", "--git-dir", check=False)
+        if probe.rc != 0:
+            raise UpstreamError(f"--upstream {source} is a directory but not a git repository",
+                                "pass a git repository or mirror, or a source archive of it")
+        source = str(path.resolve())
+    return _mirror(source, ref)
+
+
+def _mirror(url: str, ref: str | None) -> Upstream:
+    mirrors = cache_dir() / "mirrors"
+    store = mirrors / f"{_url_slug(url)}.git"
+    with exclusive_lock(cache_dir() / "locks" / store.name, f"mirror {url}"):
+        if (store / "HEAD").is_file():
+            if ref is None or _needs_fetch(store, ref):
+                _fetch(store, url, required=ref is not None and resolve_commit(store, ref, check=False) is None)
+            return Upstream(url, store, "git", created=False)
+        mirrors.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{store.name}.", dir=mirrors))
+        progress.note(f"upstream: cloning {url} into {store} (once; later runs fetch incrementally)")
+        started = time.monotonic()
+        feed = None
+        try:
+            with progress.task(f"clone {url}") as bar:
+                feed = _GitProgress(bar, "clone")
+                git.Repo.clone_from(url, tmp, bare=True, progress=feed, env={**_NO_PROMPT})
+        except git.GitCommandError as exc:
+            shutil.rmtree(tmp, ignore_errors=True)
+            reason = _reason(exc, feed)
+            raise UpstreamError(f"cannot clone upstream {url}: {reason}",
+                                "check the URL and the network, or pass --upstream PATH "
+                                "(a local clone or mirror, or a source archive)") from None
+        git_run(tmp, "config", "--replace-all", "remote.origin.fetch", "+refs/heads/*:refs/heads/*")
+        git_run(tmp, "config", "--add", "remote.origin.fetch", "+refs/tags/*:refs/tags/*")
+        os.replace(tmp, store)
+        progress.note(f"upstream: cloned in {time.monotonic() - started:.1f} s")
+        return Upstream(url, store, "git", created=True)
+
+
+def _needs_fetch(store: Path, ref: str) -> bool:
+    if resolve_commit(store, ref, check=False) is None:
+        return True
+    is_sha = re.fullmatch(r"[0-9a-f]{40}", ref) is not None
+    is_tag = git_run(store, "show-ref", "--verify", "--quiet", f"refs/tags/{ref}", check=False).rc == 0
+    return not (is_sha or is_tag)
+
+
+def _fetch(store: Path, url: str, *, required: bool) -> None:
+    progress.note(f"upstream: fetching {url} (incremental)")
+    feed = None
+    try:
+        with progress.task(f"fetch {url}") as bar:
+            feed = _GitProgress(bar, "fetch")
+            repo = git.Repo(store)
+            with repo.git.custom_environment(**_NO_PROMPT):
+                repo.remote("origin").fetch(progress=feed)
+    except (git.GitCommandError, ValueError) as exc:
+        reason = _reason(exc, feed)
+        if required:
+            raise UpstreamError(f"cannot fetch upstream {url}: {reason}",
+                                "check the URL and the network, or pass --upstream PATH "
+                                "(a local clone or mirror, or a source archive)") from None
+        progress.note(f"upstream: warning: fetch from {url} failed ({reason}); using the cached mirror")
+
+
+def _reason(exc: Exception, feed: "_GitProgress | None") -> str:
+    """git's own last error line of a failed clone/fetch (the progress parser keeps stderr's error lines)."""
+    lines = list(getattr(feed, "error_lines", []) or []) + list(getattr(feed, "other_lines", []) or [])
+    lines += str(getattr(exc, "stderr", "") or "").splitlines()
+    for line in lines:
+        text = line.strip().strip("'\" ")
+        if text.startswith(("fatal:", "error:")):
+            return text
+    return f"git exited with status {getattr(exc, 'status', '?')}"
+
+
+# -------------------------------------------------------------------------------------- archives
+def _archive_stem(path: Path) -> str:
+    name = path.name
+    for suffix in sorted(ARCHIVE_SUFFIXES, key=len, reverse=True):
+        if name.lower().endswith(suffix):
+            return name[: -len(suffix)]
+    return path.stem
+
+
+def _extract(archive: Path, dest: Path) -> None:
+    """Unpack ``archive`` into ``dest`` (tar with the 'data' safety filter; zip keeping modes and links)."""
+    if archive.name.lower().endswith(".zip"):
+        with zipfile.ZipFile(archive) as zf:
+            for info in zf.infolist():
+                target = (dest / info.filename).resolve()
+                if not str(target).startswith(str(dest.resolve())):
+                    raise UpstreamError(f"archive {archive} has an entry outside its folder: {info.filename}",
+                                        "use an unmodified release archive")
+                mode = info.external_attr >> 16
+                if info.is_dir():
+                    target.mkdir(parents=True, exist_ok=True)
+                elif stat.S_ISLNK(mode):
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    os.symlink(zf.read(info).decode(), target)
+                else:
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    target.write_bytes(zf.read(info))
+                    if mode & 0o111:
+                        target.chmod(0o755)
+        return
+    with tarfile.open(archive) as tf:
+        if hasattr(tarfile, "data_filter"):
+            tf.extractall(dest, filter="data")
+        else:  # pragma: no cover - Python without PEP 706
+            tf.extractall(dest)
+
+
+def _archive_version(root: Path, archive: Path) -> str:
+    from packaging.version import InvalidVersion, Version
+
+    version_file = root / "version.txt"
+    text = version_file.read_text().strip() if version_file.is_file() else ""
+    if not text:
+        match = re.search(r"(\d+\.\d+(?:\.\d+)?)", archive.name)
+        text = match.group(1) if match else ""
+    try:
+        return Version(text).base_version
+    except InvalidVersion:
+        raise UpstreamError(f"archive {archive} has no usable version (version.txt: {text!r})",
+                            "use a PyTorch release archive (it carries version.txt)") from None
+
+
+def import_archive(archive: Path) -> Upstream:
+    """Import a source archive as one deterministic commit tagged ``v<version>`` (cached by sha256).
+
+    The single top-level folder of a release archive (``pytorch-v2.6.0/``) is stripped. All files are
+    added (``git add -A -f``: the archive's own .gitignore does not drop files); empty folders vanish.
+
+    Raises:
+        UpstreamError: unreadable archive, or no version in ``version.txt`` nor in the file name.
+    """
+    archive = Path(archive).resolve()
+    digest = sha256_file(archive)
+    imports = cache_dir() / "imports"
+    store = imports / f"{slug(_archive_stem(archive))}-{digest[:12]}.git"
+    with exclusive_lock(cache_dir() / "locks" / store.name, f"import {archive}"):
+        if (store / "HEAD").is_file():
+            tags = git_run(store, "tag", "--list").out.split()
+            return Upstream(str(archive), store, "archive", created=False, tag=tags[0] if tags else None)
+        imports.mkdir(parents=True, exist_ok=True)
+        started = time.monotonic()
+        progress.note(f"upstream: importing {archive.name} into {store} (once)")
+        with tempfile.TemporaryDirectory(prefix=".import-", dir=imports) as tmp_name:
+            tmp = Path(tmp_name)
+            tree = tmp / "tree"
+            tree.mkdir()
+            try:
+                with progress.task(f"unpack {archive.name}"):
+                    _extract(archive, tree)
+            except (tarfile.TarError, zipfile.BadZipFile, OSError, EOFError, ValueError) as exc:
+                raise UpstreamError(f"cannot unpack archive {archive}: {exc}",
+                                    "download it again, or pass a git URL or repository") from None
+            entries = list(tree.iterdir())
+            root = entries[0] if len(entries) == 1 and entries[0].is_dir() else tree
+            tag = f"v{_archive_version(root, archive)}"
+            repo = tmp / "repo.git"
+            git_run(tmp, "init", "--quiet", "--bare", str(repo))
+            env = {**IMPORT_IDENTITY, "GIT_INDEX_FILE": str(tmp / "index")}
+            plain = ("-c", "core.autocrlf=false", "-c", "core.fileMode=true", "-c", "core.symlinks=true")
+            with progress.task(f"import {archive.name} into git"):
+                git_run(tmp, *plain, f"--git-dir={repo}", f"--work-tree={root}", "add", "-A", "-f", env=env)
+            tree_sha = git_run(repo, "write-tree", env=env).out.strip()
+            message = f"Import {archive.name}\n\nsha256 {digest}\n"
+            commit = git_run(repo, "commit-tree", tree_sha, "-m", message, env=env).out.strip()
+            git_run(repo, "update-ref", f"refs/tags/{tag}", commit)
+            os.replace(repo, store)
+        progress.note(f"upstream: imported {archive.name} as {tag} = {commit[:12]} "
+                      f"in {time.monotonic() - started:.1f} s")
+        return Upstream(str(archive), store, "archive", created=True, tag=tag)
+
+
+# ------------------------------------------------------------------------------------------- refs
+def resolve_commit(store: Path, ref: str, *, check: bool = True, source: str | None = None) -> str | None:
+    """The 40-hex commit SHA of ``ref`` (tag, branch or SHA) in ``store``.
+
+    Raises:
+        UpstreamError: ``check`` and the ref is not there; the line lists a few tags.
+    """
+    result = git_run(store, "rev-parse", "--verify", "--quiet", "--end-of-options", f"{ref}^{{commit}}", check=False)
+    if result.rc == 0:
+        return result.out.strip()
+    if not check:
+        return None
+    tags = git_run(store, "tag", "--list", "--sort=-creatordate", check=False).out.split()[:5]
+    known = f" (tags there: {', '.join(tags)})" if tags else ""
+    raise UpstreamError(f"base ref {ref!r} is not in the upstream {source or store}{known}",
+                        "pass --base as a tag, branch or SHA that exists upstream")
+
+
+# -------------------------------------------------------------------------------------- worktrees
+def worktrees(workdir: Path | str, base: str) -> tuple[Path, Path]:
+    """The ``(stock, patched)`` worktree paths of a base ref: ``<workdir>/<slug(base)>/{stock,patched}``.
+
+    Pure path arithmetic (nothing is created); :func:`checkout` creates them.
+    """
+    root = Path(workdir) / slug(base)
+    return root / "stock", root / "patched"
+
+
+def patched_branch(series: str, base: str) -> str:
+    """Branch of the ``patched`` worktree of a series: ``patched/<series>/<slug(base)>``."""
+    return f"patched/{series}/{slug(base)}"
+
+
+def _branch_free(store: Path, branch: str) -> None:
+    """Raise when ``branch`` is checked out in another live worktree (git allows one at a time)."""
+    listing = git_run(store, "worktree", "list", "--porcelain").out
+    for block in listing.split("\n\n"):
+        if f"branch refs/heads/{branch}" in block.splitlines():
+            where = block.splitlines()[0].removeprefix("worktree ")
+            raise UpstreamError(f"branch {branch} is already checked out in {where}",
+                                f"use that --workdir, or free it: `git -C {where} checkout --detach`")
+
+
+def dirty_files(worktree: Path) -> list[str]:
+    """Tracked files with uncommitted changes in ``worktree`` (``git status --porcelain``, untracked ignored)."""
+    out = git_run(worktree, "status", "--porcelain", "--untracked-files=no").out
+    return [line[3:] for line in out.splitlines() if line.strip()]
+
+
+def _common_dir(worktree: Path) -> Path | None:
+    result = git_run(worktree, "rev-parse", "--path-format=absolute", "--git-common-dir", check=False)
+    return Path(result.out.strip()).resolve() if result.rc == 0 else None
+
+
+def _ensure_own(worktree: Path, store: Path) -> None:
+    common = _common_dir(worktree)
+    if common != store.resolve():
+        raise UpstreamError(f"{worktree} exists but is not a worktree of {store}",
+                            "pass another --workdir, or move that folder away")
+
+
+def _submodules(worktree: Path) -> None:
+    if not (worktree / ".gitmodules").is_file():
+        return
+    progress.note(f"upstream: initialising submodules recursively in {worktree}")
+    with progress.task(f"submodules {worktree.name}"):
+        result = git_run(worktree, "submodule", "update", "--init", "--recursive", check=False)
+    if result.rc != 0:
+        raise UpstreamError(f"submodule update in {worktree} failed: {result.last_line()}",
+                            f"fix the network or the mirror, then run `git -C {worktree} submodule update --init "
+                            f"--recursive` or run checkout again")
+
+
+def missing_submodules(worktree: Path | str) -> list[str]:
+    """Submodule folders (relative paths) that are missing or empty in ``worktree``.
+
+    Paths come from ``.gitmodules``; a tree without one that has PyTorch's layout (``setup.py`` and
+    ``third_party/``) is checked against :data:`PYTORCH_DEFAULT_SUBMODULES`, the list PyTorch's own
+    ``setup.py`` uses in that case. Anything else has no submodules: ``[]``.
+    """
+    worktree = Path(worktree)
+    gitmodules = worktree / ".gitmodules"
+    if gitmodules.is_file():
+        out = git_run(worktree, "config", "--file", str(gitmodules), "--get-regexp", r"^submodule\..*\.path$",
+                      check=False).out
+        paths = [line.split(None, 1)[1].strip() for line in out.splitlines() if " " in line]
+    elif (worktree / "setup.py").is_file() and (worktree / "third_party").is_dir():
+        paths = list(PYTORCH_DEFAULT_SUBMODULES)
+    else:
+        paths = []
+
+    def empty(path: Path) -> bool:
+        return not path.is_dir() or not any(path.iterdir())
+
+    return [p for p in paths if empty(worktree / p)]
+
+
+def submodule_report(worktree: Path) -> str | None:
+    """One line about missing submodules of ``worktree`` (None when all are present)."""
+    missing = missing_submodules(worktree)
+    if not missing:
+        return None
+    shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+    return (f"upstream: this source has no submodules ({shown} missing or empty; e.g. a stripped source "
+            f"archive): checkout is fine, but a wheel build needs them -- use a git upstream, or "
+            f"`git submodule update --init --recursive` in a full clone")
+
+
+@dataclass(frozen=True)
+class Checkout:
+    """Result of :func:`checkout`: where things are and what the source lacks."""
+
+    upstream: Upstream
+    base: str
+    commit: str
+    stock: Path
+    patched: Path
+    branch: str | None
+    missing_submodules: tuple[str, ...]
+
+
+def checkout(source: str, base: str, workdir: Path | str, series: str | None = None) -> Checkout:
+    """Create (or verify) the ``stock`` and ``patched`` worktrees of ``base``.
+
+    ``stock`` is detached at the base commit; ``patched`` is on :func:`patched_branch` (created at
+    the base when absent; kept with its commits when present) when ``series`` is given, else
+    detached at the base (apply/refresh put it on the series' branch). Existing worktrees are reused; a
+    ``stock`` that moved is put back on the base when clean.
+
+    Raises:
+        UpstreamError: unreachable upstream, unknown base ref, a folder in the way, a dirty ``stock``.
+    """
+    upstream = open_upstream(source, ref=base)
+    store = upstream.store
+    commit = resolve_commit(store, base, source=source)
+    stock, patched = worktrees(workdir, base)
+    git_run(store, "worktree", "prune")
+    branch = patched_branch(series, base) if series else None
+    created = []
+    if stock.exists():
+        _ensure_own(stock, store)
+        head = git_run(stock, "rev-parse", "HEAD").out.strip()
+        if head != commit:
+            if dirty_files(stock):
+                raise UpstreamError(f"stock worktree {stock} is not at {base} and has uncommitted changes",
+                                    f"commit or discard them (`git -C {stock} status`)")
+            git_run(stock, "checkout", "--quiet", "--detach", commit)
+    else:
+        stock.parent.mkdir(parents=True, exist_ok=True)
+        git_run(store, "worktree", "add", "--quiet", "--detach", str(stock.resolve()), commit)
+        created.append(stock)
+    if patched.exists():
+        _ensure_own(patched, store)
+        if branch:
+            switch_branch(patched, branch, commit)
+    else:
+        if branch is None:
+            git_run(store, "worktree", "add", "--quiet", "--detach", str(patched.resolve()), commit)
+        elif git_run(store, "show-ref", "--verify", "--quiet", f"refs/heads/{branch}", check=False).rc == 0:
+            _branch_free(store, branch)
+            git_run(store, "worktree", "add", "--quiet", str(patched.resolve()), branch)
+        else:
+            git_run(store, "worktree", "add", "--quiet", "-b", branch, str(patched.resolve()), commit)
+        created.append(patched)
+    for tree in created:
+        _submodules(tree)
+    missing = tuple(missing_submodules(stock))
+    return Checkout(upstream, base, commit, stock, patched, branch, missing)
+
+
+def switch_branch(worktree: Path, branch: str, commit: str) -> None:
+    """Put ``worktree`` on ``branch`` (created at ``commit`` when absent); no-op when already there.
+
+    Raises:
+        UpstreamError: the worktree has uncommitted changes and is on another branch.
+    """
+    current = git_run(worktree, "symbolic-ref", "--quiet", "--short", "HEAD", check=False).out.strip()
+    if current == branch:
+        return
+    if dirty_files(worktree):
+        raise UpstreamError(f"worktree {worktree} is on {current or 'a detached HEAD'}, not {branch}, "
+                            f"and has uncommitted changes", f"commit or discard them (`git -C {worktree} status`)")
+    exists = git_run(worktree, "show-ref", "--verify", "--quiet", f"refs/heads/{branch}", check=False).rc == 0
+    if exists:
+        git_run(worktree, "checkout", "--quiet", branch)
+    else:
+        git_run(worktree, "checkout", "--quiet", "-b", branch, commit)
+
+
+# ------------------------------------------------------------------------------------------ CLI
+def add_common_arguments(parser: argparse.ArgumentParser, *, series_required: bool = False) -> None:
+    """``--upstream``, ``--base``, ``--series``, ``--workdir``: shared by checkout/check/apply/refresh/rebase."""
+    parser.add_argument("--upstream", metavar="URL|PATH|ARCHIVE",
+                        help=f"git URL, local repository/mirror, or source archive (default: the series' "
+                             f"upstream, else {DEFAULT_UPSTREAM})")
+    parser.add_argument("--base", metavar="REF", help="base ref: tag, branch or SHA (default: the series' only base)")
+    parser.add_argument("--series", metavar="NAME|PATH", required=series_required,
+                        help="patch series: folder under patches/ or a path to it")
+    parser.add_argument("--workdir", metavar="DIR", default="work", help="where worktrees live (default: ./work)")
+
+
+def add_arguments_checkout(parser: argparse.ArgumentParser) -> None:
+    """Options of ``checkout``."""
+    add_common_arguments(parser)
+
+
+def run_checkout(args: argparse.Namespace) -> int:
+    """``checkout``: clone/import the upstream, create ``stock`` and ``patched`` at the base."""
+    from harness.series import resolve_context
+
+    ctx = resolve_context(args, need_series=False)
+    started = time.monotonic()
+    result = checkout(ctx.upstream, ctx.base, args.workdir, ctx.series.name if ctx.series else None)
+    how = "cloned" if result.upstream.kind == "git" else "imported"
+    cache = f"{how} into the cache" if result.upstream.created else f"cache warm, no {how[:-2]}"
+    progress.note(f"checkout: {result.base} = {result.commit[:12]} ({cache}) in {time.monotonic() - started:.1f} s")
+    progress.note(f"checkout: stock   {result.stock} (detached)")
+    progress.note(f"checkout: patched {result.patched} ({f'branch {result.branch}' if result.branch else 'detached'})")
+    line = submodule_report(result.stock)
+    if line:
+        progress.note(line)
+    return 0

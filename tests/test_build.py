@@ -1,0 +1,542 @@
+"""Unit tests of harness.build: platform environments, labels, base conventions, preflight, failures.
+
+Fast: no compiler runs here (tests/test_build_e2e.py builds real wheels).
+"""
+
+from __future__ import annotations
+
+import collections
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from packaging.version import Version
+
+from harness import build as b
+from harness.cli import main
+from harness.errors import BuildError, UsageError
+
+STOCK_SHA = "924a857c1fef0a5b3d26666b2336fe6b098ca7fb"
+
+
+def _tree(root: Path, *, version="2.6.0a0", reads_version=True, wheel_script=None, gitmodules=None) -> Path:
+    """A source tree with PyTorch's build-convention files (no code)."""
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "version.txt").write_text(version + "\n")
+    (root / "pyproject.toml").write_text(
+        '[build-system]\nrequires = ["setuptools", "wheel", "cmake", "typing-extensions>=4.10.0"]\n'
+        'build-backend = "setuptools.build_meta:__legacy__"\n'
+    )
+    (root / "requirements.txt").write_text('# dev\nnumpy\ncmake\n\nsympy==1.13.1 ; python_version >= "3.9"\n')
+    (root / "setup.py").write_text("import os\nv = os.getenv('PYTORCH_BUILD_VERSION')\n" if reads_version else "pass\n")
+    if wheel_script is not None:
+        (root / ".ci" / "wheel").mkdir(parents=True)
+        (root / ".ci" / "wheel" / "build_wheel.sh").write_text(wheel_script)
+    if gitmodules is not None:
+        (root / ".gitmodules").write_text(gitmodules)
+    return root
+
+
+# ------------------------------------------------------------------ platform environments
+
+
+def test_platform_env_macos_arm64_pinned():
+    env = b.platform_env("macos-arm64", jobs=8, macos_deployment_target="11.0", launcher="ccache")
+    assert env == {
+        "BUILD_TEST": "0",
+        "CMAKE_BUILD_TYPE": "Release",
+        "MAX_JOBS": "8",
+        "USE_ROCM": "0",
+        "USE_MPS": "1",
+        "USE_CUDA": "0",
+        "CMAKE_OSX_ARCHITECTURES": "arm64",
+        "MACOSX_DEPLOYMENT_TARGET": "11.0",
+        "CMAKE_C_COMPILER_LAUNCHER": "ccache",
+        "CMAKE_CXX_COMPILER_LAUNCHER": "ccache",
+        "CMAKE_OBJC_COMPILER_LAUNCHER": "ccache",
+        "CMAKE_OBJCXX_COMPILER_LAUNCHER": "ccache",
+    }
+
+
+def test_platform_env_linux_cpu_pinned():
+    env = b.platform_env("linux-cpu", jobs=2, build_type="RelWithDebInfo")
+    assert env == {
+        "BUILD_TEST": "0",
+        "CMAKE_BUILD_TYPE": "RelWithDebInfo",
+        "MAX_JOBS": "2",
+        "USE_ROCM": "0",
+        "USE_CUDA": "0",
+        "USE_MPS": "0",
+    }
+
+
+def test_platform_env_linux_cuda_pinned():
+    env = b.platform_env("linux-cuda", jobs=16, cuda_arch_list="9.0", launcher="sccache")
+    assert env == {
+        "BUILD_TEST": "0",
+        "CMAKE_BUILD_TYPE": "Release",
+        "MAX_JOBS": "16",
+        "USE_ROCM": "0",
+        "USE_CUDA": "1",
+        "USE_MPS": "0",
+        "TORCH_CUDA_ARCH_LIST": "9.0",
+        "CMAKE_C_COMPILER_LAUNCHER": "sccache",
+        "CMAKE_CXX_COMPILER_LAUNCHER": "sccache",
+        "CMAKE_CUDA_COMPILER_LAUNCHER": "sccache",
+    }
+    assert b.platform_env("linux-cuda", jobs=1)["TORCH_CUDA_ARCH_LIST"] == "8.0;8.6;8.9;9.0"
+
+
+@pytest.mark.parametrize(
+    "kwargs, word",
+    [
+        ({"platform": "windows", "jobs": 1}, "platform"),
+        ({"platform": "linux-cpu", "jobs": 0}, "--jobs"),
+        ({"platform": "linux-cpu", "jobs": 1, "build_type": "Fast"}, "build type"),
+    ],
+)
+def test_platform_env_rejects_bad_input(kwargs, word):
+    with pytest.raises(UsageError) as info:
+        b.platform_env(**kwargs)
+    assert word in info.value.cause and "\n" not in info.value.line()
+
+
+def test_env_overrides_parse_and_reject():
+    assert b.parse_env_overrides(["A=1", "B=x=y", "A=2", "EMPTY="]) == {"A": "2", "B": "x=y", "EMPTY": ""}
+    for bad in ("NOVALUE", "=1", "1A=2", "A B=1"):
+        with pytest.raises(UsageError) as info:
+            b.parse_env_overrides([bad])
+        assert repr(bad) in info.value.cause
+
+
+def test_cli_malformed_env_is_one_line(capsys):
+    rc = main(["build", "--kind", "stock", "--dry-run", "--platform", "linux-cpu", "--env", "MAX_JOBS"])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert err.count("\n") == 1 and err.startswith("error: malformed --env 'MAX_JOBS'")
+
+
+# ------------------------------------------------------------------ labels and the base's files
+
+
+def test_local_version_labels_are_pep440_and_distinct(tmp_path):
+    patch = tmp_path / "0001-x.patch"
+    patch.write_bytes(b"diff --git a/x b/x\n")
+    series = b.SeriesRef("mps-gemm-prefer-fast-math", (patch,))
+    import hashlib
+
+    assert series.hash == hashlib.sha256(b"diff --git a/x b/x\n").hexdigest()
+    stock = b.local_version("2.6.0", "stock", base_sha=STOCK_SHA)
+    patched = b.local_version("2.6.0", "patched", series=series)
+    assert stock == "2.6.0+stock.924a857c"
+    assert patched == f"2.6.0+mps.gemm.prefer.fast.math.{series.hash[:8]}"
+    assert Version(stock).local == "stock.924a857c" and Version(stock) != Version(patched)
+    assert Version(stock).public == Version(patched).public == "2.6.0"
+    # an all-digit sha prefix with a leading zero would lose the zero: it gets git's g prefix
+    assert b.local_version("2.6.0", "stock", base_sha="0123456789") == "2.6.0+stock.g01234567"
+    with pytest.raises(BuildError):
+        b.local_version("2.6.0", "stock", base_sha=None)
+    with pytest.raises(BuildError):
+        b.local_version("2.6.0", "patched", series=b.SeriesRef("bad name!", (patch,)))
+
+
+def test_base_release_and_version_env(tmp_path):
+    src = _tree(tmp_path / "src")
+    assert b.base_release(src) == "2.6.0"
+    assert b.version_env(src, "2.6.0+stock.924a857c") == {
+        "PYTORCH_BUILD_VERSION": "2.6.0+stock.924a857c",
+        "PYTORCH_BUILD_NUMBER": "0",
+    }
+    other = _tree(tmp_path / "other", reads_version=False)
+    with pytest.raises(BuildError) as info:
+        b.version_env(other, "1.0+x")
+    assert "PYTORCH_BUILD_VERSION" in info.value.cause
+
+
+@pytest.mark.parametrize(
+    "script, expected, where",
+    [
+        (None, "11.0", "sets no deployment target"),
+        ("export MACOSX_DEPLOYMENT_TARGET=10.15\n", "11.0", ".ci/wheel/build_wheel.sh:1"),
+        (
+            "# MACOSX_DEPLOYMENT_TARGET=14.0\nexport MACOSX_DEPLOYMENT_TARGET=13.3\n",
+            "13.3",
+            ".ci/wheel/build_wheel.sh:2",
+        ),
+    ],
+)
+def test_macos_deployment_target_read_from_base(tmp_path, script, expected, where):
+    src = _tree(tmp_path / "src", wheel_script=script)
+    target, note = b.macos_deployment_target(src)
+    assert target == expected and where in note
+
+
+def test_build_requirements_and_command_follow_base(tmp_path):
+    src = _tree(tmp_path / "src")
+    assert b.build_requirements(src) == (
+        "setuptools",
+        "wheel",
+        "cmake",
+        "typing-extensions>=4.10.0",
+        "numpy",
+        'sympy==1.13.1 ; python_version >= "3.9"',
+    )
+    dist = tmp_path / "dist"
+    assert b.build_command(src, "py", dist) == (
+        "py",
+        "-m",
+        "pip",
+        "wheel",
+        str(src),
+        "--no-build-isolation",
+        "--no-deps",
+        "-v",
+        "-w",
+        str(dist),
+    )
+    (src / "pyproject.toml").unlink()
+    assert b.build_command(src, "py", dist) == ("py", "setup.py", "bdist_wheel", "-d", str(dist))
+    (src / "setup.py").unlink()
+    with pytest.raises(BuildError):
+        b.build_command(src, "py", dist)
+
+
+def test_compiles_on():
+    mm = "aten/src/ATen/native/mps/operations/LinearAlgebra.mm"
+    assert b.compiles_on(mm, "macos-arm64") and not b.compiles_on(mm, "linux-cpu")
+    assert b.compiles_on("aten/src/ATen/native/cuda/Blas.cpp", "linux-cuda")
+    assert not b.compiles_on("aten/src/ATen/native/cuda/Blas.cpp", "linux-cpu")
+    assert all(b.compiles_on("src/config.cpp", p) for p in b.PLATFORMS)
+
+
+# ------------------------------------------------------------------ plans
+
+
+def test_stock_and_patched_share_one_configuration(tmp_path):
+    src = _tree(tmp_path / "src")
+    patch = tmp_path / "0001.patch"
+    patch.write_text("x")
+    series = b.SeriesRef("s", (patch,))
+    common = dict(
+        jobs=4,
+        env_overrides=["USE_DISTRIBUTED=0"],
+        build_type="Release",
+        dist_dir=tmp_path / "d",
+        base_sha=STOCK_SHA,
+        launcher="ccache",
+    )
+    for platform in b.PLATFORMS:
+        stock = b.plan_build(src, platform, kind="stock", **common)
+        patched = b.plan_build(src, platform, kind="patched", series=series, **common)
+        assert b.shared_configuration(stock, patched) == {
+            "PYTORCH_BUILD_VERSION": ("2.6.0+stock.924a857c", f"2.6.0+s.{series.hash[:8]}")
+        }
+        assert stock.command == patched.command and stock.requirements == patched.requirements
+        assert stock.env["USE_DISTRIBUTED"] == "0" and stock.env["MAX_JOBS"] == "4"
+
+
+def test_env_override_wins_and_incremental_needs_patched(tmp_path):
+    src = _tree(tmp_path / "src")
+    plan = b.plan_build(
+        src,
+        "linux-cuda",
+        env_overrides={"TORCH_CUDA_ARCH_LIST": "8.0", "MAX_JOBS": "3"},
+        base_sha=STOCK_SHA,
+        launcher=None,
+    )
+    assert plan.env["TORCH_CUDA_ARCH_LIST"] == "8.0" and plan.jobs == 3
+    assert not any(k.endswith("_COMPILER_LAUNCHER") for k in plan.env)
+    with pytest.raises(UsageError):
+        b.plan_build(src, "linux-cpu", kind="stock", incremental=True, base_sha=STOCK_SHA)
+
+
+def test_describe_prints_env_and_exact_command(tmp_path):
+    src = _tree(tmp_path / "src")
+    plan = b.plan_build(src, "macos-arm64", jobs=6, base_sha=STOCK_SHA, launcher=None, dist_dir=tmp_path / "dist")
+    text = plan.describe().splitlines()
+    assert "MACOSX_DEPLOYMENT_TARGET=11.0" in text and "USE_MPS=1" in text and "MAX_JOBS=6" in text
+    assert "PYTORCH_BUILD_VERSION=2.6.0+stock.924a857c" in text
+    venv_python = str(b.build_venv_path(plan.requirements) / "bin" / "python")
+    assert text[-1] == f"{venv_python} -m pip wheel {src} --no-build-isolation --no-deps -v -w {tmp_path / 'dist'}"
+
+
+@pytest.mark.parametrize(
+    "platform, present, absent",
+    [
+        (
+            "macos-arm64",
+            ["USE_MPS=1", "CMAKE_OSX_ARCHITECTURES=arm64", "MACOSX_DEPLOYMENT_TARGET=11.0"],
+            ["TORCH_CUDA_ARCH_LIST"],
+        ),
+        ("linux-cpu", ["USE_CUDA=0", "USE_MPS=0"], ["MACOSX_DEPLOYMENT_TARGET", "TORCH_CUDA_ARCH_LIST"]),
+        ("linux-cuda", ["USE_CUDA=1", "TORCH_CUDA_ARCH_LIST=8.0;8.6;8.9;9.0"], ["MACOSX_DEPLOYMENT_TARGET"]),
+    ],
+)
+def test_cli_dry_run_without_source(capsys, platform, present, absent):
+    rc = main(["build", "--kind", "patched", "--dry-run", "--platform", platform, "--jobs", "4"])
+    out = capsys.readouterr().out
+    assert rc == 0
+    lines = out.splitlines()
+    for item in present + ["MAX_JOBS=4", "PYTORCH_BUILD_NUMBER=0"]:
+        assert item in lines
+    assert not any(line.startswith(tuple(absent)) for line in lines)
+    assert "PYTORCH_BUILD_VERSION=<version.txt release>+<series>.<series hash8>" in lines
+    assert "pip wheel '<source>' --no-build-isolation --no-deps -v" in lines[-1]
+
+
+def test_cli_dry_run_with_series_before_checkout(capsys, tmp_path):
+    """A known series gives the real label; no worktree yet, nothing is cloned."""
+    series = tmp_path / "patches" / "mps-gemm-prefer-fast-math"
+    (series / "v2.6.0").mkdir(parents=True)
+    patch = series / "v2.6.0" / "0001-x.patch"
+    patch.write_text("From 0 Mon Sep 17 00:00:00 2001\nSubject: [PATCH] x\n\n---\n")
+    (series / "series.toml").write_text(
+        'name = "mps-gemm-prefer-fast-math"\ntitle = "t"\nupstream = "https://github.com/pytorch/pytorch.git"\n'
+        'env = ["PYTORCH_MPS_GEMM_PREFER_FAST_MATH"]\n\n[[base]]\nref = "v2.6.0"\npatches = ["0001-x.patch"]\n'
+    )
+    rc = main(
+        [
+            "build",
+            "--kind",
+            "patched",
+            "--dry-run",
+            "--platform",
+            "macos-arm64",
+            "--series",
+            str(series),
+            "--workdir",
+            str(tmp_path / "work"),
+        ]
+    )
+    lines = capsys.readouterr().out.splitlines()
+    digest = b.SeriesRef("x", (patch,)).hash[:8]
+    assert rc == 0 and f"PYTORCH_BUILD_VERSION=<version.txt release>+mps.gemm.prefer.fast.math.{digest}" in lines
+    assert f"# series: mps-gemm-prefer-fast-math {digest} (1 patches)" in lines
+    assert not (tmp_path / "work").exists()
+
+
+# ------------------------------------------------------------------ preflight
+
+
+def test_preflight_source_is_one_line_naming_submodules_and_remedy(tmp_path):
+    src = _tree(
+        tmp_path / "src",
+        gitmodules='[submodule "a"]\n\tpath = third_party/a\n[submodule "b"]\n\tpath = third_party/b\n',
+    )
+    (src / "third_party" / "a").mkdir(parents=True)
+    (src / "third_party" / "a" / "CMakeLists.txt").write_text("")
+    (src / "third_party" / "b").mkdir()  # present but empty, as after a clone without --recursive
+    assert b.missing_submodules(src) == ["third_party/b"]
+    with pytest.raises(BuildError) as info:
+        b.preflight_source(src)
+    line = info.value.line()
+    assert "\n" not in line and "lacks its git submodules (third_party/b)" in line
+    assert "git clone --recursive --branch v2.6.0" in line and "pytorch-v2.6.0.tar.gz" in line
+    (src / "third_party" / "b" / "x.h").write_text("")
+    b.preflight_source(src)  # complete: no error
+
+
+def test_preflight_tools_missing_compiler_cmake_and_disk(tmp_path, monkeypatch):
+    src = _tree(tmp_path / "src")
+    plan = b.plan_build(src, "linux-cpu", base_sha=STOCK_SHA, launcher=None, dist_dir=tmp_path / "dist")
+    empty = tmp_path / "emptybin"
+    empty.mkdir()
+    monkeypatch.delenv("CXX", raising=False)
+    with pytest.raises(BuildError) as info:
+        b.preflight_tools(plan, str(empty))
+    assert "no C++ compiler" in info.value.cause and "apt-get install -y g++" in info.value.remedy
+    (empty / "c++").symlink_to(shutil.which("c++") or "/bin/true")
+    with pytest.raises(BuildError) as info:
+        b.preflight_tools(plan, str(empty))
+    assert info.value.cause.startswith("cmake not found")
+    (empty / "cmake").symlink_to("/bin/true")
+    Usage = collections.namedtuple("Usage", "total used free")
+    monkeypatch.setattr(b.shutil, "disk_usage", lambda p: Usage(100 * b.GIB, 99 * b.GIB, plan.min_free_bytes - 1))
+    with pytest.raises(BuildError) as info:
+        b.preflight_tools(plan, str(empty))
+    assert "needs about" in info.value.cause
+    monkeypatch.setattr(b.shutil, "disk_usage", lambda p: Usage(100 * b.GIB, 0, plan.min_free_bytes))
+    b.preflight_tools(plan, str(empty))  # enough: no error
+
+
+def test_disk_estimate_pytorch_table_and_other(tmp_path):
+    torch_like = _tree(tmp_path / "pt")
+    (torch_like / "aten").mkdir()
+    (torch_like / "torch").mkdir()
+    assert b.disk_estimate(torch_like, "linux-cuda") == 50 * b.GIB
+    small = _tree(tmp_path / "small")
+    assert b.disk_estimate(small, "linux-cpu") == b.OTHER_DISK_MIN
+    (small / "big.bin").write_bytes(b"\0" * (64 << 20))
+    assert b.disk_estimate(small, "linux-cpu") > 20 * (64 << 20)
+
+
+# ------------------------------------------------------------------ logs
+
+
+def test_count_compiled_units_ninja_and_make():
+    log = "\n".join(
+        [
+            "[1/3] Building CXX object CMakeFiles/_tiny.dir/src/a.cpp.o",
+            "[2/3] Building CXX object CMakeFiles/_tiny.dir/src/b.cpp.o",
+            "[ 50%] Building OBJCXX object caffe2/CMakeFiles/torch_cpu.dir/x.mm.o",
+            "[3/3] Linking CXX shared module _tiny.so",
+            "[1/3] Building CXX object CMakeFiles/_tiny.dir/src/a.cpp.o",  # repeated: counted once
+        ]
+    )
+    assert b.count_compiled_units(log) == 3
+
+
+def test_build_failed_carries_cause_tail_and_log(tmp_path):
+    log = tmp_path / "x.log"
+    lines = [f"line {i}" for i in range(100)]
+    lines[60] = "src/add.cpp:1:1: error: 'garbage' does not name a type"
+    log.write_text("\n".join(lines) + "\n")
+    exc = b.BuildFailed("stock build failed (exit 1)", log)
+    assert exc.cause == "stock build failed (exit 1): src/add.cpp:1:1: error: 'garbage' does not name a type"
+    assert exc.remedy == f"full log: {log}" and exc.exit_code == 1
+    assert exc.tail == lines[60:] and len(exc.tail) == 40
+
+
+@pytest.fixture(scope="module")
+def debian_tree(debian_archive, tmp_path_factory) -> Path:
+    """The build-convention files of Debian's real PyTorch 2.6.0 source (submodules stripped)."""
+    root = tmp_path_factory.mktemp("pt260")
+    members = [
+        "version.txt",
+        "setup.py",
+        "pyproject.toml",
+        "requirements.txt",
+        "CMakeLists.txt",
+        "cmake/*.cmake",
+        "tools/generate_torch_version.py",
+        "third_party/README.md",
+    ]
+    subprocess.run(
+        ["tar", "-xf", str(debian_archive), "-C", str(root), "--wildcards", *[f"pytorch-v2.6.0/{m}" for m in members]],
+        check=True,
+    )
+    return root / "pytorch-v2.6.0"
+
+
+@pytest.mark.slow
+def test_debian_pytorch_260_plan_and_preflight(debian_tree):
+    """The base's own files decide: version variable, requirements, command, deployment target; the
+    stripped source stops in preflight with one line."""
+    src = debian_tree
+    with pytest.raises(BuildError) as info:
+        b.preflight_source(src)
+    line = info.value.line()
+    assert "\n" not in line and "lacks its git submodules" in line and "third_party/" in line
+    assert "pytorch-v2.6.0.tar.gz" in line and "git clone --recursive" in line
+    plan = b.plan_build(src, "macos-arm64", base_sha=STOCK_SHA, jobs=8, launcher=None)
+    assert plan.env["MACOSX_DEPLOYMENT_TARGET"] == "11.0" and plan.version == "2.6.0+stock.924a857c"
+    assert plan.env["PYTORCH_BUILD_VERSION"] == "2.6.0+stock.924a857c"
+    assert plan.requirements[:9] == (
+        "setuptools",
+        "wheel",
+        "astunparse",
+        "numpy",
+        "ninja",
+        "pyyaml",
+        "cmake",
+        "typing-extensions>=4.10.0",
+        "requests",
+    )
+    assert plan.command[1:5] == ("-m", "pip", "wheel", str(src))
+
+
+@pytest.mark.slow
+def test_cli_build_patched_of_debian_archive_stops_before_compiling(debian_archive, tmp_path, capsys):
+    """Acceptance: `build_patched -- --upstream <Debian 2.6.0 archive> --base v2.6.0 --series ...` -> one line.
+
+    Uses the default harness cache, like tests/test_upstream.py, so the archive is imported once."""
+    import uuid
+
+    from harness.upstream import git_run
+
+    name = f"demo-{uuid.uuid4().hex[:8]}"  # its patched branch lives in the shared import store
+    series = tmp_path / "patches" / name
+    (series / "v2.6.0").mkdir(parents=True)
+    (series / "v2.6.0" / "0001-demo.patch").write_text(
+        "From 0 Mon Sep 17 00:00:00 2001\nSubject: [PATCH] demo\n\n---\n"
+    )
+    (series / "series.toml").write_text(
+        f'name = "{name}"\ntitle = "demo"\nupstream = "https://github.com/pytorch/pytorch.git"\nenv = ["DEMO_VAR"]\n\n'
+        '[[base]]\nref = "v2.6.0"\npatches = ["0001-demo.patch"]\n'
+    )
+    work = tmp_path / "work"
+    try:
+        rc = main(
+            [
+                "build",
+                "--kind",
+                "patched",
+                "--upstream",
+                str(debian_archive),
+                "--base",
+                "v2.6.0",
+                "--series",
+                str(series),
+                "--workdir",
+                str(work),
+                "--dist",
+                str(tmp_path / "dist"),
+            ]
+        )
+    finally:  # leave the shared store as found: no worktrees, no branch of this test
+        stock = work / "v2.6.0" / "stock"
+        if stock.is_dir():
+            store = git_run(stock, "rev-parse", "--path-format=absolute", "--git-common-dir").out.strip()
+            for tree in ("patched", "stock"):
+                git_run(store, "worktree", "remove", "--force", str(work / "v2.6.0" / tree), check=False)
+            git_run(store, "branch", "-D", f"patched/{name}/v2.6.0", check=False)
+    err = capsys.readouterr().err.splitlines()
+    errors = [line for line in err if line.startswith("error:")]
+    assert rc == 2 and len(errors) == 1 and err[-1] == errors[0]
+    assert "lacks its git submodules" in errors[0] and "pytorch-v2.6.0.tar.gz" in errors[0]
+    assert not (tmp_path / "dist").exists()  # stopped before any build step: no log, no wheel
+
+
+def _fake_torch_wheel(out: Path, version: str, mps_built: bool) -> Path:
+    """A pure-Python wheel named torch whose ``backends.mps.is_built()`` returns ``mps_built``."""
+    import base64
+    import hashlib
+    import zipfile
+
+    name = f"torch-{version}-py3-none-any.whl"
+    info = f"torch-{version}.dist-info"
+    files = {
+        "torch/__init__.py": f"__version__ = {version!r}\nfrom torch import backends\n",
+        "torch/backends/__init__.py": "from torch.backends import mps\n",
+        "torch/backends/mps/__init__.py": f"def is_built():\n    return {mps_built}\n",
+        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: torch\nVersion: {version}\n",
+        f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+        f"{info}/top_level.txt": "torch\n",
+    }
+    record = []
+    for path, text in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
+        record.append(f"{path},sha256={digest},{len(text.encode())}")
+    record.append(f"{info}/RECORD,,")
+    files[f"{info}/RECORD"] = "\n".join(record) + "\n"
+    wheel = out / name
+    with zipfile.ZipFile(wheel, "w") as zf:
+        for path, text in files.items():
+            zf.writestr(path, text)
+    return wheel
+
+
+@pytest.mark.slow
+def test_verify_requires_mps_on_macos(tmp_path):
+    version = "2.6.0+stock.924a857c"
+    (tmp_path / "off").mkdir()
+    (tmp_path / "on").mkdir()
+    without = _fake_torch_wheel(tmp_path / "off", version, mps_built=False)
+    with pytest.raises(b.VerifyError) as info:
+        b.verify_wheel(without, version, platform="macos-arm64")
+    assert "torch.backends.mps.is_built() is False" in info.value.line() and "\n" not in info.value.line()
+    assert b.verify_wheel(without, version, platform="linux-cpu").mps_built is False  # not required off macOS
+    with_mps = _fake_torch_wheel(tmp_path / "on", version, mps_built=True)
+    result = b.verify_wheel(with_mps, version, platform="macos-arm64")
+    assert result.mps_built is True and result.version == version

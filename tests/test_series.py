@@ -1,0 +1,395 @@
+"""harness.series: manifest validation and check / apply / refresh / rebase, on a tiny repo and on Debian's PyTorch."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import uuid
+from pathlib import Path
+
+import pytest
+
+from conftest import AUTHOR, export_series, git
+from harness import cli
+from harness.series import load_series, series_hash
+from harness.upstream import checkout, worktrees
+
+
+def _errors(capsys) -> list[str]:
+    return [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("error:")]
+
+
+def _run(capsys, *args: str) -> tuple[int, str]:
+    rc = cli.main(list(args))
+    captured = capsys.readouterr()
+    return rc, captured.out + captured.err
+
+
+# ------------------------------------------------------------------------------------ validation
+@pytest.mark.parametrize("edit, expected", [
+    (lambda t: t.replace('title = "Demo series"\n', ""), "missing key 'title'"),
+    (lambda t: re.sub(r"patches = \[.*\]\n", "", t), "[[base]] #1 (ref 'v1'): missing key 'patches'"),
+    (lambda t: t + 'colour = "blue"\n', "unknown key 'colour'"),
+    (lambda t: t.replace("0002-docs-document-the-change.patch", "0002-absent.patch"),
+     "patch file absent: patches/demo/v1/0002-absent.patch"),
+    (lambda t: t.replace('name = "demo"', 'name = "other"'), "key 'name' is 'other'"),
+    (lambda t: t.replace('ref = "v1"', 'ref = "v1"\ncommit = "abc"'), "key 'commit' is not a 40-hex SHA"),
+    (lambda t: t.replace('env = ["DEMO_ENV"]', "env = [1]"), "key 'env' must be a list of non-empty strings"),
+])
+def test_invalid_manifest_is_one_line_naming_file_and_key(tiny_upstream, project, capsys, edit, expected):
+    folder = export_series(tiny_upstream, project)
+    manifest = folder / "series.toml"
+    manifest.write_text(edit(manifest.read_text()))
+    rc = cli.main(["check", "--series", "demo"])
+    errors = _errors(capsys)
+    assert rc == 2 and len(errors) == 1
+    assert errors[0].startswith("error: patches/demo/series.toml: ")
+    assert expected in errors[0]
+
+
+def test_unknown_base_is_one_line(tiny_upstream, project, capsys):
+    export_series(tiny_upstream, project)
+    assert cli.main(["apply", "--series", "demo", "--base", "v9"]) == 2
+    errors = _errors(capsys)
+    assert len(errors) == 1
+    assert "patches/demo/series.toml: unknown base 'v9'" in errors[0] and "(bases: v1)" in errors[0]
+
+
+def test_series_hash_is_sha256_of_patch_bytes_in_order(tiny_upstream, project):
+    folder = export_series(tiny_upstream, project)
+    series = load_series("demo")
+    entry = series.base(None)
+    data = b"".join((folder / "v1" / name).read_bytes() for name in entry.patches)
+    assert series_hash(series, entry) == hashlib.sha256(data).hexdigest()
+    assert entry.patches == ("0001-a-patch-line-5.patch", "0002-docs-document-the-change.patch")
+    assert series.env == ("DEMO_ENV",) and series.upstream == str(tiny_upstream)
+
+
+def test_full_contract_manifest_loads(project):
+    """Every key of the shared series contract, as the real MPS series uses them."""
+    folder = project / "patches" / "mps-gemm-prefer-fast-math"
+    (folder / "v2.6.0-src").mkdir(parents=True)
+    (folder / "v2.6.0-src" / "0001-mps-gemm.patch").write_text("From 0 Mon Sep 17 00:00:00 2001\n")
+    sha = "a" * 40
+    (folder / "series.toml").write_text(f"""\
+name = "mps-gemm-prefer-fast-math"
+title = "MPS: PYTORCH_MPS_GEMM_PREFER_FAST_MATH lets GEMM keep MPSGraph under PREFER_METAL"
+upstream = "https://github.com/pytorch/pytorch.git"
+related = ["https://github.com/pytorch/pytorch/pull/167424"]
+env = ["PYTORCH_MPS_GEMM_PREFER_FAST_MATH"]
+
+[[base]]
+ref = "v2.6.0"
+commit = "{sha}"
+dir = "v2.6.0-src"
+patches = ["0001-mps-gemm.patch"]
+files = ["aten/src/ATen/native/mps/operations/LinearAlgebra.mm"]
+notes = "free text"
+[[base.read]]
+path = "aten/src/ATen/native/mps/operations/LinearAlgebra.mm"
+commit = "{sha}"
+
+[evidence]
+mps = ["vanilla", "fast_math", "prefer_metal", "fast_math+prefer_metal", "all"]
+""")
+    series = load_series("mps-gemm-prefer-fast-math")
+    entry = series.base("v2.6.0")
+    assert entry.commit == sha and entry.dir == "v2.6.0-src" and entry.notes == "free text"
+    assert entry.read == ({"path": "aten/src/ATen/native/mps/operations/LinearAlgebra.mm", "commit": sha},)
+    assert series.related == ("https://github.com/pytorch/pytorch/pull/167424",)
+    assert series.evidence["mps"][-1] == "all"
+    assert series.patch_paths(entry) == [folder.resolve() / "v2.6.0-src" / "0001-mps-gemm.patch"]
+    assert load_series(folder / "series.toml").name == series.name  # a path works too
+
+
+# ------------------------------------------------------------------------------- operations, tiny
+def _work_clean(project: Path, base: str = "v1") -> list[str]:
+    out = []
+    for tree in worktrees(project / "work", base):
+        if tree.exists():
+            out.append(git(tree, "status", "--porcelain"))
+    return out
+
+
+def test_check_ok_then_stale_patch_names_file_and_hunk(tiny_upstream, project, isolated_cache, capsys):
+    folder = export_series(tiny_upstream, project)
+    rc, out = _run(capsys, "checkout", "--series", "demo")
+    assert rc == 0
+    stock, patched = worktrees(project / "work", "v1")
+    heads = [git(t, "rev-parse", "HEAD") for t in (stock, patched)]
+    rc, out = _run(capsys, "check", "--series", "demo")
+    assert rc == 0, out
+    assert "0001-a-patch-line-5.patch: applies" in out and ": ok" in out
+    # make 0001 stale: its context no longer matches the base
+    patch = folder / "v1" / "0001-a-patch-line-5.patch"
+    patch.write_text(patch.read_text().replace(" line 4\n", " line four\n"))
+    rc, out = _run(capsys, "check", "--series", "demo")
+    assert rc == 1
+    assert "0001-a-patch-line-5.patch: FAILS" in out
+    assert "a.txt: hunk #1 `@@ -2,7 +2,7 @@" in out
+    assert "0002-docs-document-the-change.patch: not checked" in out
+    assert _work_clean(project) == ["", ""]
+    assert [git(t, "rev-parse", "HEAD") for t in (stock, patched)] == heads
+
+
+def test_pinned_commit_must_match_a_git_upstream(tiny_upstream, project, isolated_cache, capsys):
+    v1 = git(tiny_upstream, "rev-parse", "v1^{commit}").strip()
+    export_series(tiny_upstream, project, extra=f'commit = "{v1}"\n')
+    assert _run(capsys, "check", "--series", "demo")[0] == 0
+    manifest = project / "patches" / "demo" / "series.toml"
+    manifest.write_text(manifest.read_text().replace(v1, "0" * 40))
+    assert cli.main(["check", "--series", "demo"]) == 2
+    errors = _errors(capsys)
+    assert len(errors) == 1 and f"base 'v1' is {v1} upstream but series.toml pins commit {'0' * 40}" in errors[0]
+
+
+def test_check_and_apply_fall_back_to_three_way(tiny_upstream, project, isolated_cache, capsys):
+    export_series(tiny_upstream, project, base="v4")  # patches made on v1, declared for v4
+    rc, out = _run(capsys, "check", "--series", "demo")
+    assert rc == 0, out
+    assert "0001-a-patch-line-5.patch: applies only with 3-way merge" in out
+    rc, out = _run(capsys, "apply", "--series", "demo")
+    assert rc == 0, out
+    _, patched = worktrees(project / "work", "v4")
+    text = (patched / "a.txt").read_text()
+    assert "line 3 context moved\nline 4\nline 5 patched\n" in text
+
+
+def test_check_files_key_must_match_the_diff(tiny_upstream, project, isolated_cache, capsys):
+    export_series(tiny_upstream, project, extra='files = ["a.txt"]\n')
+    rc, out = _run(capsys, "check", "--series", "demo")
+    assert rc == 1
+    assert "key 'files' does not match" in out and "docs/b.md" in out
+
+
+def test_apply_one_commit_per_patch_then_noop_refresh(tiny_upstream, project, isolated_cache, capsys):
+    folder = export_series(tiny_upstream, project)
+    before = {p.name: p.read_bytes() for p in (folder / "v1").iterdir()}
+    rc, out = _run(capsys, "apply", "--series", "demo")
+    assert rc == 0, out
+    stock, patched = worktrees(project / "work", "v1")
+    log = git(patched, "log", "--format=%an <%ae>|%s", "v1..HEAD").splitlines()
+    assert log == ["Patch Author <author@example.org>|docs: document the change",
+                   "Patch Author <author@example.org>|a: patch line 5"]
+    assert git(patched, "log", "-1", "--format=%b", "HEAD~1").strip() == "Why: the test series needs a reason."
+    assert "line 5 patched" in (patched / "a.txt").read_text()
+    assert "line 5 patched" not in (stock / "a.txt").read_text()
+    # a second apply recognises the series by patch-id and does nothing
+    rc, out = _run(capsys, "apply", "--series", "demo")
+    assert rc == 0 and "already applied" in out
+    rc, out = _run(capsys, "refresh", "--series", "demo")
+    assert rc == 0 and "unchanged" in out
+    assert git(project, "status", "--porcelain", "patches/") == ""
+    assert {p.name: p.read_bytes() for p in (folder / "v1").iterdir()} == before
+
+
+def test_refresh_writes_changes_with_stable_bytes(tiny_upstream, project, isolated_cache, capsys):
+    folder = export_series(tiny_upstream, project)
+    assert _run(capsys, "apply", "--series", "demo")[0] == 0
+    _, patched = worktrees(project / "work", "v1")
+    old_hash = series_hash(load_series("demo"), load_series("demo").base(None))
+    # amend the first commit: new content and subject
+    git(patched, "rebase", "-q", "--exec", "true", "v1")  # no-op, keeps the branch as is
+    git(patched, "checkout", "-q", "HEAD~1")
+    (patched / "a.txt").write_text((patched / "a.txt").read_text().replace("line 6\n", "line 6 too\n"))
+    git(patched, "commit", "-q", "-a", "--amend", "-m", "a: patch lines 5 and 6")
+    amended = git(patched, "rev-parse", "HEAD").strip()
+    git(patched, "checkout", "-q", "patched/demo/v1")
+    git(patched, "rebase", "-q", "--onto", amended, "HEAD~1")
+    rc, out = _run(capsys, "refresh", "--series", "demo")
+    assert rc == 0 and "2 file(s) written or removed" in out  # new name written, old name removed
+    series = load_series("demo")
+    entry = series.base(None)
+    assert entry.patches == ("0001-a-patch-lines-5-and-6.patch", "0002-docs-document-the-change.patch")
+    assert not (folder / "v1" / "0001-a-patch-line-5.patch").exists()
+    text = (folder / "v1" / entry.patches[0]).read_text()
+    assert text.startswith("From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001\n")
+    assert "Subject: [PATCH] a: patch lines 5 and 6" in text and "+line 6 too" in text
+    assert not re.search(r"(?m)^-- \n\d", text)  # no git-version signature
+    assert series_hash(series, entry) != old_hash
+    written = {p.name: p.read_bytes() for p in (folder / "v1").iterdir()}
+    git(project, "add", "-A")
+    git(project, "commit", "-q", "-m", "refreshed")
+    rc, out = _run(capsys, "refresh", "--series", "demo")
+    assert rc == 0 and "unchanged" in out
+    assert {p.name: p.read_bytes() for p in (folder / "v1").iterdir()} == written
+    assert git(project, "status", "--porcelain", "patches/") == ""
+
+
+def test_dirty_patched_worktree_is_refused(tiny_upstream, project, isolated_cache, capsys):
+    export_series(tiny_upstream, project)
+    assert _run(capsys, "checkout", "--series", "demo")[0] == 0
+    _, patched = worktrees(project / "work", "v1")
+    (patched / "a.txt").write_text("local edit\n")
+    for command in ("apply", "refresh"):
+        assert cli.main([command, "--series", "demo"]) == 2
+        errors = _errors(capsys)
+        assert len(errors) == 1 and "uncommitted changes: a.txt" in errors[0]
+    assert (patched / "a.txt").read_text() == "local edit\n"  # nothing the user wrote is lost
+
+
+def test_rebase_clean_writes_new_base_variant(tiny_upstream, project, isolated_cache, capsys):
+    folder = export_series(tiny_upstream, project)
+    rc, out = _run(capsys, "rebase", "--series", "demo", "--onto", "v2")
+    assert rc == 0, out
+    series = load_series("demo")
+    assert [b.ref for b in series.bases] == ["v1", "v2"]
+    v2 = series.base("v2")
+    assert v2.commit == git(tiny_upstream, "rev-parse", "v2^{commit}").strip()
+    assert [p.name for p in sorted((folder / "v2").iterdir())] == list(v2.patches)
+    assert len(v2.patches) == 2
+    rc, out = _run(capsys, "check", "--series", "demo", "--base", "v2")
+    assert rc == 0, out
+    _, patched = worktrees(project / "work", "v2")
+    text = (patched / "a.txt").read_text()
+    assert "line 5 patched" in text and "line 35 upstream" in text
+
+
+def test_rebase_conflict_leaves_worktree_and_says_how_to_continue(tiny_upstream, project, isolated_cache, capsys):
+    export_series(tiny_upstream, project)
+    manifest_before = (project / "patches" / "demo" / "series.toml").read_text()
+    rc, out = _run(capsys, "rebase", "--series", "demo", "--onto", "v3")
+    assert rc == 1
+    _, patched = worktrees(project / "work", "v3")
+    assert "conflict: 0001-a-patch-line-5.patch" in out and "conflicted files: a.txt" in out
+    assert "-m harness rebase --series demo --base v1 --onto v3 --workdir work --continue" in out
+    assert (Path(git(patched, "rev-parse", "--path-format=absolute", "--git-dir").strip()) / "rebase-apply").is_dir()
+    assert "<<<<<<<" in (patched / "a.txt").read_text()
+    assert (project / "patches" / "demo" / "series.toml").read_text() == manifest_before
+    # continuing with the conflict unresolved says so again
+    rc, out = _run(capsys, "rebase", "--series", "demo", "--onto", "v3", "--continue")
+    assert rc == 1 and "conflicted files: a.txt" in out
+    resolved = (patched / "a.txt").read_text()
+    resolved = re.sub(r"<<<<<<< [^\n]*\n.*?=======\n(.*?)>>>>>>> [^\n]*\n", r"\1", resolved, flags=re.S)
+    (patched / "a.txt").write_text(resolved)
+    git(patched, "add", "a.txt")
+    rc, out = _run(capsys, "rebase", "--series", "demo", "--onto", "v3", "--continue")
+    assert rc == 0, out
+    series = load_series("demo")
+    assert [b.ref for b in series.bases] == ["v1", "v3"]
+    assert git(patched, "rev-list", "--count", "v3..HEAD").strip() == "2"
+
+
+# --------------------------------------------------------------------------- Debian's PyTorch
+MM = "aten/src/ATen/native/mps/operations/LinearAlgebra.mm"
+DOC = "docs/source/mps_environment_variables.rst"
+
+
+@pytest.fixture
+def debian_project(debian_archive, project):
+    """A project with its own small series authored on the real PyTorch 2.6.0 tree.
+
+    The series name is unique per test so that the ``patched/<series>/v2.6.0`` branches in the
+    shared cached import never collide with an earlier run's worktrees; they are removed after.
+    """
+    name = f"demo-{uuid.uuid4().hex[:8]}"
+    co = checkout(str(debian_archive), "v2.6.0", project / "work", name)
+    stock, patched = co.stock, co.patched
+    assert (stock, patched) == worktrees(project / "work", "v2.6.0")
+    mm = (patched / MM).read_text()
+    old = '  static bool always_use_metal = std::getenv("PYTORCH_MPS_PREFER_METAL") != nullptr;\n'
+    assert old in mm
+    (patched / MM).write_text(mm.replace(old, old + "  // test series: GEMM keeps MPSGraph when asked\n"))
+    git(patched, "commit", "-q", "-am", "mps: note on the GEMM path\n\nA test series on the real tree.")
+    doc = (patched / DOC).read_text()
+    (patched / DOC).write_text(doc + "\n.. note:: test series documentation line.\n")
+    git(patched, "commit", "-q", "-am", "docs: mention the test series")
+    out = project / "patches" / name / "v2.6.0"
+    out.mkdir(parents=True)
+    git(patched, "format-patch", "-q", "-o", str(out), "v2.6.0..HEAD")
+    names = sorted(p.name for p in out.iterdir())
+    (project / "patches" / name / "series.toml").write_text(
+        f'name = "{name}"\ntitle = "Test series on PyTorch 2.6.0"\n'
+        f'upstream = "https://github.com/pytorch/pytorch.git"\n\n[[base]]\nref = "v2.6.0"\n'
+        f'patches = {names!r}\nfiles = ["{DOC}", "{MM}"]\n'.replace("'", '"'))
+    git(patched, "reset", "-q", "--hard", "v2.6.0")
+    git(project, "add", "-A")
+    git(project, "commit", "-q", "-m", "series")
+    yield name, stock, patched
+    # free the branch in the shared cached store (the folders go with pytest's tmp_path)
+    git(patched, "checkout", "-q", "--detach", check=False)
+    git(patched, "branch", "-q", "-D", f"patched/{name}/v2.6.0", check=False)
+
+
+@pytest.mark.slow
+def test_debian_check_apply_refresh_and_stale(debian_archive, debian_project, project, capsys):
+    """Acceptance on the real tree: check passes; apply gives one commit per patch; refresh right
+    after leaves `git status --porcelain patches/` empty; a stale patch fails check naming the file
+    and hunk, with the worktrees clean."""
+    name, stock, patched = debian_project
+    common = ["--upstream", str(debian_archive), "--base", "v2.6.0", "--series", name]
+    rc, out = _run(capsys, "check", *common)
+    assert rc == 0, out
+    rc, out = _run(capsys, "apply", *common)
+    assert rc == 0, out
+    assert git(patched, "rev-list", "--count", "v2.6.0..HEAD").strip() == "2"
+    assert git(patched, "log", "--format=%an|%s", "v2.6.0..HEAD").splitlines() == [
+        f"{AUTHOR['GIT_AUTHOR_NAME']}|docs: mention the test series",
+        f"{AUTHOR['GIT_AUTHOR_NAME']}|mps: note on the GEMM path"]
+    assert "GEMM keeps MPSGraph" in (patched / MM).read_text()
+    assert "GEMM keeps MPSGraph" not in (stock / MM).read_text()
+    rc, out = _run(capsys, "refresh", *common)
+    assert rc == 0 and "unchanged" in out
+    assert git(project, "status", "--porcelain", "patches/") == ""
+    # stale on purpose: the context line of the .mm hunk no longer exists at v2.6.0
+    patch = next((project / "patches" / name / "v2.6.0").glob("0001-*.patch"))
+    text = patch.read_text()
+    patch.write_text(text.replace("bool use_metal_mm(const Tensor& self", "bool use_metal_mm_gone(const Tensor& self"))
+    heads = [git(t, "rev-parse", "HEAD") for t in (stock, patched)]
+    rc, out = _run(capsys, "check", *common)
+    assert rc == 1
+    assert f"{MM}: hunk #1 `@@ -75," in out and "does not apply" in out
+    assert [git(t, "status", "--porcelain") for t in (stock, patched)] == ["", ""]
+    assert [git(t, "rev-parse", "HEAD") for t in (stock, patched)] == heads
+
+
+def _derived_upstream(store: Path, dest: Path, tag: str, edits: dict[str, tuple[str, str]]) -> None:
+    """Add a commit on v2.6.0 tagged ``tag`` to a bare repo ``dest`` (plumbing only: no checkout)."""
+    index = dest.parent / f"{tag}.index"
+    env = {"GIT_INDEX_FILE": str(index)}
+    git(dest, "read-tree", "v2.6.0", env=env)
+    for path, (old, new) in edits.items():
+        text = git(dest, "show", f"v2.6.0:{path}")
+        assert old in text
+        blob_src = dest.parent / "blob"
+        blob_src.write_text(text.replace(old, new, 1))
+        blob = git(dest, "hash-object", "-w", str(blob_src)).strip()
+        git(dest, "update-index", "--cacheinfo", f"100644,{blob},{path}", env=env)
+    tree = git(dest, "write-tree", env=env).strip()
+    commit = git(dest, "commit-tree", tree, "-p", "v2.6.0", "-m", f"upstream moves ({tag})").strip()
+    git(dest, "tag", tag, commit)
+
+
+@pytest.mark.slow
+def test_debian_rebase_clean_and_conflict(debian_archive, debian_project, project, tmp_path, monkeypatch, capsys):
+    """rebase on the real tree: onto a moved upstream (3-way, clean) and onto one that rewrote the
+    patched line (conflict: files named, command to continue printed, worktree left mid-am)."""
+    name, stock, _ = debian_project
+    store = Path(git(stock, "rev-parse", "--path-format=absolute", "--git-common-dir").strip())
+    local = tmp_path / "pytorch.git"
+    git(tmp_path, "clone", "-q", "--bare", "--local", str(store), str(local))  # hard links: fast
+    # a moved upstream: the .mm file changes far from the series' hunk, the doc file at its end
+    _derived_upstream(store=store, dest=local, tag="v2.6.0-moved", edits={
+        MM: ("Tensor linalg_solve_triangular_mps(", "Tensor /* moved upstream */ linalg_solve_triangular_mps("),
+        DOC: (".. list-table::", ".. list-table:: \n")})
+    # a rewritten upstream: the very line the series extends changes
+    _derived_upstream(store=store, dest=local, tag="v2.6.0-rewritten", edits={
+        MM: ('std::getenv("PYTORCH_MPS_PREFER_METAL") != nullptr;',
+             'std::getenv("PYTORCH_MPS_PREFER_METAL") != nullptr; // rewritten upstream')})
+    monkeypatch.setenv("TORCH_PATCH_HARNESS_CACHE", str(tmp_path / "cache"))
+    common = ["--upstream", str(local), "--base", "v2.6.0", "--series", name]
+    rc, out = _run(capsys, "rebase", *common, "--onto", "v2.6.0-moved")
+    assert rc == 0, out
+    series = load_series(name)
+    moved = series.base("v2.6.0-moved")
+    assert set(moved.files) == {DOC, MM} and len(moved.patches) == 2
+    assert moved.commit == git(local, "rev-parse", "v2.6.0-moved^{commit}").strip()
+    rc, out = _run(capsys, "check", "--upstream", str(local), "--series", name, "--base", "v2.6.0-moved")
+    assert rc == 0, out
+    rc, out = _run(capsys, "rebase", *common, "--onto", "v2.6.0-rewritten")
+    assert rc == 1
+    assert f"conflicted files: {MM}" in out and "--onto v2.6.0-rewritten" in out and "--continue" in out
+    _, patched = worktrees(project / "work", "v2.6.0-rewritten")
+    assert "<<<<<<<" in (patched / MM).read_text()
+    assert [b.ref for b in load_series(name).bases] == ["v2.6.0", "v2.6.0-moved"]
+    git(patched, "am", "--abort")
