@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import mmap
-import os
 import platform
 import subprocess
 import sys

@@ -4,8 +4,8 @@ What is checked (issue 4, acceptance):
 
 - ``series.toml`` is consistent with the patch files (both bases): every listed patch exists and
   the paths its ``diff --git`` headers name are exactly ``files``.
-- v2.6.0 (slow: fetches ``pytorch_2.6.0+dfsg`` with ``apt-get source``): the series ``git am``s
-  onto a one-commit import of the pristine tree; ``git diff --stat`` lists exactly ``files``; the
+- v2.6.0 (slow: fetches ``pytorch_2.6.0+dfsg`` with ``apt-get source``): ``python -m harness apply``
+  ``git am``s the series onto the archive's import; ``git diff --stat`` lists exactly ``files``; the
   variable appears in exactly the files ``docs/mps-gemm-prefer-fast-math.md`` names, and is read
   with ``c10::utils::check_env`` inside ``use_metal_mm``; upstream's formatting holds for the
   changed lines: ``clang-format`` (the version the tree's lint pins) with the tree's
@@ -15,8 +15,8 @@ What is checked (issue 4, acceptance):
   exactly when ``PYTORCH_MPS_PREFER_METAL`` is present and the new variable is not ``1``, and warn
   once per process on an invalid value.
 
-The Debian fetch helper below is private to this module for now; ``tests/debian_source.py``
-(branch ``series``) provides the same as a fixture and the two should be merged.
+The source comes from the shared ``debian_archive`` fixture (tests/debian_source.py) and the series
+is applied by the harness itself (``python -m harness apply``), the path a contributor takes.
 """
 
 from __future__ import annotations
@@ -33,7 +33,6 @@ from pathlib import Path
 import git
 import pytest
 
-from harness.paths import cache_dir
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SERIES = "mps-gemm-prefer-fast-math"
@@ -41,23 +40,7 @@ SERIES_DIR = REPO_ROOT / "patches" / SERIES
 DOCS = REPO_ROOT / "docs" / "mps-gemm-prefer-fast-math.md"
 VARIABLE = "PYTORCH_MPS_GEMM_PREFER_FAST_MATH"
 
-#: Debian source package whose orig tarball is PyTorch 2.6.0 (version.txt ``2.6.0a0``).
-DEBIAN_PACKAGE = "pytorch=2.6.0+dfsg-7"
-DEBIAN_ORIG = "pytorch_2.6.0+dfsg.orig.tar.xz"
-DEBIAN_TOPDIR = "pytorch-v2.6.0"
-DEBIAN_SUITE = "trixie"
-DEBIAN_KEYRING = "/usr/share/keyrings/debian-archive-keyring.gpg"
-
 CXX_SUFFIXES = {".c", ".cc", ".cpp", ".cu", ".cuh", ".h", ".hpp", ".m", ".mm", ".metal"}
-# Fixed identity and date: the import commit is the same for the same tarball.
-GIT_ENV = {
-    "GIT_AUTHOR_NAME": "torch-patch-harness",
-    "GIT_AUTHOR_EMAIL": "torch-patch-harness@localhost",
-    "GIT_AUTHOR_DATE": "2000-01-01T00:00:00+00:00",
-    "GIT_COMMITTER_NAME": "torch-patch-harness",
-    "GIT_COMMITTER_EMAIL": "torch-patch-harness@localhost",
-    "GIT_COMMITTER_DATE": "2000-01-01T00:00:00+00:00",
-}
 LINT_LINE = re.compile(r"^(?P<path>[^:]+):(?P<line>\d+):(?P<col>\d+): (?P<code>[A-Z]+[0-9]*) (?P<msg>.*)$")
 
 
@@ -126,71 +109,25 @@ def test_docs_name_every_patched_file_and_the_command_for_main():
 # --------------------------------------------------------------------------- Debian source (slow)
 
 
-def _debian_mirror() -> str | None:
-    """The first non-security Debian archive URI this machine's apt is configured with."""
-    deb822 = Path("/etc/apt/sources.list.d/debian.sources")
-    if deb822.exists():
-        uris = re.findall(r"^URIs:\s*(\S+)", deb822.read_text(), re.MULTILINE)
-    else:
-        legacy = Path("/etc/apt/sources.list")
-        text = legacy.read_text() if legacy.exists() else ""
-        uris = re.findall(r"^deb(?:-src)?\s+(?:\[[^\]]*\]\s+)?(\S+)", text, re.MULTILINE)
-    uris = [u for u in uris if not u.rstrip("/").endswith("-security")]
-    return uris[0] if uris else None
-
-
-def _fetch_debian_orig(dest: Path) -> Path:
-    """Download Debian's PyTorch 2.6.0 source package into ``dest``; return the orig tarball.
-
-    Uses a private sources.list (``deb-src <this machine's Debian URI> trixie main``) and a
-    private lists directory, so the system's apt state is not touched.
-    """
-    mirror = _debian_mirror()
-    if shutil.which("apt-get") is None or mirror is None or not Path(DEBIAN_KEYRING).exists():
-        pytest.skip("needs apt-get and a configured Debian archive to fetch the PyTorch 2.6.0 source")
-    lists = dest / "lists"
-    (lists / "partial").mkdir(parents=True, exist_ok=True)
-    sources = dest / "sources.list"
-    sources.write_text(f"deb-src [signed-by={DEBIAN_KEYRING}] {mirror} {DEBIAN_SUITE} main\n")
-    apt = [
-        "apt-get",
-        "-q",
-        "-o",
-        f"Dir::Etc::SourceList={sources}",
-        "-o",
-        "Dir::Etc::SourceParts=/dev/null",
-        "-o",
-        f"Dir::State::Lists={lists}",
-    ]
-    subprocess.run([*apt, "update"], check=True, capture_output=True)
-    subprocess.run([*apt, "source", "--download-only", DEBIAN_PACKAGE], check=True, capture_output=True, cwd=dest)
-    orig = dest / DEBIAN_ORIG
-    assert orig.is_file(), f"apt-get source did not produce {orig}"
-    return orig
-
-
 @pytest.fixture(scope="module")
-def debian_tree(tmp_path_factory) -> tuple[git.Repo, str]:
-    """A git repository holding the pristine Debian 2.6.0 tree in one commit; yields (repo, base sha)."""
-    orig = _fetch_debian_orig(cache_dir() / "debian-src" / "pytorch-2.6.0")
-    root = tmp_path_factory.mktemp("debian-pytorch")
-    subprocess.run(["tar", "--no-same-owner", "-xJf", str(orig), "-C", str(root)], check=True)
-    tree = root / DEBIAN_TOPDIR
-    assert (tree / "version.txt").read_text().strip() == "2.6.0a0"
-    repo = git.Repo.init(tree)
-    with repo.git.custom_environment(**GIT_ENV):
-        repo.git.add("-A", "-f", ".")
-        repo.git.commit("-q", "-m", "Import Debian pytorch_2.6.0+dfsg.orig.tar.xz")
-    return repo, repo.head.commit.hexsha
-
-
-@pytest.fixture(scope="module")
-def patched_tree(debian_tree) -> tuple[git.Repo, str]:
-    """The Debian tree with the v2.6.0 series applied by ``git am``; yields (repo, base sha)."""
-    repo, base = debian_tree
-    with repo.git.custom_environment(**GIT_ENV):
-        repo.git.am("--quiet", *[str(p) for p in _patch_paths(_base("v2.6.0"))])
-    return repo, base
+def patched_tree(debian_archive, tmp_path_factory) -> tuple[git.Repo, str]:
+    """The v2.6.0 series applied by the harness itself (``python -m harness apply``, i.e.
+    ``git am --3way`` into the ``patched`` worktree) on Debian's real 2.6.0 tree; yields
+    (patched worktree repo, base sha)."""
+    workdir = tmp_path_factory.mktemp("work")
+    proc = subprocess.run([sys.executable, "-m", "harness", "apply", "--upstream", str(debian_archive),
+                           "--base", "v2.6.0", "--series", SERIES, "--workdir", str(workdir)],
+                          cwd=REPO_ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    repo = git.Repo(workdir / "v2.6.0" / "patched")
+    base = git.Repo(workdir / "v2.6.0" / "stock").head.commit.hexsha
+    store = repo.git.rev_parse("--path-format=absolute", "--git-common-dir")
+    yield repo, base
+    # the branch lives in the shared cache's store: remove the worktrees so later runs start clean
+    for name in ("patched", "stock"):
+        subprocess.run(["git", "worktree", "remove", "--force", str(workdir / "v2.6.0" / name)],
+                       cwd=store, capture_output=True, check=True)
+    subprocess.run(["git", "branch", "-D", f"patched/{SERIES}/v2.6.0"], cwd=store, capture_output=True, check=True)
 
 
 def _changed_lines(repo: git.Repo, base: str, path: str) -> list[tuple[int, int]]:
