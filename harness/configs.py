@@ -63,9 +63,9 @@ PROFILES: dict[str, tuple[EnvConfig, ...]] = {
     "mps": (
         EnvConfig("vanilla", {}, "MPSGraph everywhere, full-precision math"),
         EnvConfig("fast_math", {**_FAST}, "MPSGraph with fast math", reduced_fp32=True),
-        EnvConfig("prefer_metal", {**_METAL}, "Metal kernels where upstream has them (GEMM, SDPA)"),
-        EnvConfig("fast_math+prefer_metal", {**_FAST, **_METAL}, "both: GEMM on Metal, the seed's slow case", True),
-        EnvConfig("all", {**_FAST, **_METAL, **_GEMM}, "patched: GEMM back on MPSGraph, SDPA stays Metal", True),
+        EnvConfig("prefer_metal", {**_METAL}, "GEMM that use_metal_mm routes goes to PyTorch's Metal kernels"),
+        EnvConfig("fast_math+prefer_metal", {**_FAST, **_METAL}, "both: GEMM on Metal under fast math, the seed's slow GEMM case", True),
+        EnvConfig("all", {**_FAST, **_METAL, **_GEMM}, "the patch's case: GEMM back on MPSGraph, every other PREFER_METAL effect kept", True),
     ),
     "cuda": (
         EnvConfig("default", {}, "cuBLAS heuristics, TF32 off for fp32 GEMM (torch default)"),

@@ -124,7 +124,7 @@ def render(data: dict) -> str:
     summaries, sections, accuracy, problems = [], [], [], []
     for config in run["configs"]:
         env = data["configs"][config]["env"]
-        env_text = " ".join(f"{k}={v}" for k, v in env.items()) or "(no variables)"
+        env_text = " ".join(f"{k}={v}" for k, v in env.items()) or "no variables"
         rows = []
         comparisons = []
         for key, per_build in table.get(config, {}).items():
@@ -155,7 +155,7 @@ def render(data: dict) -> str:
                 for chk in checks:
                     accuracy.append((config, cell, b, chk))
             for note in notes:
-                if not note.startswith("launch-bound"):
+                if note.startswith(("failed: ", "skipped: ")):
                     problems.append(f"- `{config}` {cell.op} {cell.label} {cell.dtype}: {note}")
         if ab:
             gm = stats.geomean(comparisons)

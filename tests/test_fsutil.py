@@ -1,0 +1,44 @@
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from harness.fsutil import LockHeld, atomic_write_json, atomic_write_text, exclusive_lock
+
+
+def test_atomic_write_replaces_whole_and_leaves_no_temporaries(tmp_path):
+    path = tmp_path / "sub" / "results.json"
+    atomic_write_json(path, {"b": 1, "a": [1.5]})
+    atomic_write_json(path, {"c": 2})
+    assert json.loads(path.read_text()) == {"c": 2}
+    assert [p.name for p in path.parent.iterdir()] == ["results.json"]
+    umask = os.umask(0)
+    os.umask(umask)
+    assert path.stat().st_mode & 0o777 == 0o666 & ~umask
+
+
+def test_failed_write_keeps_the_old_file(tmp_path):
+    path = tmp_path / "report.md"
+    atomic_write_text(path, "old")
+    with pytest.raises(TypeError):
+        atomic_write_text(path, None)  # type: ignore[arg-type]
+    assert path.read_text() == "old"
+    assert [p.name for p in tmp_path.iterdir()] == ["report.md"]
+
+
+def test_lock_names_the_holder_and_stale_locks_are_taken_over(tmp_path):
+    with exclusive_lock(tmp_path, "first command"):
+        with pytest.raises(LockHeld) as info:
+            with exclusive_lock(tmp_path, "second"):
+                pass
+        assert f"pid {os.getpid()}" in info.value.cause and "first command" in info.value.cause
+    # a lock left by a process that no longer exists
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    import socket
+
+    (tmp_path / ".lock").write_text(json.dumps({"pid": int(dead.stdout), "host": socket.gethostname(), "what": "x"}))
+    with exclusive_lock(tmp_path, "after a crash"):
+        assert json.loads((tmp_path / ".lock").read_text())["what"] == "after a crash"
+    assert not (tmp_path / ".lock").exists()
