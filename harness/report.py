@@ -83,6 +83,32 @@ def _cell_rows(data: dict):
     return table
 
 
+def _consistency(section: dict | None) -> list[str]:
+    """The cross-config consistency section (harness.checks.consistency)."""
+    if not section:
+        return []
+    a, b = section["pair"]
+    lines = ["## Config consistency", "",
+             f"GEMM outputs under `{a}` against `{b}` in the same build (first round), relative difference "
+             "against the sum of both configs' accuracy bounds.", ""]
+    if section.get("mps_check_skipped"):
+        lines += [f"- {section['mps_check_skipped']}"]
+    if section.get("skipped"):
+        return lines + [f"- skipped: {section['skipped']}", ""]
+    for build, result in section["builds"].items():
+        if "error" in result:
+            lines.append(f"- **{build}**: not checked: {result['error']}")
+            continue
+        cells = result["cells"]
+        bad = {k: v for k, v in cells.items() if not v["passed"]}
+        worst = max(cells.items(), key=lambda kv: kv[1]["rel_diff"] / kv[1]["bound"], default=None)
+        text = f"- **{build}**: {len(cells) - len(bad)}/{len(cells)} cells agree"
+        if worst:
+            text += f"; largest difference {worst[1]['rel_diff']:.2e} (bound {worst[1]['bound']:.1e}) in `{worst[0]}`"
+        lines.append(text + "".join(f"; **differs** `{k}` {v['rel_diff']:.2e} > {v['bound']:.1e}" for k, v in bad.items()))
+    return lines + [""]
+
+
 def _provenance(data: dict) -> list[str]:
     run = data["run"]
     names = run["builds"]
@@ -189,6 +215,7 @@ def render(data: dict) -> str:
         out += ["", "</details>", ""]
     else:
         out += ["No checks ran.", ""]
+    out += _consistency(data.get("consistency"))
     out += ["## Failures and skips", ""] + (problems or ["None."]) + [""]
     out += ["## Provenance", ""] + _provenance(data) + [""]
     return "\n".join(out)

@@ -29,6 +29,7 @@ import harness
 from harness import configs as cfg
 from harness import results as res
 from harness.bench.workloads import DTYPES, ITEMSIZE, Cell, default_cells
+from harness.checks.consistency import MPS_PAIR, PAIRS
 from harness.errors import HarnessError, UsageError
 from harness.fsutil import atomic_write_json, atomic_write_text, exclusive_lock
 from harness.progress import note, task
@@ -201,6 +202,42 @@ def run_worker(python: Path, spec: dict, config: cfg.EnvConfig, raw: Path, name:
     return record
 
 
+def run_consistency(build_info: dict, device: str, configs: dict[str, cfg.EnvConfig], raw: Path) -> dict:
+    """Compare the first-round GEMM outputs of the device's config pair in each build
+    (:mod:`harness.checks.consistency`); results are kept in ``raw/consistency-<build>.json``."""
+    pair = PAIRS[device]
+    mps_note = None if device == "mps" else (
+        f"MPS-only check ({MPS_PAIR[0]} vs {MPS_PAIR[1]} GEMM results) skipped: this run is on {device}; "
+        "it needs --device mps on an Apple-silicon Mac")
+    result = {"pair": list(pair), "mps_check_skipped": mps_note, "skipped": None, "builds": {}}
+    if not all(c in configs for c in pair):
+        result["skipped"] = f"configs {pair[0]} and {pair[1]} are not both in this run (see --configs)"
+        return result
+    for build, info in build_info.items():
+        kept = raw / f"consistency-{build}.json"
+        if kept.is_file():
+            result["builds"][build] = json.loads(kept.read_text())
+            continue
+        files = [raw / f"{_proc_name(0, build, c)}.outputs.pt" for c in pair]
+        if not all(f.is_file() for f in files):
+            result["builds"][build] = {"error": "the first-round workers did not save their outputs (crashed or failed)"}
+            continue
+        env = cfg.worker_environment(cfg.EnvConfig("consistency"))
+        env["PYTHONPATH"] = SOURCE_ROOT
+        reduced = ["1" if configs[c].reduced_fp32 else "0" for c in pair]
+        proc = subprocess.run([info["interpreter"], "-m", "harness.checks.consistency", *map(str, files), *reduced],
+                              capture_output=True, text=True, env=env)
+        if proc.returncode != 0:
+            tail = (proc.stderr.strip().splitlines() or ["no output"])[-1][:300]
+            result["builds"][build] = {"error": f"consistency check failed to run: {tail}"}
+            continue
+        result["builds"][build] = {"cells": json.loads(proc.stdout)}
+        atomic_write_json(kept, result["builds"][build])
+        for f in files:
+            f.unlink()  # the numbers are kept; the tensors are large
+    return result
+
+
 def execute(args: argparse.Namespace, inputs: dict[str, str]) -> int:
     """Run a compare (two builds) or bench (one build); write results.json and report.md."""
     try:
@@ -270,7 +307,9 @@ def execute(args: argparse.Namespace, inputs: dict[str, str]) -> int:
                     record = json.loads(status.read_text())
                     verb = "kept"
                 else:
+                    save = rnd == 0 and config in PAIRS[args.device]
                     spec = {"device": args.device, "cells": [c.key for c in cells], "check": rnd == 0,
+                            "save_outputs": str(raw / f"{name}.outputs.pt") if save else None,
                             "reduced_fp32": by_config[config].reduced_fp32, "seed": args.seed, "timing": timing,
                             "threads": threads}
                     record = run_worker(Path(build_info[build]["interpreter"]), spec, by_config[config], raw, name,
@@ -284,6 +323,11 @@ def execute(args: argparse.Namespace, inputs: dict[str, str]) -> int:
                      + (f", {len(bad)} failed ({record['reason'] or record['cells'][bad[0]]['reason']})" if bad else ""))
                 res.save(out, data)
                 bar.advance()
+        data["consistency"] = run_consistency(build_info, args.device, by_config, raw)
+        inconsistent = [(b, k) for b, r in data["consistency"]["builds"].items()
+                        for k, v in r.get("cells", {}).items() if not v["passed"]]
+        broken = [b for b, r in data["consistency"]["builds"].items() if "error" in r]
+        failed += len(inconsistent) + len(broken)
         data["run"]["finished"] = _now()
         res.save(out, data)
         from harness.report import render

@@ -114,3 +114,35 @@ def test_hanging_worker_times_out(tmp_path, this_python):
     data = json.loads((tmp_path / "out" / "results.json").read_text())
     stock = next(p for p in data["processes"] if p["build"] == "stock")
     assert stock["reason"] == "worker timed out after 3 s"
+
+
+def test_config_consistency_compares_gemm_outputs_across_processes(tmp_path, this_python):
+    """The device's config pair (cpu: no_vec vs default; mps: all vs vanilla) is compared on real outputs."""
+    out = tmp_path / "out"
+    proc = harness("bench", "--build", this_python, "--device", "cpu", "--cells", CELLS + ",addmm/32x48x64/float16",
+                   "--rounds", "1", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads((out / "results.json").read_text())
+    section = data["consistency"]
+    assert section["pair"] == ["no_vec", "default"]
+    assert "MPS-only check (all vs vanilla GEMM results) skipped: this run is on cpu" in section["mps_check_skipped"]
+    cells = section["builds"]["build"]["cells"]
+    assert set(cells) == {"mm/64x64x64/float32", "addmm/32x48x64/float16"}  # GEMMs only, not SDPA
+    for result in cells.values():
+        assert result["passed"] and 0 <= result["rel_diff"] <= result["bound"]
+    assert not list((out / "raw").glob("*.outputs.pt"))  # tensors removed once compared
+    report = (out / "report.md").read_text()
+    assert "## Config consistency" in report and "2/2 cells agree" in report
+
+
+def test_consistency_flags_outputs_that_differ(tmp_path):
+    import torch
+
+    from harness.checks.consistency import compare_outputs
+
+    a = {"mm/8x8x8/float32": torch.ones(8, 8), "mm/4x4x4/float16": torch.ones(4, 4)}
+    b = {"mm/8x8x8/float32": torch.ones(8, 8) * 1.001, "mm/4x4x4/float16": torch.ones(4, 4)}
+    result = compare_outputs(a, b, False, False)
+    assert not result["mm/8x8x8/float32"]["passed"]
+    assert abs(result["mm/8x8x8/float32"]["rel_diff"] - 0.001 / 1.001) < 1e-7  # 1.001 rounded to float32
+    assert result["mm/4x4x4/float16"] == {"rel_diff": 0.0, "bound": result["mm/4x4x4/float16"]["bound"], "passed": True}

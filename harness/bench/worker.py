@@ -5,14 +5,15 @@
 SPEC (written by :mod:`harness.runner`)::
 
     {"device": "cpu", "cells": ["mm/512x512x512/float32", ...], "check": true,
-     "reduced_fp32": false, "seed": 0, "threads": 1,
+     "reduced_fp32": false, "seed": 0, "threads": 1, "save_outputs": null,
      "timing": {"warmup_s": 0.05, "measure_s": 0.5, "min_block_s": 0.001}}
 
 OUT gets one JSON object per line, flushed and fsynced as each finishes, so a crash keeps every
 finished cell: a ``start`` record (pid, torch version, the raw torch-steering variables this
 process saw), one ``cell`` record per cell (``status`` ``ok`` | ``skipped`` | ``failed``, ``reason``,
 ``measurement`` = :class:`harness.bench.timer.Measurement`, ``check`` =
-:class:`harness.checks.accuracy.CheckResult`), and an ``end`` record.
+:class:`harness.checks.accuracy.CheckResult`), and an ``end`` record. With ``save_outputs`` (a
+path), the checked GEMM outputs are saved there for :mod:`harness.checks.consistency`.
 """
 
 from __future__ import annotations
@@ -48,8 +49,9 @@ def free_device_bytes(torch, device: str) -> int | None:
         return None
 
 
-def run_cell(torch, timer: BlockTimer, cell: Cell, spec: dict, unsupported: dict) -> dict:
-    """Measure (and optionally check) one cell; never raises for the cell's own failures."""
+def run_cell(torch, timer: BlockTimer, cell: Cell, spec: dict, unsupported: dict, outputs: dict | None = None) -> dict:
+    """Measure (and optionally check) one cell; never raises for the cell's own failures.
+    With ``outputs`` (a dict), a checked GEMM cell's output is kept there on the CPU, by key."""
     record = {"type": "cell", "key": cell.key, "status": "ok", "reason": ""}
     why = unsupported_reason(unsupported, cell.dtype, cell.op)
     if why:
@@ -66,6 +68,8 @@ def run_cell(torch, timer: BlockTimer, cell: Cell, spec: dict, unsupported: dict
             out = fn()
             result = check(cell, out, reference(cell, inputs), spec.get("reduced_fp32", False))
             record["check"] = result.to_json()
+            if outputs is not None and cell.family == "gemm":
+                outputs[cell.key] = out.detach().cpu()
             del out
         m = timer.measure(fn, **spec.get("timing", {}))
     except Exception as exc:  # the op's own failure is the cell's result, recorded with its words
@@ -95,8 +99,12 @@ def main(argv: list[str] | None = None) -> int:
                     "env": snapshot(), "threads": torch.get_num_threads(), "started": time.time()})
         timer = BlockTimer(spec["device"])
         unsupported = dtype_support(torch, spec["device"])
+        outputs = {} if spec.get("save_outputs") else None
         for key in spec["cells"]:
-            _emit(out, run_cell(torch, timer, Cell.from_key(key), spec, unsupported))
+            _emit(out, run_cell(torch, timer, Cell.from_key(key), spec, unsupported, outputs))
+        if outputs is not None:  # for harness.checks.consistency; renamed into place when complete
+            torch.save(outputs, spec["save_outputs"] + ".tmp")
+            os.replace(spec["save_outputs"] + ".tmp", spec["save_outputs"])
         _emit(out, {"type": "end", "finished": time.time()})
     return 0
 
