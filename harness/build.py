@@ -997,7 +997,7 @@ def verify_wheel(
         VerifyError: one line naming the failed check.
     """
     from packaging.utils import parse_wheel_filename
-    from packaging.version import Version
+    from packaging.version import InvalidVersion, Version
 
     wheel = Path(wheel).resolve()
     platform = platform or host_platform()
@@ -1048,8 +1048,8 @@ def verify_wheel(
             raise VerifyError(f"{wheel.name}: `import {import_name}` fails in a fresh venv: {last}", "fix the build")
         probe = json.loads(proc.stdout.strip().splitlines()[-1])
     try:
-        imported_ok = Version(probe["version"]) == expected
-    except Exception:
+        imported_ok = Version(str(probe["version"])) == expected
+    except InvalidVersion:  # not PEP 440: certainly not the label we built
         imported_ok = False
     if not imported_ok:
         raise VerifyError(
