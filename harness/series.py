@@ -463,7 +463,8 @@ class AmOutcome:
 
 def _am(worktree: Path, patches: list[Path], *, resume: bool = False) -> AmOutcome:
     env = _committer_env(worktree)
-    args = ["am", "--continue"] if resume else ["am", "--3way", "--keep-cr", *map(str, patches)]
+    # --keep-non-patch: strip only "[PATCH n/m]", keep upstream title tags such as "[MPS]"
+    args = ["am", "--continue"] if resume else ["am", "--3way", "--keep-cr", "--keep-non-patch", *map(str, patches)]
     result = git_run(worktree, *args, env=env, check=False)
     if result.rc == 0:
         return AmOutcome(True)

@@ -145,6 +145,8 @@ def _changed_lines(repo: git.Repo, base: str, path: str) -> list[tuple[int, int]
 def test_series_applies_and_touches_exactly_the_declared_files(patched_tree):
     repo, base = patched_tree
     assert len(list(repo.iter_commits(f"{base}..HEAD"))) == len(_base("v2.6.0")["patches"])
+    # upstream's title tag survives git am ("[PATCH 1/3]" is stripped, "[MPS]" kept)
+    assert all(c.summary.startswith("[MPS] ") for c in repo.iter_commits(f"{base}..HEAD"))
     stat = repo.git.diff("--stat=1000", base, "HEAD").splitlines()
     stat_files = {line.split("|")[0].strip() for line in stat if "|" in line}
     assert stat_files == set(_base("v2.6.0")["files"])
