@@ -83,7 +83,7 @@ def _cell_rows(data: dict):
     return table
 
 
-def _consistency(section: dict | None) -> list[str]:
+def _consistency(section: dict | None, builds: list[str]) -> list[str]:
     """The cross-config consistency section (harness.checks.consistency)."""
     if not section:
         return []
@@ -95,7 +95,8 @@ def _consistency(section: dict | None) -> list[str]:
         lines += [f"- {section['mps_check_skipped']}"]
     if section.get("skipped"):
         return lines + [f"- skipped: {section['skipped']}", ""]
-    for build, result in section["builds"].items():
+    for build in builds:
+        result = section["builds"].get(build, {"error": "no result recorded"})
         if "error" in result:
             lines.append(f"- **{build}**: not checked: {result['error']}")
             continue
@@ -215,7 +216,7 @@ def render(data: dict) -> str:
         out += ["", "</details>", ""]
     else:
         out += ["No checks ran.", ""]
-    out += _consistency(data.get("consistency"))
+    out += _consistency(data.get("consistency"), builds)
     out += ["## Failures and skips", ""] + (problems or ["None."]) + [""]
     out += ["## Provenance", ""] + _provenance(data) + [""]
     return "\n".join(out)
