@@ -8,7 +8,8 @@ broken optional dependency of one command cannot break the others.
 
 Errors: a :class:`harness.errors.HarnessError` is printed as one line on stderr
 (``error: <cause> -- <remedy>``) and the process exits with its exit code (2);
-argparse usage errors are turned into the same one-line form.
+argparse usage errors and file-system refusals (``OSError``: a path that is a file, no
+permission, a full disk) are turned into the same one-line form.
 """
 
 from __future__ import annotations
@@ -81,6 +82,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except HarnessError as exc:
         print(exc.line(), file=sys.stderr)
         return exc.exit_code
+    except OSError as exc:  # the file system said no (a path that is a file, no permission, disk full)
+        where = f" ({exc.filename})" if exc.filename else ""
+        print(f"error: {exc.strerror or exc}{where} -- check that the path exists, is a directory where one is "
+              "expected, is writable, and that the disk has space", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("interrupted: finished results are on disk; run the same command again to resume", file=sys.stderr)
         return 130

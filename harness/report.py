@@ -28,7 +28,8 @@ def add_arguments_report(parser: argparse.ArgumentParser) -> None:
 
 def run_report(args: argparse.Namespace) -> int:
     data = res.load(args.directory)
-    path = args.directory / "report.md"
+    directory = args.directory.parent if args.directory.name == res.RESULTS else args.directory
+    path = directory / "report.md"
     atomic_write_text(path, render(data))
     print(path)
     return 0
@@ -49,6 +50,47 @@ def _ratio_ci(ratio: float, low: float, high: float) -> str:
     if math.isfinite(low) and math.isfinite(high):
         return f"{ratio:.3f} [{low:.3f}, {high:.3f}]"
     return f"{ratio:.3f} [no CI]"
+
+
+def _in_words(gm) -> str:
+    """The geometric mean's verdict from its CI alone (the same band rule as a cell, without a U test)."""
+    change = f"patched {abs(1 - gm.gm):.1%} {'faster' if gm.gm < 1 else 'slower'}"
+    if not (math.isfinite(gm.lo) and math.isfinite(gm.hi)):
+        return f"{change}, no CI ({gm.reason})"
+    if gm.hi < 1 - THRESHOLD:
+        return f"**{change}** (whole CI below -{THRESHOLD:.0%})"
+    if gm.lo > 1 + THRESHOLD:
+        return f"**{change}** (whole CI above +{THRESHOLD:.0%})"
+    if 1 - THRESHOLD <= gm.lo and gm.hi <= 1 + THRESHOLD:
+        return f"unchanged within ±{THRESHOLD:.0%}"
+    return f"undetermined: {change} at the point estimate, but the CI reaches across the ±{THRESHOLD:.0%} band"
+
+
+def _what_was_compared(data: dict) -> list[str]:
+    """Warnings a reviewer needs before the numbers: is the series in either build, are the builds
+    the same, do they differ in variant (CPU-only vs CUDA)."""
+    builds = data["run"]["builds"]
+    prov = {b: data["builds"][b]["provenance"] for b in builds}
+    notes = []
+    marker_hits = {b: {k: bool(v) for k, v in prov[b]["variables_in_libraries"].items() if k.startswith("PYTORCH_MPS_GEMM")}
+                   for b in builds}
+    for marker in sorted({k for hits in marker_hits.values() for k in hits}):
+        where = [b for b in builds if marker_hits[b].get(marker)]
+        if not where:
+            notes.append(f"> **Note:** neither build's libraries contain `{marker}`, so this run compares two torch "
+                         "builds, not the patch series (on Linux the MPS code is not compiled at all).")
+        elif where != ["patched"]:
+            notes.append(f"> **Note:** `{marker}` is found in: {', '.join(where)} (expected: patched only).")
+    ident = {b: (prov[b]["torch_version"], prov[b]["git_version"], data["builds"][b]["input"].get("sha256")) for b in builds}
+    if len(builds) == 2 and ident[builds[0]] == ident[builds[1]]:
+        notes.append("> **Note:** both builds are the same torch (version, git hash, wheel): an A/A run; "
+                     "any verdict other than unchanged/undetermined is a false positive.")
+    variants = {b: (f"CUDA {prov[b]['cuda_version']}" if prov[b].get("cuda_version") else "CPU-only")
+                + (" + MPS" if prov[b]["mps_built"] else "") for b in builds}
+    if len(set(variants.values())) > 1:
+        notes.append("> **Note:** the builds are different variants (" + ", ".join(f"{b}: {v}" for b, v in variants.items())
+                     + "); differences may come from that, not from a patch.")
+    return [line for note in notes for line in (note, "")]  # one blockquote each
 
 
 def _modes_text(cmp) -> str:
@@ -131,10 +173,10 @@ def _provenance(data: dict) -> list[str]:
     row("CPU", lambda b: b["provenance"]["cpu_name"])
     row("OS", lambda b: b["provenance"]["os"].get("macos_product_version") or b["provenance"]["os"]["platform"])
     row("Python", lambda b: b["provenance"]["python"])
-    row("threads", lambda b: b["provenance"]["num_threads"])
+    row("torch default threads (workers used: see below)", lambda b: b["provenance"]["num_threads"])
     lines += ["", f"Harness {data['harness_version']}, device `{run['device']}`, {run['rounds']} rounds of fresh "
               f"processes per (build, config), order shuffled per round (seed {run['seed']}), "
-              f"timing {run['timing']}, torch threads {run.get('threads') or 'default'}; started {run['started']}, finished {run['finished']}.", "",
+              f"timing {run['timing']}, torch threads in workers: {run.get('threads') or 'torch default'}; started {run['started']}, finished {run['finished']}.", "",
               "Reproduce:", "", "```", " ".join(run["command"]), "```"]
     return lines
 
@@ -189,9 +231,8 @@ def render(data: dict) -> str:
             if not math.isfinite(gm.gm):
                 summaries.append(f"- **{config}** ({env_text}): no geometric mean ({gm.reason})")
             else:
-                summaries.append(f"- **{config}** ({env_text}): patched/stock time ratio, geometric mean over "
-                                 f"{gm.n_cells} cells: **{_ratio_ci(gm.gm, gm.lo, gm.hi)}** "
-                                 f"(speedup {1 / gm.gm:.3f}x; {gm.reason})")
+                summaries.append(f"- **{config}** ({env_text}): geometric mean of the time ratio over "
+                                 f"{gm.n_cells} cells **{_ratio_ci(gm.gm, gm.lo, gm.hi)}**: {_in_words(gm)}")
             head = ["op", "shape", "dtype", "stock µs", "patched µs", "stock TFLOP/s", "patched TFLOP/s",
                     "patched/stock [95% CI]", "p (U test)", "verdict", "notes"]
         else:
@@ -202,8 +243,14 @@ def render(data: dict) -> str:
         sections += ["", "</details>", ""]
 
     if ab:
-        out += ["## Summary", "", f"Time ratio patched/stock (< 1: patched faster); verdict threshold ±{THRESHOLD:.0%}; "
-                "95% bootstrap confidence intervals over per-process medians.", ""] + summaries + [""]
+        n = run["rounds"]
+        floor = 2 / math.comb(2 * n, n)
+        out += ["## Summary", ""] + _what_was_compared(data) + [
+            f"Time ratio patched/stock (< 1: patched faster); verdict threshold ±{THRESHOLD:.0%}; 95% bootstrap "
+            f"confidence intervals over per-process medians; {n} fresh processes per build and config, so the "
+            f"smallest possible U-test p is {floor:.2g}"
+            + (" and no verdict other than undetermined is possible (use --rounds 4 or more)." if floor >= 0.05 else "."),
+            ""] + summaries + [""]
     out += ["## Cells", ""] + sections
     out += ["## Correctness", "", "Relative error ‖out − ref‖/‖ref‖ against a float64 CPU reference (first round).", ""]
     if accuracy:

@@ -23,6 +23,8 @@ from harness.fsutil import atomic_write_json
 
 SCHEMA_VERSION = 1
 RESULTS = "results.json"
+#: top-level keys every results.json has
+REQUIRED = ("run", "builds", "configs", "processes")
 
 
 def load(directory: Path) -> dict:
@@ -31,7 +33,8 @@ def load(directory: Path) -> dict:
     Raises:
         ResultsError: missing, unreadable, not JSON, or another schema version (never overwritten).
     """
-    path = Path(directory) / RESULTS
+    directory = Path(directory)
+    path = directory if directory.name == RESULTS and directory.is_file() else directory / RESULTS
     if not path.is_file():
         raise ResultsError(f"{path} does not exist", "run `python -m harness compare ... --out DIR` first")
     try:
@@ -43,6 +46,10 @@ def load(directory: Path) -> dict:
         found = data.get("schema_version") if isinstance(data, dict) else None
         raise ResultsError(f"{path} has schema version {found!r}; this harness reads version {SCHEMA_VERSION}",
                            "re-render it with the harness version that wrote it, or run again with --out pointing at a new directory")
+    missing = [k for k in REQUIRED if k not in data]
+    if missing:
+        raise ResultsError(f"{path} lacks {', '.join(missing)} (schema version {SCHEMA_VERSION} requires them)",
+                           "it was edited or truncated; re-run the command that wrote it (finished processes are kept in raw/)")
     return data
 
 

@@ -30,7 +30,7 @@ from harness import configs as cfg
 from harness import results as res
 from harness.bench.workloads import DTYPES, ITEMSIZE, Cell, default_cells
 from harness.checks.consistency import MPS_PAIR, PAIRS
-from harness.errors import HarnessError, UsageError
+from harness.errors import HarnessError, ResultsError, UsageError
 from harness.fsutil import atomic_write_json, atomic_write_text, exclusive_lock
 from harness.progress import note, task
 from harness.provenance import unsupported_reason
@@ -238,6 +238,32 @@ def run_consistency(build_info: dict, device: str, configs: dict[str, cfg.EnvCon
     return result
 
 
+#: what must be equal for finished processes of an earlier run to be reused (rounds may grow)
+PLAN_KEYS = ("kind", "builds", "inputs", "torch", "device", "configs", "cells", "seed", "timing", "threads", "keep_env")
+
+
+def check_resumable(raw: Path, plan: dict) -> None:
+    """Refuse to reuse ``raw/`` when it was measured with a different plan (builds, cells, configs...).
+
+    Raises:
+        ResultsError: names the keys that differ.
+    """
+    path = raw / "plan.json"
+    if path.is_file():
+        try:
+            earlier = json.loads(path.read_text())
+        except ValueError:
+            earlier = {}
+        differ = [k for k in PLAN_KEYS if earlier.get(k) != plan.get(k)]
+        if differ:
+            raise ResultsError(f"{raw.parent} holds a run measured with different {', '.join(differ)}",
+                               "pass --fresh to discard it, or a new --out directory")
+    elif any(raw.glob("*.status.json")):
+        raise ResultsError(f"{raw.parent} holds finished processes but no record of their plan",
+                           "pass --fresh to discard them, or a new --out directory")
+    atomic_write_json(path, plan)
+
+
 def execute(args: argparse.Namespace, inputs: dict[str, str]) -> int:
     """Run a compare (two builds) or bench (one build); write results.json and report.md."""
     try:
@@ -245,10 +271,21 @@ def execute(args: argparse.Namespace, inputs: dict[str, str]) -> int:
     except ValueError as exc:
         raise UsageError(str(exc), "see python -m harness compare --help") from None
     cells = plan_cells(args)
-    rounds = args.rounds or (4 if args.quick else 6)  # >= 4 per side: the U test can reach p < 0.05
+    rounds = args.rounds if args.rounds is not None else (4 if args.quick else 6)
     if rounds < 1:
-        raise UsageError(f"--rounds must be >= 1, got {rounds}", "use --rounds 3 or more for a confidence interval")
-    timeout = args.timeout or (300.0 if args.quick else 900.0)
+        raise UsageError(f"--rounds must be >= 1, got {rounds}",
+                         "use --rounds 4 or more: with fewer processes per side no verdict can reach p < 0.05")
+    timeout = args.timeout if args.timeout is not None else (300.0 if args.quick else 900.0)
+    if timeout <= 0:
+        raise UsageError(f"--timeout must be > 0 seconds, got {timeout:g}", "e.g. --timeout 300")
+    if args.threads is not None and args.threads < 0:
+        raise UsageError(f"--threads must be >= 0, got {args.threads}", "0 keeps torch's default; 1 is the cpu default")
+    keep = tuple(n.strip() for n in args.keep_env.split(",") if n.strip())
+    passed_anyway = [n for n in keep if not n.startswith(cfg.CLEARED_PREFIXES)]
+    if passed_anyway:
+        raise UsageError(f"--keep-env {', '.join(passed_anyway)}: only {'/'.join(p + '*' for p in cfg.CLEARED_PREFIXES)} "
+                         "variables are cleared, every other variable reaches the workers anyway",
+                         "drop it from --keep-env")
     builds = {name: parse_input(text, name) for name, text in inputs.items()}
     out: Path = args.out
     with exclusive_lock(out, " ".join(sys.argv)):
@@ -258,8 +295,6 @@ def execute(args: argparse.Namespace, inputs: dict[str, str]) -> int:
             (out / res.RESULTS).unlink(missing_ok=True)
         elif (out / res.RESULTS).exists():
             res.load(out)  # refuse to resume from (and overwrite) an unreadable or foreign results.json
-        raw.mkdir(parents=True, exist_ok=True)
-
         build_info = {}
         for name, build in builds.items():
             python, reused = ensure_interpreter(build)
@@ -277,7 +312,6 @@ def execute(args: argparse.Namespace, inputs: dict[str, str]) -> int:
                                  f"drop it from --dtypes (fully supported here: {', '.join(ok)}) or pick --cells without those ops")
 
         threads = args.threads if args.threads is not None else (1 if args.device == "cpu" else 0)
-        keep = tuple(n.strip() for n in args.keep_env.split(",") if n.strip())
         kind = "quick" if args.quick else "full"
         timing = TIMING[kind]["cpu" if args.device == "cpu" else "gpu"]
         order = []
@@ -297,6 +331,14 @@ def execute(args: argparse.Namespace, inputs: dict[str, str]) -> int:
             "configs": {c.name: c.to_json() for c in configs},
             "processes": [],
         }
+        raw.mkdir(parents=True, exist_ok=True)
+        check_resumable(raw, {"kind": data["run"]["kind"], "builds": list(builds),
+                               "inputs": {b: build_info[b]["input"] for b in builds},
+                               "torch": {b: [build_info[b]["provenance"]["torch_version"],
+                                             build_info[b]["provenance"]["git_version"]] for b in builds},
+                               "device": args.device,
+                               "configs": data["run"]["configs"], "cells": data["run"]["cells"], "seed": args.seed,
+                               "timing": timing, "threads": threads, "keep_env": list(keep)})
         by_config = {c.name: c for c in configs}
         failed = 0
         with task(f"{data['run']['kind']} on {args.device}", total=len(order)) as bar:

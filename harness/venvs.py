@@ -115,11 +115,13 @@ def ensure_interpreter(build: BuildInput, *, envs_dir: Path | None = None) -> tu
         cmd = [str(python), "-m", "pip", "install", "--disable-pip-version-check", "--no-input", target]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
-            log = root.with_suffix(".pip.log")
+            log = root.parent / f"{root.name}.pip.log"  # with_suffix would cut a version's dots
             log.write_text(proc.stdout + proc.stderr)
             shutil.rmtree(root, ignore_errors=True)
+            remedy = ("check that the file is a complete wheel built for this Python and platform"
+                      if build.kind == "wheel" else "check that the version exists (pip index versions torch)")
             raise BuildInputError(f"pip could not install {target}: {_pip_cause(proc.stdout + proc.stderr)}",
-                                  f"check that the version exists (pip index versions torch); pip's log: {log}")
+                                  f"{remedy}; pip's log: {log}")
         atomic_write_json(marker, {"input": build.to_json()})
     return python, False
 

@@ -68,3 +68,23 @@ def test_unknown_command_and_unreadable_results(tmp_path):
     (tmp_path / "results.json").write_text("{not json")
     assert_one_line_error(run("report", str(tmp_path)), "is not readable JSON")
     assert (tmp_path / "results.json").read_text() == "{not json"  # never overwritten
+
+
+@pytest.mark.parametrize("extra, fragment", [
+    (["--rounds", "0"], "--rounds must be >= 1, got 0"),
+    (["--threads", "-1"], "--threads must be >= 0, got -1"),
+    (["--timeout", "0"], "--timeout must be > 0 seconds"),
+    (["--keep-env", "PATH"], "--keep-env PATH: only PYTORCH_MPS_*/TORCH_*/ATEN_* variables are cleared"),
+])
+def test_invalid_numbers_and_names_are_refused_up_front(tmp_path, this_python, extra, fragment):
+    proc = run("bench", "--build", this_python, "--device", "cpu", "--out", str(tmp_path / "o"), *extra)
+    assert_one_line_error(proc, fragment)
+    assert not (tmp_path / "o" / "raw").exists() or not any((tmp_path / "o" / "raw").iterdir())
+
+
+def test_out_that_is_a_file_or_unwritable_is_one_line(tmp_path, this_python):
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    proc = run("bench", "--build", this_python, "--device", "cpu", "--cells", "mm/8x8x8/float32", "--out", str(afile))
+    assert_one_line_error(proc, str(afile))
+    assert afile.read_text() == "x"

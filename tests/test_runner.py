@@ -71,6 +71,10 @@ def test_report_names_versions_hashes_and_ratios(ab_run):
     assert torch.version.git_version[:12] in report
     assert "patched/stock [95% CI]" in report
     assert "| mm | M64 N64 K64 | float32 |" in report
+    # what was compared, said before the numbers
+    assert "both builds are the same torch (version, git hash, wheel): an A/A run" in report
+    assert "neither build's libraries contain `PYTORCH_MPS_GEMM_PREFER_FAST_MATH`" in report
+    assert "4 fresh processes per build and config, so the smallest possible U-test p is 0.029." in report
 
 
 def test_rerun_resumes_without_running_workers(ab_run):
@@ -146,3 +150,29 @@ def test_consistency_flags_outputs_that_differ(tmp_path):
     assert not result["mm/8x8x8/float32"]["passed"]
     assert abs(result["mm/8x8x8/float32"]["rel_diff"] - 0.001 / 1.001) < 1e-7  # 1.001 rounded to float32
     assert result["mm/4x4x4/float16"] == {"rel_diff": 0.0, "bound": result["mm/4x4x4/float16"]["bound"], "passed": True}
+
+
+def test_resume_refuses_a_run_measured_with_other_builds_or_cells(ab_run, tmp_path):
+    out, args, _ = ab_run
+    before = (out / "results.json").read_text()
+    other_cells = [a if a != CELLS else "mm/128x128x128/float32" for a in args]
+    proc = harness(*other_cells)
+    assert proc.returncode == 2
+    assert f"{out} holds a run measured with different cells -- pass --fresh" in proc.stderr
+    fake = fake_python(tmp_path, "import os; os.abort()")  # another interpreter: a different build input
+    other_build = [fake if a == args[args.index("--patched") + 1] and i == args.index("--patched") + 1 else a
+                   for i, a in enumerate(args)]
+    proc = harness(*other_build)
+    assert proc.returncode == 2 and "different inputs" in proc.stderr
+    assert (out / "results.json").read_text() == before  # nothing relabelled
+
+
+def test_more_rounds_extend_a_finished_run(tmp_path, this_python):
+    out = tmp_path / "out"
+    base = ["compare", "--stock", this_python, "--patched", this_python, "--device", "cpu", "--configs", "default",
+            "--cells", "mm/64x64x64/float32", "--out", str(out)]
+    assert harness(*base, "--rounds", "1").returncode == 0
+    more = harness(*base, "--rounds", "2")
+    assert more.returncode == 0, more.stderr
+    assert more.stderr.count(" kept r00") == 2 and more.stderr.count(" ran r01") == 2
+    assert len(json.loads((out / "results.json").read_text())["processes"]) == 4
