@@ -353,7 +353,7 @@ def execute(args: argparse.Namespace, inputs: dict[str, str]) -> int:
                     spec = {"device": args.device, "cells": [c.key for c in cells], "check": rnd == 0,
                             "save_outputs": str(raw / f"{name}.outputs.pt") if save else None,
                             "reduced_fp32": by_config[config].reduced_fp32, "seed": args.seed, "timing": timing,
-                            "threads": threads}
+                            "threads": threads, "dtype_support": build_info[build]["provenance"]["dtype_support"]}
                     record = run_worker(Path(build_info[build]["interpreter"]), spec, by_config[config], raw, name,
                                         timeout, keep)
                     verb = "ran"

@@ -6,6 +6,7 @@ SPEC (written by :mod:`harness.runner`)::
 
     {"device": "cpu", "cells": ["mm/512x512x512/float32", ...], "check": true,
      "reduced_fp32": false, "seed": 0, "threads": 1, "save_outputs": null,
+     "dtype_support": {"float16": {"mm": null, ...}, ...},   # optional, from harness.provenance
      "timing": {"warmup_s": 0.05, "measure_s": 0.5, "min_block_s": 0.001}}
 
 OUT gets one JSON object per line, flushed and fsynced as each finishes, so a crash keeps every
@@ -98,7 +99,8 @@ def main(argv: list[str] | None = None) -> int:
         _emit(out, {"type": "start", "pid": os.getpid(), "torch_version": torch.__version__,
                     "env": snapshot(), "threads": torch.get_num_threads(), "started": time.time()})
         timer = BlockTimer(spec["device"])
-        unsupported = dtype_support(torch, spec["device"])
+        # the build's provenance probe already measured it; probe only when run on its own
+        unsupported = spec.get("dtype_support") or dtype_support(torch, spec["device"])
         outputs = {} if spec.get("save_outputs") else None
         for key in spec["cells"]:
             _emit(out, run_cell(torch, timer, Cell.from_key(key), spec, unsupported, outputs))
