@@ -141,7 +141,8 @@ def probe(device: str, variables: list[str]) -> dict:
     info["device"] = device
     if not ready:
         why = {"cuda": "torch.cuda.is_available() is False",
-               "mps": "MPS is not built into this torch" if not mps_built else
+               "mps": "MPS is not built into this torch (MPS needs a macOS build of torch on an Apple-silicon Mac)"
+               if not mps_built else
                "MPS is built but torch.backends.mps.is_available() is False (macOS < 12.3, no Metal device, or a VM)"}
         info["device_error"] = why[device]
     else:
