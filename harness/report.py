@@ -52,6 +52,17 @@ def _ratio_ci(ratio: float, low: float, high: float) -> str:
     return f"{ratio:.3f} [no CI]"
 
 
+def _adaptive_text(run: dict) -> list[str]:
+    """One line on adaptive sampling, when the run used it."""
+    adaptive = run.get("adaptive")
+    if not adaptive:
+        return []
+    left = sum(map(len, adaptive["unconverged"].values()))
+    return [f"Adaptive sampling to a CI half-width of ±{adaptive['target']:.1%}: {adaptive['rounds_added']} round(s) "
+            f"added within a budget of {adaptive['budget_s']:g} s; "
+            + (f"**{left} cell(s) did not converge** (marked in the tables)." if left else "every cell converged."), ""]
+
+
 def _in_words(gm) -> str:
     """The geometric mean's verdict from its CI alone (the same band rule as a cell, without a U test)."""
     change = f"patched {abs(1 - gm.gm):.1%} {'faster' if gm.gm < 1 else 'slower'}"
@@ -212,6 +223,10 @@ def render(data: dict) -> str:
                     notes.insert(0, cmp.reason)
                 if cmp.bimodal:
                     notes.append("bimodal: " + _modes_text(cmp))
+                if key in run.get("adaptive", {}).get("unconverged", {}).get(config, []):
+                    hw = cmp.half_width
+                    notes.append(f"unconverged: CI half-width {hw:.1%} > target ±{run['adaptive']['target']:.1%}"
+                                 if math.isfinite(hw) else "unconverged: no CI yet")
                 rows.append(base + [_us(mid["stock"]), _us(mid["patched"]), _tflops(cell, mid["stock"]),
                                     _tflops(cell, mid["patched"]), ci, p, verdict, "; ".join(notes)])
             else:
@@ -250,7 +265,7 @@ def render(data: dict) -> str:
             f"confidence intervals over per-process medians; {n} fresh processes per build and config, so the "
             f"smallest possible U-test p is {floor:.2g}"
             + (" and no verdict other than undetermined is possible (use --rounds 4 or more)." if floor >= 0.05 else "."),
-            ""] + summaries + [""]
+            ""] + _adaptive_text(run) + summaries + [""]
     out += ["## Cells", ""] + sections
     out += ["## Correctness", "", "Relative error ‖out − ref‖/‖ref‖ against a float64 CPU reference (first round).", ""]
     if accuracy:

@@ -76,6 +76,11 @@ def add_arguments_compare(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--stock", required=True, help="stock build: wheel path, requirement (torch==2.13.0) or python:/path")
     parser.add_argument("--patched", required=True, help="patched build: wheel path, requirement or python:/path")
     _common_arguments(parser)
+    parser.add_argument("--target-ci", type=float, metavar="FRACTION",
+                        help="adaptive sampling: after the planned rounds, add rounds of fresh processes (measuring only "
+                             "the cells not yet there) until every cell's CI half-width is below FRACTION, e.g. 0.01")
+    parser.add_argument("--budget-s", type=float, default=1800.0,
+                        help="seconds the adaptive rounds may take in all (default 1800); cells left wider are reported")
 
 
 def add_arguments_bench(parser: argparse.ArgumentParser) -> None:
@@ -238,6 +243,35 @@ def run_consistency(build_info: dict, device: str, configs: dict[str, cfg.EnvCon
     return result
 
 
+#: adaptive sampling never runs more rounds than this in all
+MAX_ROUNDS = 64
+
+
+def round_order(seed: int, rnd: int, builds, configs) -> list[tuple[int, str, str]]:
+    """The (round, build, config) processes of one round, in that round's seeded shuffled order."""
+    pairs = [(b, c.name) for b in builds for c in configs]
+    random.Random(seed * 1000 + rnd).shuffle(pairs)
+    return [(rnd, b, c) for b, c in pairs]
+
+
+def unconverged_cells(data: dict, target: float) -> dict[str, list[str]]:
+    """config -> cell keys whose stock/patched CI half-width is above ``target`` (or not computable
+    yet), in plan order; cells that failed or were skipped everywhere are left out."""
+    from harness import stats
+
+    need: dict[str, list[str]] = {}
+    for config, key, _, _ in res.iter_cells(data):
+        if key in need.get(config, []):
+            continue
+        per_build = {b: res.process_medians(recs) for c, k, b, recs in res.iter_cells(data) if c == config and k == key}
+        if not all(per_build.get(b) for b in ("stock", "patched")):
+            continue
+        cmp = stats.compare(per_build["stock"], per_build["patched"])
+        if not stats.converged(cmp, target):
+            need.setdefault(config, []).append(key)
+    return need
+
+
 #: what must be equal for finished processes of an earlier run to be reused (rounds may grow)
 PLAN_KEYS = ("kind", "builds", "inputs", "torch", "device", "configs", "cells", "seed", "timing", "threads", "keep_env")
 
@@ -278,6 +312,11 @@ def execute(args: argparse.Namespace, inputs: dict[str, str]) -> int:
     timeout = args.timeout if args.timeout is not None else (300.0 if args.quick else 900.0)
     if timeout <= 0:
         raise UsageError(f"--timeout must be > 0 seconds, got {timeout:g}", "e.g. --timeout 300")
+    target = getattr(args, "target_ci", None)
+    if target is not None and not 0 < target < 1:
+        raise UsageError(f"--target-ci must be a fraction between 0 and 1, got {target:g}", "e.g. --target-ci 0.01 for ±1 %")
+    if target is not None and args.budget_s <= 0:
+        raise UsageError(f"--budget-s must be > 0 seconds, got {args.budget_s:g}", "e.g. --budget-s 1800")
     if args.threads is not None and args.threads < 0:
         raise UsageError(f"--threads must be >= 0, got {args.threads}", "0 keeps torch's default; 1 is the cpu default")
     keep = tuple(n.strip() for n in args.keep_env.split(",") if n.strip())
@@ -314,11 +353,7 @@ def execute(args: argparse.Namespace, inputs: dict[str, str]) -> int:
         threads = args.threads if args.threads is not None else (1 if args.device == "cpu" else 0)
         kind = "quick" if args.quick else "full"
         timing = TIMING[kind]["cpu" if args.device == "cpu" else "gpu"]
-        order = []
-        for rnd in range(rounds):
-            pairs = [(b, c.name) for b in builds for c in configs]
-            random.Random(args.seed * 1000 + rnd).shuffle(pairs)
-            order += [(rnd, b, c) for b, c in pairs]
+        order = [entry for rnd in range(rounds) for entry in round_order(args.seed, rnd, builds, configs)]
         data = {
             "schema_version": res.SCHEMA_VERSION,
             "harness_version": harness.__version__,
@@ -341,30 +376,51 @@ def execute(args: argparse.Namespace, inputs: dict[str, str]) -> int:
                                "timing": timing, "threads": threads, "keep_env": list(keep)})
         by_config = {c.name: c for c in configs}
         failed = 0
+        def process(rnd: int, build: str, config: str, keys: list[str], bar) -> None:
+            """Run (or keep, when finished earlier) one worker process and record it."""
+            nonlocal failed
+            name = _proc_name(rnd, build, config)
+            status = _status_path(raw, name)
+            if status.is_file():
+                record, verb = json.loads(status.read_text()), "kept"
+            else:
+                save = rnd == 0 and config in PAIRS[args.device]
+                spec = {"device": args.device, "cells": keys, "check": rnd == 0,
+                        "save_outputs": str(raw / f"{name}.outputs.pt") if save else None,
+                        "reduced_fp32": by_config[config].reduced_fp32, "seed": args.seed, "timing": timing,
+                        "threads": threads, "dtype_support": build_info[build]["provenance"]["dtype_support"]}
+                record = run_worker(Path(build_info[build]["interpreter"]), spec, by_config[config], raw, name,
+                                    timeout, keep)
+                verb = "ran"
+            record.update({"name": name, "round": rnd, "build": build, "config": config,
+                           "slot": len(data["processes"])})
+            data["processes"].append(record)
+            bad = [k for k, v in record["cells"].items() if v["status"] == "failed"]
+            failed += len(bad)
+            note(f"[{len(data['processes'])}/{len(data['run']['order'])}] {verb} {name}: "
+                 f"{len(record['cells']) - len(bad)} cells ok"
+                 + (f", {len(bad)} failed ({record['reason'] or record['cells'][bad[0]]['reason']})" if bad else ""))
+            res.save(out, data)
+            bar.advance()
+
+        all_keys = [c.key for c in cells]
         with task(f"{data['run']['kind']} on {args.device}", total=len(order)) as bar:
-            for i, (rnd, build, config) in enumerate(order):
-                name = _proc_name(rnd, build, config)
-                status = _status_path(raw, name)
-                if status.is_file():
-                    record = json.loads(status.read_text())
-                    verb = "kept"
-                else:
-                    save = rnd == 0 and config in PAIRS[args.device]
-                    spec = {"device": args.device, "cells": [c.key for c in cells], "check": rnd == 0,
-                            "save_outputs": str(raw / f"{name}.outputs.pt") if save else None,
-                            "reduced_fp32": by_config[config].reduced_fp32, "seed": args.seed, "timing": timing,
-                            "threads": threads, "dtype_support": build_info[build]["provenance"]["dtype_support"]}
-                    record = run_worker(Path(build_info[build]["interpreter"]), spec, by_config[config], raw, name,
-                                        timeout, keep)
-                    verb = "ran"
-                record.update({"name": name, "round": rnd, "build": build, "config": config, "slot": i})
-                data["processes"].append(record)
-                bad = [k for k, v in record["cells"].items() if v["status"] == "failed"]
-                failed += len(bad)
-                note(f"[{i + 1}/{len(order)}] {verb} {name}: {len(cells) - len(bad)} cells ok"
-                     + (f", {len(bad)} failed ({record['reason'] or record['cells'][bad[0]]['reason']})" if bad else ""))
-                res.save(out, data)
-                bar.advance()
+            for rnd, build, config in order:
+                process(rnd, build, config, all_keys, bar)
+            if target is not None:  # adaptive sampling: more rounds for the cells that are not there yet
+                deadline, rnd = time.monotonic() + args.budget_s, rounds
+                need = unconverged_cells(data, target)
+                while need and rnd < MAX_ROUNDS and time.monotonic() < deadline:
+                    extra = [e for e in round_order(args.seed, rnd, builds, configs) if e[2] in need]
+                    data["run"]["order"] += extra
+                    bar.update(total=len(data["run"]["order"]))
+                    note(f"adaptive round {rnd}: {sum(map(len, need.values()))} cells above ±{target:.1%}")
+                    for r, build, config in extra:
+                        process(r, build, config, need[config], bar)
+                    rnd += 1
+                    need = unconverged_cells(data, target)
+                data["run"]["adaptive"] = {"target": target, "budget_s": args.budget_s, "rounds_added": rnd - rounds,
+                                           "unconverged": {c: keys for c, keys in need.items()}}
         data["consistency"] = run_consistency(build_info, args.device, by_config, raw)
         inconsistent = [(b, k) for b, r in data["consistency"]["builds"].items()
                         for k, v in r.get("cells", {}).items() if not v["passed"]]

@@ -88,3 +88,9 @@ def test_out_that_is_a_file_or_unwritable_is_one_line(tmp_path, this_python):
     proc = run("bench", "--build", this_python, "--device", "cpu", "--cells", "mm/8x8x8/float32", "--out", str(afile))
     assert_one_line_error(proc, str(afile))
     assert afile.read_text() == "x"
+
+
+def test_target_ci_must_be_a_fraction(tmp_path, this_python):
+    proc = run("compare", "--stock", this_python, "--patched", this_python, "--device", "cpu",
+               "--target-ci", "1.5", "--out", str(tmp_path / "o"))
+    assert_one_line_error(proc, "--target-ci must be a fraction between 0 and 1, got 1.5")

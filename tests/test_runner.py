@@ -176,3 +176,32 @@ def test_more_rounds_extend_a_finished_run(tmp_path, this_python):
     assert more.returncode == 0, more.stderr
     assert more.stderr.count(" kept r00") == 2 and more.stderr.count(" ran r01") == 2
     assert len(json.loads((out / "results.json").read_text())["processes"]) == 4
+
+
+def test_adaptive_sampling_adds_rounds_only_for_unconverged_cells(tmp_path, this_python):
+    out = tmp_path / "out"
+    cells = "mm/64x64x64/float32,mm/48x48x48/float32"
+    base = ["compare", "--stock", this_python, "--patched", this_python, "--device", "cpu", "--configs", "default",
+            "--cells", cells, "--rounds", "4", "--out", str(out)]
+    # a target no CPU run reaches in 40 s: rounds are added, then the budget stops them
+    proc = harness(*base, "--target-ci", "0.00001", "--budget-s", "20")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads((out / "results.json").read_text())
+    adaptive = data["run"]["adaptive"]
+    assert adaptive["rounds_added"] >= 1
+    assert adaptive["unconverged"] == {"default": ["mm/64x64x64/float32", "mm/48x48x48/float32"]}
+    extra = [p for p in data["processes"] if p["round"] >= 4]
+    assert len(extra) == 2 * adaptive["rounds_added"]
+    assert all(sorted(p["cells"]) == sorted(cells.split(",")) for p in extra)
+    report = (out / "report.md").read_text()
+    assert "**2 cell(s) did not converge**" in report and "unconverged: CI half-width" in report
+
+
+def test_adaptive_sampling_stops_when_every_cell_converged(tmp_path, this_python):
+    out = tmp_path / "out"
+    proc = harness("compare", "--stock", this_python, "--patched", this_python, "--device", "cpu", "--configs", "default",
+                   "--cells", "mm/64x64x64/float32", "--rounds", "4", "--target-ci", "0.9", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads((out / "results.json").read_text())
+    assert data["run"]["adaptive"]["rounds_added"] == 0 and data["run"]["adaptive"]["unconverged"] == {}
+    assert "every cell converged" in (out / "report.md").read_text()
