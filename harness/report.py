@@ -128,14 +128,6 @@ def _notes(records: list[dict]) -> list[str]:
     return notes
 
 
-def _cell_rows(data: dict):
-    """{config: {key: {build: records}}} in plan order."""
-    table: dict[str, dict[str, dict[str, list[dict]]]] = {}
-    for config, key, build, records in res.iter_cells(data):
-        table.setdefault(config, {}).setdefault(key, {})[build] = records
-    return table
-
-
 def _consistency(section: dict | None, builds: list[str]) -> list[str]:
     """The cross-config consistency section (harness.checks.consistency)."""
     if not section:
@@ -197,7 +189,7 @@ def render(data: dict) -> str:
     run = data["run"]
     builds = data["run"]["builds"]  # plan order (results.json sorts its keys)
     ab = builds == ["stock", "patched"]
-    table = _cell_rows(data)
+    table = res.cell_table(data)
     names = " vs ".join(f"{b} (torch {data['builds'][b]['provenance']['torch_version']})" for b in builds)
     out = [f"# {'A/B' if ab else 'Benchmark'}: {names} on `{run['device']}`", ""]
 

@@ -74,6 +74,14 @@ def iter_cells(data: dict) -> Iterator[tuple[str, str, str, list[dict]]]:
         yield config, key, build, sorted(grouped[(config, key, build)], key=lambda r: r["round"])
 
 
+def cell_table(data: dict) -> dict[str, dict[str, dict[str, list[dict]]]]:
+    """``{config: {cell key: {build: records}}}`` in plan order (see :func:`iter_cells`)."""
+    table: dict[str, dict[str, dict[str, list[dict]]]] = {}
+    for config, key, build, records in iter_cells(data):
+        table.setdefault(config, {}).setdefault(key, {})[build] = records
+    return table
+
+
 def process_medians(records: list[dict]) -> list[float]:
     """Per-process medians (seconds) of the records that measured the cell."""
     return [r["measurement"]["median"] for r in records if r.get("status") == "ok" and r.get("measurement")]

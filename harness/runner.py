@@ -260,15 +260,13 @@ def unconverged_cells(data: dict, target: float) -> dict[str, list[str]]:
     from harness import stats
 
     need: dict[str, list[str]] = {}
-    for config, key, _, _ in res.iter_cells(data):
-        if key in need.get(config, []):
-            continue
-        per_build = {b: res.process_medians(recs) for c, k, b, recs in res.iter_cells(data) if c == config and k == key}
-        if not all(per_build.get(b) for b in ("stock", "patched")):
-            continue
-        cmp = stats.compare(per_build["stock"], per_build["patched"])
-        if not stats.converged(cmp, target):
-            need.setdefault(config, []).append(key)
+    for config, per_cell in res.cell_table(data).items():
+        for key, per_build in per_cell.items():
+            medians = {b: res.process_medians(per_build.get(b, [])) for b in ("stock", "patched")}
+            if not all(medians.values()):
+                continue
+            if not stats.converged(stats.compare(medians["stock"], medians["patched"]), target):
+                need.setdefault(config, []).append(key)
     return need
 
 
