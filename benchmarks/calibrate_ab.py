@@ -29,7 +29,7 @@ from pathlib import Path
 from harness import stats
 from harness.bench.workloads import Cell
 from harness.configs import EnvConfig
-from harness.runner import run_worker
+from harness.runner import MAX_ROUNDS, run_worker
 
 CUDA_CELLS = [Cell(op, shape, dt) for dt in ("float16", "bfloat16") for op, shape in [
     ("mm", (1024, 1024, 1024)), ("mm", (2048, 2048, 2048)), ("mm", (4096, 4096, 4096)), ("mm", (4096, 4096, 256)),
@@ -44,9 +44,10 @@ LARGE_CELLS = [Cell(op, shape, dt) for dt in ("float16", "bfloat16") for op, sha
     ("addmm", (4096, 4096, 4096)), ("bmm", (16, 1024, 1024, 1024)), ("bmm", (8, 2048, 2048, 1024)),
     ("linear", (8192, 4096, 1024)), ("linear", (16384, 4096, 4096)), ("mm", (8192, 1024, 8192)),
 ]]
-CPU_CELLS = [Cell(op, shape, "float32") for op, shape in [
+CPU_CELLS = [Cell(op, shape, dt) for dt in ("float32", "bfloat16") for op, shape in [
     ("mm", (256, 256, 256)), ("mm", (512, 512, 512)), ("mm", (333, 444, 555)), ("mm", (1, 1024, 1024)),
-    ("addmm", (256, 256, 256)), ("bmm", (4, 128, 128, 128)), ("linear", (256, 512, 256)), ("sdpa", (1, 4, 256, 64)),
+    ("mm", (1024, 64, 1024)), ("addmm", (256, 256, 256)), ("bmm", (4, 128, 128, 128)), ("bmm", (16, 64, 64, 64)),
+    ("linear", (256, 512, 256)), ("linear", (64, 1024, 1024)), ("sdpa", (1, 4, 256, 64)), ("sdpa_causal", (1, 4, 256, 64)),
 ]]
 
 
@@ -77,6 +78,10 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=None, help="as compare --threads (default 1 on cpu)")
     parser.add_argument("--keep-env", default="", help="as compare --keep-env")
+    parser.add_argument("--target-ci", type=float, default=None,
+                        help="adaptive sampling as compare --target-ci: after --rounds, add rounds measuring only the "
+                             "cells whose CI half-width is above this fraction")
+    parser.add_argument("--budget-s", type=float, default=600.0, help="wall seconds the adaptive rounds may take")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     keep = tuple(n for n in args.keep_env.split(",") if n)
@@ -94,36 +99,64 @@ def main() -> int:
     seconds: dict[str, float] = {c.key: 0.0 for c in base}
     launch_bound: dict[str, list[bool]] = {c.key: [] for c in base}
     t_start = time.time()
-    for rnd in range(args.rounds):
+
+    def measure_round(rnd: int, keys: set[str]) -> None:
+        """One round: each side in a fresh process, order shuffled per round, only the cells in ``keys``."""
         order = list(sides)
         random.Random(args.seed * 1000 + rnd).shuffle(order)
         for side in order:
-            spec = {"device": args.device, "cells": [c.key for c in sides[side]], "check": False, "seed": args.seed,
+            pairs = [(lg, ac) for lg, ac in zip(base, sides[side]) if lg.key in keys]
+            spec = {"device": args.device, "cells": [ac.key for _, ac in pairs], "check": False, "seed": args.seed,
                     "timing": timing, "threads": threads}
             rec = run_worker(Path(args.python), spec, EnvConfig("default"), raw, f"r{rnd:02d}-{side}", timeout=900,
                              keep=keep)
-            for logical, actual in zip(base, sides[side]):
-                cell = rec["cells"][actual.key]
+            for logical, actual in pairs:
+                cell = rec["cells"].get(actual.key, {"status": "failed"})
                 if cell["status"] == "ok":
                     m = cell["measurement"]
                     medians[logical.key][side].append(m["median"])
                     launch_bound[logical.key].append(bool(m["launch_bound"]))
                     seconds[logical.key] += sum(m["samples"]) * m["number"]
-            print(f"round {rnd} {side}: {time.time() - t_start:.0f} s", file=sys.stderr, flush=True)
+            print(f"round {rnd} {side}: {len(pairs)} cells, {time.time() - t_start:.0f} s", file=sys.stderr, flush=True)
+
+    def comparisons() -> dict[str, stats.Comparison]:
+        return {c.key: stats.compare(medians[c.key]["stock"], medians[c.key]["patched"], threshold=args.threshold)
+                for c in base}
+
+    for rnd in range(args.rounds):
+        measure_round(rnd, {c.key for c in base})
+    rnd = args.rounds
+    adaptive_start = time.time()
+    left: dict[str, int] = {}
+    if args.target_ci is not None:
+        # the stopping rule looks at the CI's width only, never at the verdict, so it cannot steer verdicts
+        while rnd < MAX_ROUNDS:
+            left = stats.unconverged(comparisons(), args.target_ci)
+            if not left:
+                break
+            per_round = (time.time() - adaptive_start) / (rnd - args.rounds) if rnd > args.rounds else 0.0
+            if time.time() - adaptive_start + per_round > args.budget_s:
+                break
+            measure_round(rnd, set(left))
+            rnd += 1
+        left = stats.unconverged(comparisons(), args.target_ci)
 
     rows = []
+    final = comparisons()
     for c in base:
-        cmp = stats.compare(medians[c.key]["stock"], medians[c.key]["patched"], threshold=args.threshold)
+        cmp = final[c.key]
         expected = planted(c, args.plant).flop / c.flop if args.mode == "planted" else 1.0
         hw = cmp.half_width
         rows.append({"cell": c.key, "expected_ratio": expected, "ratio": cmp.ratio, "ci": [cmp.ci_low, cmp.ci_high],
                      "p": cmp.p_value, "verdict": cmp.verdict, "reason": cmp.reason, "half_width": hw,
                      "measured_s": seconds[c.key], "n": [cmp.n_stock, cmp.n_patched],
                      "s_to_1pct": seconds[c.key] * (hw / 0.01) ** 2 if math.isfinite(hw) else None,
-                     "bimodal": cmp.bimodal,
+                     "bimodal": cmp.bimodal, "converged": c.key not in left,
                      "launch_bound": sum(launch_bound[c.key]) > len(launch_bound[c.key]) / 2})
     decided = [r for r in rows if r["verdict"] != "undetermined"]
-    summary = {"device": args.device, "mode": args.mode, "set": args.cell_set, "rounds": args.rounds, "threshold": args.threshold,
+    summary = {"device": args.device, "mode": args.mode, "set": args.cell_set, "rounds": args.rounds,
+               "target_ci": args.target_ci, "budget_s": args.budget_s if args.target_ci is not None else None,
+               "rounds_added": rnd - args.rounds, "unconverged": len(left), "threshold": args.threshold,
                "plant": args.plant if args.mode == "planted" else 0.0, "cells": len(rows),
                "undetermined": len(rows) - len(decided), "wall_s": time.time() - t_start, "timing": timing,
                "threads": threads}
@@ -147,7 +180,8 @@ def main() -> int:
     for r in rows:
         print(f"{r['cell']:36s} ratio {r['ratio']:.4f} CI [{r['ci'][0]:.4f}, {r['ci'][1]:.4f}] expected "
               f"{r['expected_ratio']:.4f} {r['verdict']:12s} hw {r['half_width']:.4f} {r['measured_s']:.2f}s"
-              f"{' launch-bound' if r['launch_bound'] else ''}")
+              f"{' launch-bound' if r['launch_bound'] else ''}"
+              f"{'' if r['converged'] else ' unconverged'}")
     return 0
 
 
