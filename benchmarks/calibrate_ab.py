@@ -72,6 +72,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--set", dest="cell_set", choices=("default", "large"), default="default",
                         help="cell set: default (mixed, incl. launch-bound) or large (kernel-bound GEMMs; gpu)")
+    parser.add_argument("--dtypes", default=None, help="comma-separated dtypes to keep from the cell set (default: all)")
     parser.add_argument("--plant", type=float, default=0.03)
     parser.add_argument("--threshold", type=float, default=0.02)
     parser.add_argument("--measure-s", type=float, default=0.3)
@@ -89,6 +90,8 @@ def main() -> int:
     base = CPU_CELLS if args.device == "cpu" else (LARGE_CELLS if args.cell_set == "large" else CUDA_CELLS)
     if args.mode == "planted":
         base = [c for c in base if c.family == "gemm"]
+    if args.dtypes:
+        base = [c for c in base if c.dtype in args.dtypes.split(",")]
     sides = {"stock": base, "patched": [planted(c, args.plant) for c in base] if args.mode == "planted" else base}
     gpu = args.device != "cpu"
     threads = args.threads if args.threads is not None else (0 if gpu else 1)
