@@ -317,3 +317,125 @@ def test_interrupted_clone_is_recovered_by_the_rerun(tiny_upstream, isolated_cac
     stock, patched = worktrees(tmp_path / "w", "v1")
     assert git(stock, "rev-parse", "HEAD") == git(tiny_upstream, "rev-parse", "v1^{commit}")
     assert (patched / "a.txt").is_file()
+
+
+# -------------------------------------------------------------------------------------- build
+def _tools_path(tmp_path: Path, *names: str) -> str:
+    """A PATH folder holding only ``git`` and ``names`` (links to the real tools): the rest is missing."""
+    import shutil
+
+    folder = tmp_path / "bin"
+    folder.mkdir(exist_ok=True)
+    for name in ("git", *names):
+        (folder / name).symlink_to(shutil.which(name))
+    return str(folder)
+
+
+@pytest.fixture
+def tiny_source(tmp_path):
+    """The generated ``tinyext`` upstream (tests/small_upstream.py: CMake + C++), with an earlier wheel in dist/."""
+    import small_upstream as su
+
+    repo = su.make_upstream(tmp_path / "src")
+    dist = tmp_path / "dist"
+    dist.mkdir()
+    (dist / "tinyext-1.4.0+stock.earlier-py3-none-any.whl").write_bytes(b"an earlier build")
+    return repo, dist
+
+
+def _build(repo: Path, dist: Path, tmp_path: Path, *extra: str, env: dict | None = None,
+           timeout: float = 600) -> subprocess.CompletedProcess:
+    environ = {k: v for k, v in os.environ.items() if k not in ("CXX", "TORCH_PATCH_HARNESS_BUILD_FREE_GIB")}
+    environ.update({"TORCH_PATCH_HARNESS_CACHE": str(tmp_path / "cache"), **(env or {})})
+    return subprocess.run([sys.executable, "-m", "harness", "build", "--kind", "stock", "--source", str(repo),
+                           "--jobs", "2", "--dist", str(dist), "--no-verify", *extra],
+                          capture_output=True, text=True, cwd=REPO, env=environ, timeout=timeout)
+
+
+@pytest.mark.parametrize("tools, platform, fragment", [
+    ((), "linux-cpu", "no C++ compiler found (c++, g++, clang++ not on PATH) -- install one: "
+                      "`apt-get install -y build-essential` (Debian/Ubuntu) or `dnf install gcc-c++` (Fedora)"),
+    ((), "macos-arm64", "no C++ compiler found (c++, g++, clang++ not on PATH) -- install the Xcode command line "
+                        "tools: `xcode-select --install`"),
+    (("c++",), "linux-cpu", "cmake not found on PATH or in the build environment -- `python -m pip install cmake`, "
+                            "or `apt-get install -y cmake`"),
+])
+def test_missing_compiler_or_cmake_is_one_line_before_anything_is_installed(tiny_source, tmp_path, tools, platform,
+                                                                            fragment):
+    repo, dist = tiny_source
+    proc = _build(repo, dist, tmp_path, "--platform", platform, env={"PATH": _tools_path(tmp_path, *tools)})
+    assert one_line_error(proc.stderr, proc.returncode).endswith(fragment)
+    assert not (tmp_path / "cache" / "build-venvs").exists()  # refused before the build venv was made
+    assert [p.name for p in dist.iterdir()] == ["tinyext-1.4.0+stock.earlier-py3-none-any.whl"]
+    assert not (repo / "build").exists()
+
+
+def test_disk_nearly_full_is_refused_against_the_real_free_space(tiny_source, tmp_path):
+    import re
+    import shutil
+
+    repo, dist = tiny_source
+    proc = _build(repo, dist, tmp_path, env={"TORCH_PATCH_HARNESS_BUILD_FREE_GIB": "1000000"})
+    line = one_line_error(proc.stderr, proc.returncode)
+    match = re.fullmatch(rf"error: only ([\d.]+) GiB free at {re.escape(str(repo))}; a linux-cpu build of this base "
+                         r"needs about 1000000\.0 GiB \(set by TORCH_PATCH_HARNESS_BUILD_FREE_GIB\) -- free disk "
+                         r"space, or put the worktrees \(--workdir\) and --dist on a larger volume", line)
+    assert match, line
+    assert abs(float(match.group(1)) - shutil.disk_usage(repo).free / 2**30) < 1.0  # the real free space
+    assert [p.name for p in dist.iterdir()] == ["tinyext-1.4.0+stock.earlier-py3-none-any.whl"]
+    assert not (tmp_path / "cache" / "build-venvs").exists()
+    bad = _build(repo, dist, tmp_path, env={"TORCH_PATCH_HARNESS_BUILD_FREE_GIB": "lots"})
+    assert one_line_error(bad.stderr, bad.returncode).startswith(
+        "error: TORCH_PATCH_HARNESS_BUILD_FREE_GIB='lots' is not a number of GiB -- set it to e.g. 30")
+
+
+def test_nonexistent_source_is_one_line(tmp_path):
+    proc = _build(tmp_path / "nowhere", tmp_path / "dist", tmp_path)
+    assert one_line_error(proc.stderr, proc.returncode).startswith(
+        f"error: --source {tmp_path / 'nowhere'}: no such directory -- pass the root of a source tree")
+    assert not (tmp_path / "dist").exists()
+
+
+@pytest.mark.slow
+def test_interrupted_build_resumes_compiling_only_what_was_left(tiny_source, tmp_path):
+    """Ctrl-C while the last translation unit compiles; the rerun compiles that one unit only."""
+    import glob
+
+    import small_upstream as su
+
+    repo, dist = tiny_source
+    hold, done = tmp_path / "hold", tmp_path / "done"
+    done.mkdir()
+    # a compiler launcher (like ccache) that stalls on config.cpp while `hold` exists, and notes each finished unit
+    launcher = tmp_path / "hold-launcher"
+    launcher.write_text('#!/bin/sh\ncase "$*" in\n  *config.cpp*)\n'
+                        f'    touch {done}/config-started\n    while [ -e {hold} ]; do sleep 0.1; done;;\nesac\n'
+                        f'"$@" || exit $?\nfor a in "$@"; do last="$a"; done\ntouch "{done}/$(basename "$last")"\n')
+    launcher.chmod(0o755)
+    hold.touch()
+    args = ["--env", f"CMAKE_CXX_COMPILER_LAUNCHER={launcher}"]
+    environ = {k: v for k, v in os.environ.items() if k != "CXX"}
+    environ["TORCH_PATCH_HARNESS_CACHE"] = str(tmp_path / "cache")
+    first = subprocess.Popen([sys.executable, "-m", "harness", "build", "--kind", "stock", "--source", str(repo),
+                              "--jobs", "2", "--dist", str(dist), "--no-verify", *args], cwd=REPO, env=environ,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    objects = str(repo / "build" / "cmake-Release" / "**" / "*.o")
+    deadline = time.monotonic() + 400
+    while first.poll() is None and time.monotonic() < deadline:
+        if {"config-started", *su.UNITS} - {"config.cpp"} <= {p.name for p in done.iterdir()}:
+            break
+        time.sleep(0.2)
+    assert first.poll() is None, first.communicate()
+    os.killpg(first.pid, signal.SIGINT)  # a terminal's Ctrl-C reaches the whole process group
+    _, err = first.communicate(timeout=120)
+    assert first.returncode == 130, err
+    assert err.splitlines()[-1] == "interrupted: finished results are on disk; run the same command again to resume"
+    assert len(glob.glob(objects, recursive=True)) == len(su.UNITS) - 1  # finished units kept
+    hold.unlink()
+    again = _build(repo, dist, tmp_path, *args)
+    assert again.returncode == 0, again.stderr
+    wheel = Path(again.stdout.strip())
+    manifest = json.loads(wheel.with_name(wheel.name + ".build.json").read_text())
+    assert manifest["compiled_units"] == 1  # only config.cpp, the unit the interrupt stopped
+    assert "src/config.cpp.o" in Path(manifest["log"]).read_text()
+    assert (dist / "tinyext-1.4.0+stock.earlier-py3-none-any.whl").read_bytes() == b"an earlier build"
