@@ -1221,6 +1221,8 @@ def _print_failure(exc: BuildFailed) -> None:
 def run_build(args: argparse.Namespace) -> int:
     """``python -m harness build``: plan (``--dry-run`` prints it), build, verify; 0 or an error."""
     overrides = parse_env_overrides(args.env)
+    if args.jobs is not None and args.jobs < 1:  # 0 would silently mean "the CPU count"
+        raise UsageError(f"--jobs {args.jobs} is below 1", "give a positive number of compile jobs")
     platform = args.platform or host_platform()
     if args.kind == "stock" and args.incremental:
         raise UsageError("--incremental applies to patched builds only", "drop --incremental for --kind stock")

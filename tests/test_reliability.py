@@ -176,6 +176,9 @@ def test_unknown_and_missing_arguments_are_one_line(tmp_path, this_python):
                     "see `python -m harness compare --help`")
     line = one_line_error(*_cli("bench", "--device", "cpu"))
     assert "the following arguments are required: --build, --out" in line
+    # 0 jobs used to mean "the CPU count" silently
+    assert one_line_error(*_cli("build", "--kind", "stock", "--jobs", "0", "--dry-run")) == (
+        "error: --jobs 0 is below 1 -- give a positive number of compile jobs")
     assert not (tmp_path / "o").exists()
 
 
