@@ -20,7 +20,9 @@ Pipeline of one build (:func:`build_wheel`): preflight (submodules, compiler, CM
 ``[build-system] requires`` + ``requirements.txt``) -> the base's own build command (PEP 517:
 ``python -m pip wheel . --no-build-isolation --no-deps -v``; in-tree, so the CMake build
 directory survives for ``--incremental``) -> the full log to a file -> a build manifest JSON
-beside the wheel. A build whose inputs equal an existing manifest's is skipped.
+beside the wheel. A build whose inputs equal an existing manifest's is skipped. A build interrupted
+midway (Ctrl-C, a kill) resumes when run again: the CMake build directory is in-tree and kept, so
+only the translation units not finished are compiled.
 
 :func:`verify_wheel` installs a wheel into a fresh virtual environment and checks that it imports,
 that its version carries the label, that MPS is built (macOS), and that its compiled libraries
@@ -74,14 +76,18 @@ DEFAULT_CUDA_ARCH_LIST = "8.0;8.6;8.9;9.0"
 VERSION_ENV = "PYTORCH_BUILD_VERSION"
 BUILD_NUMBER_ENV = "PYTORCH_BUILD_NUMBER"
 
-#: Free-disk estimates (bytes) a PyTorch build tree + wheel needs, by platform: measured sizes of
-#: a v2.6 ``build/`` directory are ~10 GB (CPU, Release) and ~30 GB (CUDA, 4 archs); these add
-#: headroom for the wheel, the build venv and the compiler cache.
+#: Free-disk estimates (bytes) a PyTorch build tree + wheel needs, by platform. Our estimate, NOT
+#: measured by this project (no full PyTorch build runs on its CI): a v2.6 ``build/`` directory of
+#: ~10 GB (CPU, Release) and ~30 GB (CUDA, 4 archs), plus headroom for the wheel, the build venv
+#: and the compiler cache. :data:`FREE_GIB_ENV` overrides it.
 GIB = 1 << 30
 PYTORCH_DISK_ESTIMATE = {"macos-arm64": 20 * GIB, "linux-cpu": 20 * GIB, "linux-cuda": 50 * GIB}
 #: For other bases: this many times the source tree's size, at least 512 MiB.
 OTHER_DISK_FACTOR = 20
 OTHER_DISK_MIN = 512 << 20
+#: GiB of free disk a build needs, overriding :func:`disk_estimate` (for a user who measured their
+#: own build, and for tests that provoke the "disk nearly full" refusal with a real free-space check).
+FREE_GIB_ENV = "TORCH_PATCH_HARNESS_BUILD_FREE_GIB"
 
 #: Lines of the log shown on failure.
 TAIL_LINES = 40
@@ -425,6 +431,28 @@ def missing_submodules(source_dir: Path) -> list[str]:
     return list(upstream_missing(Path(source_dir)))
 
 
+def required_free_bytes(source_dir: Path, platform: str) -> tuple[int, str]:
+    """Free bytes a build needs and where the number comes from: ``$TORCH_PATCH_HARNESS_BUILD_FREE_GIB``
+    (:data:`FREE_GIB_ENV`) when set, else :func:`disk_estimate`.
+
+    Raises:
+        UsageError: the variable is not a non-negative number.
+    """
+    text = os.environ.get(FREE_GIB_ENV)
+    if text is not None:
+        try:
+            gib = float(text)
+        except ValueError:
+            gib = -1.0
+        if not gib >= 0:
+            raise UsageError(f"{FREE_GIB_ENV}={text!r} is not a number of GiB", "set it to e.g. 30, or unset it")
+        return int(gib * GIB), f"set by {FREE_GIB_ENV}"
+    root = Path(source_dir)
+    pytorch = (root / "aten").is_dir() and (root / "torch").is_dir()
+    return disk_estimate(root, platform), ("the PyTorch estimate, harness.build.PYTORCH_DISK_ESTIMATE" if pytorch
+                                           else f"{OTHER_DISK_FACTOR}x the source tree's size")
+
+
 def disk_estimate(source_dir: Path, platform: str) -> int:
     """Free bytes a build of this source needs (see :data:`PYTORCH_DISK_ESTIMATE`, :data:`OTHER_DISK_FACTOR`)."""
     root = Path(source_dir)
@@ -467,34 +495,51 @@ def preflight_source(source_dir: Path) -> None:
         )
 
 
-def preflight_tools(plan: "BuildPlan", path: str) -> None:
-    """Refuse to start without a C++ compiler, CMake (on ``path``) or the estimated free disk.
+def _requires_cmake(requirements: Sequence[str]) -> bool:
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    for text in requirements:
+        try:
+            if Requirement(text).name.lower() == "cmake":
+                return True
+        except InvalidRequirement:
+            continue
+    return False
+
+
+def preflight_tools(plan: "BuildPlan", path: str, *, cmake: bool = True) -> None:
+    """Refuse to start without a C++ compiler, CMake (on ``path``) or the estimated free disk
+    (:attr:`BuildPlan.min_free_bytes`, checked with ``shutil.disk_usage`` where the build writes).
+
+    Called twice by :func:`build_wheel`: before the build venv is made (``cmake=False`` when the
+    base's build requirements install CMake into it), then with the venv's ``bin`` on ``path``.
 
     Raises:
-        BuildError: one line naming what is missing and how to install it.
+        BuildError: one line naming what is missing and how to install it on this platform.
     """
+    macos = plan.platform == "macos-arm64"
     cxx = plan.env.get("CXX") or os.environ.get("CXX")
     if not (
         shutil.which(cxx, path=path) if cxx else any(shutil.which(c, path=path) for c in ("c++", "g++", "clang++"))
     ):
         remedy = (
             "install the Xcode command line tools: `xcode-select --install`"
-            if plan.platform == "macos-arm64"
-            else "install one: `apt-get install -y g++` (Debian/Ubuntu)"
+            if macos
+            else "install one: `apt-get install -y build-essential` (Debian/Ubuntu) or `dnf install gcc-c++` (Fedora)"
         )
         raise BuildError(f"no C++ compiler found ({cxx or 'c++, g++, clang++'} not on PATH)", remedy)
-    if not shutil.which("cmake", path=path):
+    if cmake and not shutil.which("cmake", path=path):
         raise BuildError(
             "cmake not found on PATH or in the build environment",
-            "`python -m pip install cmake` or `apt-get install -y cmake` / `brew install cmake`",
+            "`python -m pip install cmake`, or " + ("`brew install cmake`" if macos else "`apt-get install -y cmake`"),
         )
-    dist = plan.dist_dir if plan.dist_dir.exists() else plan.dist_dir.parent
-    free = shutil.disk_usage(plan.source_dir if plan.source_dir.exists() else dist).free
+    where = next(p for p in (plan.source_dir, plan.dist_dir, *plan.dist_dir.parents) if p.exists())
+    free = shutil.disk_usage(where).free
     if free < plan.min_free_bytes:
         raise BuildError(
-            f"only {free / GIB:.1f} GiB free at {plan.source_dir}; a {plan.platform} build of this base needs about "
-            f"{plan.min_free_bytes / GIB:.1f} GiB",
-            "free disk space or build on a larger volume (--workdir)",
+            f"only {free / GIB:.1f} GiB free at {where}; a {plan.platform} build of this base needs about "
+            f"{plan.min_free_bytes / GIB:.1f} GiB ({plan.free_bytes_source})",
+            "free disk space, or put the worktrees (--workdir) and --dist on a larger volume",
         )
 
 
@@ -518,7 +563,7 @@ class BuildPlan:
         command: the build command, ``{python}`` standing for the build venv's interpreter.
         dist_dir: where the wheel and its manifest go.
         incremental: build in ``source_dir`` (the stock tree) with the series applied, reusing its build tree.
-        min_free_bytes: refuse to start below this much free disk.
+        min_free_bytes: refuse to start below this much free disk (:func:`required_free_bytes`).
         notes: provenance lines (deployment target source, launcher).
     """
 
@@ -537,6 +582,7 @@ class BuildPlan:
     incremental: bool = False
     min_free_bytes: int = 0
     notes: tuple[str, ...] = ()
+    free_bytes_source: str = "estimate"
 
     def inputs(self, toolchain: Mapping[str, str]) -> dict:
         """The inputs that decide the wheel (compared to skip identical rebuilds)."""
@@ -643,6 +689,8 @@ def plan_build(
     ]
     if platform == "macos-arm64":
         notes.append(f"MACOSX_DEPLOYMENT_TARGET: {target_note}")
+    min_free, free_source = required_free_bytes(source_dir, platform)
+    notes.append(f"free disk needed: {min_free / GIB:.1f} GiB ({free_source})")
     return BuildPlan(
         source_dir=source_dir,
         platform=platform,
@@ -657,8 +705,9 @@ def plan_build(
         command=build_command(source_dir, "{python}", dist_dir),
         dist_dir=dist_dir,
         incremental=incremental,
-        min_free_bytes=disk_estimate(source_dir, platform),
+        min_free_bytes=min_free,
         notes=tuple(notes),
+        free_bytes_source=free_source,
     )
 
 
@@ -826,6 +875,8 @@ def build_wheel(plan: BuildPlan, dist_dir: Path | None = None, *, force: bool = 
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     log_path = logs / f"{plan.kind}-{slug(plan.version)}-{stamp}.log"
     with exclusive_lock(cache_dir() / "locks" / slug(str(plan.source_dir)), f"build {plan.kind} {plan.source_dir}"):
+        # before the (slow) build venv: a missing compiler or a full disk is said at once
+        preflight_tools(plan, os.environ.get("PATH", ""), cmake=not _requires_cmake(plan.requirements))
         venv = ensure_build_venv(plan.requirements, log_path)
         python = str(_venv_python(venv))
         env = dict(os.environ)
@@ -1132,6 +1183,10 @@ def resolve_sources(args: argparse.Namespace) -> Sources:
 
     if args.source is not None:
         src = Path(args.source)
+        if not src.is_dir():
+            raise BuildError(f"--source {src}: no such directory",
+                             "pass the root of a source tree (it holds version.txt and setup.py or pyproject.toml), "
+                             "or drop --source to build the worktrees of --base")
         ref = None
         if args.series:
             loaded = series_mod.load_series(args.series)
@@ -1166,6 +1221,8 @@ def _print_failure(exc: BuildFailed) -> None:
 def run_build(args: argparse.Namespace) -> int:
     """``python -m harness build``: plan (``--dry-run`` prints it), build, verify; 0 or an error."""
     overrides = parse_env_overrides(args.env)
+    if args.jobs is not None and args.jobs < 1:  # 0 would silently mean "the CPU count"
+        raise UsageError(f"--jobs {args.jobs} is below 1", "give a positive number of compile jobs")
     platform = args.platform or host_platform()
     if args.kind == "stock" and args.incremental:
         raise UsageError("--incremental applies to patched builds only", "drop --incremental for --kind stock")

@@ -118,7 +118,8 @@ def worker_environment(config: EnvConfig, parent: Mapping[str, str] | None = Non
     return env
 
 
-def snapshot(environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The raw values of every torch-steering variable a process sees (recorded with its results)."""
+def snapshot(environ: Mapping[str, str] | None = None, names: tuple[str, ...] | list[str] = ()) -> dict[str, str]:
+    """The raw values of every torch-steering variable a process sees, plus those of ``names``
+    (the run's ``--env`` variables) that are set (recorded with its results)."""
     environ = os.environ if environ is None else environ
-    return {k: v for k, v in sorted(environ.items()) if k.startswith(CLEARED_PREFIXES)}
+    return {k: v for k, v in sorted(environ.items()) if k.startswith(CLEARED_PREFIXES) or k in names}

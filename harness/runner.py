@@ -4,7 +4,8 @@ Scheduling (A/B): in each round every (build, config) pair runs once, in a fresh
 order shuffled per round with a seeded RNG, so stock and patched alternate and slow drift of the
 machine (thermal state, background load) spreads over both sides instead of biasing one. The
 first round also runs the correctness checks. Each process gets exactly its config's variables
-(:func:`harness.configs.worker_environment`).
+(:func:`harness.configs.worker_environment`) plus the run's ``--env KEY=VALUE`` variables (the same
+in every process; recorded in the plan and in each process's ``env``).
 
 Resumable: a process whose ``raw/<proc>.status.json`` exists is not run again; a process that was
 interrupted (no status file) is redone. ``--fresh`` discards earlier results of the same out dir.
@@ -17,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -65,6 +67,9 @@ def _common_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--keep-env", default="", metavar="NAMES",
                         help="comma-separated PYTORCH_MPS_/TORCH_/ATEN_ variables to pass through to workers "
                              "(all others are cleared; kept ones are recorded in results.json)")
+    parser.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
+                        help="set this variable in every worker of every env config (repeatable; e.g. OMP_NUM_THREADS=4); "
+                             "recorded in results.json; a variable an env config of the device sets is refused")
     parser.add_argument("--threads", type=int,
                         help="torch intra-op threads in workers (default: 1 on cpu, where OpenMP threads that share "
                              "cores with other processes add ms of spin-wait noise; torch's own default elsewhere; 0 = torch's default)")
@@ -117,6 +122,40 @@ def plan_cells(args: argparse.Namespace) -> list[Cell]:
                 raise UsageError(f"bad cell {key.strip()!r}: {exc}", "write cells as op/MxNxK/dtype, e.g. mm/512x512x512/float16") from None
         return cells
     return default_cells(dtypes, quick=args.quick)
+
+
+#: variables --env may not set: the harness sets them for its own workers
+RESERVED_ENV = ("PYTHONPATH",)
+
+
+def parse_extra_env(items: list[str], device: str, configs: list[cfg.EnvConfig]) -> dict[str, str]:
+    """``--env KEY=VALUE`` items -> {KEY: VALUE}: variables set in every worker of every env config.
+
+    Raises:
+        UsageError: an item without ``=``, a key that is not a variable name (letters, digits, ``_``,
+            not starting with a digit), a key given twice, :data:`RESERVED_ENV`, or a key that an env
+            config of ``device`` sets (the configs own those: --env would relabel them).
+    """
+    extra: dict[str, str] = {}
+    owned = set(cfg.variables(device))
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise UsageError(f"malformed --env {item!r}: no '='", "write --env KEY=VALUE, e.g. --env OMP_NUM_THREADS=4")
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+            raise UsageError(f"malformed --env {item!r}: {key!r} is not an environment variable name",
+                             "KEY takes letters, digits and _, and does not start with a digit")
+        if key in extra:
+            raise UsageError(f"--env {key} is given twice ({extra[key]!r} and {value!r})", "give each variable once")
+        if key in RESERVED_ENV:
+            raise UsageError(f"--env {key}: the harness sets {key} for its workers", f"drop {key} from --env")
+        if key in owned:
+            setters = [c.name for c in configs if key in c.env] or [c.name for c in cfg.PROFILES[device] if key in c.env]
+            raise UsageError(f"--env {key} conflicts with the {device} env configs, which set it themselves "
+                             f"({', '.join(setters)})",
+                             f"drop {key} from --env and choose the configs that set it with --configs")
+        extra[key] = value
+    return extra
 
 
 def probe_build(name: str, python: Path, device: str) -> dict:
@@ -177,13 +216,15 @@ def _describe_exit(returncode: int) -> str:
 
 
 def run_worker(python: Path, spec: dict, config: cfg.EnvConfig, raw: Path, name: str, timeout: float,
-               keep: tuple[str, ...] = ()) -> dict:
+               keep: tuple[str, ...] = (), extra: dict[str, str] | None = None) -> dict:
     """Run one worker process to completion; return its process record (cells included).
-    ``keep``: inherited variables passed through despite their prefix (see --keep-env)."""
+    ``keep``: inherited variables passed through despite their prefix (see --keep-env);
+    ``extra``: variables set on top of the config's (see --env; the worker records them)."""
     spec_path, out_path = raw / f"{name}.spec.json", raw / f"{name}.jsonl"
     out_path.unlink(missing_ok=True)  # an interrupted earlier attempt is redone whole
     atomic_write_json(spec_path, spec)
     env = cfg.worker_environment(config, keep=keep)
+    env.update(extra or {})
     env["PYTHONPATH"] = SOURCE_ROOT
     started = time.time()
     reason, returncode = "", None
@@ -271,7 +312,8 @@ def unconverged_cells(data: dict, target: float) -> dict[str, list[str]]:
 
 
 #: what must be equal for finished processes of an earlier run to be reused (rounds may grow)
-PLAN_KEYS = ("kind", "builds", "inputs", "torch", "device", "configs", "cells", "seed", "timing", "threads", "keep_env")
+PLAN_KEYS = ("kind", "builds", "inputs", "torch", "device", "configs", "cells", "seed", "timing", "threads", "keep_env",
+             "extra_env")
 
 
 def check_resumable(raw: Path, plan: dict) -> None:
@@ -323,6 +365,7 @@ def execute(args: argparse.Namespace, inputs: dict[str, str]) -> int:
         raise UsageError(f"--keep-env {', '.join(passed_anyway)}: only {'/'.join(p + '*' for p in cfg.CLEARED_PREFIXES)} "
                          "variables are cleared, every other variable reaches the workers anyway",
                          "drop it from --keep-env")
+    extra_env = parse_extra_env(args.env, args.device, configs)
     builds = {name: parse_input(text, name) for name, text in inputs.items()}
     out: Path = args.out
     with exclusive_lock(out, " ".join(sys.argv)):
@@ -358,7 +401,8 @@ def execute(args: argparse.Namespace, inputs: dict[str, str]) -> int:
             "run": {"command": ["python", "-m", "harness", *sys.argv[1:]] if sys.argv[0].endswith(("harness", "__main__.py")) else sys.argv,
                     "kind": "compare" if "stock" in builds else "bench",
                     "builds": list(builds), "device": args.device, "quick": args.quick, "rounds": rounds, "seed": args.seed,
-                    "timeout_s": timeout, "timing": timing, "threads": threads, "keep_env": list(keep), "configs": [c.name for c in configs],
+                    "timeout_s": timeout, "timing": timing, "threads": threads, "keep_env": list(keep),
+                    "extra_env": extra_env, "configs": [c.name for c in configs],
                     "cells": [c.key for c in cells], "order": order, "started": _now(), "finished": None},
             "builds": build_info,
             "configs": {c.name: c.to_json() for c in configs},
@@ -371,7 +415,8 @@ def execute(args: argparse.Namespace, inputs: dict[str, str]) -> int:
                                              build_info[b]["provenance"]["git_version"]] for b in builds},
                                "device": args.device,
                                "configs": data["run"]["configs"], "cells": data["run"]["cells"], "seed": args.seed,
-                               "timing": timing, "threads": threads, "keep_env": list(keep)})
+                               "timing": timing, "threads": threads, "keep_env": list(keep),
+                               "extra_env": extra_env or None})  # None: plans written before --env existed match
         by_config = {c.name: c for c in configs}
         failed = 0
         def process(rnd: int, build: str, config: str, keys: list[str], bar) -> None:
@@ -386,9 +431,10 @@ def execute(args: argparse.Namespace, inputs: dict[str, str]) -> int:
                 spec = {"device": args.device, "cells": keys, "check": rnd == 0,
                         "save_outputs": str(raw / f"{name}.outputs.pt") if save else None,
                         "reduced_fp32": by_config[config].reduced_fp32, "seed": args.seed, "timing": timing,
-                        "threads": threads, "dtype_support": build_info[build]["provenance"]["dtype_support"]}
+                        "threads": threads, "dtype_support": build_info[build]["provenance"]["dtype_support"],
+                        "record_env": sorted(extra_env)}
                 record = run_worker(Path(build_info[build]["interpreter"]), spec, by_config[config], raw, name,
-                                    timeout, keep)
+                                    timeout, keep, extra_env)
                 verb = "ran"
             record.update({"name": name, "round": rnd, "build": build, "config": config,
                            "slot": len(data["processes"])})

@@ -40,8 +40,8 @@ from harness import progress
 from harness.errors import SeriesError, UpstreamError
 from harness.fsutil import atomic_write_text
 from harness.paths import slug
-from harness.upstream import (DEFAULT_UPSTREAM, Checkout, add_common_arguments, checkout, dirty_files, git_run,
-                              resolve_commit)
+from harness.upstream import (DEFAULT_UPSTREAM, Checkout, Upstream, add_common_arguments, checkout, common_dir,
+                              dirty_files, git_run, patched_branch, resolve_commit, switch_branch, worktrees)
 
 #: Folder that holds the series when ``--series`` is a bare name.
 PATCHES_DIR = Path("patches")
@@ -633,8 +633,10 @@ def rebase_series(series: Series, old: Base, co: Checkout, *, resume: bool = Fal
             if not outcome.ok:
                 return outcome
     else:
-        if _am_in_progress(wt) or _commits(wt, co.commit) or dirty_files(wt):
-            raise SeriesError(f"patched worktree {wt} is not clean at {co.base}",
+        dirty = dirty_files(wt)
+        if _am_in_progress(wt) or _commits(wt, co.commit) or dirty:
+            what = f"uncommitted changes: {', '.join(dirty[:5])}" if dirty else "a stopped `git am` or commits"
+            raise SeriesError(f"patched worktree {wt} is not clean at {co.base} ({what})",
                               "pass --continue to finish a stopped rebase, or remove that worktree and run again")
         outcome = _am(wt, series.patch_paths(old))
         if not outcome.ok:
@@ -708,9 +710,37 @@ def add_arguments_refresh(parser: argparse.ArgumentParser) -> None:
     add_common_arguments(parser, series_required=True)
 
 
+def existing_checkout(ctx: Context, workdir: Path | str) -> Checkout:
+    """The :class:`Checkout` of the patched worktree that is already there, without opening the
+    upstream (no clone, no fetch: refresh works offline and never moves the base under the commits).
+
+    Raises:
+        SeriesError: there is no patched worktree of the base in ``workdir``.
+        UpstreamError: that folder is not a git worktree, or its store lacks the base ref.
+    """
+    assert ctx.series is not None
+    stock, patched = worktrees(workdir, ctx.base)
+    if not patched.is_dir():
+        raise SeriesError(f"no patched worktree of {ctx.base} at {patched}: nothing to refresh from",
+                          f"run `python -m harness apply --series {ctx.series.name}` (same --workdir) first, "
+                          f"commit your change there, then refresh")
+    store = common_dir(patched)
+    if store is None:
+        raise UpstreamError(f"{patched} is not a git worktree", "move that folder away and run apply again")
+    commit = resolve_commit(store, ctx.base, source=str(store))
+    branch = patched_branch(ctx.series.name, ctx.base)
+    switch_branch(patched, branch, commit)
+    kind = "archive" if store.parent.name == "imports" else "git"
+    return Checkout(Upstream(ctx.upstream, store, kind, created=False), ctx.base, commit, stock, patched, branch, ())
+
+
 def run_refresh(args: argparse.Namespace) -> int:
-    """``refresh``: write ``patched``'s commits back into patches/<series>/<base>/."""
-    series, entry, co = _context_checkout(args)
+    """``refresh``: write ``patched``'s commits back into patches/<series>/<base>/ (offline: the
+    upstream is not opened, see :func:`existing_checkout`)."""
+    ctx = resolve_context(args)
+    assert ctx.series is not None and ctx.entry is not None
+    series, entry, co = ctx.series, ctx.entry, existing_checkout(ctx, args.workdir)
+    _check_pin(co.upstream.kind, co.commit, entry)
     changed = refresh_series(series, entry, co)
     folder = _show(series.path / entry.dir)
     print(f"refresh: {folder}: " + (f"{changed} file(s) written or removed" if changed else "unchanged"))

@@ -21,6 +21,11 @@ without GitHub's ``refs/pull/*`` (a ``--mirror`` clone of PyTorch would fetch ev
 tree has a ``.gitmodules``. A source without its submodules is reported, not refused:
 :func:`missing_submodules` gives the fact to the build step.
 
+A clone is made in a temporary folder beside the mirror and renamed into place when complete; a
+clone killed midway (Ctrl-C, a laptop that sleeps, a kill) leaves that folder, which the next run
+removes before cloning again. A fetch killed midway needs nothing: git writes the pack first and
+updates the refs last.
+
 All git calls go through GitPython (:func:`git_run`), with argument lists only.
 """
 
@@ -169,11 +174,16 @@ def open_upstream(source: str, *, ref: str | None = None) -> Upstream:
     is a warning, not an error, so a warm cache works offline.
 
     Raises:
-        UpstreamError: the URL or path cannot be cloned, the archive cannot be read or has no version.
+        UpstreamError: a local path that does not exist, the URL or path cannot be cloned, the archive
+            cannot be read or has no version.
     """
     if is_archive(source):
         return import_archive(Path(source))
     path = Path(source).expanduser()
+    if not path.exists() and not looks_like_url(source):
+        raise UpstreamError(f"upstream {source}: no such file or directory",
+                            "pass --upstream with an existing local repository, mirror or source archive, "
+                            "or a git URL (https://host/repo.git, git@host:repo.git)")
     if path.exists():
         if path.is_file():
             raise UpstreamError(f"--upstream {source} is a file but not an archive ({', '.join(ARCHIVE_SUFFIXES)})",
@@ -186,10 +196,30 @@ def open_upstream(source: str, *, ref: str | None = None) -> Upstream:
     return _mirror(source, ref)
 
 
+def looks_like_url(source: str) -> bool:
+    """True for what git reads as a remote: ``scheme://...`` or scp-like ``[user@]host:path`` (no ``/``
+    before the first ``:``); everything else is a local path."""
+    return re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", source) is not None or \
+        re.match(r"^[^/:]{2,}:", source) is not None
+
+
+def _clear_interrupted_clone(mirrors: Path, store: Path, url: str) -> None:
+    """Remove what a clone killed midway left (its temporary ``.<store>.*`` folder, or a store without
+    ``HEAD``). Called under the store's lock, so no live clone of this store owns them."""
+    junk = sorted(mirrors.glob(f".{store.name}.*")) if mirrors.is_dir() else []
+    if store.exists() and not (store / "HEAD").is_file():
+        junk.append(store)
+    for path in junk:
+        shutil.rmtree(path, ignore_errors=True)
+    if junk:
+        progress.note(f"upstream: removed {len(junk)} partial clone(s) of {url} left by an interrupted run")
+
+
 def _mirror(url: str, ref: str | None) -> Upstream:
     mirrors = cache_dir() / "mirrors"
     store = mirrors / f"{_url_slug(url)}.git"
     with exclusive_lock(cache_dir() / "locks" / store.name, f"mirror {url}"):
+        _clear_interrupted_clone(mirrors, store, url)
         if (store / "HEAD").is_file():
             if ref is None or _needs_fetch(store, ref):
                 _fetch(store, url, required=ref is not None and resolve_commit(store, ref, check=False) is None)
@@ -403,13 +433,14 @@ def dirty_files(worktree: Path) -> list[str]:
     return [line[3:] for line in out.splitlines() if line.strip()]
 
 
-def _common_dir(worktree: Path) -> Path | None:
+def common_dir(worktree: Path) -> Path | None:
+    """The object store (``git rev-parse --git-common-dir``, absolute) of a worktree; None when not a worktree."""
     result = git_run(worktree, "rev-parse", "--path-format=absolute", "--git-common-dir", check=False)
     return Path(result.out.strip()).resolve() if result.rc == 0 else None
 
 
 def _ensure_own(worktree: Path, store: Path) -> None:
-    common = _common_dir(worktree)
+    common = common_dir(worktree)
     if common != store.resolve():
         raise UpstreamError(f"{worktree} exists but is not a worktree of {store}",
                             "pass another --workdir, or move that folder away")
@@ -497,9 +528,10 @@ def checkout(source: str, base: str, workdir: Path | str, series: str | None = N
         _ensure_own(stock, store)
         head = git_run(stock, "rev-parse", "HEAD").out.strip()
         if head != commit:
-            if dirty_files(stock):
-                raise UpstreamError(f"stock worktree {stock} is not at {base} and has uncommitted changes",
-                                    f"commit or discard them (`git -C {stock} status`)")
+            dirty = dirty_files(stock)
+            if dirty:
+                raise UpstreamError(f"stock worktree {stock} is not at {base} and has uncommitted changes: "
+                                    f"{', '.join(dirty[:5])}", f"commit or discard them (`git -C {stock} status`)")
             git_run(stock, "checkout", "--quiet", "--detach", commit)
     else:
         stock.parent.mkdir(parents=True, exist_ok=True)
@@ -533,9 +565,11 @@ def switch_branch(worktree: Path, branch: str, commit: str) -> None:
     current = git_run(worktree, "symbolic-ref", "--quiet", "--short", "HEAD", check=False).out.strip()
     if current == branch:
         return
-    if dirty_files(worktree):
+    dirty = dirty_files(worktree)
+    if dirty:
         raise UpstreamError(f"worktree {worktree} is on {current or 'a detached HEAD'}, not {branch}, "
-                            f"and has uncommitted changes", f"commit or discard them (`git -C {worktree} status`)")
+                            f"and has uncommitted changes: {', '.join(dirty[:5])}",
+                            f"commit or discard them (`git -C {worktree} status`)")
     exists = git_run(worktree, "show-ref", "--verify", "--quiet", f"refs/heads/{branch}", check=False).rc == 0
     if exists:
         git_run(worktree, "checkout", "--quiet", branch)

@@ -345,7 +345,7 @@ def test_preflight_tools_missing_compiler_cmake_and_disk(tmp_path, monkeypatch):
     monkeypatch.delenv("CXX", raising=False)
     with pytest.raises(BuildError) as info:
         b.preflight_tools(plan, str(empty))
-    assert "no C++ compiler" in info.value.cause and "apt-get install -y g++" in info.value.remedy
+    assert "no C++ compiler" in info.value.cause and "apt-get install -y build-essential" in info.value.remedy
     (empty / "c++").symlink_to(shutil.which("c++") or "/bin/true")
     with pytest.raises(BuildError) as info:
         b.preflight_tools(plan, str(empty))

@@ -7,11 +7,12 @@ SPEC (written by :mod:`harness.runner`)::
     {"device": "cpu", "cells": ["mm/512x512x512/float32", ...], "check": true,
      "reduced_fp32": false, "seed": 0, "threads": 1, "save_outputs": null,
      "dtype_support": {"float16": {"mm": null, ...}, ...},   # optional, from harness.provenance
+     "record_env": ["OMP_NUM_THREADS"],                      # optional: --env names to record
      "timing": {"warmup_s": 0.05, "measure_s": 0.5, "min_block_s": 0.001}}
 
 OUT gets one JSON object per line, flushed and fsynced as each finishes, so a crash keeps every
 finished cell: a ``start`` record (pid, torch version, the raw torch-steering variables this
-process saw), one ``cell`` record per cell (``status`` ``ok`` | ``skipped`` | ``failed``, ``reason``,
+process saw, plus the ``record_env`` ones), one ``cell`` record per cell (``status`` ``ok`` | ``skipped`` | ``failed``, ``reason``,
 ``measurement`` = :class:`harness.bench.timer.Measurement`, ``check`` =
 :class:`harness.checks.accuracy.CheckResult`), and an ``end`` record. With ``save_outputs`` (a
 path), the checked GEMM outputs are saved there for :mod:`harness.checks.consistency`.
@@ -97,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(int(spec["threads"]))
     with open(out_path, "a") as out:
         _emit(out, {"type": "start", "pid": os.getpid(), "torch_version": torch.__version__,
-                    "env": snapshot(), "threads": torch.get_num_threads(), "started": time.time()})
+                    "env": snapshot(names=spec.get("record_env", ())), "threads": torch.get_num_threads(), "started": time.time()})
         timer = BlockTimer(spec["device"])
         # the build's provenance probe already measured it; probe only when run on its own
         unsupported = spec.get("dtype_support") or dtype_support(torch, spec["device"])

@@ -1,0 +1,444 @@
+"""Issue 8: every fault ends in one line (``error: cause -- remedy``, exit 2) and nothing finished is lost.
+
+The faults are real: worker interpreters whose probe or timer really fails, a real out-of-memory
+shape, real git processes killed mid-clone, real missing executables (PATH without them), a real
+build killed mid-compile and resumed. Cases already covered elsewhere: worker crash / hang and
+resume (tests/test_runner.py), bad numbers and unknown configs (tests/test_cli.py), locks and
+atomic writes (tests/test_fsutil.py), dirty worktree for apply/refresh and unknown base
+(tests/test_series.py), missing base ref and unreachable URL (tests/test_upstream.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import export_series, git
+from harness import cli
+from harness.upstream import worktrees
+
+REPO = Path(__file__).resolve().parent.parent
+CELL = "mm/32x32x32/float32"
+
+
+def harness(*args: str, env: dict | None = None, cwd: Path = REPO, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "harness", *args], capture_output=True, text=True, cwd=cwd,
+                          env={**os.environ, **(env or {})}, timeout=timeout)
+
+
+def one_line_error(text: str, code: int, expected_code: int = 2) -> str:
+    """The single ``error: cause -- remedy`` line of a failed command's stderr (asserts there is exactly one)."""
+    assert code == expected_code, text
+    assert "Traceback" not in text, text
+    errors = [line for line in text.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, text
+    assert " -- " in errors[0], errors[0]
+    return errors[0]
+
+
+def hooked_python(tmp_path: Path, module: str, hook: str) -> str:
+    """A build input (``python:<script>``) that is this interpreter, except that ``-m <module>`` first runs
+    ``hook`` (Python code) in the same process: the fault is injected there, the module then runs for real."""
+    hook_file = tmp_path / f"hook_{module.replace('.', '_')}.py"
+    hook_file.write_text(f"import runpy, sys\n{hook}\nsys.argv = [{module!r}, *sys.argv[1:]]\n"
+                         f"runpy.run_module({module!r}, run_name='__main__', alter_sys=True)\n")
+    script = tmp_path / f"python-{module.replace('.', '-')}"
+    script.write_text("#!/bin/sh\n"
+                      f'if [ "$1" = -m ] && [ "$2" = {module} ]; then shift 2; exec {sys.executable} {hook_file} "$@"; fi\n'
+                      f'exec {sys.executable} "$@"\n')
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    return f"python:{script}"
+
+
+# ------------------------------------------------------------------------------------------ run
+@pytest.mark.parametrize("hook, fragment", [
+    # MPS that says it is there, then fails its first allocation (GitHub-hosted macOS runners)
+    ("import torch\ntorch.backends.mps.is_built = lambda: True\ntorch.backends.mps.is_available = lambda: True",
+     "device mps is not usable in build stock (torch {v}): NotImplementedError: Could not run 'aten::empty"),
+    # MPS compiled in but not available (macOS < 12.3, a VM): said distinctly from "not built"
+    ("import torch\ntorch.backends.mps.is_built = lambda: True\ntorch.backends.mps.is_available = lambda: False",
+     "device mps is not usable in build stock (torch {v}): MPS is built but torch.backends.mps.is_available() is False"),
+])
+def test_failing_mps_probe_refuses_to_produce_evidence(tmp_path, this_python, hook, fragment):
+    import torch
+
+    out = tmp_path / "out"
+    stock = hooked_python(tmp_path, "harness.provenance", hook)
+    proc = harness("compare", "--stock", stock, "--patched", this_python, "--device", "mps", "--cells", CELL,
+                   "--rounds", "1", "--out", str(out))
+    line = one_line_error(proc.stderr, proc.returncode)
+    assert fragment.format(v=torch.__version__) in line
+    assert line.endswith("-- refusing to produce evidence for it; choose another --device (cpu always works)")
+    assert not (out / "results.json").exists() and not (out / "raw").exists()  # no evidence, not even partial
+
+
+def test_nan_timing_and_nan_output_fail_their_cells_and_the_run_goes_on(tmp_path, this_python):
+    # patched before the worker module runs: it imports op_callable from workloads, and BlockTimer
+    hook = ("import math, harness.bench.timer as t, harness.bench.workloads as w\n"
+            "measure = t.BlockTimer.measure\n"
+            "t.CURRENT = None\n"
+            "def nan_measure(self, fn, **kw):\n"
+            "    m = measure(self, fn, **kw)\n"
+            "    if t.CURRENT == 'mm':\n"
+            "        m.samples[0] = math.nan\n"
+            "    return m\n"
+            "t.BlockTimer.measure = nan_measure\n"
+            "op = w.op_callable\n"
+            "def nan_op(cell, inputs):\n"
+            "    fn = op(cell, inputs)\n"
+            "    t.CURRENT = cell.op\n"
+            "    return (lambda: fn() * math.inf) if cell.op == 'addmm' else fn\n"
+            "w.op_callable = nan_op\n")
+    patched = hooked_python(tmp_path, "harness.bench.worker", hook)
+    cells = f"{CELL},addmm/32x32x32/float32"
+    out = tmp_path / "out"
+    proc = harness("compare", "--stock", this_python, "--patched", patched, "--device", "cpu", "--configs", "default",
+                   "--cells", cells, "--rounds", "1", "--out", str(out))
+    assert proc.returncode == 1, proc.stderr
+    data = json.loads((out / "results.json").read_text())
+    by_build = {p["build"]: p for p in data["processes"]}
+    assert all(c["status"] == "ok" for c in by_build["stock"]["cells"].values())
+    bad = by_build["patched"]["cells"]
+    assert bad[CELL] == {**bad[CELL], "status": "failed", "reason": "1 timing samples are not finite positive seconds"}
+    assert bad["addmm/32x32x32/float32"]["status"] == "failed"
+    assert bad["addmm/32x32x32/float32"]["reason"] == "check failed: 1024 non-finite values (NaN/Inf) in the output"
+    assert "1 timing samples are not finite positive seconds" in (out / "report.md").read_text()
+
+
+def test_shape_too_big_for_memory_is_skipped_with_the_estimate(tmp_path, this_python):
+    huge = "mm/400000x400000x400000/float32"  # 3 x 640 GB: more than any machine this runs on has free
+    out = tmp_path / "out"
+    proc = harness("bench", "--build", this_python, "--device", "cpu", "--configs", "default",
+                   "--cells", f"{huge},{CELL}", "--rounds", "1", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    (process,) = json.loads((out / "results.json").read_text())["processes"]
+    skipped = process["cells"][huge]
+    assert skipped["status"] == "skipped" and "measurement" not in skipped
+    needs = 3 * 400000**2 * 4 * 3 / 2**30  # 3 matrices, float32, x3 with the first round's check
+    assert skipped["reason"].startswith(f"needs about {needs:.2f} GiB, ") and skipped["reason"].endswith(" GiB free on cpu")
+    assert process["cells"][CELL]["status"] == "ok"
+
+
+def test_env_reaches_every_worker_is_recorded_and_fingerprinted(tmp_path, this_python):
+    out = tmp_path / "out"
+    base = ["bench", "--build", this_python, "--device", "cpu", "--configs", "default,no_vec", "--cells", CELL,
+            "--rounds", "1", "--out", str(out)]
+    proc = harness(*base, "--env", "HARNESS_TEST_MARK=a=b", "--env", "OMP_NUM_THREADS=1")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads((out / "results.json").read_text())
+    assert data["run"]["extra_env"] == {"HARNESS_TEST_MARK": "a=b", "OMP_NUM_THREADS": "1"}
+    envs = {p["config"]: p["env"] for p in data["processes"]}
+    # recorded by each worker from its own os.environ: the variables reached it, on top of its config's
+    assert envs == {"default": {"HARNESS_TEST_MARK": "a=b", "OMP_NUM_THREADS": "1"},
+                    "no_vec": {"ATEN_CPU_CAPABILITY": "default", "HARNESS_TEST_MARK": "a=b", "OMP_NUM_THREADS": "1"}}
+    assert json.loads((out / "raw" / "plan.json").read_text())["extra_env"] == data["run"]["extra_env"]
+    before = (out / "results.json").read_text()
+    again = harness(*base, "--env", "HARNESS_TEST_MARK=other", "--env", "OMP_NUM_THREADS=1")
+    line = one_line_error(again.stderr, again.returncode)
+    assert f"{out} holds a run measured with different extra_env -- pass --fresh" in line
+    assert (out / "results.json").read_text() == before
+
+
+@pytest.mark.parametrize("items, fragment", [
+    (["NOEQUALS"], "malformed --env 'NOEQUALS': no '=' -- write --env KEY=VALUE"),
+    (["=1"], "malformed --env '=1': '' is not an environment variable name"),
+    (["1X=2"], "malformed --env '1X=2': '1X' is not an environment variable name"),
+    (["A-B=2"], "malformed --env 'A-B=2': 'A-B' is not an environment variable name"),
+    (["X=1", "X=2"], "--env X is given twice ('1' and '2')"),
+    (["PYTHONPATH=/tmp"], "--env PYTHONPATH: the harness sets PYTHONPATH for its workers"),
+    (["ATEN_CPU_CAPABILITY=avx2"], "--env ATEN_CPU_CAPABILITY conflicts with the cpu env configs, which set it "
+                                   "themselves (no_vec) -- drop ATEN_CPU_CAPABILITY from --env"),
+])
+def test_malformed_env_is_one_line_before_anything_runs(tmp_path, this_python, items, fragment):
+    out = tmp_path / "o"
+    (out).mkdir()
+    (out / "results.json").write_text("{}")  # whatever is there stays untouched
+    args = [a for item in items for a in ("--env", item)]
+    proc = harness("compare", "--stock", this_python, "--patched", this_python, "--device", "cpu", *args,
+                   "--out", str(out))
+    assert fragment in one_line_error(proc.stderr, proc.returncode)
+    assert sorted(p.name for p in out.iterdir()) == ["results.json"] and (out / "results.json").read_text() == "{}"
+
+
+def test_unknown_and_missing_arguments_are_one_line(tmp_path, this_python):
+    proc = harness("compare", "--stock", this_python, "--patched", this_python, "--device", "cpu", "--bogus",
+                   "--out", str(tmp_path / "o"))
+    line = one_line_error(proc.stderr, proc.returncode)
+    assert line == ("error: python -m harness compare: unrecognized arguments: --bogus -- "
+                    "see `python -m harness compare --help`")
+    line = one_line_error(*_cli("bench", "--device", "cpu"))
+    assert "the following arguments are required: --build, --out" in line
+    # 0 jobs used to mean "the CPU count" silently
+    assert one_line_error(*_cli("build", "--kind", "stock", "--jobs", "0", "--dry-run")) == (
+        "error: --jobs 0 is below 1 -- give a positive number of compile jobs")
+    assert not (tmp_path / "o").exists()
+
+
+def _cli(*args: str) -> tuple[str, int]:
+    proc = harness(*args)
+    return proc.stderr, proc.returncode
+
+
+# ----------------------------------------------------------------------------------- upstream
+UNREACHABLE = "http://127.0.0.1:9/pytorch.git"  # port 9 (discard): connection refused at once
+
+
+def _cli_line(capsys, *args: str, code: int = 2) -> str:
+    rc = cli.main(list(args))
+    return one_line_error(capsys.readouterr().err, rc, code)
+
+
+def _point_series_at(folder: Path, upstream: str) -> None:
+    manifest = folder / "series.toml"
+    text = manifest.read_text()
+    start = text.index('upstream = "')
+    end = text.index('"\n', start + len('upstream = "'))
+    manifest.write_text(text[:start] + f'upstream = "{upstream}' + text[end:])
+
+
+def test_refresh_without_a_worktree_is_one_line_and_touches_no_network(tiny_upstream, project, isolated_cache,
+                                                                       capsys):
+    folder = export_series(tiny_upstream, project)
+    _point_series_at(folder, UNREACHABLE)
+    before = {p.name: p.read_bytes() for p in (folder / "v1").iterdir()}
+    line = _cli_line(capsys, "refresh", "--series", "demo")
+    assert line.startswith(f"error: no patched worktree of v1 at {Path('work') / 'v1' / 'patched'}: nothing to "
+                           "refresh from -- run `python -m harness apply --series demo` (same --workdir) first")
+    assert not (isolated_cache / "mirrors").exists()  # no clone was even tried
+    assert {p.name: p.read_bytes() for p in (folder / "v1").iterdir()} == before
+
+
+def test_refresh_with_a_worktree_works_offline(tiny_upstream, project, isolated_cache, capsys, monkeypatch):
+    import git as gitpython
+
+    from harness import upstream
+
+    folder = export_series(tiny_upstream, project)
+    assert cli.main(["apply", "--series", "demo"]) == 0
+    _point_series_at(folder, UNREACHABLE)  # the network is gone; refresh must not need it
+
+    def no_network(*args, **kwargs):
+        raise AssertionError("refresh opened the upstream")
+
+    monkeypatch.setattr(gitpython.Repo, "clone_from", no_network)
+    monkeypatch.setattr(upstream, "_fetch", no_network)
+    _, patched = worktrees(project / "work", "v1")
+    (patched / "a.txt").write_text((patched / "a.txt").read_text().replace("line 9\n", "line 9 offline\n"))
+    git(patched, "commit", "-q", "-am", "a: offline edit")
+    capsys.readouterr()
+    assert cli.main(["refresh", "--series", "demo"]) == 0
+    assert "refresh: patches/demo/v1: 1 file(s) written or removed" in capsys.readouterr().out
+    assert "+line 9 offline" in (folder / "v1" / "0003-a-offline-edit.patch").read_text()
+
+
+def test_nonexistent_upstream_path_or_archive_is_one_line(isolated_cache, tmp_path, capsys):
+    for missing in (tmp_path / "no-such-repo", tmp_path / "pytorch-v2.6.0.tar.gz"):
+        line = _cli_line(capsys, "checkout", "--upstream", str(missing), "--base", "v1",
+                         "--workdir", str(tmp_path / "w"))
+        assert line.startswith(f"error: upstream {missing}: no such file or directory -- pass --upstream with an "
+                               "existing local repository, mirror or source archive, or a git URL")
+    assert not (isolated_cache / "mirrors").exists() and not (tmp_path / "w").exists()
+
+
+def test_dirty_worktrees_are_never_reset(tiny_upstream, project, isolated_cache, capsys):
+    export_series(tiny_upstream, project)
+    assert cli.main(["apply", "--series", "demo"]) == 0
+    _, patched = worktrees(project / "work", "v1")
+    edited = (patched / "docs" / "b.md").read_text() + "my unsaved notes\n"
+    (patched / "docs" / "b.md").write_text(edited)
+    capsys.readouterr()
+    # --force resets to the base, but never over uncommitted work
+    line = _cli_line(capsys, "apply", "--series", "demo", "--force")
+    assert line == ("error: patched worktree work/v1/patched has uncommitted changes: docs/b.md -- commit them and "
+                    "run refresh, or discard them (`git -C work/v1/patched checkout -- .`)")
+    assert (patched / "docs" / "b.md").read_text() == edited
+    # a rebase onto a base whose patched worktree the user has edited
+    assert cli.main(["checkout", "--upstream", str(tiny_upstream), "--base", "v2"]) == 0
+    _, onto = worktrees(project / "work", "v2")
+    (onto / "a.txt").write_text("edited by hand\n")
+    capsys.readouterr()
+    line = _cli_line(capsys, "rebase", "--series", "demo", "--onto", "v2")
+    assert line == ("error: worktree work/v2/patched is on a detached HEAD, not patched/demo/v2, and has uncommitted "
+                    "changes: a.txt -- commit or discard them (`git -C work/v2/patched status`)")
+    assert (onto / "a.txt").read_text() == "edited by hand\n"
+
+
+def _slow_clone_shim(tmp_path: Path) -> tuple[dict, Path]:
+    """PATH with a ``git`` that clones through a real transport whose upload-pack waits 120 s first:
+    a clone that is killed midway, with its partial repository on disk."""
+    import shutil
+
+    real = shutil.which("git")
+    started = tmp_path / "upload-pack-started"
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    slow = shim / "slow-upload-pack"
+    slow.write_text(f'#!/bin/sh\ntouch {started}\nsleep 120\nexec {real} upload-pack "$@"\n')
+    (shim / "git").write_text("#!/bin/sh\n"
+                              f'if [ "$1" = clone ]; then shift; exec {real} clone --no-local --upload-pack={slow} "$@"; fi\n'
+                              f'exec {real} "$@"\n')
+    for script in (slow, shim / "git"):
+        script.chmod(0o755)
+    return {"PATH": f"{shim}{os.pathsep}{os.environ['PATH']}"}, started
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT])
+def test_interrupted_clone_is_recovered_by_the_rerun(tiny_upstream, isolated_cache, tmp_path, sig):
+    env, started = _slow_clone_shim(tmp_path)
+    args = [sys.executable, "-m", "harness", "checkout", "--upstream", str(tiny_upstream), "--base", "v1",
+            "--workdir", str(tmp_path / "w")]
+    first = subprocess.Popen(args, cwd=REPO, env={**os.environ, **env}, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + 60
+    while not started.exists() and first.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert started.exists(), first.communicate()
+    time.sleep(0.2)
+    os.killpg(first.pid, sig)  # the whole process group, as a terminal's Ctrl-C or a killed session does
+    _, err = first.communicate(timeout=60)
+    if sig == signal.SIGINT:
+        assert first.returncode == 130
+        assert err.splitlines()[-1] == ("interrupted: finished results are on disk; run the same command again "
+                                        "to resume")
+    else:
+        assert first.returncode == -signal.SIGKILL
+    mirrors = isolated_cache / "mirrors"
+    partial = list(mirrors.glob(".*.git.*"))
+    assert len(partial) == 1 and not list(mirrors.glob("*.git"))  # a partial clone, no mirror
+    again = harness(*args[3:])
+    assert again.returncode == 0, again.stderr
+    assert "removed 1 partial clone(s) of" in again.stderr and "left by an interrupted run" in again.stderr
+    assert not list(mirrors.glob(".*")) and len(list(mirrors.glob("*.git"))) == 1
+    stock, patched = worktrees(tmp_path / "w", "v1")
+    assert git(stock, "rev-parse", "HEAD") == git(tiny_upstream, "rev-parse", "v1^{commit}")
+    assert (patched / "a.txt").is_file()
+
+
+# -------------------------------------------------------------------------------------- build
+def _tools_path(tmp_path: Path, *names: str) -> str:
+    """A PATH folder holding only ``git`` and ``names`` (links to the real tools): the rest is missing."""
+    import shutil
+
+    folder = tmp_path / "bin"
+    folder.mkdir(exist_ok=True)
+    for name in ("git", *names):
+        (folder / name).symlink_to(shutil.which(name))
+    return str(folder)
+
+
+@pytest.fixture
+def tiny_source(tmp_path):
+    """The generated ``tinyext`` upstream (tests/small_upstream.py: CMake + C++), with an earlier wheel in dist/."""
+    import small_upstream as su
+
+    repo = su.make_upstream(tmp_path / "src")
+    dist = tmp_path / "dist"
+    dist.mkdir()
+    (dist / "tinyext-1.4.0+stock.earlier-py3-none-any.whl").write_bytes(b"an earlier build")
+    return repo, dist
+
+
+def _build(repo: Path, dist: Path, tmp_path: Path, *extra: str, env: dict | None = None,
+           timeout: float = 600) -> subprocess.CompletedProcess:
+    environ = {k: v for k, v in os.environ.items() if k not in ("CXX", "TORCH_PATCH_HARNESS_BUILD_FREE_GIB")}
+    environ.update({"TORCH_PATCH_HARNESS_CACHE": str(tmp_path / "cache"), **(env or {})})
+    return subprocess.run([sys.executable, "-m", "harness", "build", "--kind", "stock", "--source", str(repo),
+                           "--jobs", "2", "--dist", str(dist), "--no-verify", *extra],
+                          capture_output=True, text=True, cwd=REPO, env=environ, timeout=timeout)
+
+
+@pytest.mark.parametrize("tools, platform, fragment", [
+    ((), "linux-cpu", "no C++ compiler found (c++, g++, clang++ not on PATH) -- install one: "
+                      "`apt-get install -y build-essential` (Debian/Ubuntu) or `dnf install gcc-c++` (Fedora)"),
+    ((), "macos-arm64", "no C++ compiler found (c++, g++, clang++ not on PATH) -- install the Xcode command line "
+                        "tools: `xcode-select --install`"),
+    (("c++",), "linux-cpu", "cmake not found on PATH or in the build environment -- `python -m pip install cmake`, "
+                            "or `apt-get install -y cmake`"),
+])
+def test_missing_compiler_or_cmake_is_one_line_before_anything_is_installed(tiny_source, tmp_path, tools, platform,
+                                                                            fragment):
+    repo, dist = tiny_source
+    proc = _build(repo, dist, tmp_path, "--platform", platform, env={"PATH": _tools_path(tmp_path, *tools)})
+    assert one_line_error(proc.stderr, proc.returncode).endswith(fragment)
+    assert not (tmp_path / "cache" / "build-venvs").exists()  # refused before the build venv was made
+    assert [p.name for p in dist.iterdir()] == ["tinyext-1.4.0+stock.earlier-py3-none-any.whl"]
+    assert not (repo / "build").exists()
+
+
+def test_disk_nearly_full_is_refused_against_the_real_free_space(tiny_source, tmp_path):
+    import re
+    import shutil
+
+    repo, dist = tiny_source
+    proc = _build(repo, dist, tmp_path, env={"TORCH_PATCH_HARNESS_BUILD_FREE_GIB": "1000000"})
+    line = one_line_error(proc.stderr, proc.returncode)
+    match = re.fullmatch(rf"error: only ([\d.]+) GiB free at {re.escape(str(repo))}; a linux-cpu build of this base "
+                         r"needs about 1000000\.0 GiB \(set by TORCH_PATCH_HARNESS_BUILD_FREE_GIB\) -- free disk "
+                         r"space, or put the worktrees \(--workdir\) and --dist on a larger volume", line)
+    assert match, line
+    assert abs(float(match.group(1)) - shutil.disk_usage(repo).free / 2**30) < 1.0  # the real free space
+    assert [p.name for p in dist.iterdir()] == ["tinyext-1.4.0+stock.earlier-py3-none-any.whl"]
+    assert not (tmp_path / "cache" / "build-venvs").exists()
+    bad = _build(repo, dist, tmp_path, env={"TORCH_PATCH_HARNESS_BUILD_FREE_GIB": "lots"})
+    assert one_line_error(bad.stderr, bad.returncode).startswith(
+        "error: TORCH_PATCH_HARNESS_BUILD_FREE_GIB='lots' is not a number of GiB -- set it to e.g. 30")
+
+
+def test_nonexistent_source_is_one_line(tmp_path):
+    proc = _build(tmp_path / "nowhere", tmp_path / "dist", tmp_path)
+    assert one_line_error(proc.stderr, proc.returncode).startswith(
+        f"error: --source {tmp_path / 'nowhere'}: no such directory -- pass the root of a source tree")
+    assert not (tmp_path / "dist").exists()
+
+
+@pytest.mark.slow
+def test_interrupted_build_resumes_compiling_only_what_was_left(tiny_source, tmp_path):
+    """Ctrl-C while the last translation unit compiles; the rerun compiles that one unit only."""
+    import glob
+
+    import small_upstream as su
+
+    repo, dist = tiny_source
+    hold, done = tmp_path / "hold", tmp_path / "done"
+    done.mkdir()
+    # a compiler launcher (like ccache) that stalls on config.cpp while `hold` exists, and notes each finished unit
+    launcher = tmp_path / "hold-launcher"
+    launcher.write_text('#!/bin/sh\ncase "$*" in\n  *config.cpp*)\n'
+                        f'    touch {done}/config-started\n    while [ -e {hold} ]; do sleep 0.1; done;;\nesac\n'
+                        f'"$@" || exit $?\nfor a in "$@"; do last="$a"; done\ntouch "{done}/$(basename "$last")"\n')
+    launcher.chmod(0o755)
+    hold.touch()
+    args = ["--env", f"CMAKE_CXX_COMPILER_LAUNCHER={launcher}"]
+    environ = {k: v for k, v in os.environ.items() if k != "CXX"}
+    environ["TORCH_PATCH_HARNESS_CACHE"] = str(tmp_path / "cache")
+    first = subprocess.Popen([sys.executable, "-m", "harness", "build", "--kind", "stock", "--source", str(repo),
+                              "--jobs", "2", "--dist", str(dist), "--no-verify", *args], cwd=REPO, env=environ,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    objects = str(repo / "build" / "cmake-Release" / "**" / "*.o")
+    deadline = time.monotonic() + 400
+    while first.poll() is None and time.monotonic() < deadline:
+        if {"config-started", *su.UNITS} - {"config.cpp"} <= {p.name for p in done.iterdir()}:
+            break
+        time.sleep(0.2)
+    assert first.poll() is None, first.communicate()
+    os.killpg(first.pid, signal.SIGINT)  # a terminal's Ctrl-C reaches the whole process group
+    _, err = first.communicate(timeout=120)
+    assert first.returncode == 130, err
+    assert err.splitlines()[-1] == "interrupted: finished results are on disk; run the same command again to resume"
+    assert len(glob.glob(objects, recursive=True)) == len(su.UNITS) - 1  # finished units kept
+    hold.unlink()
+    again = _build(repo, dist, tmp_path, *args)
+    assert again.returncode == 0, again.stderr
+    wheel = Path(again.stdout.strip())
+    manifest = json.loads(wheel.with_name(wheel.name + ".build.json").read_text())
+    assert manifest["compiled_units"] == 1  # only config.cpp, the unit the interrupt stopped
+    assert "src/config.cpp.o" in Path(manifest["log"]).read_text()
+    assert (dist / "tinyext-1.4.0+stock.earlier-py3-none-any.whl").read_bytes() == b"an earlier build"
