@@ -19,8 +19,8 @@ PYTHON = False  # use the interpreter nox runs under unless a session says other
 TEST_TORCH = "torch==2.13.0"
 
 
-def _harness(session: nox.Session, command: str, *args: str) -> None:
-    session.install("-e", ".")
+def _harness(session: nox.Session, command: str, *args: str, extra: str = "") -> None:
+    session.install("-e", f".{extra}")
     session.run("python", "-m", "harness", command, *args, *session.posargs)
 
 
@@ -89,3 +89,9 @@ def compare(session: nox.Session) -> None:
 def report(session: nox.Session) -> None:
     """Re-render report.md (and plots) from results/<run>/results.json alone."""
     _harness(session, "report")
+
+
+@nox.session
+def preview(session: nox.Session) -> None:
+    """report.md rendered as GitHub does (cmark-gfm) to report.html; --screenshot: report.png (Chromium)."""
+    _harness(session, "preview", extra="[preview]")

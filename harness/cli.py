@@ -32,7 +32,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "build": ("harness.build", "wheel of the stock or patched worktree (--kind), one configuration, verified"),
     "bench": ("harness.runner", "checks + microbenchmarks of one build under its env configs"),
     "compare": ("harness.runner", "A/B: checks + microbenchmarks of stock vs patched builds"),
-    "report": ("harness.report", "re-render report.md from a results directory"),
+    "report": ("harness.report", "re-render report.md and its plots from a results directory"),
+    "preview": ("harness.preview", "render report.md as GitHub does (report.html), optionally screenshot it"),
 }
 
 

@@ -22,8 +22,13 @@ def note(message: str) -> None:
 
 
 class _Task:
-    def __init__(self, progress, task_id) -> None:
-        self._progress, self._id = progress, task_id
+    def __init__(self, progress, task_id, total: float | None = None) -> None:
+        self._progress, self._id, self._total = progress, task_id, total
+
+    @property
+    def total(self) -> float | None:
+        """The bar's current total (kept also when no bar is drawn)."""
+        return self._total
 
     def advance(self, amount: float = 1.0, description: str | None = None) -> None:
         if self._progress is not None:
@@ -31,6 +36,8 @@ class _Task:
             self._progress.update(self._id, advance=amount, **kwargs)
 
     def update(self, completed: float | None = None, total: float | None = None, description: str | None = None) -> None:
+        if total is not None:
+            self._total = total
         if self._progress is not None:
             kwargs = {k: v for k, v in (("completed", completed), ("total", total), ("description", description)) if v is not None}
             self._progress.update(self._id, **kwargs)
@@ -40,10 +47,10 @@ class _Task:
 def task(description: str, total: float | None = None) -> Iterator[_Task]:
     """A progress bar with ETA on a terminal; a no-op handle elsewhere."""
     if not interactive():
-        yield _Task(None, None)
+        yield _Task(None, None, total)
         return
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
     columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn()]
     with Progress(*columns, transient=False) as progress:
-        yield _Task(progress, progress.add_task(description, total=total))
+        yield _Task(progress, progress.add_task(description, total=total), total)

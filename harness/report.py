@@ -2,22 +2,33 @@
 
 Command ``report``: ``python -m harness report results/<run>`` re-renders the report of a run.
 Sections: summary per env config (geometric-mean speedup with its CI), per-cell tables
-(stock and patched medians, patched/stock time ratio with a 95 % bootstrap confidence interval,
+(stock and patched medians, speedup = stock/patched time with a 95 % bootstrap confidence interval,
 Mann-Whitney U p-value, verdict), correctness (relative error vs float64 per config and build),
 failures and skips with their reasons, and provenance with the command that reproduces the run.
-Long tables are folded in ``<details>`` so the PR stays readable.
+Long tables are folded in ``<details>`` so the PR stays readable. Plots (``harness.plots``) are
+written next to it and linked: ``speedup.png`` and ``latency-<family>.png``.
+
+Deterministic: the same results.json gives byte-identical report.md and PNGs (fixed bootstrap
+seeds, no render timestamp), so ``report`` can re-create them from results.json alone.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import shlex
 from pathlib import Path
 
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from harness import plots
 from harness import results as res
 from harness import stats
 from harness.bench.workloads import Cell
 from harness.fsutil import atomic_write_text
+from harness.peaks import peak_tflops
 
 THRESHOLD = 0.02
 
@@ -29,10 +40,91 @@ def add_arguments_report(parser: argparse.ArgumentParser) -> None:
 def run_report(args: argparse.Namespace) -> int:
     data = res.load(args.directory)
     directory = args.directory.parent if args.directory.name == res.RESULTS else args.directory
-    path = directory / "report.md"
-    atomic_write_text(path, render(data))
-    print(path)
+    for path in write(directory, data):
+        print(path)
     return 0
+
+
+def write(directory: Path, data: dict) -> list[Path]:
+    """Render ``report.md`` and its PNGs into ``directory`` (atomically); returns the paths written."""
+    analysis = analyse(data)
+    written = [plots.speedup_png(directory / SPEEDUP_PNG, {c: [
+        plots.SpeedupPoint(f"{r.cell.op} {r.cell.label} {r.cell.dtype}", r.cmp.ratio, r.cmp.ci_low, r.cmp.ci_high,
+                           r.cmp.verdict) for r in rows] for c, rows in analysis.rows.items()}, THRESHOLD,
+        "patched vs stock, " + data["run"]["device"])] if analysis.ab else []
+    for family in analysis.families:
+        points = [plots.LatencyPoint(f"{b} / {config}", r.cell.dtype, r.cell.flop, r.mid[b], *r.spread[b])
+                  for config, rows in analysis.rows.items() for r in rows if r.cell.family == family
+                  for b in analysis.builds if r.mid.get(b) and r.spread.get(b)]
+        written.append(plots.latency_png(directory / latency_png_name(family), points, family,
+                                         "host clock" if data["run"]["device"] == "cpu" else "device events"))
+    path = directory / "report.md"
+    atomic_write_text(path, render(data, analysis))
+    return [path, *written]
+
+
+SPEEDUP_PNG = "speedup.png"
+
+
+def latency_png_name(family: str) -> str:
+    return f"latency-{family}.png"
+
+
+@dataclass
+class Row:
+    """One cell of one config: per-build process medians (seconds), their median and IQR, the
+    comparison (A/B only) and the notes for the table."""
+
+    cell: Cell
+    medians: dict[str, list[float]]
+    mid: dict[str, float | None]
+    spread: dict[str, tuple[float, float] | None]
+    cmp: stats.Comparison | None
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Analysis:
+    """Everything the markdown and the plots show, computed once from results.json."""
+
+    builds: list[str]
+    ab: bool
+    rows: dict[str, list[Row]]
+    geomeans: dict[str, stats.GeoMean]
+    drifts: dict[tuple[str, str], stats.Drift]
+    families: list[str]
+
+
+def analyse(data: dict) -> Analysis:
+    """Per config and cell: medians, IQRs, comparisons; per config: the geometric mean over whole
+    processes (:func:`harness.stats.geomean_by_process`); per (build, config): drift."""
+    run = data["run"]
+    builds = run["builds"]
+    ab = builds == ["stock", "patched"]
+    table = res.cell_table(data)
+    rows: dict[str, list[Row]] = {}
+    geomeans: dict[str, stats.GeoMean] = {}
+    drifts: dict[tuple[str, str], stats.Drift] = {}
+    for config in run["configs"]:
+        per_cell = table.get(config, {})
+        rows[config] = []
+        for key, per_build in per_cell.items():
+            medians = {b: res.process_medians(per_build.get(b, [])) for b in builds}
+            row = Row(Cell.from_key(key), medians,
+                      {b: (stats.process_median(m) if m else None) for b, m in medians.items()},
+                      {b: (stats.iqr(m) if m else None) for b, m in medians.items()},
+                      stats.compare(medians["stock"], medians["patched"], threshold=THRESHOLD) if ab else None,
+                      _notes([r for b in builds for r in per_build.get(b, [])]))
+            rows[config].append(row)
+        if ab:
+            keys = [k for k, r in zip(per_cell, rows[config]) if r.cmp is not None and r.cmp.has_ci]
+            sides = [res.process_matrix(per_cell, b, keys) for b in ("stock", "patched")]
+            geomeans[config] = stats.geomean_by_process(*(np.array(m, dtype=float).reshape(len(m), len(keys))
+                                                          for m in sides), threshold=THRESHOLD)
+        for b in builds:
+            drifts[(b, config)] = stats.drift(res.round_series(per_cell, b), threshold=THRESHOLD)
+    families = sorted({r.cell.family for rs in rows.values() for r in rs if any(r.mid.values())})
+    return Analysis(builds, ab, rows, geomeans, drifts, families)
 
 
 def _us(seconds: float | None) -> str:
@@ -44,12 +136,23 @@ def _tflops(cell: Cell, seconds: float | None) -> str:
 
 
 def _ratio_ci(ratio: float, low: float, high: float) -> str:
-    """``0.982 [0.975, 0.990]``; the CI is omitted when it could not be computed (NaN)."""
-    if not math.isfinite(ratio):
+    """A patched/stock *time* ratio and its CI shown as a speedup (stock time / patched time, > 1:
+    patched faster): ``1.018× [1.010, 1.025]``; the CI is omitted when it could not be computed."""
+    if not (math.isfinite(ratio) and ratio > 0):
         return "–"
-    if math.isfinite(low) and math.isfinite(high):
-        return f"{ratio:.3f} [{low:.3f}, {high:.3f}]"
-    return f"{ratio:.3f} [no CI]"
+    if math.isfinite(low) and math.isfinite(high) and low > 0:
+        return f"{1 / ratio:.3f}× [{1 / high:.3f}, {1 / low:.3f}]"
+    return f"{1 / ratio:.3f}× [no CI]"
+
+
+def _short_reason(cmp: stats.Comparison) -> str:
+    """Why a cell is undetermined, in a few words (its CI and p are in their own columns)."""
+    if cmp.has_ci and math.isfinite(cmp.p_value):
+        if cmp.ci_high < 1 - cmp.threshold or cmp.ci_low > 1 + cmp.threshold:
+            return f"CI beyond ±{cmp.threshold:.0%} but U test p ≥ {1 - cmp.confidence:.2g}"
+        if "cannot reach" not in cmp.reason:
+            return f"CI crosses the ±{cmp.threshold:.0%} band edge"
+    return cmp.reason
 
 
 def _adaptive_text(run: dict) -> list[str]:
@@ -63,18 +166,19 @@ def _adaptive_text(run: dict) -> list[str]:
             + (f"**{left} cell(s) did not converge** (marked in the tables)." if left else "every cell converged."), ""]
 
 
-def _in_words(gm) -> str:
-    """The geometric mean's verdict from its CI alone (the same band rule as a cell, without a U test)."""
+def _in_words(gm: stats.GeoMean) -> str:
+    """The geometric mean's verdict (:func:`harness.stats.geomean_by_process`) in words."""
     change = f"patched {abs(1 - gm.gm):.1%} {'faster' if gm.gm < 1 else 'slower'}"
+    p = f"permutation p={gm.p_value:.2g}" if math.isfinite(gm.p_value) else "no permutation p"
+    if gm.verdict in ("faster", "slower"):
+        return f"**{change}** (whole CI beyond ±{gm.threshold:.0%}, {p})"
+    if gm.verdict == "unchanged":
+        return f"unchanged within ±{gm.threshold:.0%} ({p})"
     if not (math.isfinite(gm.lo) and math.isfinite(gm.hi)):
-        return f"{change}, no CI ({gm.reason})"
-    if gm.hi < 1 - THRESHOLD:
-        return f"**{change}** (whole CI below -{THRESHOLD:.0%})"
-    if gm.lo > 1 + THRESHOLD:
-        return f"**{change}** (whole CI above +{THRESHOLD:.0%})"
-    if 1 - THRESHOLD <= gm.lo and gm.hi <= 1 + THRESHOLD:
-        return f"unchanged within ±{THRESHOLD:.0%}"
-    return f"undetermined: {change} at the point estimate, but the CI reaches across the ±{THRESHOLD:.0%} band"
+        return f"undetermined, {change} at the point estimate: {gm.reason}"
+    why = (f"the CI reaches into the ±{gm.threshold:.0%} band" if gm.lo <= 1 + gm.threshold and gm.hi >= 1 - gm.threshold
+           else "processes, not the build, may explain it")
+    return f"undetermined, {change} at the point estimate ({p}; {why})"
 
 
 def _what_was_compared(data: dict) -> list[str]:
@@ -124,7 +228,7 @@ def _notes(records: list[dict]) -> list[str]:
             if text not in notes:
                 notes.append(text)
     if any(r.get("measurement", {}).get("launch_bound") for r in records):
-        notes.append("launch-bound (host-visible latency, not kernel time)")
+        notes.append("launch-bound")
     return notes
 
 
@@ -164,7 +268,7 @@ def _provenance(data: dict) -> list[str]:
         lines.append(f"| {label} | " + " | ".join(str(fn(data["builds"][b])) for b in names) + " |")
 
     row("torch", lambda b: b["provenance"]["torch_version"])
-    row("git hash", lambda b: f"`{_short(b['provenance'].get('git_version'))}`")
+    row("git hash", lambda b: f"`{b['provenance'].get('git_version') or 'unknown'}`")
     row("input", lambda b: f"`{b['input']['value']}`")
     row("wheel sha256", lambda b: f"`{(b['input'].get('sha256') or '–')[:16]}`")
     row("series marker in libraries", lambda b: ", ".join(
@@ -180,97 +284,200 @@ def _provenance(data: dict) -> list[str]:
     lines += ["", f"Harness {data['harness_version']}, device `{run['device']}`, {run['rounds']} rounds of fresh "
               f"processes per (build, config), order shuffled per round (seed {run['seed']}), "
               f"timing {run['timing']}, torch threads in workers: {run.get('threads') or 'torch default'}; started {run['started']}, finished {run['finished']}.", "",
-              "Reproduce:", "", "```", " ".join(run["command"]), "```"]
+              "Reproduce:", "", "```", shlex.join(run["command"]), "```"]
+    if run.get("extra_env"):
+        lines += ["", "Extra variables in every worker (`--env`): "
+                  + ", ".join(f"`{k}={v}`" for k, v in sorted(run["extra_env"].items())) + "."]
+    if run.get("keep_env"):
+        lines += ["", "Inherited variables kept (`--keep-env`): " + ", ".join(f"`{k}`" for k in run["keep_env"]) + "."]
+    lines += _build_rows(data)
+    for b in names:
+        show = data["builds"][b]["provenance"].get("config_show")
+        if show:
+            lines += ["", f"<details><summary>torch.__config__.show() of {b}</summary>", "", "```", show.rstrip(), "```",
+                      "", "</details>"]
     return lines
 
 
-def render(data: dict) -> str:
+def _throughput(cell: Cell, seconds: float | None, scale: float) -> str:
+    return "–" if not seconds else f"{cell.flop / seconds / scale:.3g}"
+
+
+def _median_spread(mid: float | None, spread: tuple[float, float] | None) -> str:
+    """``211.1 ±0.3%``: the median of the process medians and half their IQR relative to it."""
+    if mid is None:
+        return "–"
+    if spread is None or not mid:
+        return _us(mid)
+    half = (spread[1] - spread[0]) / 2 / mid
+    return f"{_us(mid)} ±{half:.1%}" if half >= 0.001 else f"{_us(mid)} ±{half:.2%}"
+
+
+def _peak_text(data: dict, config: str, cell: Cell, seconds: float | None) -> str:
+    prov = data["builds"][data["run"]["builds"][0]]["provenance"]
+    known = peak_tflops(prov.get("gpu_name") if data["run"]["device"] != "cpu" else None, cell.dtype,
+                        bool(data["configs"][config].get("reduced_fp32")))
+    if not known or not seconds:
+        return "–"
+    return f"{cell.flop / seconds / 1e12 / known[0]:.0%}"
+
+
+def _drift_lines(analysis: Analysis, configs: list[str]) -> list[str]:
+    lines = ["## Drift", "",
+             "Per build and config: the per-round median over cells (each cell relative to its own median) against "
+             "the round index, Kendall's tau and the Theil-Sen change from the first to the last round; `drift` when "
+             f"significant and at least ±{THRESHOLD:.0%} (throttling, load or warm-up of the machine over the run).", ""]
+    for config in configs:
+        for b in analysis.builds:
+            d = analysis.drifts[(b, config)]
+            verdict = f"**{d.verdict}**" if d.verdict == "drift" else d.verdict
+            lines.append(f"- `{config}` {b}: {verdict} ({d.reason})")
+    return lines + [""]
+
+
+def _build_rows(data: dict) -> list[str]:
+    """Base SHA, series and build flags from the wheels' build manifests, and whether the flags match."""
+    builds = data["run"]["builds"]
+    manifests = {b: data["builds"][b].get("build") for b in builds}
+    if not any(manifests.values()):
+        return ["", "Build manifests: none (the inputs are not wheels built by `build_stock`/`build_patched`), so base "
+                "ref, series and build flags are not recorded for this run."]
+    lines = ["", "| build manifest | " + " | ".join(builds) + " |", "|---|" + "---|" * len(builds)]
+    for label, fn in (("base SHA", lambda m: f"`{m.get('base_sha')}`"),
+                      ("series", lambda m: f"{m['series']['name']} `{m['series']['hash']}`" if m.get("series") else "–"),
+                      ("platform / build type", lambda m: f"{m.get('platform')} / {m.get('build_type')}"),
+                      ("version label", lambda m: f"`{m.get('version')}`"),
+                      ("compiler", lambda m: m.get("compiler")), ("CMake", lambda m: m.get("cmake"))):
+        lines.append(f"| {label} | " + " | ".join(fn(manifests[b]) if manifests[b] else "–" for b in builds) + " |")
+    envs = [(manifests[b] or {}).get("environment") or {} for b in builds]
+    if len(envs) == 2 and all(manifests.values()):
+        differ = sorted(k for k in set(envs[0]) | set(envs[1]) if envs[0].get(k) != envs[1].get(k))
+        same = [k for k in differ if k != "PYTORCH_BUILD_VERSION"]
+        lines += ["", "Build flags: " + ("**identical** apart from the version label." if not same else
+                                         "**differ** in " + ", ".join(f"`{k}`" for k in same) + "."),
+                  "", "<details><summary>build environment (stock)</summary>", "", "```",
+                  *[f"{k}={v}" for k, v in sorted(envs[0].items())], "```", "", "</details>"]
+    return lines
+
+
+def render(data: dict, analysis: Analysis | None = None) -> str:
     """The markdown report of one run (see module docstring). Deterministic for the same data."""
+    analysis = analysis or analyse(data)
     run = data["run"]
-    builds = data["run"]["builds"]  # plan order (results.json sorts its keys)
-    ab = builds == ["stock", "patched"]
-    table = res.cell_table(data)
+    builds = analysis.builds
+    ab = analysis.ab
+    gpu = run["device"] != "cpu"
+    unit, scale = ("TFLOP/s", 1e12) if gpu else ("GFLOP/s", 1e9)
     names = " vs ".join(f"{b} (torch {data['builds'][b]['provenance']['torch_version']})" for b in builds)
     out = [f"# {'A/B' if ab else 'Benchmark'}: {names} on `{run['device']}`", ""]
 
-    summaries, sections, accuracy, problems = [], [], [], []
+    summaries, sections, problems = [], [], []
     for config in run["configs"]:
         env = data["configs"][config]["env"]
         env_text = " ".join(f"{k}={v}" for k, v in env.items()) or "no variables"
-        rows = []
-        comparisons = []
-        for key, per_build in table.get(config, {}).items():
-            cell = Cell.from_key(key)
-            medians = {b: res.process_medians(per_build.get(b, [])) for b in builds}
-            mid = {b: (stats.process_median(m) if m else None) for b, m in medians.items()}
-            notes = _notes([r for b in builds for r in per_build.get(b, [])])
-            base = [cell.op, cell.label, cell.dtype]
+        lines = []
+        for r in analysis.rows[config]:
+            cell, notes = r.cell, list(r.notes)
+            base = [f"{cell.op} {cell.label}", cell.dtype]
             if ab:
-                cmp = stats.compare(medians["stock"], medians["patched"], threshold=THRESHOLD)
-                comparisons.append(cmp)
+                cmp = r.cmp
                 ci = _ratio_ci(cmp.ratio, cmp.ci_low, cmp.ci_high)
                 p = f"{cmp.p_value:.2g}" if math.isfinite(cmp.p_value) else "–"
                 verdict = f"**{cmp.verdict}**" if cmp.verdict in ("faster", "slower") else cmp.verdict
                 if cmp.verdict == "undetermined":
-                    notes.insert(0, cmp.reason)
+                    notes.insert(0, _short_reason(cmp))
                 if cmp.bimodal:
                     notes.append("bimodal: " + _modes_text(cmp))
-                if key in run.get("adaptive", {}).get("unconverged", {}).get(config, []):
+                if cell.key in run.get("adaptive", {}).get("unconverged", {}).get(config, []):
                     hw = cmp.half_width
                     notes.append(f"unconverged: CI half-width {hw:.1%} > target ±{run['adaptive']['target']:.1%}"
                                  if math.isfinite(hw) else "unconverged: no CI yet")
-                rows.append(base + [_us(mid["stock"]), _us(mid["patched"]), _tflops(cell, mid["stock"]),
-                                    _tflops(cell, mid["patched"]), ci, p, verdict, "; ".join(notes)])
+                peak = _peak_text(data, config, cell, r.mid["patched"])
+                lines.append(base + [_median_spread(r.mid["stock"], r.spread["stock"]),
+                                     _median_spread(r.mid["patched"], r.spread["patched"]),
+                                     _throughput(cell, r.mid["patched"], scale) + ("" if peak == "–" else f" ({peak})"),
+                                     ci, p, verdict, "; ".join(notes)])
             else:
                 b = builds[0]
-                spread = stats.iqr(medians[b]) if len(medians[b]) >= 2 else None
-                iqr_text = "–" if spread is None else f"{_us(spread[0])} – {_us(spread[1])}"
-                rows.append(base + [_us(mid[b]), iqr_text, _tflops(cell, mid[b]), str(len(medians[b])), "; ".join(notes)])
-            for b in builds:
-                checks = [r["check"] for r in per_build.get(b, []) if r.get("check")]
-                for chk in checks:
-                    accuracy.append((config, cell, b, chk))
+                peak = _peak_text(data, config, cell, r.mid[b])
+                lines.append(base + [_median_spread(r.mid[b], r.spread[b]),
+                                     _throughput(cell, r.mid[b], scale) + ("" if peak == "–" else f" ({peak})"),
+                                     str(len(r.medians[b])), "; ".join(notes)])
             for note in notes:
                 if note.startswith(("failed: ", "skipped: ")):
                     problems.append(f"- `{config}` {cell.op} {cell.label} {cell.dtype}: {note}")
         if ab:
-            gm = stats.geomean(comparisons)
+            gm = analysis.geomeans[config]
             if not math.isfinite(gm.gm):
                 summaries.append(f"- **{config}** ({env_text}): no geometric mean ({gm.reason})")
             else:
-                summaries.append(f"- **{config}** ({env_text}): geometric mean of the time ratio over "
+                summaries.append(f"- **{config}** ({env_text}): geometric-mean speedup over "
                                  f"{gm.n_cells} cells **{_ratio_ci(gm.gm, gm.lo, gm.hi)}**: {_in_words(gm)}")
-            head = ["op", "shape", "dtype", "stock µs", "patched µs", "stock TFLOP/s", "patched TFLOP/s",
-                    "patched/stock [95% CI]", "p (U test)", "verdict", "notes"]
+            head = ["cell", "dtype", "stock µs ±IQR/2", "patched µs ±IQR/2", f"patched {unit} (% of peak)",
+                    "speedup [95% CI]", "p (U test)", "verdict", "notes"]
         else:
-            head = ["op", "shape", "dtype", "median µs", "IQR of process medians µs", "TFLOP/s", "processes", "notes"]
-        sections += [f"<details><summary><b>{config}</b> ({env_text}): {len(rows)} cells</summary>", "",
+            head = ["cell", "dtype", "median µs ±IQR/2", f"{unit} (% of peak)", "processes", "notes"]
+        sections += [f"<details><summary><b>{config}</b> ({env_text}): {len(lines)} cells</summary>", "",
                      "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-        sections += ["| " + " | ".join(r) + " |" for r in rows]
+        sections += ["| " + " | ".join(x) + " |" for x in lines]
         sections += ["", "</details>", ""]
 
+    drifted = [f"`{c}` {b}" for (b, c), d in analysis.drifts.items() if d.verdict == "drift"]
     if ab:
         n = run["rounds"]
         floor = 2 / math.comb(2 * n, n)
         out += ["## Summary", ""] + _what_was_compared(data) + [
-            f"Time ratio patched/stock (< 1: patched faster); verdict threshold ±{THRESHOLD:.0%}; 95% bootstrap "
+            f"Speedup = stock time / patched time (> 1: patched faster); verdict threshold ±{THRESHOLD:.0%}; 95% bootstrap "
             f"confidence intervals over per-process medians; {n} fresh processes per build and config, so the "
             f"smallest possible U-test p is {floor:.2g}"
-            + (" and no verdict other than undetermined is possible (use --rounds 4 or more)." if floor >= 0.05 else "."),
+            + (" and no verdict other than undetermined is possible (use --rounds 4 or more)." if floor >= 0.05 else ".")
+            + " The geometric mean per config resamples and permutes whole processes (a process moves all its cells).",
             ""] + _adaptive_text(run) + summaries + [""]
-    out += ["## Cells", ""] + sections
-    out += ["## Correctness", "", "Relative error ‖out − ref‖/‖ref‖ against a float64 CPU reference (first round).", ""]
-    if accuracy:
-        out += ["<details><summary>relative error per cell</summary>", "",
-                "| config | op | shape | dtype | build | rel. error | bound | passed |", "|---|---|---|---|---|---|---|---|"]
-        for config, cell, b, chk in accuracy:
-            err = "–" if chk["rel_error"] is None else f"{chk['rel_error']:.2e}"
-            out.append(f"| {config} | {cell.op} | {cell.label} | {cell.dtype} | {b} | {err} | {chk['bound']:.1e} | "
-                       f"{'yes' if chk['passed'] else 'NO: ' + chk['reason']} |")
-        out += ["", "</details>", ""]
-    else:
-        out += ["No checks ran.", ""]
+        if drifted:
+            out += [f"> **Drift:** {', '.join(drifted)} changed over the run (see Drift below).", ""]
+        out += [f"![speedup per cell with 95% CI]({SPEEDUP_PNG})", ""]
+    out += ["## Cells", "",
+            f"Medians of the per-process medians, ±half their interquartile range; {unit} = FLOP per call / median "
+            "(GEMM 2·M·N·K, SDPA 4·B·H·L²·D, halved when causal); % of peak against the device's dense datasheet "
+            "peak where known (harness/peaks.py).", ""] + sections
+    out += [f"![latency vs size: {f}]({latency_png_name(f)})" for f in analysis.families] + [""]
+    out += _correctness(data, analysis)
     out += _consistency(data.get("consistency"), builds)
+    out += _drift_lines(analysis, run["configs"])
     out += ["## Failures and skips", ""] + (problems or ["None."]) + [""]
     out += ["## Provenance", ""] + _provenance(data) + [""]
     return "\n".join(out)
+
+
+def _correctness(data: dict, analysis: Analysis) -> list[str]:
+    """One row per (config, cell): each build's relative error against float64, and the bound."""
+    builds = analysis.builds
+    table = res.cell_table(data)
+    lines, failed, count = [], 0, 0
+    for config in data["run"]["configs"]:
+        for key, per_build in table.get(config, {}).items():
+            checks = {b: next((r["check"] for r in per_build.get(b, []) if r.get("check")), None) for b in builds}
+            if not any(checks.values()):
+                continue
+            count += 1
+            bound = next(c["bound"] for c in checks.values() if c)
+            cols = []
+            for b in builds:
+                chk = checks[b]
+                if chk is None:
+                    cols.append("–")
+                    continue
+                err = "–" if chk["rel_error"] is None else f"{chk['rel_error']:.2e}"
+                failed += not chk["passed"]
+                cols.append(err if chk["passed"] else f"**{err} NO: {chk['reason']}**")
+            cell = Cell.from_key(key)
+            lines.append(f"| {config} | {cell.op} | {cell.label} | {cell.dtype} | " + " | ".join(cols) + f" | {bound:.1e} |")
+    out = ["## Correctness", "", "Relative error ‖out − ref‖/‖ref‖ against a float64 CPU reference (first round), "
+           "per config and build, and the bound it must stay under (docs/env-configs.md).", ""]
+    if not lines:
+        return out + ["No checks ran.", ""]
+    out += [f"{count} (config, cell) pairs checked in {len(builds)} build(s): "
+            + ("**all within their bounds**." if not failed else f"**{failed} check(s) over the bound**."), "",
+            "<details><summary>relative error per cell</summary>", "",
+            "| config | op | shape | dtype | " + " | ".join(builds) + " | bound |", "|" + "---|" * (5 + len(builds))]
+    return out + lines + ["", "</details>", ""]

@@ -14,6 +14,8 @@ This module does no measuring and no statistics: it reads, writes and indexes.
 from __future__ import annotations
 
 import json
+import math
+import statistics
 from collections import defaultdict
 from pathlib import Path
 from typing import Iterator
@@ -85,3 +87,33 @@ def cell_table(data: dict) -> dict[str, dict[str, dict[str, list[dict]]]]:
 def process_medians(records: list[dict]) -> list[float]:
     """Per-process medians (seconds) of the records that measured the cell."""
     return [r["measurement"]["median"] for r in records if r.get("status") == "ok" and r.get("measurement")]
+
+
+def process_matrix(per_cell: dict[str, dict[str, list[dict]]], build: str, keys: list[str]) -> list[list[float]]:
+    """Per-process medians of one (build, config) as rows = processes (by round), columns = ``keys``.
+
+    ``per_cell`` is one config of :func:`cell_table`. A process that did not measure a cell
+    (failed, skipped, or an adaptive round that left it out) has NaN there. Seconds."""
+    rows: dict[int, list[float]] = {}
+    for j, key in enumerate(keys):
+        for r in per_cell.get(key, {}).get(build, []):
+            if r.get("status") == "ok" and r.get("measurement"):
+                rows.setdefault(r["round"], [math.nan] * len(keys))[j] = r["measurement"]["median"]
+    return [rows[rnd] for rnd in sorted(rows)]
+
+
+def round_series(per_cell: dict[str, dict[str, list[dict]]], build: str) -> list[float]:
+    """One number per round for the drift check of one (build, config): the median over cells of
+    each cell's per-process median divided by that cell's median over all rounds (1.0 = typical).
+
+    Only the planned rounds count where every cell ran; adaptive rounds measure a subset and are
+    included with the cells they measured. Dimensionless, in round order."""
+    per_round: dict[int, list[float]] = {}
+    for per_build in per_cell.values():
+        records = [r for r in per_build.get(build, []) if r.get("status") == "ok" and r.get("measurement")]
+        if not records:
+            continue
+        typical = statistics.median(r["measurement"]["median"] for r in records)
+        for r in records:
+            per_round.setdefault(r["round"], []).append(r["measurement"]["median"] / typical)
+    return [statistics.median(per_round[rnd]) for rnd in sorted(per_round)]

@@ -284,6 +284,27 @@ def run_consistency(build_info: dict, device: str, configs: dict[str, cfg.EnvCon
     return result
 
 
+#: what the report shows from a wheel's build manifest (harness.build writes ``<wheel>.build.json``)
+MANIFEST_KEYS = ("base_sha", "series", "environment", "compiler", "cmake", "duration_s", "compiled_units")
+
+
+def build_manifest(build) -> dict | None:
+    """The build manifest beside a wheel input, when it describes this very wheel (same sha256):
+    base SHA, series name and hash, build environment, toolchain. None otherwise."""
+    if build.kind != "wheel":
+        return None
+    path = Path(build.value + ".build.json")
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    inputs = data.get("inputs", {})
+    if data.get("wheel_sha256") != build.sha256:
+        return None
+    return {**{k: data.get(k) for k in MANIFEST_KEYS}, "platform": inputs.get("platform"),
+            "build_type": inputs.get("build_type"), "version": inputs.get("version"), "manifest": path.name}
+
+
 #: adaptive sampling never runs more rounds than this in all
 MAX_ROUNDS = 64
 
@@ -381,6 +402,9 @@ def execute(args: argparse.Namespace, inputs: dict[str, str]) -> int:
             note(f"build {name}: {'reusing' if reused else 'created'} {python}")
             info = probe_build(name, python, args.device)
             build_info[name] = {"input": build.to_json(), "interpreter": str(python), "provenance": info}
+            manifest = build_manifest(build)
+            if manifest:
+                build_info[name]["build"] = manifest
         support = next(iter(build_info.values()))["provenance"]["dtype_support"]
         if args.dtypes:
             lacking = sorted({(c.dtype, c.op) for c in cells if unsupported_reason(support, c.dtype, c.op)})
@@ -445,10 +469,11 @@ def execute(args: argparse.Namespace, inputs: dict[str, str]) -> int:
                  f"{len(record['cells']) - len(bad)} cells ok"
                  + (f", {len(bad)} failed ({record['reason'] or record['cells'][bad[0]]['reason']})" if bad else ""))
             res.save(out, data)
-            bar.advance()
+            bar.advance(len(keys))
 
         all_keys = [c.key for c in cells]
-        with task(f"{data['run']['kind']} on {args.device}", total=len(order)) as bar:
+        # the bar counts cells measured (processes x cells), the unit a user waits for
+        with task(f"{data['run']['kind']} on {args.device}: cells", total=len(order) * len(all_keys)) as bar:
             for rnd, build, config in order:
                 process(rnd, build, config, all_keys, bar)
             if target is not None:  # adaptive sampling: more rounds for the cells that are not there yet
@@ -457,7 +482,7 @@ def execute(args: argparse.Namespace, inputs: dict[str, str]) -> int:
                 while need and rnd < MAX_ROUNDS and time.monotonic() < deadline:
                     extra = [e for e in round_order(args.seed, rnd, builds, configs) if e[2] in need]
                     data["run"]["order"] += extra
-                    bar.update(total=len(data["run"]["order"]))
+                    bar.update(total=(bar.total or 0) + sum(len(need[e[2]]) for e in extra))
                     note(f"adaptive round {rnd}: {sum(map(len, need.values()))} cells above ±{target:.1%}")
                     for r, build, config in extra:
                         process(r, build, config, need[config], bar)
@@ -472,10 +497,10 @@ def execute(args: argparse.Namespace, inputs: dict[str, str]) -> int:
         failed += len(inconsistent) + len(broken)
         data["run"]["finished"] = _now()
         res.save(out, data)
-        from harness.report import render
+        from harness import report
 
-        atomic_write_text(out / "report.md", render(res.load(out)))  # exactly what `report` re-renders
-        note(f"wrote {out / res.RESULTS} and {out / 'report.md'}")
+        written = report.write(out, res.load(out))  # exactly what `report` re-renders
+        note(f"wrote {out / res.RESULTS}, " + ", ".join(p.name for p in written))
     if failed:
         note(f"{failed} cell measurements failed; see report.md")
     return 1 if failed else 0

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 import math
 import warnings
 from collections.abc import Hashable, Mapping, Sequence
@@ -42,6 +43,7 @@ __all__ = [
     "converged",
     "drift",
     "geomean",
+    "geomean_by_process",
     "iqr",
     "min_processes",
     "modes",
@@ -518,6 +520,9 @@ class GeoMean:
     over: str
     confidence: float
     reason: str
+    p_value: float = math.nan
+    verdict: str = UNDETERMINED
+    threshold: float = math.nan
 
 
 def _gm_of_cells(*samples: np.ndarray, axis: int = -1) -> np.ndarray:
@@ -597,6 +602,143 @@ def geomean(
         return GeoMean(gm, nan, nan, len(used), excluded, over, confidence, f"bootstrap CI is not finite{note}")
     return GeoMean(gm, lo, hi, len(used), excluded, over, confidence,
                    f"percentile bootstrap over {over}, {len(used)} cell(s){note}")
+
+
+def _gm_of_rows(stock: np.ndarray, patched: np.ndarray) -> np.ndarray:
+    """Geometric mean over cells of the ratio of per-cell medians; rows are processes.
+
+    ``stock``/``patched``: (..., processes, cells) seconds, NaN where a process did not measure
+    a cell. Returns (...,): NaN where some cell has no value on a side."""
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN slice -> NaN, handled by the callers
+        ratio = np.nanmedian(patched, axis=-2) / np.nanmedian(stock, axis=-2)
+    return np.exp(np.mean(np.log(ratio), axis=-1))
+
+
+#: exact permutation test up to this many labelings, else Monte Carlo with this many
+EXACT_LABELINGS = 20000
+
+
+def geomean_by_process(
+    stock: Union[np.ndarray, Sequence[Sequence[float]]],
+    patched: Union[np.ndarray, Sequence[Sequence[float]]],
+    *,
+    threshold: float = 0.02,
+    confidence: float = 0.95,
+    n_resamples: int = 9999,
+    rng_seed: int = 0,
+) -> GeoMean:
+    """Geometric mean of patched/stock time ratios over the cells of one config, with a CI and a
+    p-value that treat the **process** as the unit of independence.
+
+    One worker process measures every cell of its (build, config), so a process-level state (a
+    slow host core, a slower MPSGraph kernel choice for a whole process, a clock state) moves all
+    of its cells together. Resampling each cell's processes independently (:func:`geomean` with
+    ``over="processes"``) ignores that correlation and gives too narrow a CI: on an H200 A/A run
+    with 4 processes per side it put a whole 95 % CI above +2 % (docs/methodology.md). Here:
+
+    - point estimate ``gm = exp(mean_j log(median_i P[i, j] / median_i S[i, j]))``;
+    - CI: percentile bootstrap that resamples whole rows (processes) of each side, with
+      replacement, independently per side; resamples in which some cell has no value on a side
+      (possible when adaptive rounds measured only some cells) are dropped and counted; more than
+      1 % dropped gives no CI;
+    - p-value: permutation test of "the build label does not matter", permuting whole rows
+      between the sides (exact over all C(n_s + n_p, n_s) labelings up to ``EXACT_LABELINGS``,
+      else that many random ones, (1 + hits) / (1 + draws)); statistic |log gm|; a labeling
+      that leaves a cell empty counts as at least as extreme (conservative). With 4 processes per
+      side the smallest p is 2/70 = 0.029.
+    - verdict as for a cell (:func:`compare`): ``faster`` if CI high < 1 - threshold and
+      p < 1 - confidence, ``slower`` mirrored, ``unchanged`` if the CI lies in the band, else
+      ``undetermined`` with the reason.
+
+    numpy index resampling rather than ``scipy.stats.bootstrap``/``permutation_test``: those
+    resample each sample's values along one axis but cannot drop degenerate (empty-cell)
+    resamples, which with NaN-padded rows would make every CI NaN or bias the p-value low.
+
+    Args:
+        stock, patched: (processes, cells) per-process medians in seconds, the same cells in the
+            same column order; NaN where a process did not measure the cell. Rows without any
+            value are ignored.
+    Returns:
+        :class:`GeoMean` with ``over="processes (joint)"``, ``p_value``, ``verdict``, ``reason``.
+    Raises:
+        ValueError: arrays not 2-D, different column counts, a value <= 0 or inf, threshold < 0,
+            or confidence outside (0, 1).
+    """
+    S = np.asarray(stock, dtype=float)
+    P = np.asarray(patched, dtype=float)
+    if S.ndim != 2 or P.ndim != 2 or S.shape[1] != P.shape[1]:
+        raise ValueError(f"geomean_by_process: need 2-D (processes, cells) arrays with equal columns, got "
+                         f"{S.shape} and {P.shape}")
+    if np.any(np.isinf(S)) or np.any(np.isinf(P)) or np.any(S[np.isfinite(S)] <= 0) or np.any(P[np.isfinite(P)] <= 0):
+        raise ValueError("geomean_by_process: values must be positive finite seconds (NaN = not measured)")
+    if not threshold >= 0 or not 0.0 < confidence < 1.0:
+        raise ValueError("geomean_by_process: threshold must be >= 0 and confidence in (0, 1)")
+    S = S[~np.all(np.isnan(S), axis=1)]
+    P = P[~np.all(np.isnan(P), axis=1)]
+    nan = math.nan
+    over = "processes (joint)"
+    cells = S.shape[1]
+    alpha = 1.0 - confidence
+
+    def result(gm, lo, hi, p, verdict, reason):
+        return GeoMean(gm, lo, hi, cells, 0, over, confidence, reason, p, verdict, threshold)
+
+    if cells == 0 or len(S) == 0 or len(P) == 0:
+        return result(nan, nan, nan, nan, UNDETERMINED, "no cell with processes on both sides")
+    gm = float(_gm_of_rows(S, P))
+    if not math.isfinite(gm):
+        return result(gm, nan, nan, nan, UNDETERMINED, "a cell has no measured process on one side")
+    if min(len(S), len(P)) < 2:
+        return result(gm, nan, nan, nan, UNDETERMINED,
+                      f"{len(S)} stock and {len(P)} patched process(es): no CI from fewer than 2 per side")
+    rng = np.random.default_rng(rng_seed)
+
+    # joint bootstrap over processes
+    stats_: list[np.ndarray] = []
+    for start in range(0, n_resamples, 1000):
+        b = min(1000, n_resamples - start)
+        stats_.append(_gm_of_rows(S[rng.integers(0, len(S), (b, len(S)))], P[rng.integers(0, len(P), (b, len(P)))]))
+    boot = np.concatenate(stats_)
+    good = boot[np.isfinite(boot)]
+    dropped = n_resamples - good.size
+    if dropped > 0.01 * n_resamples:
+        return result(gm, nan, nan, nan, UNDETERMINED,
+                      f"{dropped} of {n_resamples} bootstrap resamples left a cell without processes: run more rounds")
+    lo, hi = (float(v) for v in np.quantile(good, [alpha / 2, 1 - alpha / 2]))
+
+    # permutation test over whole processes
+    pooled = np.vstack([S, P])
+    n, k = len(pooled), len(S)
+    observed = abs(math.log(gm))
+    total = math.comb(n, k)
+    if total <= EXACT_LABELINGS:
+        labelings = np.array([list(c) for c in itertools.combinations(range(n), k)])
+    else:
+        labelings = np.argsort(rng.random((EXACT_LABELINGS, n)), axis=1)[:, :k]
+    hits = 0
+    for start in range(0, len(labelings), 1000):
+        chunk = labelings[start:start + 1000]
+        mask = np.zeros((len(chunk), n), dtype=bool)
+        np.put_along_axis(mask, chunk, True, axis=1)
+        s_side = np.where(mask[:, :, None], pooled[None], np.nan)
+        p_side = np.where(~mask[:, :, None], pooled[None], np.nan)
+        perm = np.abs(np.log(_gm_of_rows(s_side, p_side)))
+        hits += int(np.sum(~np.isfinite(perm) | (perm >= observed * (1 - 1e-9))))
+    p = hits / total if total <= EXACT_LABELINGS else (1 + hits) / (1 + EXACT_LABELINGS)
+
+    desc = f"CI [{lo:.4f}, {hi:.4f}], permutation p={p:.2g} over {len(S)}+{len(P)} processes"
+    if hi < 1 - threshold and p < alpha:
+        return result(gm, lo, hi, p, FASTER, desc)
+    if lo > 1 + threshold and p < alpha:
+        return result(gm, lo, hi, p, SLOWER, desc)
+    if 1 - threshold <= lo and hi <= 1 + threshold:
+        return result(gm, lo, hi, p, UNCHANGED, desc + f" within +-{threshold:.3g}")
+    if (hi < 1 - threshold or lo > 1 + threshold) and p >= alpha:
+        why = (f"the CI lies outside the band but the permutation test over whole processes does not reject "
+               f"(p={p:.2g}): processes, not the build, may explain it; run more rounds")
+        return result(gm, lo, hi, p, UNDETERMINED, f"CI [{lo:.4f}, {hi:.4f}]: {why}")
+    return result(gm, lo, hi, p, UNDETERMINED, desc + f": straddles the +-{threshold:.3g} band edge; run more rounds")
 
 
 # --------------------------------------------------------------------------- adaptive sampling

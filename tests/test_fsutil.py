@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from harness.fsutil import LockHeld, atomic_write_json, atomic_write_text, exclusive_lock
+from harness.fsutil import LockHeld, atomic_write_bytes, atomic_write_json, atomic_write_text, exclusive_lock
 
 
 def test_atomic_write_replaces_whole_and_leaves_no_temporaries(tmp_path):
@@ -22,8 +22,8 @@ def test_atomic_write_replaces_whole_and_leaves_no_temporaries(tmp_path):
 def test_failed_write_keeps_the_old_file(tmp_path):
     path = tmp_path / "report.md"
     atomic_write_text(path, "old")
-    with pytest.raises(TypeError):
-        atomic_write_text(path, None)  # type: ignore[arg-type]
+    with pytest.raises(TypeError):  # fails inside the write, after the temporary file exists
+        atomic_write_bytes(path, None)  # type: ignore[arg-type]
     assert path.read_text() == "old"
     assert [p.name for p in tmp_path.iterdir()] == ["report.md"]
 

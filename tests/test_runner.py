@@ -69,12 +69,19 @@ def test_report_names_versions_hashes_and_ratios(ab_run):
 
     assert f"torch {torch.__version__}" in report
     assert torch.version.git_version[:12] in report
-    assert "patched/stock [95% CI]" in report
-    assert "| mm | M64 N64 K64 | float32 |" in report
+    assert "speedup [95% CI]" in report
+    assert "| mm M64 N64 K64 | float32 |" in report
     # what was compared, said before the numbers
     assert "both builds are the same torch (version, git hash, wheel): an A/A run" in report
     assert "neither build's libraries contain `PYTORCH_MPS_GEMM_PREFER_FAST_MATH`" in report
     assert "4 fresh processes per build and config, so the smallest possible U-test p is 0.029." in report
+    # cpu: GFLOP/s, no datasheet peak; per-process spread, full git hash, drift needs >= 5 rounds
+    assert "patched GFLOP/s (% of peak)" in report
+    assert torch.version.git_version in report
+    assert "## Drift" in report and "4 round(s) cannot reach p < 0.05" in report
+    assert "1 (config, cell) pairs checked in 2 build(s)" not in report  # two cells were checked
+    assert "2 (config, cell) pairs checked in 2 build(s): **all within their bounds**." in report
+    assert "torch.__config__.show() of stock" in report and "Build manifests: none" in report
 
 
 def test_rerun_resumes_without_running_workers(ab_run):
@@ -87,13 +94,18 @@ def test_rerun_resumes_without_running_workers(ab_run):
     assert [p["cells"] for p in after["processes"]] == [p["cells"] for p in before["processes"]]
 
 
-def test_report_command_re_renders_identically(ab_run):
+def test_report_command_re_renders_report_and_plots_byte_for_byte(ab_run):
     out, _, _ = ab_run
-    original = (out / "report.md").read_text()
-    (out / "report.md").unlink()
+    names = ["report.md", "speedup.png", "latency-gemm.png", "latency-sdpa.png"]
+    original = {n: (out / n).read_bytes() for n in names}
+    assert original["speedup.png"].startswith(b"\x89PNG") and len(original["speedup.png"]) > 10_000
+    text = original["report.md"].decode()
+    assert "![speedup per cell with 95% CI](speedup.png)" in text and "(latency-gemm.png)" in text
+    for n in names:
+        (out / n).unlink()
     proc = harness("report", str(out))
     assert proc.returncode == 0, proc.stderr
-    assert (out / "report.md").read_text() == original
+    assert {n: (out / n).read_bytes() for n in names} == original
 
 
 def test_crashing_worker_marks_its_cells_failed_and_the_run_continues(tmp_path, this_python):
@@ -205,3 +217,33 @@ def test_adaptive_sampling_stops_when_every_cell_converged(tmp_path, this_python
     data = json.loads((out / "results.json").read_text())
     assert data["run"]["adaptive"]["rounds_added"] == 0 and data["run"]["adaptive"]["unconverged"] == {}
     assert "every cell converged" in (out / "report.md").read_text()
+
+
+def test_report_shows_build_manifests_flags_and_datasheet_peaks(ab_run):
+    from harness import report
+    from harness import results as res
+
+    out, _, _ = ab_run
+    data = res.load(out)
+    env = {"USE_MPS": "1", "MAX_JOBS": "8", "PYTORCH_BUILD_VERSION": "2.6.0+stock.94a97a2f"}
+    for b in ("stock", "patched"):
+        data["builds"][b]["build"] = {
+            "base_sha": "94a97a2f7acd", "series": None if b == "stock" else {"name": "mps-gemm", "hash": "24198fd8"},
+            "environment": {**env, "PYTORCH_BUILD_VERSION": f"2.6.0+{b}"}, "compiler": "clang 16", "cmake": "3.31",
+            "platform": "macos-arm64", "build_type": "Release", "version": f"2.6.0+{b}"}
+    text = report.render(data)
+    assert "| series | – | mps-gemm `24198fd8` |" in text
+    assert "Build flags: **identical** apart from the version label." in text
+    data["builds"]["patched"]["build"]["environment"]["USE_MPS"] = "0"
+    assert "Build flags: **differ** in `USE_MPS`." in report.render(data)
+    # % of peak: only where the device has a datasheet peak (here: pretend the run was on an H200)
+    assert "patched GFLOP/s (% of peak)" in text and "%)" not in text.split("## Cells")[1].split("## Correctness")[0]
+    data["run"]["device"] = "cuda"
+    data["builds"]["stock"]["provenance"]["gpu_name"] = "NVIDIA H200"
+    row = next(line for line in report.render(data).splitlines() if line.startswith("| mm M64 N64 K64 | float32 |"))
+    import numpy as np
+
+    median = float(np.median(res.process_medians(res.cell_table(data)["default"]["mm/64x64x64/float32"]["patched"])))
+    tflops = 2 * 64 ** 3 / median / 1e12
+    assert row.split(" | ")[4] == f"{tflops:.3g} ({tflops / 67.0:.0%})"  # FP32 peak of the H200: 67 TFLOP/s
+    assert "patched TFLOP/s (% of peak)" in report.render(data)

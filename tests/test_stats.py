@@ -365,3 +365,56 @@ def test_comparison_as_dict_is_strict_json():
         assert d["verdict"] == c.verdict and d["reason"] == c.reason
         assert d["speedup"] == pytest.approx(c.speedup)
     assert d["ci_low"] is None and d["ratio"] == 2.0
+
+
+# ----------------------------------------------------------------- geometric mean over whole processes
+
+
+def _rows(rng, n, cells, sigma, factor=1.0, state=None):
+    """(n, cells) per-process medians: lognormal noise per value, times a per-process ``state`` factor
+    that moves all cells of that process together (a slow core, a slow kernel choice)."""
+    base = np.linspace(1e-4, 1e-3, cells)
+    s = np.ones(n) if state is None else np.asarray(state, dtype=float)
+    return base * factor * s[:, None] * np.exp(rng.normal(0.0, sigma, (n, cells)))
+
+
+def test_geomean_by_process_known_shift_and_identical():
+    rng = np.random.default_rng(60)
+    g = stats.geomean_by_process(_rows(rng, 6, 10, 0.01), _rows(rng, 6, 10, 0.01, 1.05))
+    assert g.verdict == "slower" and g.lo > 1.02 and g.lo <= 1.05 <= g.hi
+    assert g.p_value == pytest.approx(2 / math.comb(12, 6))  # complete separation, exact test
+    same = stats.geomean_by_process(_rows(rng, 8, 10, 0.005), _rows(rng, 8, 10, 0.005))
+    assert same.verdict == "unchanged" and 0.98 <= same.lo <= 1 <= same.hi <= 1.02
+
+
+def test_geomean_by_process_does_not_turn_a_process_state_into_a_verdict():
+    # A/A where 3 of 4 "patched" processes happened to land in a 30 % slower state (as on the H200
+    # example run, launch-bound cells): per-cell independent resampling calls it slower, whole
+    # processes cannot tell the build from the state.
+    rng = np.random.default_rng(61)
+    stock = _rows(rng, 4, 10, 0.01)
+    patched = _rows(rng, 4, 10, 0.01, state=[1.3, 1.3, 1.3, 1.0])
+    cells = [compare(stock[:, j], patched[:, j]) for j in range(10)]
+    independent = geomean(cells)
+    assert independent.lo > 1.02  # the old, too-narrow CI
+    joint = stats.geomean_by_process(stock, patched)
+    assert joint.verdict == "undetermined" and joint.lo < 1.02 < joint.hi  # whole processes: CI reaches the band
+    assert joint.hi - joint.lo > 2 * (independent.hi - independent.lo)
+    assert joint.p_value >= 2 / math.comb(8, 4)  # exact permutation floor with 4 + 4 processes
+
+
+def test_geomean_by_process_handles_unmeasured_cells_and_bad_input():
+    rng = np.random.default_rng(62)
+    stock, patched = _rows(rng, 8, 4, 0.01), _rows(rng, 8, 4, 0.01, 1.1)
+    stock[4:, :2] = np.nan  # adaptive rounds measured only cells 2 and 3
+    patched[4:, :2] = np.nan
+    g = stats.geomean_by_process(stock, patched)
+    assert g.verdict == "slower" and g.lo <= 1.1 <= g.hi and g.n_cells == 4
+    stock[:, 0] = np.nan
+    assert "no measured process" in stats.geomean_by_process(stock, patched).reason
+    one = stats.geomean_by_process(stock[:1, 1:], patched[:, 1:])
+    assert one.verdict == "undetermined" and "fewer than 2 per side" in one.reason
+    with pytest.raises(ValueError):
+        stats.geomean_by_process(np.ones(3), np.ones(3))
+    with pytest.raises(ValueError):
+        stats.geomean_by_process(-np.ones((3, 2)), np.ones((3, 2)))

@@ -1,0 +1,31 @@
+"""The example reports in docs/examples/ are exactly what the current code renders from their
+results.json, and rendering is deterministic down to the PNG bytes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from harness import report
+from harness import results as res
+
+EXAMPLES = sorted((Path(__file__).resolve().parent.parent / "docs" / "examples").glob("*/results.json"))
+
+
+def test_there_are_cpu_and_h200_examples():
+    assert {p.parent.name for p in EXAMPLES} >= {"cpu-ab", "h200-aa"}
+
+
+@pytest.mark.parametrize("results", EXAMPLES, ids=lambda p: p.parent.name)
+def test_example_report_is_current_and_rendering_is_byte_identical(results, tmp_path):
+    data = res.load(results.parent)
+    first, second = tmp_path / "a", tmp_path / "b"
+    written = report.write(first, data)
+    report.write(second, data)
+    for path in written:
+        assert path.read_bytes() == (second / path.name).read_bytes(), path.name
+    committed = (results.parent / "report.md").read_text()
+    assert (first / "report.md").read_text() == committed, "re-render it: python -m harness report " + str(results.parent)
+    for path in written[1:]:
+        assert (results.parent / path.name).is_file(), f"{path.name} is linked from the report but not committed"
