@@ -33,7 +33,7 @@ from harness import results as res
 from harness.bench.workloads import DTYPES, ITEMSIZE, Cell, default_cells
 from harness.checks.consistency import MPS_PAIR, PAIRS
 from harness.errors import HarnessError, ResultsError, UsageError
-from harness.fsutil import atomic_write_json, atomic_write_text, exclusive_lock
+from harness.fsutil import atomic_write_json, exclusive_lock
 from harness.progress import note, task
 from harness.provenance import unsupported_reason
 from harness.venvs import ensure_interpreter, parse_input
