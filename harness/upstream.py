@@ -35,6 +35,7 @@ import argparse
 import os
 import re
 import shutil
+import signal
 import stat
 import tarfile
 import tempfile
@@ -215,6 +216,12 @@ def _clear_interrupted_clone(mirrors: Path, store: Path, url: str) -> None:
         progress.note(f"upstream: removed {len(junk)} partial clone(s) of {url} left by an interrupted run")
 
 
+def _interrupted(exc: git.GitCommandError) -> bool:
+    """git ended by Ctrl-C: a terminal's SIGINT reaches git and Python alike, and git may exit
+    first (status -2 or 130), before Python raises KeyboardInterrupt."""
+    return str(exc.status).strip() in ("-2", "130", str(-signal.SIGINT))
+
+
 def _mirror(url: str, ref: str | None) -> Upstream:
     mirrors = cache_dir() / "mirrors"
     store = mirrors / f"{_url_slug(url)}.git"
@@ -235,6 +242,8 @@ def _mirror(url: str, ref: str | None) -> Upstream:
                 git.Repo.clone_from(url, tmp, bare=True, progress=feed, env={**_NO_PROMPT})
         except git.GitCommandError as exc:
             shutil.rmtree(tmp, ignore_errors=True)
+            if _interrupted(exc):
+                raise KeyboardInterrupt from None
             reason = _reason(exc, feed)
             raise UpstreamError(f"cannot clone upstream {url}: {reason}",
                                 "check the URL and the network, or pass --upstream PATH "
@@ -264,6 +273,8 @@ def _fetch(store: Path, url: str, *, required: bool) -> None:
             with repo.git.custom_environment(**_NO_PROMPT):
                 repo.remote("origin").fetch(progress=feed)
     except (git.GitCommandError, ValueError) as exc:
+        if isinstance(exc, git.GitCommandError) and _interrupted(exc):
+            raise KeyboardInterrupt from None
         reason = _reason(exc, feed)
         if required:
             raise UpstreamError(f"cannot fetch upstream {url}: {reason}",
