@@ -29,6 +29,13 @@ REPO = Path(__file__).resolve().parent.parent
 CELL = "mm/32x32x32/float32"
 
 
+
+def _default_sigint() -> None:
+    """Give the child the default SIGINT action. A shell starts background jobs with SIGINT
+    ignored, which children inherit (and Python then installs no KeyboardInterrupt handler), so a
+    test suite run in the background would otherwise never see the Ctrl-C it sends."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
 def harness(*args: str, env: dict | None = None, cwd: Path = REPO, timeout: float = 600) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "harness", *args], capture_output=True, text=True, cwd=cwd,
                           env={**os.environ, **(env or {})}, timeout=timeout)
@@ -296,7 +303,7 @@ def test_interrupted_clone_is_recovered_by_the_rerun(tiny_upstream, isolated_cac
     args = [sys.executable, "-m", "harness", "checkout", "--upstream", str(tiny_upstream), "--base", "v1",
             "--workdir", str(tmp_path / "w")]
     first = subprocess.Popen(args, cwd=REPO, env={**os.environ, **env}, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True, start_new_session=True)
+                             stderr=subprocess.PIPE, text=True, start_new_session=True, preexec_fn=_default_sigint)
     deadline = time.monotonic() + 60
     while not started.exists() and first.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -421,7 +428,8 @@ def test_interrupted_build_resumes_compiling_only_what_was_left(tiny_source, tmp
     environ["TORCH_PATCH_HARNESS_CACHE"] = str(tmp_path / "cache")
     first = subprocess.Popen([sys.executable, "-m", "harness", "build", "--kind", "stock", "--source", str(repo),
                               "--jobs", "2", "--dist", str(dist), "--no-verify", *args], cwd=REPO, env=environ,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                             preexec_fn=_default_sigint)
     objects = str(repo / "build" / "cmake-Release" / "**" / "*.o")
     deadline = time.monotonic() + 400
     while first.poll() is None and time.monotonic() < deadline:
