@@ -70,6 +70,19 @@ def test_unknown_command_and_unreadable_results(tmp_path):
     assert (tmp_path / "results.json").read_text() == "{not json"  # never overwritten
 
 
+def test_results_of_another_schema_version_or_incomplete_are_refused_and_kept(tmp_path, this_python):
+    future = '{"schema_version": 99, "run": {}, "builds": {}, "configs": {}, "processes": []}'
+    (tmp_path / "results.json").write_text(future)
+    (tmp_path / "report.md").write_text("earlier report")
+    assert_one_line_error(run("report", str(tmp_path)), "has schema version 99; this harness reads version 1")
+    # compare into that --out refuses too, before measuring anything
+    assert_one_line_error(run("compare", "--stock", this_python, "--patched", this_python, "--device", "cpu",
+                              "--cells", "mm/8x8x8/float32", "--out", str(tmp_path)), "has schema version 99")
+    assert (tmp_path / "results.json").read_text() == future and (tmp_path / "report.md").read_text() == "earlier report"
+    (tmp_path / "results.json").write_text('{"schema_version": 1, "run": {}}')
+    assert_one_line_error(run("report", str(tmp_path)), "lacks builds, configs, processes (schema version 1 requires them)")
+
+
 @pytest.mark.parametrize("extra, fragment", [
     (["--rounds", "0"], "--rounds must be >= 1, got 0"),
     (["--threads", "-1"], "--threads must be >= 0, got -1"),
