@@ -3,7 +3,7 @@
 - :func:`speedup_png`: speedup (stock time / patched time) per cell with its 95 % CI as whiskers,
   one panel per env config, the ±threshold band shaded, colour by verdict.
 - :func:`latency_png`: median latency against FLOP per call for one workload family, one panel
-  per dtype, one marker series per (build, env config), whiskers = IQR of the process medians.
+  per dtype; colour = (build, env config), marker = op; whiskers = IQR of the process medians.
 
 Deterministic: matplotlib's Agg backend, fixed size and DPI, and PNG metadata without the
 matplotlib version, so the same results.json gives byte-identical PNGs with the same matplotlib.
@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from matplotlib.figure import Figure
-from matplotlib.ticker import LogFormatterSciNotation, LogLocator, NullFormatter
+from matplotlib.lines import Line2D
+from matplotlib.ticker import FuncFormatter, LogFormatterSciNotation, LogLocator, NullFormatter
 
 from harness.fsutil import atomic_write_bytes
 
@@ -44,6 +45,7 @@ class LatencyPoint:
     medians in seconds."""
 
     series: str
+    op: str
     dtype: str
     flop: float
     median: float
@@ -106,18 +108,23 @@ def latency_png(path: Path, points: Sequence[LatencyPoint], family: str, unit_no
     """
     dtypes = sorted({p.dtype for p in points})
     series = list(dict.fromkeys(p.series for p in points))
-    fig = Figure(figsize=(4.2 * max(len(dtypes), 1), 3.6), layout="constrained")
+    ops = list(dict.fromkeys(p.op for p in points))
+    colours = [f"C{i}" for i in range(len(series))]
+    fig = Figure(figsize=(4.2 * max(len(dtypes), 1), 3.8), layout="constrained")
     axes = fig.subplots(1, max(len(dtypes), 1), squeeze=False)[0]
     for ax, dtype in zip(axes, dtypes):
         for i, name in enumerate(series):
-            mine = sorted((p for p in points if p.dtype == dtype and p.series == name), key=lambda p: p.flop)
-            if not mine:
-                continue
-            # a small offset per series keeps markers of equal cells apart
-            xs = [p.flop * (1.04 ** (i - (len(series) - 1) / 2)) for p in mine]
-            ys = [p.median * 1e6 for p in mine]
-            err = [[(p.median - p.q1) * 1e6 for p in mine], [(p.q3 - p.median) * 1e6 for p in mine]]
-            ax.errorbar(xs, ys, yerr=err, fmt=MARKERS[i % len(MARKERS)], ms=4, capsize=2, label=name, lw=0.8)
+            for j, op in enumerate(ops):
+                mine = sorted((p for p in points if p.dtype == dtype and p.series == name and p.op == op),
+                              key=lambda p: p.flop)
+                if not mine:
+                    continue
+                # a small offset per series keeps markers of one cell apart; colour = series, marker = op
+                xs = [p.flop * (1.05 ** (i - (len(series) - 1) / 2)) for p in mine]
+                ys = [p.median * 1e6 for p in mine]
+                err = [[(p.median - p.q1) * 1e6 for p in mine], [(p.q3 - p.median) * 1e6 for p in mine]]
+                ax.errorbar(xs, ys, yerr=err, fmt=MARKERS[j % len(MARKERS)], color=colours[i], ms=4, capsize=2,
+                            lw=0.8, mfc="none" if j % 2 else colours[i])
         ax.set_xscale("log")
         ax.set_yscale("log")
         mine = [p for p in points if p.dtype == dtype]
@@ -125,16 +132,21 @@ def latency_png(path: Path, points: Sequence[LatencyPoint], family: str, unit_no
         lo_y, hi_y = min(p.q1 for p in mine) * 1e6, max(p.q3 for p in mine) * 1e6
         ax.set_xlim(lo_x / 3, hi_x * 3)  # at least a decade wide, so a single size still reads
         ax.set_ylim(lo_y / 2, hi_y * 2)
-        for axis in (ax.xaxis, ax.yaxis):
-            axis.set_major_locator(LogLocator(base=10))
-            axis.set_major_formatter(LogFormatterSciNotation(base=10))
-            axis.set_minor_formatter(NullFormatter())
+        ax.xaxis.set_major_locator(LogLocator(base=10))
+        ax.xaxis.set_major_formatter(LogFormatterSciNotation(base=10))
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        # 1-2-5 ticks with labels, so a range inside one decade still shows its scale
+        ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.yaxis.set_minor_formatter(NullFormatter())
         ax.set_title(f"{family} {dtype}", fontsize=9)
         ax.set_xlabel("FLOP per call", fontsize=8)
         ax.set_ylabel(f"median µs ({unit_note})", fontsize=8)
         ax.tick_params(labelsize=7)
         ax.grid(which="both", lw=0.3)
-    if series:
-        fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncols=min(len(series), 4),
-                   fontsize=7, frameon=False)
+    handles = [Line2D([], [], color=colours[i], lw=2, label=name) for i, name in enumerate(series)]
+    handles += [Line2D([], [], color="#57606a", ls="none", marker=MARKERS[j % len(MARKERS)],
+                       mfc="none" if j % 2 else "#57606a", label=op) for j, op in enumerate(ops)]
+    if handles:
+        fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 6), fontsize=7, frameon=False)
     return _save(fig, path)

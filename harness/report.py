@@ -53,7 +53,7 @@ def write(directory: Path, data: dict) -> list[Path]:
                            r.cmp.verdict) for r in rows] for c, rows in analysis.rows.items()}, THRESHOLD,
         "patched vs stock, " + data["run"]["device"])] if analysis.ab else []
     for family in analysis.families:
-        points = [plots.LatencyPoint(f"{b} / {config}", r.cell.dtype, r.cell.flop, r.mid[b], *r.spread[b])
+        points = [plots.LatencyPoint(f"{b} / {config}", r.cell.op, r.cell.dtype, r.cell.flop, r.mid[b], *r.spread[b])
                   for config, rows in analysis.rows.items() for r in rows if r.cell.family == family
                   for b in analysis.builds if r.mid.get(b) and r.spread.get(b)]
         written.append(plots.latency_png(directory / latency_png_name(family), points, family,
@@ -259,6 +259,17 @@ def _consistency(section: dict | None, builds: list[str]) -> list[str]:
     return lines + [""]
 
 
+def _nox_command(command: list[str]) -> str:
+    """The recorded ``python -m harness <cmd> ...`` as the nox session a user runs (README), else as is."""
+    if command[:3] == ["python", "-m", "harness"] and len(command) > 3 and command[3] in ("compare", "bench"):
+        return shlex.join(["nox", "-s", command[3], "--", *command[4:]])
+    return shlex.join(command)
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
 def _provenance(data: dict) -> list[str]:
     run = data["run"]
     names = run["builds"]
@@ -281,10 +292,14 @@ def _provenance(data: dict) -> list[str]:
     row("OS", lambda b: b["provenance"]["os"].get("macos_product_version") or b["provenance"]["os"]["platform"])
     row("Python", lambda b: b["provenance"]["python"])
     row("torch default threads (workers used: see below)", lambda b: b["provenance"]["num_threads"])
+    timing = run["timing"]
+    timing_text = (f"warm-up {timing.get('warmup_s')} s, measurement {timing.get('measure_s')} s per cell per process, "
+                   f"blocks of at least {timing.get('min_block_s')} s")
     lines += ["", f"Harness {data['harness_version']}, device `{run['device']}`, {run['rounds']} rounds of fresh "
-              f"processes per (build, config), order shuffled per round (seed {run['seed']}), "
-              f"timing {run['timing']}, torch threads in workers: {run.get('threads') or 'torch default'}; started {run['started']}, finished {run['finished']}.", "",
-              "Reproduce:", "", "```", shlex.join(run["command"]), "```"]
+              f"processes per (build, config), order shuffled per round (seed {run['seed']}); timing: {timing_text}; "
+              f"torch threads in workers: {run.get('threads') or 'torch default'}; started {run['started']}, "
+              f"finished {run.get('finished') or 'not yet (interrupted)'}.", "",
+              "Reproduce (from the torch-patch-harness checkout):", "", "```", _nox_command(run["command"]), "```"]
     if run.get("extra_env"):
         lines += ["", "Extra variables in every worker (`--env`): "
                   + ", ".join(f"`{k}={v}`" for k, v in sorted(run["extra_env"].items())) + "."]
@@ -371,6 +386,10 @@ def render(data: dict, analysis: Analysis | None = None) -> str:
     names = " vs ".join(f"{b} (torch {data['builds'][b]['provenance']['torch_version']})" for b in builds)
     out = [f"# {'A/B' if ab else 'Benchmark'}: {names} on `{run['device']}`", ""]
 
+    if not run.get("finished"):
+        done, planned = len(data["processes"]), len(run.get("order", []))
+        out += [f"> **Incomplete run:** {done} of {planned} planned worker processes finished before it was "
+                "interrupted; the numbers below use those. Run the same command again to resume.", ""]
     summaries, sections, problems = [], [], []
     for config in run["configs"]:
         env = data["configs"][config]["env"]
@@ -412,12 +431,12 @@ def render(data: dict, analysis: Analysis | None = None) -> str:
                 summaries.append(f"- **{config}** ({env_text}): no geometric mean ({gm.reason})")
             else:
                 summaries.append(f"- **{config}** ({env_text}): geometric-mean speedup over "
-                                 f"{gm.n_cells} cells **{_ratio_ci(gm.gm, gm.lo, gm.hi)}**: {_in_words(gm)}")
+                                 f"{_plural(gm.n_cells, 'cell')} **{_ratio_ci(gm.gm, gm.lo, gm.hi)}**: {_in_words(gm)}")
             head = ["cell", "dtype", "stock µs ±IQR/2", "patched µs ±IQR/2", f"patched {unit} (% of peak)",
                     "speedup [95% CI]", "p (U test)", "verdict", "notes"]
         else:
             head = ["cell", "dtype", "median µs ±IQR/2", f"{unit} (% of peak)", "processes", "notes"]
-        sections += [f"<details><summary><b>{config}</b> ({env_text}): {len(lines)} cells</summary>", "",
+        sections += [f"<details><summary><b>{config}</b> ({env_text}): {_plural(len(lines), 'cell')}</summary>", "",
                      "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         sections += ["| " + " | ".join(x) + " |" for x in lines]
         sections += ["", "</details>", ""]
