@@ -551,6 +551,9 @@ def geomean(
       ``scipy.stats.bootstrap`` (percentile) resamples the processes of every cell, both
       sides, independently, and recomputes the geometric mean of the ratios of medians.
       Cells whose own CI could not be computed are excluded and counted in ``n_excluded``.
+      This assumes the cells' processes are independent; when one process measured many cells
+      (the runner's case) use :func:`geomean_by_process`, which resamples whole processes:
+      the report does.
     - ``over="cells"`` (the only choice for plain ratios): the cells are a sample of
       workloads; bootstrap over cells of the mean log ratio. Wider when cells disagree (a
       patch that helps some shapes and not others); needs >= 2 cells that are not all equal.
