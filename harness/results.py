@@ -29,11 +29,23 @@ RESULTS = "results.json"
 REQUIRED = ("run", "builds", "configs", "processes")
 
 
+class DamagedResults(ResultsError):
+    """A results.json that is there but damaged (not JSON, not an object, no schema_version, or
+    malformed): ``compare``/``bench`` keep it aside and rebuild it from raw/ (see :func:`set_aside`)."""
+
+
+#: the remedy of every damaged results.json: true because the runner rebuilds it from raw/
+REBUILD = ("re-run the compare (or bench) command that wrote it: it rebuilds results.json from raw/, "
+           "keeping the damaged file as results.json.damaged-<UTC time>")
+
+
 def load(directory: Path) -> dict:
-    """Read ``<directory>/results.json``.
+    """Read ``<directory>/results.json`` and check its structure (:func:`problem`).
 
     Raises:
-        ResultsError: missing, unreadable, not JSON, or another schema version (never overwritten).
+        ResultsError: missing, or another schema version (never overwritten).
+        DamagedResults: unreadable, not JSON, not an object, no schema_version, or malformed
+            (the message names the JSON path, e.g. ``processes[3].cells is null``).
     """
     directory = Path(directory)
     path = directory if directory.name == RESULTS and directory.is_file() else directory / RESULTS
@@ -42,17 +54,92 @@ def load(directory: Path) -> dict:
     try:
         data = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise ResultsError(f"{path} is not readable JSON ({exc})",
-                           "restore it from the raw/ files by re-running the same command, or use --out with a new directory") from None
-    if not isinstance(data, dict) or data.get("schema_version") != SCHEMA_VERSION:
-        found = data.get("schema_version") if isinstance(data, dict) else None
-        raise ResultsError(f"{path} has schema version {found!r}; this harness reads version {SCHEMA_VERSION}",
+        raise DamagedResults(f"{path} is not readable JSON ({exc})", REBUILD) from None
+    if not isinstance(data, dict):
+        raise DamagedResults(f"{path} is not a results.json object (a JSON {_kind(data)}): damaged", REBUILD)
+    if "schema_version" not in data:
+        raise DamagedResults(f"{path} has no schema_version: damaged, or not a results.json", REBUILD)
+    if data["schema_version"] != SCHEMA_VERSION:
+        raise ResultsError(f"{path} has schema version {data['schema_version']!r}; this harness reads version {SCHEMA_VERSION}",
                            "re-render it with the harness version that wrote it, or run again with --out pointing at a new directory")
     missing = [k for k in REQUIRED if k not in data]
     if missing:
-        raise ResultsError(f"{path} lacks {', '.join(missing)} (schema version {SCHEMA_VERSION} requires them)",
-                           "it was edited or truncated; re-run the command that wrote it (finished processes are kept in raw/)")
+        raise DamagedResults(f"{path} lacks {', '.join(missing)} (schema version {SCHEMA_VERSION} requires them)", REBUILD)
+    found = problem(data)
+    if found:
+        raise DamagedResults(f"{path} is malformed: {found}", REBUILD)
     return data
+
+
+def _kind(value) -> str:
+    if value is None:
+        return "null"
+    return {dict: "object", list: "array", str: "string", bool: "boolean"}.get(type(value), "number")
+
+
+def _number(value) -> bool:
+    return type(value) in (int, float)
+
+
+def cells_problem(cells, where: str) -> str | None:
+    """What is wrong with one process's ``cells`` (``{key: record}``) at JSON path ``where``, or None.
+
+    Checked: a dict of dicts, each with a string ``status``; an ``ok`` record has a ``measurement``
+    with a positive numeric ``median`` (seconds) and a ``samples`` list of numbers."""
+    if not isinstance(cells, dict):
+        return f"{where} is {_kind(cells)}, not an object of cell records"
+    for key, rec in cells.items():
+        at = f"{where}[{key!r}]"
+        if not isinstance(rec, dict):
+            return f"{at} is {_kind(rec)}, not a cell record"
+        if not isinstance(rec.get("status"), str):
+            return f"{at}.status is {_kind(rec.get('status'))}, not a string"
+        if rec["status"] == "ok":
+            m = rec.get("measurement")
+            if not isinstance(m, dict):
+                return f"{at}.measurement is {_kind(m)} in an ok record"
+            if not (_number(m.get("median")) and m["median"] > 0):
+                return f"{at}.measurement.median is {m.get('median')!r}, not a positive number of seconds"
+            samples = m.get("samples")
+            if not isinstance(samples, list) or not all(map(_number, samples)):
+                return f"{at}.measurement.samples is not a list of numbers"
+    return None
+
+
+def problem(data: dict) -> str | None:
+    """The first structural fault of a results.json object, as ``<JSON path> <what is wrong>``, or None.
+
+    A compact check of what the report and the statistics read: ``run`` (``builds``, ``configs``,
+    ``cells`` lists; ``run.builds`` ⊆ ``builds``, ``run.configs`` ⊆ ``configs``), and ``processes``
+    (objects with string ``build``/``config``, integer ``round`` and ``cells``; see :func:`cells_problem`).
+    Linear in the file size (a 1 MB results.json takes milliseconds)."""
+    run = data["run"]
+    if not isinstance(run, dict):
+        return f"run is {_kind(run)}, not an object"
+    for key in ("builds", "configs"):
+        if not isinstance(data[key], dict):
+            return f"{key} is {_kind(data[key])}, not an object"
+    for key in ("builds", "configs", "cells"):
+        if not isinstance(run.get(key), list):
+            return f"run.{key} is {_kind(run.get(key))}, not a list"
+    for key in ("builds", "configs"):
+        absent = [name for name in run[key] if not isinstance(name, str) or name not in data[key]]
+        if absent:
+            return f"run.{key} names {absent[0]!r}, which is not in {key}"
+    if not isinstance(data["processes"], list):
+        return f"processes is {_kind(data['processes'])}, not a list"
+    for i, proc in enumerate(data["processes"]):
+        at = f"processes[{i}]"
+        if not isinstance(proc, dict):
+            return f"{at} is {_kind(proc)}, not an object"
+        for key, ok in (("build", isinstance(proc.get("build"), str)), ("config", isinstance(proc.get("config"), str)),
+                        ("round", type(proc.get("round")) is int)):
+            if not ok:
+                return f"{at}.{key} is {_kind(proc.get(key))}" + (f" {proc.get(key)!r}" if key in proc else " (missing)")
+        found = cells_problem(proc.get("cells"), f"{at}.cells")
+        if found:
+            return found
+    return None
 
 
 def save(directory: Path, data: dict) -> Path:

@@ -24,8 +24,10 @@ import signal
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Iterator
 
 import harness
 from harness import configs as cfg
@@ -119,9 +121,19 @@ def plan_cells(args: argparse.Namespace) -> list[Cell]:
             try:
                 cells.append(Cell.from_key(key.strip()))
             except (ValueError, TypeError) as exc:
-                raise UsageError(f"bad cell {key.strip()!r}: {exc}", "write cells as op/MxNxK/dtype, e.g. mm/512x512x512/float16") from None
+                raise UsageError(f"bad cell {key.strip()!r}: {exc}", cell_example(key.strip())) from None
         return cells
     return default_cells(dtypes, quick=args.quick)
+
+
+def cell_example(key: str) -> str:
+    """How to write a cell key, for the op that ``key`` names (GEMM layout when the op is unknown)."""
+    op = key.split("/")[0]
+    if op.startswith("sdpa"):
+        return f"write {op} cells as {op}/BxHxLxD/dtype (batch, heads, sequence length, head dim), e.g. {op}/1x8x512x64/float16"
+    if op == "bmm":
+        return "write bmm cells as bmm/BxMxNxK/dtype, e.g. bmm/8x512x512x512/float16"
+    return "write cells as op/MxNxK/dtype, e.g. mm/512x512x512/float16 (SDPA: sdpa/BxHxLxD/dtype, e.g. sdpa/1x8x512x64/float16)"
 
 
 #: variables --env may not set: the harness sets them for its own workers
@@ -337,26 +349,106 @@ PLAN_KEYS = ("kind", "builds", "inputs", "torch", "device", "configs", "cells", 
              "extra_env")
 
 
-def check_resumable(raw: Path, plan: dict) -> None:
-    """Refuse to reuse ``raw/`` when it was measured with a different plan (builds, cells, configs...).
+def finished_rounds(raw: Path) -> int:
+    """Rounds the finished processes in ``raw/`` reach: 1 + the highest round of a status file
+    (planned and adaptive rounds alike), 0 when none has finished."""
+    found = [int(m.group(1)) for p in raw.glob("r*.status.json") if (m := re.match(r"r(\d+)-", p.name))]
+    return max(found) + 1 if found else 0
+
+
+def check_resumable(raw: Path, plan: dict, rounds: int, adaptive: bool = False) -> None:
+    """Refuse to reuse ``raw/`` when it was measured with a different plan (builds, cells, configs...),
+    when its plan record is damaged, or when ``rounds`` would leave finished rounds out of results.json.
+    ``adaptive`` (--target-ci): rounds beyond the planned ones are re-decided, so only the earlier
+    planned ``rounds`` (kept in plan.json) must be covered.
 
     Raises:
-        ResultsError: names the keys that differ.
+        ResultsError: names the keys that differ, the damaged plan.json, or the rounds left out.
     """
     path = raw / "plan.json"
+    earlier_rounds = finished_rounds(raw)
     if path.is_file():
         try:
             earlier = json.loads(path.read_text())
-        except ValueError:
-            earlier = {}
+        except (OSError, UnicodeDecodeError, ValueError):
+            earlier = None
+        if not isinstance(earlier, dict):
+            raise ResultsError(f"{path} is damaged (not a JSON object): the finished processes in {raw} cannot be "
+                               "checked against this command's plan",
+                               f"run with a new --out directory ({raw.parent} stays as it is), or --fresh to discard it")
         differ = [k for k in PLAN_KEYS if earlier.get(k) != plan.get(k)]
         if differ:
             raise ResultsError(f"{raw.parent} holds a run measured with different {', '.join(differ)}",
                                "pass --fresh to discard it, or a new --out directory")
+        if adaptive and isinstance(earlier.get("rounds"), int):
+            earlier_rounds = earlier["rounds"]
     elif any(raw.glob("*.status.json")):
         raise ResultsError(f"{raw.parent} holds finished processes but no record of their plan",
                            "pass --fresh to discard them, or a new --out directory")
-    atomic_write_json(path, plan)
+    if rounds < earlier_rounds:
+        left = f"round {rounds}" if rounds == earlier_rounds - 1 else f"rounds {rounds}..{earlier_rounds - 1}"
+        raise ResultsError(f"{raw.parent} holds {earlier_rounds} rounds; --rounds {rounds} would leave {left} "
+                           "out of results.json",
+                           f"pass --rounds {earlier_rounds} (or more) to resume, or --fresh / a new --out")
+    atomic_write_json(path, {**plan, "rounds": max(rounds, earlier_rounds)})
+
+
+def _stamp() -> str:
+    return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+
+
+def set_aside(path: Path, suffix: str) -> Path:
+    """Rename a damaged file to ``<name>.<suffix>-<UTC time>`` beside it (never deleted); returns the new path."""
+    kept = path.with_name(f"{path.name}.{suffix}-{_stamp()}")
+    n = 1
+    while kept.exists():
+        kept, n = path.with_name(f"{path.name}.{suffix}-{_stamp()}-{n}"), n + 1
+    path.rename(kept)
+    return kept
+
+
+def read_status(status: Path) -> dict | None:
+    """A finished process's ``raw/<proc>.status.json``, or None when it is damaged (not JSON, not an
+    object, malformed cells: see :func:`harness.results.cells_problem`): that file is set aside as
+    ``.damaged-<UTC time>`` (with a note) and the process counts as unfinished, to be run again."""
+    try:
+        record = json.loads(status.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        found = f"not readable JSON ({exc})"
+    else:
+        found = (res.cells_problem(record.get("cells"), "cells") if isinstance(record, dict)
+                 else "not a JSON object")
+        if found is None:
+            return record
+    kept = set_aside(status, "damaged")
+    note(f"{status} is damaged ({found}): kept it as {kept.name}; running that process again")
+    return None
+
+
+@contextmanager
+def _removed_on_failure(out: Path, created: list[Path]) -> Iterator[None]:
+    """A run that fails before measuring leaves no empty --out behind (when it created it)."""
+    try:
+        yield
+    except BaseException:
+        if created:
+            _remove_if_empty(out, created[-1])
+        raise
+
+
+def _remove_if_empty(out: Path, top: Path) -> None:
+    """Remove ``out`` when it holds nothing but this run's traces (``.lock``, ``raw/plan.json``), then
+    its parents up to ``top`` (the highest folder this run created) while they are empty."""
+    traces = {Path(".lock"), Path("raw"), Path("raw") / "plan.json"}
+    try:
+        if out.is_dir() and all(p.relative_to(out) in traces for p in out.rglob("*")):
+            shutil.rmtree(out)
+            for parent in out.parents:
+                if not parent.is_relative_to(top) or any(parent.iterdir()):
+                    break
+                parent.rmdir()
+    except OSError:
+        pass  # it stays; nothing in it is the user's
 
 
 def execute(args: argparse.Namespace, inputs: dict[str, str]) -> int:
@@ -389,13 +481,18 @@ def execute(args: argparse.Namespace, inputs: dict[str, str]) -> int:
     extra_env = parse_extra_env(args.env, args.device, configs)
     builds = {name: parse_input(text, name) for name, text in inputs.items()}
     out: Path = args.out
-    with exclusive_lock(out, " ".join(sys.argv)):
+    created = [d for d in (out, *out.parents) if not d.exists()]  # out and the parents this run makes
+    with exclusive_lock(out, " ".join(sys.argv)), _removed_on_failure(out, created):
         raw = out / "raw"
         if args.fresh:
             shutil.rmtree(raw, ignore_errors=True)
             (out / res.RESULTS).unlink(missing_ok=True)
         elif (out / res.RESULTS).exists():
-            res.load(out)  # refuse to resume from (and overwrite) an unreadable or foreign results.json
+            try:
+                res.load(out)  # refuse to resume from (and overwrite) a results.json of another schema version
+            except res.DamagedResults as exc:
+                kept = set_aside(out / res.RESULTS, "damaged")
+                note(f"{exc.cause}: kept it as {kept.name}; rebuilding {res.RESULTS} from raw/")
         build_info = {}
         for name, build in builds.items():
             python, reused = ensure_interpreter(build)
@@ -440,7 +537,8 @@ def execute(args: argparse.Namespace, inputs: dict[str, str]) -> int:
                                "device": args.device,
                                "configs": data["run"]["configs"], "cells": data["run"]["cells"], "seed": args.seed,
                                "timing": timing, "threads": threads, "keep_env": list(keep),
-                               "extra_env": extra_env or None})  # None: plans written before --env existed match
+                               "extra_env": extra_env or None},  # None: plans written before --env existed match
+                        rounds, adaptive=target is not None)
         by_config = {c.name: c for c in configs}
         failed = 0
         def process(rnd: int, build: str, config: str, keys: list[str], bar) -> None:
@@ -448,8 +546,9 @@ def execute(args: argparse.Namespace, inputs: dict[str, str]) -> int:
             nonlocal failed
             name = _proc_name(rnd, build, config)
             status = _status_path(raw, name)
-            if status.is_file():
-                record, verb = json.loads(status.read_text()), "kept"
+            record = read_status(status) if status.is_file() else None
+            if record is not None:
+                verb = "kept"
             else:
                 save = rnd == 0 and config in PAIRS[args.device]
                 spec = {"device": args.device, "cells": keys, "check": rnd == 0,
@@ -467,29 +566,38 @@ def execute(args: argparse.Namespace, inputs: dict[str, str]) -> int:
             failed += len(bad)
             note(f"[{len(data['processes'])}/{len(data['run']['order'])}] {verb} {name}: "
                  f"{len(record['cells']) - len(bad)} cells ok"
-                 + (f", {len(bad)} failed ({record['reason'] or record['cells'][bad[0]]['reason']})" if bad else ""))
+                 + (f", {len(bad)} failed ({record.get('reason') or record['cells'][bad[0]].get('reason')})" if bad else ""))
             res.save(out, data)
+            saved.append(True)
             bar.advance(len(keys))
 
         all_keys = [c.key for c in cells]
+        saved: list[bool] = []  # results.json written by this run (a Ctrl-C re-renders the report from it)
         # the bar counts cells measured (processes x cells), the unit a user waits for
-        with task(f"{data['run']['kind']} on {args.device}: cells", total=len(order) * len(all_keys)) as bar:
-            for rnd, build, config in order:
-                process(rnd, build, config, all_keys, bar)
-            if target is not None:  # adaptive sampling: more rounds for the cells that are not there yet
-                deadline, rnd = time.monotonic() + args.budget_s, rounds
-                need = unconverged_cells(data, target)
-                while need and rnd < MAX_ROUNDS and time.monotonic() < deadline:
-                    extra = [e for e in round_order(args.seed, rnd, builds, configs) if e[2] in need]
-                    data["run"]["order"] += extra
-                    bar.update(total=(bar.total or 0) + sum(len(need[e[2]]) for e in extra))
-                    note(f"adaptive round {rnd}: {sum(map(len, need.values()))} cells above ±{target:.1%}")
-                    for r, build, config in extra:
-                        process(r, build, config, need[config], bar)
-                    rnd += 1
+        try:
+            with task(f"{data['run']['kind']} on {args.device}: cells", total=len(order) * len(all_keys)) as bar:
+                for rnd, build, config in order:
+                    process(rnd, build, config, all_keys, bar)
+                if target is not None:  # adaptive sampling: more rounds for the cells that are not there yet
+                    deadline, rnd = time.monotonic() + args.budget_s, rounds
                     need = unconverged_cells(data, target)
-                data["run"]["adaptive"] = {"target": target, "budget_s": args.budget_s, "rounds_added": rnd - rounds,
-                                           "unconverged": {c: keys for c, keys in need.items()}}
+                    while need and rnd < MAX_ROUNDS and time.monotonic() < deadline:
+                        extra = [e for e in round_order(args.seed, rnd, builds, configs) if e[2] in need]
+                        data["run"]["order"] += extra
+                        bar.update(total=(bar.total or 0) + sum(len(need[e[2]]) for e in extra))
+                        note(f"adaptive round {rnd}: {sum(map(len, need.values()))} cells above ±{target:.1%}")
+                        for r, build, config in extra:
+                            process(r, build, config, need[config], bar)
+                        rnd += 1
+                        need = unconverged_cells(data, target)
+                    data["run"]["adaptive"] = {"target": target, "budget_s": args.budget_s, "rounds_added": rnd - rounds,
+                                               "unconverged": {c: keys for c, keys in need.items()}}
+        except KeyboardInterrupt:
+            if saved:
+                from harness import report
+
+                report.write(out, res.load(out))  # report.md says the run is incomplete
+            raise
         data["consistency"] = run_consistency(build_info, args.device, by_config, raw)
         inconsistent = [(b, k) for b, r in data["consistency"]["builds"].items()
                         for k, v in r.get("cells", {}).items() if not v["passed"]]

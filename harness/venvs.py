@@ -71,7 +71,7 @@ def parse_input(text: str, role: str) -> BuildInput:
     try:
         req = Requirement(text)
     except InvalidRequirement as exc:
-        raise BuildInputError(f"--{role}: {text!r} is neither a wheel path nor a requirement ({exc})",
+        raise BuildInputError(f"--{role}: {text!r} is neither a wheel path nor a requirement ({str(exc).splitlines()[0]})",
                               "pass e.g. torch==2.13.0, ./dist/torch-...whl, or python:/path/to/python") from None
     return BuildInput("requirement", str(req))
 

@@ -107,3 +107,26 @@ def test_target_ci_must_be_a_fraction(tmp_path, this_python):
     proc = run("compare", "--stock", this_python, "--patched", this_python, "--device", "cpu",
                "--target-ci", "1.5", "--out", str(tmp_path / "o"))
     assert_one_line_error(proc, "--target-ci must be a fraction between 0 and 1, got 1.5")
+
+
+def test_requirement_typo_is_one_line_without_packagings_caret_diagram(tmp_path, this_python):
+    proc = run("compare", "--stock", "torch=2.13.0", "--patched", this_python, "--device", "cpu",
+               "--out", str(tmp_path / "o"))
+    assert_one_line_error(proc, "--stock: 'torch=2.13.0' is neither a wheel path nor a requirement (Expected ",
+                          "-- pass e.g. torch==2.13.0")
+    assert proc.stderr.count("\n") == 1 and "^" not in proc.stderr  # packaging's 3-line diagram is gone
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("cell, remedy", [
+    ("sdpa/1x8x512/float32", "-- write sdpa cells as sdpa/BxHxLxD/dtype (batch, heads, sequence length, head dim), "
+                             "e.g. sdpa/1x8x512x64/float16"),
+    ("sdpa_causal/1x8/float16", "e.g. sdpa_causal/1x8x512x64/float16"),
+    ("bmm/8x64x64/float32", "-- write bmm cells as bmm/BxMxNxK/dtype, e.g. bmm/8x512x512x512/float16"),
+    ("mm/64x64/float32", "-- write cells as op/MxNxK/dtype, e.g. mm/512x512x512/float16"),
+    ("mm64x64x64", "a cell key has 3 parts separated by '/', got 1 -- write cells as op/MxNxK/dtype"),
+])
+def test_bad_cell_remedy_shows_that_ops_layout(tmp_path, this_python, cell, remedy):
+    proc = run("bench", "--build", this_python, "--device", "cpu", "--cells", cell, "--out", str(tmp_path / "o"))
+    assert_one_line_error(proc, f"error: bad cell {cell!r}: ", remedy)
+    assert not (tmp_path / "o").exists()

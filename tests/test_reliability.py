@@ -194,6 +194,174 @@ def _cli(*args: str) -> tuple[str, int]:
     return proc.stderr, proc.returncode
 
 
+
+# ------------------------------------------------------------------------- damaged results dirs
+SMALL = ["--device", "cpu", "--configs", "default", "--cells", CELL, "--quick"]
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory, this_python) -> tuple[Path, list[str]]:
+    """A finished 2-round compare (4 processes); tests copy it and damage the copy."""
+    out = tmp_path_factory.mktemp("finished") / "out"
+    args = ["compare", "--stock", this_python, "--patched", this_python, *SMALL, "--rounds", "2"]
+    proc = harness(*args, "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    return out, args
+
+
+def _copy(run: Path, tmp_path: Path) -> Path:
+    import shutil
+
+    out = tmp_path / "out"
+    shutil.copytree(run, out)
+    return out
+
+
+def _snapshot(out: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("damage, fragment", [
+    (lambda text: text[: len(text) // 2], "results.json is not readable JSON ("),
+    (lambda text: "[]", "results.json is not a results.json object (a JSON array): damaged"),
+    (lambda text: '{"schema": 1}', "results.json has no schema_version: damaged, or not a results.json"),
+])
+def test_damaged_results_json_is_set_aside_and_rebuilt_by_the_rerun(finished_run, tmp_path, damage, fragment):
+    run, args = finished_run
+    out = _copy(run, tmp_path)
+    good = json.loads((out / "results.json").read_text())
+    damaged = damage((out / "results.json").read_text())
+    (out / "results.json").write_text(damaged)
+    line = one_line_error(*_cli("report", str(out)))
+    assert fragment in line and "has schema version" not in line
+    assert line.endswith("-- re-run the compare (or bench) command that wrote it: it rebuilds results.json from "
+                         "raw/, keeping the damaged file as results.json.damaged-<UTC time>")
+    again = harness(*args, "--out", str(out))  # the remedy, as the line says it
+    assert again.returncode == 0, again.stderr
+    (kept,) = out.glob("results.json.damaged-*")
+    assert kept.read_text() == damaged  # never deleted
+    assert f"{fragment.split(' (')[0]}" in again.stderr and f"kept it as {kept.name}; rebuilding results.json from raw/" in again.stderr
+    rebuilt = json.loads((out / "results.json").read_text())
+    assert again.stderr.count("] kept r0") == 4 and "] ran " not in again.stderr  # from raw/, nothing measured again
+    assert [(p["name"], p["cells"]) for p in rebuilt["processes"]] == [(p["name"], p["cells"]) for p in good["processes"]]
+    assert rebuilt["run"]["finished"] is not None
+
+
+@pytest.mark.parametrize("edit, path", [
+    (lambda d: d["processes"][3].update(cells=None), "processes[3].cells is null, not an object of cell records"),
+    (lambda d: d["run"]["configs"].append("ghost"), "run.configs names 'ghost', which is not in configs"),
+    (lambda d: d["run"]["builds"].append("other"), "run.builds names 'other', which is not in builds"),
+    (lambda d: d["processes"][1]["cells"][CELL]["measurement"].update(median="fast"),
+     f"processes[1].cells['{CELL}'].measurement.median is 'fast', not a positive number of seconds"),
+    (lambda d: d["processes"][0]["cells"][CELL]["measurement"].update(samples=[1e-3, None]),
+     f"processes[0].cells['{CELL}'].measurement.samples is not a list of numbers"),
+    (lambda d: d["processes"][2].pop("round"), "processes[2].round is null (missing)"),
+])
+def test_malformed_results_json_names_the_json_path(finished_run, tmp_path, capsys, edit, path):
+    run, _ = finished_run
+    out = _copy(run, tmp_path)
+    data = json.loads((out / "results.json").read_text())
+    edit(data)
+    (out / "results.json").write_text(json.dumps(data))
+    before = _snapshot(out)
+    line = _cli_line(capsys, "report", str(out))
+    assert line.startswith(f"error: {out / 'results.json'} is malformed: {path} -- re-run the compare (or bench)")
+    assert _snapshot(out) == before
+
+
+@pytest.mark.parametrize("damage", ['{"status": "ok", "cells": nu', '{"status": "ok", "cells": null}', "[1, 2]"])
+def test_damaged_status_file_is_set_aside_and_that_process_runs_again(finished_run, tmp_path, damage):
+    run, args = finished_run
+    out = _copy(run, tmp_path)
+    status = out / "raw" / "r01-stock-default.status.json"
+    status.write_text(damage)
+    again = harness(*args, "--out", str(out))
+    assert again.returncode == 0, again.stderr
+    (kept,) = (out / "raw").glob("r01-stock-default.status.json.damaged-*")
+    assert kept.read_text() == damage
+    assert f"{status} is damaged (" in again.stderr and f"kept it as {kept.name}; running that process again" in again.stderr
+    assert "] ran r01-stock-default: 1 cells ok" in again.stderr and again.stderr.count("] kept r0") == 3
+    data = json.loads((out / "results.json").read_text())
+    assert len(data["processes"]) == 4 and all(p["cells"][CELL]["status"] == "ok" for p in data["processes"])
+    assert json.loads(status.read_text())["cells"][CELL]["status"] == "ok"  # the process's new status file
+
+
+def test_damaged_plan_is_refused_with_a_remedy_that_keeps_the_run(finished_run, tmp_path):
+    run, args = finished_run
+    out = _copy(run, tmp_path)
+    (out / "raw" / "plan.json").write_text("garbage{")
+    before = _snapshot(out)
+    line = one_line_error(*_proc_err(harness(*args, "--out", str(out))))
+    assert line == (f"error: {out / 'raw' / 'plan.json'} is damaged (not a JSON object): the finished processes in "
+                    f"{out / 'raw'} cannot be checked against this command's plan -- run with a new --out directory "
+                    f"({out} stays as it is), or --fresh to discard it")
+    assert _snapshot(out) == before
+
+
+def test_fewer_rounds_than_finished_are_refused(finished_run, tmp_path):
+    run, args = finished_run
+    out = _copy(run, tmp_path)
+    before = _snapshot(out)
+    rounds = args.index("--rounds") + 1
+    fewer = [*args[:rounds], "1", *args[rounds + 1:]]
+    line = one_line_error(*_proc_err(harness(*fewer, "--out", str(out))))
+    assert line == (f"error: {out} holds 2 rounds; --rounds 1 would leave round 1 out of results.json -- "
+                    "pass --rounds 2 (or more) to resume, or --fresh / a new --out")
+    assert _snapshot(out) == before
+
+
+@pytest.mark.parametrize("args", [
+    ["--device", "mps", "--cells", CELL],  # no MPS on this machine: refused after the probe
+    ["--device", "cpu", "--cells", CELL, "--dtypes", "float32", "--env", "X=1", "--keep-env", "TORCH_X"],
+])
+def test_a_run_that_fails_before_measuring_leaves_no_out_dir(tmp_path, this_python, args):
+    out = tmp_path / "new" / "out"
+    build = this_python if args[1] == "mps" else "python:" + str(tmp_path / "no-such-python")
+    proc = harness("bench", "--build", build, *args, "--out", str(out))
+    one_line_error(proc.stderr, proc.returncode)
+    assert list(tmp_path.iterdir()) == []  # neither out nor the parent this run made
+    existing = tmp_path / "mine"
+    existing.mkdir()
+    (existing / "notes.txt").write_text("keep")
+    proc = harness("bench", "--build", build, *args, "--out", str(existing))
+    one_line_error(proc.stderr, proc.returncode)
+    assert _snapshot(existing) == {"notes.txt": b"keep"}
+
+
+def test_interrupted_compare_rerenders_the_report_from_the_saved_results(finished_run, tmp_path):
+    run, args = finished_run
+    out = _copy(run, tmp_path)
+    earlier = (out / "report.md").read_text()
+    rounds = args.index("--rounds") + 1
+    more = [*args[:rounds], "8", *args[rounds + 1:]]  # resumes the 2 rounds, then measures more
+    first = subprocess.Popen([sys.executable, "-m", "harness", *more, "--out", str(out)], cwd=REPO,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                             preexec_fn=_default_sigint)
+    ran = out / "raw" / "r02-stock-default.status.json"
+    deadline = time.monotonic() + 120
+    while not ran.exists() and first.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert ran.exists(), first.communicate()
+    time.sleep(0.3)
+    os.killpg(first.pid, signal.SIGINT)
+    _, err = first.communicate(timeout=120)
+    assert first.returncode == 130, err
+    assert "Traceback" not in err
+    data = json.loads((out / "results.json").read_text())
+    assert data["run"]["finished"] is None and 5 <= len(data["processes"]) < 16
+    report_md = out / "report.md"
+    assert report_md.stat().st_mtime_ns >= (out / "results.json").stat().st_mtime_ns
+    from harness import report
+
+    text = report_md.read_text()
+    assert text != earlier and text == report.render(data, report.analyse(data))  # from the current results.json
+    assert "incomplete" in text.lower()  # the report's banner for run.finished == None
+
+
+def _proc_err(proc: subprocess.CompletedProcess) -> tuple[str, int]:
+    return proc.stderr, proc.returncode
+
+
 # ----------------------------------------------------------------------------------- upstream
 UNREACHABLE = "http://127.0.0.1:9/pytorch.git"  # port 9 (discard): connection refused at once
 
@@ -244,6 +412,14 @@ def test_refresh_with_a_worktree_works_offline(tiny_upstream, project, isolated_
     assert cli.main(["refresh", "--series", "demo"]) == 0
     assert "refresh: patches/demo/v1: 1 file(s) written or removed" in capsys.readouterr().out
     assert "+line 9 offline" in (folder / "v1" / "0003-a-offline-edit.patch").read_text()
+
+
+def test_second_checkout_says_the_cache_was_warm(tiny_upstream, isolated_cache, tmp_path, capsys):
+    args = ["checkout", "--upstream", str(tiny_upstream), "--base", "v1"]
+    assert cli.main([*args, "--workdir", str(tmp_path / "w1")]) == 0
+    assert "(cloned into the cache)" in capsys.readouterr().err
+    assert cli.main([*args, "--workdir", str(tmp_path / "w2")]) == 0
+    assert "(cache warm, no clone)" in capsys.readouterr().err
 
 
 def test_nonexistent_upstream_path_or_archive_is_one_line(isolated_cache, tmp_path, capsys):

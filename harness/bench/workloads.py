@@ -63,7 +63,10 @@ class Cell:
 
     @classmethod
     def from_key(cls, key: str) -> "Cell":
-        op, shape, dtype = key.split("/")
+        parts = key.split("/")
+        if len(parts) != 3:
+            raise ValueError(f"a cell key has 3 parts separated by '/', got {len(parts)}")
+        op, shape, dtype = parts
         return cls(op, tuple(int(s) for s in shape.split("x")), dtype)
 
     @property
