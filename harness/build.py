@@ -726,12 +726,41 @@ def _venv_python(venv: Path) -> Path:
     return venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
 
 
+#: build-step counters in a build log: ninja's ``[12/345]`` and make's ``[ 45%]``
+_STEP = re.compile(r"^\[\s*(\d+)/(\d+)\]|^\[\s*(\d+)%\]", re.MULTILINE)
+
+
+def build_steps(text: str) -> tuple[int, int] | None:
+    """The last build-step counter in ``text`` (a chunk of a build log) as ``(done, total)``:
+    ninja ``[12/345] Building CXX object …`` gives (12, 345), make ``[ 45%] Building …`` gives
+    (45, 100). None when the chunk holds no counter."""
+    last = None
+    for m in _STEP.finditer(text):
+        last = (int(m[1]), int(m[2])) if m[1] else (int(m[3]), 100)
+    return last
+
+
 def _run_logged(cmd: Sequence[str], log, *, cwd: Path | None = None, env: Mapping[str, str] | None = None) -> int:
+    """Run ``cmd`` with its output appended to the open ``log``; on a terminal, a progress bar
+    follows the build-step counters (:func:`build_steps`) the log gains. Returns the exit status."""
     log.write(f"$ {shlex.join(cmd)}\n")
     log.flush()
-    return subprocess.run(
-        list(cmd), cwd=cwd, env=dict(env) if env else None, stdout=log, stderr=subprocess.STDOUT
-    ).returncode
+    proc = subprocess.Popen(list(cmd), cwd=cwd, env=dict(env) if env else None, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        if not progress.interactive():
+            return proc.wait()
+        with progress.task(f"build: {Path(cmd[0]).name} {' '.join(cmd[1:3])}") as bar, open(log.name, "rb") as tail:
+            tail.seek(0, os.SEEK_END)
+            while proc.poll() is None:
+                time.sleep(0.5)
+                steps = build_steps(tail.read().decode(errors="replace"))
+                if steps:
+                    bar.update(completed=steps[0], total=steps[1])
+        return proc.returncode
+    except BaseException:  # Ctrl-C or an error here: the build must not outlive the harness
+        proc.kill()
+        proc.wait()
+        raise
 
 
 def build_venv_path(requirements: Sequence[str]) -> Path:

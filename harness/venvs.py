@@ -127,7 +127,10 @@ def ensure_interpreter(build: BuildInput, *, envs_dir: Path | None = None) -> tu
 
 
 def _pip_cause(output: str) -> str:
-    """The most telling line of pip's output (its ERROR line, else the last non-empty one)."""
+    """The most telling line of pip's output: a full disk first (pip reports it as a bare
+    "ERROR: Exception:" over a traceback), else its ERROR line, else the last non-empty line."""
     lines = [line.strip() for line in output.splitlines() if line.strip()]
-    errors = [line for line in lines if line.startswith("ERROR:")]
+    if any("No space left on device" in line for line in lines):
+        return "no space left on device (a torch build needs up to ~6 GB in the cache; see `df -h`)"
+    errors = [line for line in lines if line.startswith("ERROR:") and line != "ERROR: Exception:"]
     return (errors[0] if errors else (lines[-1] if lines else "no output"))[:300]

@@ -540,3 +540,12 @@ def test_verify_requires_mps_on_macos(tmp_path):
     with_mps = _fake_torch_wheel(tmp_path / "on", version, mps_built=True)
     result = b.verify_wheel(with_mps, version, platform="macos-arm64")
     assert result.mps_built is True and result.version == version
+
+
+def test_build_steps_reads_ninja_and_make_counters():
+    from harness.build import build_steps
+
+    ninja = "-- Configuring done\n[1/7] Building CXX object a.o\n[2/7] Building CXX object b.o\nwarning: x [3/9]\n"
+    assert build_steps(ninja) == (2, 7)  # the last counter at a line start
+    assert build_steps("[ 45%] Building CXX object c.o\n[100%] Linking CXX shared library\n") == (100, 100)
+    assert build_steps("running bdist_wheel\n") is None

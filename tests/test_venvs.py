@@ -58,3 +58,15 @@ def test_unsatisfiable_requirement_quotes_pip(tmp_path):
     assert info.value.cause.startswith("pip could not install torch==0.0.1: ERROR:")
     assert "pip's log" in info.value.remedy
     assert not any(p.is_dir() and p.name.startswith("torch") for p in tmp_path.iterdir())
+
+
+def test_pip_cause_names_a_full_disk_and_skips_pips_bare_exception_line():
+    from harness.venvs import _pip_cause
+
+    full = ("ERROR: Exception:\nTraceback (most recent call last):\n  File \"download.py\", line 147, in __call__\n"
+            "pip._vendor.urllib3.exceptions.ProtocolError: (\"Connection broken: OSError(28, 'No space left on "
+            "device')\", OSError(28, 'No space left on device'))\n")  # pip 24 on a full disk, as seen here
+    assert _pip_cause(full).startswith("no space left on device")
+    assert _pip_cause("ERROR: Exception:\nTraceback\nValueError: boom\n") == "ValueError: boom"
+    assert _pip_cause("x\nERROR: No matching distribution found for torch==0.0.1\n") == \
+        "ERROR: No matching distribution found for torch==0.0.1"
