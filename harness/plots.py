@@ -127,9 +127,9 @@ def latency_png(path: Path, points: Sequence[LatencyPoint], family: str, unit_no
                             lw=0.8, mfc="none" if j % 2 else colours[i])
         ax.set_xscale("log")
         ax.set_yscale("log")
-        mine = [p for p in points if p.dtype == dtype]
-        lo_x, hi_x = min(p.flop for p in mine), max(p.flop for p in mine)
-        lo_y, hi_y = min(p.q1 for p in mine) * 1e6, max(p.q3 for p in mine) * 1e6
+        panel = [p for p in points if p.dtype == dtype]
+        lo_x, hi_x = min(p.flop for p in panel), max(p.flop for p in panel)
+        lo_y, hi_y = min(p.q1 for p in panel) * 1e6, max(p.q3 for p in panel) * 1e6
         ax.set_xlim(lo_x / 3, hi_x * 3)  # at least a decade wide, so a single size still reads
         ax.set_ylim(lo_y / 2, hi_y * 2)
         ax.xaxis.set_major_locator(LogLocator(base=10))

@@ -89,6 +89,7 @@ class Analysis:
 
     builds: list[str]
     ab: bool
+    table: dict[str, dict[str, dict[str, list[dict]]]]  # results.cell_table(data)
     rows: dict[str, list[Row]]
     geomeans: dict[str, stats.GeoMean]
     drifts: dict[tuple[str, str], stats.Drift]
@@ -124,7 +125,7 @@ def analyse(data: dict) -> Analysis:
         for b in builds:
             drifts[(b, config)] = stats.drift(res.round_series(per_cell, b), threshold=THRESHOLD)
     families = sorted({r.cell.family for rs in rows.values() for r in rs if any(r.mid.values())})
-    return Analysis(builds, ab, rows, geomeans, drifts, families)
+    return Analysis(builds, ab, table, rows, geomeans, drifts, families)
 
 
 def _us(seconds: float | None) -> str:
@@ -471,7 +472,7 @@ def render(data: dict, analysis: Analysis | None = None) -> str:
 def _correctness(data: dict, analysis: Analysis) -> list[str]:
     """One row per (config, cell): each build's relative error against float64, and the bound."""
     builds = analysis.builds
-    table = res.cell_table(data)
+    table = analysis.table
     lines, failed, count = [], 0, 0
     for config in data["run"]["configs"]:
         for key, per_build in table.get(config, {}).items():
