@@ -8,6 +8,9 @@ Arguments after ``--`` are passed through, e.g.::
 
 from __future__ import annotations
 
+import importlib.util
+import sys
+
 import nox
 
 nox.options.default_venv_backend = "venv"
@@ -29,6 +32,25 @@ def tests(session: nox.Session) -> None:
     """The toolkit's own tests (pytest)."""
     session.install("-e", ".[test]", TEST_TORCH)
     session.run("python", "-m", "pytest", *(session.posargs or ["-q"]))
+
+
+@nox.session
+def doctor(session: nox.Session) -> None:
+    """Two-minute self-test before any build: device health, every op under every env config, timer, toolchain.
+
+    Tests the torch of the interpreter nox runs under when it has one; otherwise installs torch
+    (PyPI's, which on macOS is the MPS build; elsewhere the small CPU wheel the tests use).
+    Pass ``-- --build X`` to test another torch.
+    """
+    session.install("-e", ".")
+    build = []
+    if "--build" not in session.posargs:
+        if importlib.util.find_spec("torch") is not None:
+            build = ["--build", f"python:{sys.executable}"]
+        else:
+            session.install("torch" if sys.platform == "darwin" else TEST_TORCH)
+            build = ["--build", f"python:{session.bin}/python"]
+    session.run("python", "-m", "harness", "doctor", *build, *session.posargs)
 
 
 @nox.session

@@ -24,6 +24,7 @@ from harness.errors import HarnessError, UsageError
 
 #: command -> (module, one-line help). Keep sorted by pipeline order.
 COMMANDS: dict[str, tuple[str, str]] = {
+    "doctor": ("harness.doctor", "two-minute self-test: device, every op under every env config, timer, toolchain"),
     "checkout": ("harness.upstream", "clone/import the upstream; create stock and patched worktrees at a base ref"),
     "check": ("harness.series", "does the patch series apply at the base? (worktrees untouched)"),
     "apply": ("harness.series", "git am --3way the patch series into the patched worktree"),

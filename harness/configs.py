@@ -42,30 +42,46 @@ class EnvConfig:
         name: profile name, e.g. ``fast_math+prefer_metal``.
         env: variable -> raw string value, exactly as set in the worker.
         about: one line on what the config is for.
-        reduced_fp32: the config lets float32 GEMM run with a 10-bit mantissa (TF32 on cuda,
-            fast math on MPS), which loosens the float32 accuracy bound (harness.checks.accuracy).
+        reduced_fp32: the config lets float32 GEMM run with a 10-bit mantissa (TF32 on cuda),
+            which loosens the float32 accuracy bound (harness.checks.accuracy).
+        routes: op -> kernel path the config may send it to, where that path changes the accuracy
+            bound (:data:`harness.checks.accuracy.PATHS`); ops not listed take the default path.
+            When stock and patched builds route an op differently under one config, the entry
+            names the looser path, so one bound holds for both builds.
     """
 
     name: str
     env: Mapping[str, str] = field(default_factory=dict)
     about: str = ""
     reduced_fp32: bool = False
+    routes: Mapping[str, str] = field(default_factory=dict)
 
     def to_json(self) -> dict:
-        return {"name": self.name, "env": dict(self.env), "about": self.about, "reduced_fp32": self.reduced_fp32}
+        return {"name": self.name, "env": dict(self.env), "about": self.about, "reduced_fp32": self.reduced_fp32,
+                "routes": dict(self.routes)}
 
 
 _FAST = {"PYTORCH_MPS_FAST_MATH": "1"}
 _METAL = {"PYTORCH_MPS_PREFER_METAL": "1"}
 _GEMM = {"PYTORCH_MPS_GEMM_PREFER_FAST_MATH": "1"}
+#: GEMMs PYTORCH_MPS_PREFER_METAL sends to PyTorch's own Metal kernels: mm on v2.6.0, mm and addmm
+#: on main (docs/mps-gemm-prefer-fast-math.md, routing tables). Under ``all`` stock still does
+#: (it lacks the series' variable) while patched takes MPSGraph: the looser path is named.
+_METAL_ROUTES = {"mm": "metal", "addmm": "metal"}
 
 PROFILES: dict[str, tuple[EnvConfig, ...]] = {
     "mps": (
         EnvConfig("vanilla", {}, "MPSGraph everywhere, full-precision math"),
-        EnvConfig("fast_math", {**_FAST}, "MPSGraph with fast math", reduced_fp32=True),
-        EnvConfig("prefer_metal", {**_METAL}, "GEMM that use_metal_mm routes goes to PyTorch's Metal kernels"),
-        EnvConfig("fast_math+prefer_metal", {**_FAST, **_METAL}, "both: GEMM on Metal under fast math, the seed's slow GEMM case", True),
-        EnvConfig("all", {**_FAST, **_METAL, **_GEMM}, "the patch's case: GEMM back on MPSGraph, every other PREFER_METAL effect kept", True),
+        # PYTORCH_MPS_FAST_MATH is read only when Metal shaders are compiled at run time
+        # (MetalShaderLibrary::compileLibrary, aten/src/ATen/native/mps/OperationUtils.mm, v2.6.0
+        # lines 820-838), never by MPSGraph: it does not loosen any bound here.
+        EnvConfig("fast_math", {**_FAST}, "MPSGraph; fast math reaches only run-time-compiled Metal shaders"),
+        EnvConfig("prefer_metal", {**_METAL}, "GEMM that use_metal_mm routes goes to PyTorch's Metal kernels",
+                  routes=_METAL_ROUTES),
+        EnvConfig("fast_math+prefer_metal", {**_FAST, **_METAL}, "both: GEMM on Metal under fast math, the seed's slow GEMM case",
+                  routes=_METAL_ROUTES),
+        EnvConfig("all", {**_FAST, **_METAL, **_GEMM}, "the patch's case: GEMM back on MPSGraph, every other PREFER_METAL effect kept",
+                  routes=_METAL_ROUTES),
     ),
     "cuda": (
         EnvConfig("default", {}, "cuBLAS heuristics, TF32 off for fp32 GEMM (torch default)"),

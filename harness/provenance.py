@@ -21,6 +21,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from harness.bench.devices import mps_gpu_name
+
 PROBE_DTYPES = ("float16", "bfloat16", "float32", "float64", "float8_e4m3fn", "float8_e5m2")
 
 
@@ -72,15 +74,14 @@ def strings_in_libraries(libraries: list[Path], names: list[str]) -> dict[str, l
 def dtype_support(torch, device: str) -> dict[str, dict[str, str | None]]:
     """dtype -> op -> None when that op runs on ``device`` at a tiny size (16-element dims, the
     real workload code of :mod:`harness.bench.workloads`), else the reason it does not."""
-    from harness.bench.workloads import OPS, Cell, make_inputs, op_callable
+    from harness.bench.workloads import OPS, make_inputs, op_callable, probe_cell
 
-    tiny = {"bmm": (2, 16, 16, 16), "sdpa": (1, 2, 16, 16), "sdpa_causal": (1, 2, 16, 16)}
     out: dict[str, dict[str, str | None]] = {}
     for name in PROBE_DTYPES:
         out[name] = {}
         for op in OPS:
             try:
-                cell = Cell(op, tiny.get(op, (16, 16, 16)), name)
+                cell = probe_cell(op, name)
                 op_callable(cell, make_inputs(cell, device))().float().sum().item()
                 out[name][op] = None
             except Exception as exc:  # the device's own words are the reason
@@ -128,7 +129,9 @@ def probe(device: str, variables: list[str]) -> dict:
         "mps_built": mps_built,
         "mps_available": mps_available,
         "cuda_available": cuda_available,
-        "gpu_name": torch.cuda.get_device_name(0) if cuda_available else (_cpu_name() if mps_available else None),
+        # the GPU, not the CPU's brand string: on MPS torch.backends.mps.get_name()/get_core_count()
+        # (torch 2.13+; None before), see harness.bench.devices
+        "gpu_name": torch.cuda.get_device_name(0) if cuda_available else (mps_gpu_name(torch) if mps_available else None),
         "cpu_name": _cpu_name(),
         "os": _os_name(),
         "python": platform.python_version(),
@@ -143,7 +146,8 @@ def probe(device: str, variables: list[str]) -> dict:
         why = {"cuda": "torch.cuda.is_available() is False",
                "mps": "MPS is not built into this torch (MPS needs a macOS build of torch on an Apple-silicon Mac)"
                if not mps_built else
-               "MPS is built but torch.backends.mps.is_available() is False (macOS < 12.3, no Metal device, or a VM)"}
+               "MPS is built but torch.backends.mps.is_available() is False (MPS needs macOS 13.0 or newer on "
+               "Apple silicon, not a VM: aten/src/ATen/mps/EmptyTensor.cpp)"}
         info["device_error"] = why[device]
     else:
         info["device_error"] = health(torch, device)

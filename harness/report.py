@@ -57,10 +57,22 @@ def write(directory: Path, data: dict) -> list[Path]:
                   for config, rows in analysis.rows.items() for r in rows if r.cell.family == family
                   for b in analysis.builds if r.mid.get(b) and r.spread.get(b)]
         written.append(plots.latency_png(directory / latency_png_name(family), points, family,
-                                         "host clock" if data["run"]["device"] == "cpu" else "device events"))
+                                         clock_label(data)))
     path = directory / "report.md"
     atomic_write_text(path, render(data, analysis))
     return [path, *written]
+
+
+#: Measurement.method -> the words under a latency plot (older runs timed GPUs with device events)
+CLOCKS = {"perf_counter": "host clock", "synchronize+perf_counter": "synchronize + host clock",
+          "cuda-events": "device events", "mps-events": "device events"}
+
+
+def clock_label(data: dict) -> str:
+    """What the run's timer measured, from the method its measurements recorded."""
+    methods = {rec["measurement"].get("method") for p in data["processes"] for rec in p["cells"].values()
+               if rec.get("measurement")}
+    return " / ".join(sorted(CLOCKS.get(m, str(m)) for m in methods)) or "host clock"
 
 
 SPEEDUP_PNG = "speedup.png"

@@ -65,6 +65,9 @@ def _common_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quick", action="store_true", help="reduced cell set and shorter timing (minutes on a 2-core CPU)")
     parser.add_argument("--rounds", type=int, help="fresh processes per (build, config) (default 6, --quick 4; >= 4 for a verdict)")
     parser.add_argument("--timeout", type=float, help="seconds one worker process may take (default 900, --quick 300)")
+    parser.add_argument("--stall-timeout", type=float,
+                        help=f"seconds a worker may go without finishing a cell before it is stopped and the cell it "
+                             f"stalled in is named (default {STALL_TIMEOUT['full']:g}, --quick {STALL_TIMEOUT['quick']:g})")
     parser.add_argument("--seed", type=int, default=0, help="seed of the inputs and of the per-round order")
     parser.add_argument("--keep-env", default="", metavar="NAMES",
                         help="comma-separated PYTORCH_MPS_/TORCH_/ATEN_ variables to pass through to workers "
@@ -203,19 +206,74 @@ def _status_path(raw: Path, name: str) -> Path:
 def read_worker_records(path: Path) -> tuple[dict, dict, bool]:
     """Parse a worker's jsonl: (start record, {cell key: record}, saw the end record)."""
     start, cells, ended = {}, {}, False
+    for rec in read_jsonl(path):
+        if rec.get("type") == "start":
+            start = rec
+        elif rec.get("type") == "cell":
+            cells[rec["key"]] = {k: v for k, v in rec.items() if k not in ("type", "key")}
+        elif rec.get("type") == "end":
+            ended = True
+    return start, cells, ended
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    """The JSON objects of a worker's jsonl, in order (torn or non-object lines left out)."""
+    out = []
     if path.is_file():
         for line in path.read_text().splitlines():
             try:
                 rec = json.loads(line)
             except ValueError:
                 continue  # a line torn by a crash
-            if rec.get("type") == "start":
-                start = rec
-            elif rec.get("type") == "cell":
-                cells[rec["key"]] = {k: v for k, v in rec.items() if k not in ("type", "key")}
-            elif rec.get("type") == "end":
-                ended = True
-    return start, cells, ended
+            if isinstance(rec, dict):
+                out.append(rec)
+    return out
+
+
+def last_step(path: Path) -> tuple[str, str] | None:
+    """(cell key, step) of the last ``step`` record of a worker's jsonl whose cell has not finished."""
+    finished, last = set(), None
+    for rec in read_jsonl(path):
+        if rec.get("type") == "cell":
+            finished.add(rec.get("key"))
+        elif rec.get("type") == "step":
+            last = (str(rec.get("key")), str(rec.get("step")))
+    return last if last and last[0] not in finished else None
+
+
+#: seconds a worker may go without finishing a cell before it is stopped (--stall-timeout)
+STALL_TIMEOUT = {"full": 180.0, "quick": 60.0}
+
+
+def _wait(proc: subprocess.Popen, out_path: Path, timeout: float, stall: float) -> str:
+    """Wait for a worker; stop it (SIGKILL) after ``timeout`` seconds in all, or after ``stall``
+    seconds in which its jsonl gained no ``cell`` record (counted from its ``start`` record, so
+    importing torch is not a stall). Returns the reason it was stopped, or ""."""
+    started = time.monotonic()
+    progress_at, cells_seen, size = started, 0, -1
+    while True:
+        try:
+            proc.wait(timeout=0.2)
+            return ""
+        except subprocess.TimeoutExpired:
+            pass
+        now = time.monotonic()
+        grown = out_path.stat().st_size if out_path.is_file() else 0
+        if grown != size:  # parse only when the worker wrote something
+            size = grown
+            seen = sum(1 for r in read_jsonl(out_path) if r.get("type") in ("start", "cell"))
+            if seen != cells_seen:
+                progress_at, cells_seen = now, seen
+        why = ""
+        if now - started >= timeout:
+            why = f"worker timed out after {timeout:g} s"
+        elif cells_seen and now - progress_at >= stall:  # from the start record on
+            why = f"worker made no progress for {stall:g} s"
+        if why:
+            proc.kill()
+            proc.wait()
+            where = last_step(out_path)
+            return why + (f" (stalled in cell {where[0]}, step {where[1]})" if where else "")
 
 
 def _describe_exit(returncode: int) -> str:
@@ -228,10 +286,11 @@ def _describe_exit(returncode: int) -> str:
 
 
 def run_worker(python: Path, spec: dict, config: cfg.EnvConfig, raw: Path, name: str, timeout: float,
-               keep: tuple[str, ...] = (), extra: dict[str, str] | None = None) -> dict:
+               keep: tuple[str, ...] = (), extra: dict[str, str] | None = None, stall: float | None = None) -> dict:
     """Run one worker process to completion; return its process record (cells included).
     ``keep``: inherited variables passed through despite their prefix (see --keep-env);
-    ``extra``: variables set on top of the config's (see --env; the worker records them)."""
+    ``extra``: variables set on top of the config's (see --env; the worker records them);
+    ``stall``: seconds without a finished cell after which the worker is stopped (default: ``timeout``)."""
     spec_path, out_path = raw / f"{name}.spec.json", raw / f"{name}.jsonl"
     out_path.unlink(missing_ok=True)  # an interrupted earlier attempt is redone whole
     atomic_write_json(spec_path, spec)
@@ -240,15 +299,21 @@ def run_worker(python: Path, spec: dict, config: cfg.EnvConfig, raw: Path, name:
     env["PYTHONPATH"] = SOURCE_ROOT
     started = time.time()
     reason, returncode = "", None
-    try:
-        proc = subprocess.run([str(python), "-m", "harness.bench.worker", str(spec_path), str(out_path)],
-                              env=env, capture_output=True, text=True, timeout=timeout)
+    err_path = raw / f"{name}.stderr"
+    with open(err_path, "w") as err:
+        proc = subprocess.Popen([str(python), "-m", "harness.bench.worker", str(spec_path), str(out_path)],
+                                env=env, stdout=subprocess.DEVNULL, stderr=err, text=True)
+        try:
+            reason = _wait(proc, out_path, timeout, stall or timeout)
+        except BaseException:  # Ctrl-C: the worker goes with the driver
+            proc.kill()
+            proc.wait()
+            raise
+    if not reason:
         returncode = proc.returncode
         if returncode != 0:
-            tail = (proc.stderr.strip().splitlines() or [""])[-1][:300]
+            tail = (err_path.read_text(errors="replace").strip().splitlines() or [""])[-1][:300]
             reason = _describe_exit(returncode) + (f": {tail}" if tail else "")
-    except subprocess.TimeoutExpired:
-        reason = f"worker timed out after {timeout:g} s"
     start, cells, ended = read_worker_records(out_path)
     for key in spec["cells"]:
         if key not in cells:
@@ -282,8 +347,8 @@ def run_consistency(build_info: dict, device: str, configs: dict[str, cfg.EnvCon
             continue
         env = cfg.worker_environment(cfg.EnvConfig("consistency"))
         env["PYTHONPATH"] = SOURCE_ROOT
-        reduced = ["1" if configs[c].reduced_fp32 else "0" for c in pair]
-        proc = subprocess.run([info["interpreter"], "-m", "harness.checks.consistency", *map(str, files), *reduced],
+        described = [json.dumps(configs[c].to_json()) for c in pair]
+        proc = subprocess.run([info["interpreter"], "-m", "harness.checks.consistency", *map(str, files), *described],
                               capture_output=True, text=True, env=env)
         if proc.returncode != 0:
             tail = (proc.stderr.strip().splitlines() or ["no output"])[-1][:300]
@@ -465,6 +530,9 @@ def execute(args: argparse.Namespace, inputs: dict[str, str]) -> int:
     timeout = args.timeout if args.timeout is not None else (300.0 if args.quick else 900.0)
     if timeout <= 0:
         raise UsageError(f"--timeout must be > 0 seconds, got {timeout:g}", "e.g. --timeout 300")
+    stall = args.stall_timeout if args.stall_timeout is not None else STALL_TIMEOUT["quick" if args.quick else "full"]
+    if stall <= 0:
+        raise UsageError(f"--stall-timeout must be > 0 seconds, got {stall:g}", "e.g. --stall-timeout 120")
     target = getattr(args, "target_ci", None)
     if target is not None and not 0 < target < 1:
         raise UsageError(f"--target-ci must be a fraction between 0 and 1, got {target:g}", "e.g. --target-ci 0.01 for ±1 %")
@@ -522,7 +590,7 @@ def execute(args: argparse.Namespace, inputs: dict[str, str]) -> int:
             "run": {"command": ["python", "-m", "harness", *sys.argv[1:]] if sys.argv[0].endswith(("harness", "__main__.py")) else sys.argv,
                     "kind": "compare" if "stock" in builds else "bench",
                     "builds": list(builds), "device": args.device, "quick": args.quick, "rounds": rounds, "seed": args.seed,
-                    "timeout_s": timeout, "timing": timing, "threads": threads, "keep_env": list(keep),
+                    "timeout_s": timeout, "stall_timeout_s": stall, "timing": timing, "threads": threads, "keep_env": list(keep),
                     "extra_env": extra_env, "configs": [c.name for c in configs],
                     "cells": [c.key for c in cells], "order": order, "started": _now(), "finished": None},
             "builds": build_info,
@@ -553,11 +621,12 @@ def execute(args: argparse.Namespace, inputs: dict[str, str]) -> int:
                 save = rnd == 0 and config in PAIRS[args.device]
                 spec = {"device": args.device, "cells": keys, "check": rnd == 0,
                         "save_outputs": str(raw / f"{name}.outputs.pt") if save else None,
-                        "reduced_fp32": by_config[config].reduced_fp32, "seed": args.seed, "timing": timing,
+                        "reduced_fp32": by_config[config].reduced_fp32, "routes": dict(by_config[config].routes),
+                        "seed": args.seed, "timing": timing,
                         "threads": threads, "dtype_support": build_info[build]["provenance"]["dtype_support"],
                         "record_env": sorted(extra_env)}
                 record = run_worker(Path(build_info[build]["interpreter"]), spec, by_config[config], raw, name,
-                                    timeout, keep, extra_env)
+                                    timeout, keep, extra_env, stall)
                 verb = "ran"
             record.update({"name": name, "round": rnd, "build": build, "config": config,
                            "slot": len(data["processes"])})

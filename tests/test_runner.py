@@ -158,7 +158,7 @@ def test_consistency_flags_outputs_that_differ(tmp_path):
 
     a = {"mm/8x8x8/float32": torch.ones(8, 8), "mm/4x4x4/float16": torch.ones(4, 4)}
     b = {"mm/8x8x8/float32": torch.ones(8, 8) * 1.001, "mm/4x4x4/float16": torch.ones(4, 4)}
-    result = compare_outputs(a, b, False, False)
+    result = compare_outputs(a, b, {}, {})
     assert not result["mm/8x8x8/float32"]["passed"]
     assert abs(result["mm/8x8x8/float32"]["rel_diff"] - 0.001 / 1.001) < 1e-7  # 1.001 rounded to float32
     assert result["mm/4x4x4/float16"] == {"rel_diff": 0.0, "bound": result["mm/4x4x4/float16"]["bound"], "passed": True}

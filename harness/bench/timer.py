@@ -1,21 +1,36 @@
 """Device-synchronised timing of a callable, in blocks sized so timer overhead is negligible.
 
-What is measured, per device:
+One method on every device, as ``torch.utils.benchmark`` times accelerators: synchronize the
+device, read the host clock (``time.perf_counter_ns``), enqueue a block of ``number`` back-to-back
+calls, synchronize, read the clock again. On the CPU the synchronize is a no-op. The block time is
+what a caller waiting for the results sees: device time plus one synchronize (6-12 µs on an H200,
+docs/timing.md). Blocks are sized to at least 10 ms on GPUs, so the synchronize is < 0.1 % of a
+block; on an H200 this timer agrees with CUDA events within -0.8 % to +1.5 % and with CUDA-graph
+replay as stated in docs/timing.md (benchmarks/cuda_timing.py measures both).
 
-- ``cuda``: CUDA events recorded on the current stream before and after a block of ``number``
-  back-to-back calls; ``elapsed_time`` is **device time** (ms → s). No sync inside the block.
-- ``mps``: ``torch.mps.Event(enable_timing=True)`` pairs, likewise device time.
-- ``cpu``: ``time.perf_counter_ns`` around the block (host time == execution time on the CPU).
+Why not device events: on MPS, ``torch.mps.Event(enable_timing=True)`` cannot time a block.
+``aten/src/ATen/mps/MPSEvent.mm`` (stored commit ``0aafd810``; the same in 2.6 through 2.13):
+``record()`` and ``synchronize()`` each register a completion callback that sets one shared flag,
+``synchronize()`` consumes it, and ``MPSEventPool::elapsedTime`` then waits on the flag with
+nothing left to set it: the process hangs (pytorch issue 162872). Its timestamps are host times
+taken in those callbacks, not device time, and ``elapsedTime`` raises when the two read reversed.
+The host clock around synchronizes measures the same thing without either failure.
 
-For every block the host time spent enqueuing the ``number`` calls is recorded too. When the
-host needs about as long to enqueue a call as the device needs to run it, the device was
-waiting for the host: the cell is **launch-bound** and its time is host-visible latency, not
-kernel time (device_notes: up to 10x between methods on such cells). We say which.
+Bounded enqueue: warm-up runs one call at a time, each followed by a synchronize, for at most
+``warmup_calls`` calls or ``warmup_s`` seconds; a timed block enqueues at most
+:data:`MAX_BLOCK_CALLS` calls. On MPS this matters: the Metal GEMM path that
+``PYTORCH_MPS_PREFER_METAL`` selects (``do_metal_mm`` in
+``aten/src/ATen/native/mps/operations/LinearAlgebra.mm``) does not commit its command buffer, so
+calls enqueued against a host deadline pile up and the next synchronize waits for all of them.
+
+For every block the host time spent enqueuing the calls is recorded too. When the host needs
+about as long to enqueue a call as the block takes per call, the device was waiting for the host:
+the cell is **launch-bound** and its time is host-visible latency, not kernel time.
 
 Block sizing follows ``torch.utils.benchmark.Timer.blocked_autorange``: measure the timer's own
-overhead (an empty block), then double ``number`` until one block lasts at least
-``max(min_block_s, overhead / max_overhead_fraction)``, so overhead stays under 1% of a block.
-Each sample is ``block_time / number`` seconds per call; all samples are kept.
+overhead (an empty block: two synchronizes and two clock reads), then grow ``number`` until one
+block lasts at least ``max(min_block_s, overhead / max_overhead_fraction)`` or reaches
+:data:`MAX_BLOCK_CALLS`. Each sample is ``block_time / number`` seconds per call; all are kept.
 """
 
 from __future__ import annotations
@@ -25,8 +40,13 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Callable
 
-#: host-enqueue / device time per call above which a cell is labelled launch-bound
+#: host-enqueue / block time per call above which a cell is labelled launch-bound
 LAUNCH_BOUND_RATIO = 0.5
+#: most calls one timed block enqueues before it synchronizes (bounded queue on every device;
+#: with a 6-12 µs synchronize and calls >= 5 µs, a full block keeps the overhead < 0.25 %)
+MAX_BLOCK_CALLS = 1024
+#: most warm-up calls (each synchronized) before sizing starts
+WARMUP_CALLS = 50
 
 
 @dataclass
@@ -38,7 +58,7 @@ class Measurement:
         enqueue: host seconds per call spent enqueuing, one value per block (== samples on cpu).
         number: calls per block.
         overhead_s: the timer's own cost for one empty block, seconds.
-        method: ``cuda-events`` | ``mps-events`` | ``perf_counter``.
+        method: the clock: ``perf_counter`` (cpu) or ``synchronize+perf_counter`` (cuda, mps).
     """
 
     samples: list[float] = field(default_factory=list)
@@ -53,7 +73,7 @@ class Measurement:
 
     @property
     def launch_bound(self) -> bool:
-        """True when the host enqueue time per call is >= LAUNCH_BOUND_RATIO x the device time."""
+        """True when the host enqueue time per call is >= LAUNCH_BOUND_RATIO x the block time per call."""
         if self.method == "perf_counter" or not self.samples:
             return False
         return statistics.median(self.enqueue) >= LAUNCH_BOUND_RATIO * self.median
@@ -66,56 +86,63 @@ class Measurement:
 
 
 class BlockTimer:
-    """Times blocks of calls on one device. ``time_block(fn, number)`` -> (seconds, enqueue seconds)."""
+    """Times blocks of calls on one device (a :class:`harness.bench.devices.DeviceProfile`).
 
-    def __init__(self, device: str) -> None:
-        import torch
+    ``time_block(fn, number)`` -> (block seconds, host enqueue seconds).
+    """
 
-        self.device = device
-        self._torch = torch
-        if device == "cuda":
-            self.method = "cuda-events"
-            self._event = lambda: torch.cuda.Event(enable_timing=True)
-            self.sync = torch.cuda.synchronize
-        elif device == "mps":
-            self.method = "mps-events"
-            self._event = lambda: torch.mps.event.Event(enable_timing=True)
-            self.sync = torch.mps.synchronize
-        elif device == "cpu":
-            self.method = "perf_counter"
-            self._event = None
-            self.sync = lambda: None
-        else:
-            raise ValueError(f"unknown device {device!r}")
+    def __init__(self, device) -> None:
+        self.sync = device.sync
+        self.method = device.clock
 
     def time_block(self, fn: Callable[[], object], number: int) -> tuple[float, float]:
-        """Run ``fn`` ``number`` times; return (block seconds, host enqueue seconds)."""
-        if self._event is None:
-            t0 = time.perf_counter_ns()
-            for _ in range(number):
-                fn()
-            dt = (time.perf_counter_ns() - t0) * 1e-9
-            return dt, dt
-        start, end = self._event(), self._event()
+        """Synchronize, run ``fn`` ``number`` times, synchronize; return (block s, enqueue s)."""
         self.sync()
         t0 = time.perf_counter_ns()
-        start.record()
         for _ in range(number):
             fn()
-        end.record()
-        enqueue = (time.perf_counter_ns() - t0) * 1e-9
-        end.synchronize()
-        return start.elapsed_time(end) * 1e-3, enqueue
+        t1 = time.perf_counter_ns()
+        self.sync()
+        t2 = time.perf_counter_ns()
+        return (t2 - t0) * 1e-9, (t1 - t0) * 1e-9
 
     def overhead(self, repeats: int = 20) -> float:
-        """Median seconds of an empty block: the cost the timer adds to every block."""
+        """Median seconds of an empty block (synchronize + clock reads): the cost added to every block."""
         return statistics.median(self.time_block(lambda: None, 0)[0] for _ in range(repeats))
+
+    def sanity(self, fn: Callable[[], object], number: int) -> dict:
+        """Does a timed block agree with a host clock read around it (and a synchronize after it)?
+
+        Returns ``{"block_s", "outer_s", "overhead_s", "passed"}`` (seconds): passed when
+        ``0 <= outer - block <= 2 * overhead + 1 ms``, i.e. the device was idle when the block's
+        clock stopped, so the block time is the time of its calls.
+        """
+        overhead = self.overhead(5)
+        t0 = time.perf_counter_ns()
+        block, _ = self.time_block(fn, number)
+        self.sync()
+        outer = (time.perf_counter_ns() - t0) * 1e-9
+        return {"block_s": block, "outer_s": outer, "overhead_s": overhead,
+                "passed": 0.0 <= outer - block <= 2 * overhead + 1e-3}
+
+    def warmup(self, fn: Callable[[], object], warmup_s: float, max_calls: int = WARMUP_CALLS) -> int:
+        """Untimed calls, each synchronized, until ``warmup_s`` seconds or ``max_calls`` calls
+        (at least one). Returns the number of calls made."""
+        deadline = time.perf_counter() + warmup_s
+        calls = 0
+        while True:
+            fn()
+            self.sync()
+            calls += 1
+            if calls >= max_calls or time.perf_counter() >= deadline:
+                return calls
 
     def measure(
         self,
         fn: Callable[[], object],
         *,
         warmup_s: float = 0.05,
+        warmup_calls: int = WARMUP_CALLS,
         measure_s: float = 0.5,
         min_block_s: float = 1e-3,
         max_overhead_fraction: float = 0.01,
@@ -126,26 +153,23 @@ class BlockTimer:
 
         Args:
             fn: the call to time (its result is discarded).
-            warmup_s: seconds of untimed calls first (kernel selection, caches, clocks).
+            warmup_s: at most this many seconds of untimed, synchronized calls first.
+            warmup_calls: at most this many warm-up calls.
             measure_s: seconds of timed blocks to collect (at least ``min_samples`` blocks).
-            min_block_s: a block lasts at least this long (seconds).
+            min_block_s: a block lasts at least this long (seconds), unless it reaches
+                :data:`MAX_BLOCK_CALLS` calls first.
             max_overhead_fraction: timer overhead must stay below this share of a block.
         """
-        deadline = time.perf_counter() + warmup_s
-        fn()
-        self.sync()
-        while time.perf_counter() < deadline:
-            fn()
-        self.sync()
+        self.warmup(fn, warmup_s, warmup_calls)
         overhead = self.overhead()
         target = max(min_block_s, overhead / max_overhead_fraction)
         number = 1
         while True:
             block, _ = self.time_block(fn, number)
-            if block >= target or number >= 1 << 20:
+            if block >= target or number >= MAX_BLOCK_CALLS:
                 break
             # grow towards the target, at least doubling, as blocked_autorange does
-            number = max(number * 2, int(number * target / max(block, 1e-9) * 1.1))
+            number = min(MAX_BLOCK_CALLS, max(number * 2, int(number * target / max(block, 1e-9) * 1.1)))
         m = Measurement(number=number, overhead_s=overhead, method=self.method)
         stop = time.perf_counter() + measure_s
         while len(m.samples) < max_samples and (len(m.samples) < min_samples or time.perf_counter() < stop):

@@ -5,17 +5,26 @@
 SPEC (written by :mod:`harness.runner`)::
 
     {"device": "cpu", "cells": ["mm/512x512x512/float32", ...], "check": true,
-     "reduced_fp32": false, "seed": 0, "threads": 1, "save_outputs": null,
+     "reduced_fp32": false, "routes": {"mm": "metal"}, "seed": 0, "threads": 1, "save_outputs": null,
      "dtype_support": {"float16": {"mm": null, ...}, ...},   # optional, from harness.provenance
      "record_env": ["OMP_NUM_THREADS"],                      # optional: --env names to record
+     "emulate": null,                                        # or {"macos": [13, 5]}: harness.bench.conformance
+     "timer_sanity": false,                                  # doctor: a timer_sanity record at the end
      "timing": {"warmup_s": 0.05, "measure_s": 0.5, "min_block_s": 0.001}}
 
-OUT gets one JSON object per line, flushed and fsynced as each finishes, so a crash keeps every
+OUT gets one JSON object per line, flushed and fsynced as each is written, so a crash keeps every
 finished cell: a ``start`` record (pid, torch version, the raw torch-steering variables this
-process saw, plus the ``record_env`` ones), one ``cell`` record per cell (``status`` ``ok`` | ``skipped`` | ``failed``, ``reason``,
-``measurement`` = :class:`harness.bench.timer.Measurement`, ``check`` =
-:class:`harness.checks.accuracy.CheckResult`), and an ``end`` record. With ``save_outputs`` (a
-path), the checked GEMM outputs are saved there for :mod:`harness.checks.consistency`.
+process saw, plus the ``record_env`` ones), before each stage of a cell a ``step`` record
+(``key``, ``step``: ``inputs`` | ``check`` | ``measure``) so that a driver that stops a stalled
+worker can name the cell and the step it stalled in, one ``cell`` record per cell (``status``
+``ok`` | ``skipped`` | ``failed``, ``reason``, ``measurement`` =
+:class:`harness.bench.timer.Measurement`, ``check`` = :class:`harness.checks.accuracy.CheckResult`),
+and an ``end`` record. With ``save_outputs`` (a path), every GEMM output is saved there for
+:mod:`harness.checks.consistency`, whether or not the cell is checked.
+
+The same code runs on every device; what differs is :mod:`harness.bench.devices`. With
+``emulate``, the MPS profile runs on CPU tensors under upstream's MPS rules
+(:mod:`harness.bench.conformance`), for CI.
 """
 
 from __future__ import annotations
@@ -25,7 +34,9 @@ import math
 import os
 import sys
 import time
+from contextlib import ExitStack
 
+from harness.bench import devices
 from harness.bench.timer import BlockTimer
 from harness.bench.workloads import Cell, make_inputs, op_callable, reference
 from harness.checks.accuracy import check
@@ -39,40 +50,38 @@ def _emit(fh, record: dict) -> None:
     os.fsync(fh.fileno())
 
 
-def free_device_bytes(torch, device: str) -> int | None:
-    """Bytes the device can still allocate (None when unknown)."""
-    try:
-        if device == "cuda":
-            return int(torch.cuda.mem_get_info()[0])
-        if device == "mps":
-            return int(torch.mps.recommended_max_memory() - torch.mps.driver_allocated_memory())
-        return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
-    except (AttributeError, ValueError, OSError, RuntimeError):
-        return None
-
-
-def run_cell(torch, timer: BlockTimer, cell: Cell, spec: dict, unsupported: dict, outputs: dict | None = None) -> dict:
+def run_cell(torch, timer: BlockTimer, device: devices.DeviceProfile, cell: Cell, spec: dict, unsupported: dict,
+             outputs: dict | None = None, step=lambda key, name: None) -> dict:
     """Measure (and optionally check) one cell; never raises for the cell's own failures.
-    With ``outputs`` (a dict), a checked GEMM cell's output is kept there on the CPU, by key."""
+
+    With ``outputs`` (a dict), the cell's output, when it is a GEMM, is kept there on the CPU by
+    key. ``step(key, name)`` is called before each stage (``inputs``, ``check``, ``measure``).
+    """
     record = {"type": "cell", "key": cell.key, "status": "ok", "reason": ""}
     why = unsupported_reason(unsupported, cell.dtype, cell.op)
     if why:
         return {**record, "status": "skipped", "reason": f"{cell.op} in {cell.dtype} unsupported on {spec['device']}: {why}"}
-    free = free_device_bytes(torch, spec["device"])
+    free = device.free_bytes()
     need = cell.peak_bytes() + (cell.peak_bytes() * 2 if spec.get("check") else 0)
     if free is not None and need > 0.8 * free:
         return {**record, "status": "skipped",
                 "reason": f"needs about {need / 2**30:.2f} GiB, {free / 2**30:.2f} GiB free on {spec['device']}"}
     try:
-        inputs = make_inputs(cell, spec["device"], seed=spec.get("seed", 0))
+        step(cell.key, "inputs")
+        inputs = make_inputs(cell, device.torch_device, seed=spec.get("seed", 0))
         fn = op_callable(cell, inputs)
-        if spec.get("check"):
+        keep = outputs is not None and cell.family == "gemm"
+        if spec.get("check") or keep:
+            step(cell.key, "check")
             out = fn()
-            result = check(cell, out, reference(cell, inputs), spec.get("reduced_fp32", False))
-            record["check"] = result.to_json()
-            if outputs is not None and cell.family == "gemm":
+            if keep:
                 outputs[cell.key] = out.detach().cpu()
+            if spec.get("check"):
+                path = spec.get("routes", {}).get(cell.op, "default")
+                result = check(cell, out, reference(cell, inputs), spec.get("reduced_fp32", False), path)
+                record["check"] = result.to_json()
             del out
+        step(cell.key, "measure")
         m = timer.measure(fn, **spec.get("timing", {}))
     except Exception as exc:  # the op's own failure is the cell's result, recorded with its words
         return {**record, "status": "failed", "reason": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"}
@@ -96,15 +105,27 @@ def main(argv: list[str] | None = None) -> int:
     torch.manual_seed(spec.get("seed", 0))
     if spec.get("threads"):
         torch.set_num_threads(int(spec["threads"]))
-    with open(out_path, "a") as out:
+    with open(out_path, "a") as out, ExitStack() as stack:
         _emit(out, {"type": "start", "pid": os.getpid(), "torch_version": torch.__version__,
                     "env": snapshot(names=spec.get("record_env", ())), "threads": torch.get_num_threads(), "started": time.time()})
-        timer = BlockTimer(spec["device"])
+        if spec.get("emulate"):
+            from harness.bench.conformance import emulate
+
+            device, _ = stack.enter_context(emulate(torch, tuple(spec["emulate"].get("macos", (14, 0)))))
+        else:
+            device = devices.profile(spec["device"], torch)
+        timer = BlockTimer(device)
         # the build's provenance probe already measured it; probe only when run on its own
-        unsupported = spec.get("dtype_support") or dtype_support(torch, spec["device"])
+        unsupported = spec.get("dtype_support") or dtype_support(torch, device.torch_device)
         outputs = {} if spec.get("save_outputs") else None
         for key in spec["cells"]:
-            _emit(out, run_cell(torch, timer, Cell.from_key(key), spec, unsupported, outputs))
+            _emit(out, run_cell(torch, timer, device, Cell.from_key(key), spec, unsupported, outputs,
+                                lambda k, name: _emit(out, {"type": "step", "key": k, "step": name})))
+        if spec.get("timer_sanity") and spec["cells"]:  # doctor: one block of the first cell
+            cell = Cell.from_key(spec["cells"][0])
+            if not unsupported_reason(unsupported, cell.dtype, cell.op):
+                fn = op_callable(cell, make_inputs(cell, device.torch_device))
+                _emit(out, {"type": "timer_sanity", "key": cell.key, **timer.sanity(fn, 8)})
         if outputs is not None:  # for harness.checks.consistency; renamed into place when complete
             torch.save(outputs, spec["save_outputs"] + ".tmp")
             os.replace(spec["save_outputs"] + ".tmp", spec["save_outputs"])

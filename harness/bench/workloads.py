@@ -127,6 +127,16 @@ class Cell:
         return self.nbytes() + extra
 
 
+#: a tiny shape per op (16-element dims): the provenance dtype probe and ``doctor`` run these
+PROBE_SHAPES = {"mm": (16, 16, 16), "addmm": (16, 16, 16), "linear": (16, 16, 16), "bmm": (2, 16, 16, 16),
+                "sdpa": (1, 2, 16, 16), "sdpa_causal": (1, 2, 16, 16)}
+
+
+def probe_cell(op: str, dtype: str) -> "Cell":
+    """``op`` at its :data:`PROBE_SHAPES` shape in ``dtype``."""
+    return Cell(op, PROBE_SHAPES[op], dtype)
+
+
 def _prod(shape: tuple[int, ...]) -> int:
     out = 1
     for s in shape:
@@ -209,7 +219,7 @@ def reference(cell: Cell, inputs):
     not through the fused kernel, so the reference is independent of any backend choice."""
     import torch
 
-    x = [t.detach().to(device="cpu", dtype=torch.float64) for t in inputs]
+    x = [t.detach().cpu().to(torch.float64) for t in inputs]  # two steps: MPS has no float64
     if cell.op == "mm":
         return x[0] @ x[1]
     if cell.op == "addmm":

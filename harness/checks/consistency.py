@@ -4,12 +4,16 @@ Configs run in separate processes (torch reads its variables once per process), 
 workers of the two configs save their GEMM outputs (``torch.save`` to ``raw/<proc>.outputs.pt``),
 and this module, run afterwards in the same build's interpreter, compares them::
 
-    <build python> -m harness.checks.consistency A.outputs.pt B.outputs.pt REDUCED_A REDUCED_B
+    <build python> -m harness.checks.consistency A.outputs.pt B.outputs.pt CONFIG_A CONFIG_B
 
-It prints one JSON object: cell key -> ``{rel_diff, bound, passed}``, where
-``rel_diff = ‖out_A − out_B‖_F / ‖out_B‖_F`` and ``bound`` is the sum of the two configs' accuracy
-bounds (:func:`harness.checks.accuracy.bound`): two results that are each within their bound of
-the float64 reference are within the sum of the bounds of each other (triangle inequality).
+(``CONFIG_*``: a config's JSON, :meth:`harness.configs.EnvConfig.to_json`; its ``reduced_fp32``
+and ``routes`` set the bound). It prints one JSON object: cell key -> ``{rel_diff, bound, passed}``,
+where ``rel_diff = ‖out_A − out_B‖_F / ‖out_B‖_F`` and ``bound`` is the sum of the two configs'
+accuracy bounds (:func:`harness.checks.accuracy.bound`): two results that are each within their
+bound of the float64 reference are within the sum of the bounds of each other (triangle
+inequality). Two output files with no cell in common are an error (exit status 2, one line on
+stderr), never an empty "all agree": the workers save every GEMM output they compute, whether or
+not they check it.
 
 Pairs per device (:data:`PAIRS`): on MPS ``all`` vs ``vanilla`` (the patch's config must give
 the MPSGraph results within float tolerance); on CPU ``no_vec`` vs ``default``; on CUDA
@@ -30,14 +34,27 @@ PAIRS = {"mps": ("all", "vanilla"), "cpu": ("no_vec", "default"), "cuda": ("tf32
 MPS_PAIR = PAIRS["mps"]
 
 
-def compare_outputs(a: dict, b: dict, reduced_a: bool, reduced_b: bool) -> dict:
-    """Compare two ``{cell key: tensor}`` maps on the keys they share."""
+def config_bound(cell: Cell, config: dict) -> float:
+    """The accuracy bound of ``cell`` under a config's JSON (its ``reduced_fp32`` and ``routes``)."""
+    return bound(cell.dtype, cell.reduction, bool(config.get("reduced_fp32")),
+                 config.get("routes", {}).get(cell.op, "default"))
+
+
+def compare_outputs(a: dict, b: dict, config_a: dict, config_b: dict) -> dict:
+    """Compare two ``{cell key: tensor}`` maps on the keys they share.
+
+    Raises:
+        ValueError: the maps share no cell (nothing would be compared).
+    """
     import torch
 
+    shared = sorted(set(a) & set(b))
+    if not shared:
+        raise ValueError(f"no GEMM output in common to compare ({len(a)} and {len(b)} saved)")
     out = {}
-    for key in sorted(set(a) & set(b)):
+    for key in shared:
         cell = Cell.from_key(key)
-        limit = bound(cell.dtype, cell.reduction, reduced_a) + bound(cell.dtype, cell.reduction, reduced_b)
+        limit = config_bound(cell, config_a) + config_bound(cell, config_b)
         x, y = a[key].to(torch.float64), b[key].to(torch.float64)
         den = torch.linalg.vector_norm(y).item()
         diff = torch.linalg.vector_norm(x - y).item() / den if den else float("inf")
@@ -48,10 +65,15 @@ def compare_outputs(a: dict, b: dict, reduced_a: bool, reduced_b: bool) -> dict:
 def main(argv: list[str] | None = None) -> int:
     import torch
 
-    path_a, path_b, reduced_a, reduced_b = sys.argv[1:] if argv is None else argv
+    path_a, path_b, config_a, config_b = sys.argv[1:] if argv is None else argv
     a = torch.load(path_a, map_location="cpu", weights_only=True)
     b = torch.load(path_b, map_location="cpu", weights_only=True)
-    json.dump(compare_outputs(a, b, reduced_a == "1", reduced_b == "1"), sys.stdout)
+    try:
+        result = compare_outputs(a, b, json.loads(config_a), json.loads(config_b))
+    except ValueError as exc:
+        print(f"consistency: {exc}", file=sys.stderr)
+        return 2
+    json.dump(result, sys.stdout)
     return 0
 
 

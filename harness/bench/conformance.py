@@ -1,0 +1,205 @@
+"""MPS conformance mode: the MPS profile's real code on CPU tensors, under upstream's MPS rules.
+
+Nobody here has a Mac, so the MPS path is exercised in CI by running the real worker, timer,
+checks and consistency code with the ``mps`` :class:`~harness.bench.devices.DeviceProfile`, while
+tensors live on the CPU and a ``torch.overrides.TorchFunctionMode`` enforces what upstream PyTorch
+does on MPS. A tensor placed on ``mps`` (``device="mps"``, ``.to("mps")``) is tagged as a device
+tensor; results of calls on device tensors are device tensors; ``.cpu()`` / ``.to("cpu")`` give an
+untagged copy. Each rule cites the upstream file it emulates:
+
+1. **No float64 on the device.** Making a float64 device tensor, or casting a device tensor to
+   float64 in the same call that copies it to the CPU, raises the ``TypeError`` upstream raises:
+   ``aten/src/ATen/mps/EmptyTensor.cpp`` @ ``026a4bff`` (``MPS_ERROR_DOUBLE_NOT_SUPPORTED``), and
+   ``getMPSDataType(ScalarType::Double)`` in ``aten/src/ATen/native/mps/OperationUtils.mm``
+   (stored commit ``bff2c90b``), which the cast in ``copy_cast_mps`` reaches.
+2. **bfloat16 needs macOS 14.** A bfloat16 device tensor under an emulated macOS below 14.0
+   raises ``TypeError("MPS BFloat16 is only supported on MacOS 14 or newer")``
+   (``EmptyTensor.cpp`` @ ``026a4bff``).
+3. **No ``torch.mps.Event`` timing.** ``Event.synchronize()`` followed by ``elapsed_time()`` hangs
+   (``aten/src/ATen/mps/MPSEvent.mm`` @ ``0aafd810``, pytorch issue 162872): both raise
+   :class:`ConformanceError` here instead of hanging.
+4. **Bounded enqueue.** At most :data:`harness.bench.timer.MAX_BLOCK_CALLS` device calls between
+   two ``torch.mps.synchronize()`` calls: the Metal GEMM kernels ``PYTORCH_MPS_PREFER_METAL``
+   selects do not commit their command buffer (``do_metal_mm``,
+   ``aten/src/ATen/native/mps/operations/LinearAlgebra.mm``), so an unbounded queue makes the next
+   synchronize wait for all of it. More raises :class:`ConformanceError`.
+
+Rules 1-2 emulate upstream behaviour (the harness must cope with it: skip the dtype, convert in
+two steps); rules 3-4 are constraints on the harness's own code. ``trace`` records every
+synchronize and device call, for tests. Standard library + torch only.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Iterator
+
+from harness.bench.devices import MPS_BFLOAT16_MACOS, profile
+from harness.bench.timer import MAX_BLOCK_CALLS
+
+_TAG = "_harness_mps"
+DOUBLE_ERROR = ("Cannot convert a MPS Tensor to float64 dtype as the MPS framework doesn't support float64. "
+                "Please use float32 instead.")
+BFLOAT16_ERROR = "MPS BFloat16 is only supported on MacOS 14 or newer"
+
+
+class ConformanceError(AssertionError):
+    """The harness broke a documented MPS constraint (it would hang or fail on a real Mac)."""
+
+
+def _is_device(x) -> bool:
+    return getattr(x, _TAG, False) is True
+
+
+def _flatten(obj) -> Iterator:
+    if isinstance(obj, (list, tuple)):
+        for item in obj:
+            yield from _flatten(item)
+    elif isinstance(obj, dict):
+        for item in obj.values():
+            yield from _flatten(item)
+    else:
+        yield obj
+
+
+def _is_mps(device) -> bool:
+    return device is not None and str(device).split(":")[0] == "mps"
+
+
+class Emulation:
+    """State of one conformance run: the emulated macOS, the sync trace, the call counter."""
+
+    def __init__(self, torch, macos: tuple[int, int] = (14, 0), max_calls: int = MAX_BLOCK_CALLS) -> None:
+        self.torch = torch
+        self.macos = tuple(macos)
+        self.max_calls = max_calls
+        self.trace: list[str] = []
+        self.calls_since_sync = 0
+        self.most_calls_between_syncs = 0
+
+    def synchronize(self) -> None:
+        self.trace.append("sync")
+        self.calls_since_sync = 0
+
+    def device_call(self, name: str) -> None:
+        self.trace.append(name)
+        self.calls_since_sync += 1
+        self.most_calls_between_syncs = max(self.most_calls_between_syncs, self.calls_since_sync)
+        if self.calls_since_sync > self.max_calls:
+            raise ConformanceError(
+                f"{self.calls_since_sync} device calls enqueued without torch.mps.synchronize() (limit "
+                f"{self.max_calls}): Metal GEMM kernels do not commit (LinearAlgebra.mm do_metal_mm), the queue is unbounded")
+
+    def check_dtype(self, tensor) -> None:
+        torch = self.torch
+        if tensor.dtype == torch.float64:
+            raise TypeError(DOUBLE_ERROR)
+        if tensor.dtype == torch.bfloat16 and self.macos < MPS_BFLOAT16_MACOS:
+            raise TypeError(BFLOAT16_ERROR)
+
+
+def _to_target(torch, args, kwargs):
+    """(device, dtype) that a ``Tensor.to`` call asks for (None where it does not say)."""
+    device, dtype = kwargs.get("device"), kwargs.get("dtype")
+    for a in args[1:]:
+        if isinstance(a, torch.dtype):
+            dtype = a
+        elif isinstance(a, (str, torch.device)):
+            device = a
+        elif isinstance(a, torch.Tensor):
+            device, dtype = ("mps" if _is_device(a) else "cpu"), a.dtype
+    return device, dtype
+
+
+def _retarget(torch, args, kwargs):
+    """Replace every mps device argument by cpu; return (asked for mps, args, kwargs)."""
+    asked = False
+
+    def swap(x):
+        nonlocal asked
+        if isinstance(x, (str, torch.device)) and _is_mps(x):
+            asked = True
+            return torch.device("cpu")
+        return x
+
+    args = tuple(swap(a) for a in args)
+    kwargs = {k: swap(v) for k, v in kwargs.items()}
+    return asked, args, kwargs
+
+
+def _make_mode(emu: Emulation):
+    torch = emu.torch
+    from torch.overrides import TorchFunctionMode
+
+    Tensor = torch.Tensor
+    to_host = {Tensor.cpu, Tensor.numpy, Tensor.tolist, Tensor.item}
+
+    class MPSRules(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            kwargs = dict(kwargs or {})
+            from_device = any(_is_device(a) for a in _flatten((args, kwargs)))
+            if func is Tensor.to:
+                device, dtype = _to_target(torch, args, kwargs)
+                if from_device and device is not None and not _is_mps(device):
+                    if dtype == torch.float64:  # copy_cast_mps -> getMPSDataType(Double) throws
+                        raise TypeError(DOUBLE_ERROR)
+                    return func(*args, **kwargs).clone()  # a host copy, untagged
+            if func in to_host:
+                out = func(*args, **kwargs)
+                return out.clone() if isinstance(out, Tensor) else out
+            asked, args, kwargs = _retarget(torch, args, kwargs)
+            out = func(*args, **kwargs)
+            if not (asked or from_device):
+                return out
+            tensors = [t for t in _flatten(out) if isinstance(t, Tensor)]
+            for t in tensors:
+                emu.check_dtype(t)
+            if tensors:
+                emu.device_call(getattr(func, "__name__", str(func)))
+            for t in tensors:
+                setattr(t, _TAG, True)
+            return out
+
+    return MPSRules()
+
+
+class _Event:
+    """Stands in for ``torch.mps.Event``: recording is allowed, timing with it is not (rule 3)."""
+
+    def __init__(self, enable_timing: bool = False) -> None:
+        self.enable_timing = enable_timing
+
+    def record(self, stream=None) -> None:
+        pass
+
+    def synchronize(self) -> None:
+        raise ConformanceError("torch.mps.Event.synchronize() before elapsed_time() hangs on MPS "
+                               "(MPSEvent.mm @0aafd810: the completion flag is consumed; pytorch issue 162872)")
+
+    def elapsed_time(self, end_event) -> float:
+        raise ConformanceError("torch.mps.Event.elapsed_time() waits on a completion flag that "
+                               "synchronize() may have consumed (MPSEvent.mm @0aafd810): never time with MPS events")
+
+
+@contextmanager
+def emulate(torch, macos: tuple[int, int] = (14, 0), max_calls: int = MAX_BLOCK_CALLS):
+    """Run the MPS profile on CPU tensors under the rules above; yields (profile, emulation).
+
+    ``torch.mps.synchronize``, ``torch.mps.Event`` and ``torch.mps.event.Event`` are replaced for
+    the duration and restored afterwards; the profile is :mod:`harness.bench.devices`' own ``mps``
+    profile, so its code runs too.
+    """
+    emu = Emulation(torch, macos, max_calls)
+    saved = {(torch.mps, "synchronize"): torch.mps.synchronize, (torch.mps, "Event"): torch.mps.Event,
+             (torch.mps.event, "Event"): torch.mps.event.Event}
+    torch.mps.synchronize = emu.synchronize
+    torch.mps.Event = torch.mps.event.Event = _Event
+    try:
+        # the real mps profile (harness.bench.devices), whose torch.mps.synchronize is now the
+        # emulation's; its memory and name queries find no MPS in a CPU build and answer None
+        prof = profile("mps", torch)
+        with _make_mode(emu):
+            yield prof, emu
+    finally:
+        for (owner, name), value in saved.items():
+            setattr(owner, name, value)

@@ -1,0 +1,114 @@
+"""What differs per device, as data: one :class:`DeviceProfile` each for ``cpu``, ``cuda``, ``mps``.
+
+The timer, the worker and the checks are device-neutral; they take a profile and call its
+``sync``, ``free_bytes`` and ``gpu_name``. Nothing else in :mod:`harness.bench` branches on the
+device name. An unknown name is a ``ValueError``, never a default.
+
+MPS facts used here (upstream PyTorch, read at the commits named):
+
+- ``torch.mps.synchronize()`` waits for every kernel on the device (``torch/mps/__init__.py`` at
+  ``00f993df``; present in 2.6 to current). It is the only MPS call the timer makes: the timer never
+  uses ``torch.mps.Event`` (see :mod:`harness.bench.timer` for why).
+- Free memory: ``torch.mps.recommended_max_memory() - torch.mps.driver_allocated_memory()``
+  (same file; both exist from 2.3 on).
+- GPU name and core count: ``torch.backends.mps.get_name()`` / ``get_core_count()``
+  (``torch/backends/mps/__init__.py`` of torch 2.13.0, git ``cf30153c``); older torch lacks them,
+  and the profile then reports None rather than the CPU's brand string.
+- MPS has no float64 and bfloat16 needs macOS 14: ``aten/src/ATen/mps/EmptyTensor.cpp`` at
+  ``026a4bff`` (``TORCH_CHECK_TYPE(dtype != ScalarType::Double, ...)``, ``... BFloat16 ||
+  is_macos_13_or_newer(MACOS_VER_14_0_PLUS)``), and the MPS backend needs macOS 13.0 (same file,
+  ``MPS_ERROR_RUNTIME_TOO_LOW``).
+
+Standard library + torch only (runs inside build interpreters).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Callable
+
+#: macOS version (major, minor) the MPS backend needs (EmptyTensor.cpp @026a4bff)
+MPS_MIN_MACOS = (13, 0)
+#: macOS version MPS bfloat16 needs (EmptyTensor.cpp @026a4bff)
+MPS_BFLOAT16_MACOS = (14, 0)
+
+
+@dataclass(frozen=True)
+class DeviceProfile:
+    """How the device-neutral code talks to one device.
+
+    Attributes:
+        name: ``cpu`` | ``cuda`` | ``mps``: the device the evidence is labelled with.
+        torch_device: the device string tensors are placed on (equal to ``name`` except under
+            :mod:`harness.bench.conformance`, which runs the MPS profile's code on CPU tensors).
+        sync: waits until every call enqueued on the device has finished (a no-op on the CPU,
+            where calls are synchronous).
+        free_bytes: bytes the device can still allocate, or None when unknown.
+        gpu_name: the accelerator's name (None on cpu, or where torch cannot tell).
+        clock: what a timed block measures, recorded with every measurement.
+    """
+
+    name: str
+    torch_device: str
+    sync: Callable[[], None]
+    free_bytes: Callable[[], "int | None"]
+    gpu_name: Callable[[], "str | None"]
+    clock: str
+
+
+def _host_free_bytes() -> int | None:
+    try:
+        return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def _guarded(fn: Callable[[], object], cast=int) -> Callable[[], object]:
+    def call():
+        try:
+            return cast(fn())
+        except (AttributeError, RuntimeError, ValueError, TypeError):
+            return None
+    return call
+
+
+def _cpu(torch) -> DeviceProfile:
+    return DeviceProfile("cpu", "cpu", lambda: None, _host_free_bytes, lambda: None, "perf_counter")
+
+
+def _cuda(torch) -> DeviceProfile:
+    return DeviceProfile("cuda", "cuda", torch.cuda.synchronize,
+                         _guarded(lambda: torch.cuda.mem_get_info()[0]),
+                         _guarded(lambda: torch.cuda.get_device_name(0), str),
+                         "synchronize+perf_counter")
+
+
+def mps_gpu_name(torch) -> str | None:
+    """``<name>, <n> GPU cores`` from torch.backends.mps (torch 2.13+), else None."""
+    backend = torch.backends.mps
+    name = _guarded(backend.get_name, str)() if hasattr(backend, "get_name") else None
+    cores = _guarded(backend.get_core_count)() if hasattr(backend, "get_core_count") else None
+    if name and cores:
+        return f"{name}, {cores} GPU cores"
+    return name
+
+
+def _mps(torch) -> DeviceProfile:
+    return DeviceProfile("mps", "mps", torch.mps.synchronize,
+                         _guarded(lambda: torch.mps.recommended_max_memory() - torch.mps.driver_allocated_memory()),
+                         lambda: mps_gpu_name(torch), "synchronize+perf_counter")
+
+
+PROFILES: dict[str, Callable] = {"cpu": _cpu, "cuda": _cuda, "mps": _mps}
+
+
+def profile(name: str, torch) -> DeviceProfile:
+    """The profile of device ``name``.
+
+    Raises:
+        ValueError: an unknown device name (the message lists the known ones).
+    """
+    if name not in PROFILES:
+        raise ValueError(f"unknown device {name!r}; choose one of {', '.join(PROFILES)}")
+    return PROFILES[name](torch)

@@ -1,0 +1,147 @@
+"""``doctor``: a two-minute self-test of a machine, before hours of building and measuring.
+
+On any machine, with the torch the user already has (``--build``, default this interpreter) it runs:
+
+1. **device health**: the provenance probe (:mod:`harness.provenance`): torch version and commit,
+   the device, a small matmul compared with the CPU, the dtype table. A device that cannot
+   produce evidence stops here with one line (``--device mps`` off a Mac, for example).
+2. **every workload op once at a tiny shape under every env config of the device**
+   (:data:`harness.bench.workloads.PROBE_SHAPES`, float16, bfloat16 and float32), each config in a
+   fresh worker process, with the correctness check, a hard per-step timeout (``--step-timeout``:
+   a worker that finishes no cell for that long is stopped and the cell and step it hung in are
+   named) and a whole-process timeout;
+3. **timer sanity**: a timed block agrees with a host clock read around it
+   (:meth:`harness.bench.timer.BlockTimer.sanity`);
+4. **build toolchain**: compiler, CMake against the base, the Metal toolchain on macOS, free disk
+   (:func:`harness.build.toolchain_checks`).
+
+It prints one table (ok / failed / skipped, each with a one-line detail) and writes a pasteable
+``doctor.md`` in ``--out``. Exit status 0 when nothing failed, 1 otherwise, 2 for bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness import configs as cfg
+from harness.bench.workloads import DTYPES, OPS, probe_cell
+from harness.errors import UsageError
+from harness.fsutil import atomic_write_text
+from harness.progress import note
+
+#: the doctor's timing: enough to run the timer's whole path once, not to measure anything
+TIMING = {"warmup_s": 0.005, "warmup_calls": 3, "measure_s": 0.01, "min_block_s": 1e-4, "min_samples": 3}
+
+
+@dataclass(frozen=True)
+class Row:
+    """One line of the doctor's table: ``status`` is ``ok`` | ``failed`` | ``skipped``."""
+
+    step: str
+    status: str
+    detail: str
+
+
+def add_arguments_doctor(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--device", choices=("auto", *cfg.DEVICES), default="auto",
+                        help="device to test (default auto: mps on macOS, else cuda when available, else cpu)")
+    parser.add_argument("--build", default=f"python:{sys.executable}",
+                        help="the torch to test: python:/path, a wheel or a requirement (default: this interpreter)")
+    parser.add_argument("--platform", help="build platform for the toolchain checks (default: this machine's)")
+    parser.add_argument("--source", type=Path, help="an upstream source tree, to check CMake against its base")
+    parser.add_argument("--step-timeout", type=float, default=30.0,
+                        help="seconds a worker may go without finishing a cell (default 30)")
+    parser.add_argument("--out", type=Path, default=Path("results/doctor"), help="where doctor.md goes")
+
+
+def _auto_device(python: Path) -> str:
+    import subprocess
+
+    if sys.platform == "darwin":
+        return "mps"
+    code = "import torch; print(int(torch.cuda.is_available()))"
+    proc = subprocess.run([str(python), "-c", code], capture_output=True, text=True)
+    return "cuda" if proc.stdout.strip() == "1" else "cpu"
+
+
+def cells() -> list[str]:
+    """Every op of :data:`OPS` at its probe shape, in every default dtype (cell keys)."""
+    return [probe_cell(op, dtype).key for dtype in DTYPES for op in OPS]
+
+
+def config_row(config: cfg.EnvConfig, record: dict, sanity: dict | None) -> list[Row]:
+    """Rows for one env config's worker record (cells) and its timer-sanity record."""
+    cells_ = record["cells"]
+    failed = {k: v["reason"] for k, v in cells_.items() if v["status"] == "failed"}
+    skipped = sum(1 for v in cells_.values() if v["status"] == "skipped")
+    ok = len(cells_) - len(failed) - skipped
+    if failed:
+        key, why = next(iter(failed.items()))
+        rows = [Row(f"ops under {config.name}", "failed", f"{len(failed)} of {len(cells_)} cells failed; {key}: {why}")]
+    else:
+        worst = max((v["check"]["rel_error"] / v["check"]["bound"] for v in cells_.values()
+                     if v.get("check") and v["check"].get("rel_error") is not None), default=None)
+        margin = f"; worst error {worst:.0%} of its bound" if worst is not None else ""
+        rows = [Row(f"ops under {config.name}", "ok", f"{ok} cells ok, {skipped} skipped (unsupported dtype){margin}")]
+    if sanity is not None:
+        rows.append(Row(f"timer under {config.name}", "ok" if sanity["passed"] else "failed",
+                        f"block {sanity['block_s'] * 1e6:.0f} µs, host clock around it {sanity['outer_s'] * 1e6:.0f} µs, "
+                        f"overhead {sanity['overhead_s'] * 1e6:.0f} µs"))
+    elif not failed:
+        rows.append(Row(f"timer under {config.name}", "failed", "the worker wrote no timer-sanity record"))
+    return rows
+
+
+def render(rows: list[Row], header: str) -> str:
+    """The doctor's markdown: a header line and one table row per check."""
+    lines = ["## torch-patch-harness doctor", "", header, "", "| check | result | detail |", "|---|---|---|"]
+    lines += [f"| {r.step} | {r.status} | {r.detail.replace('|', '/')} |" for r in rows]
+    failed = sum(r.status == "failed" for r in rows)
+    lines += ["", f"{len(rows) - failed} ok or skipped, {failed} failed."]
+    return "\n".join(lines) + "\n"
+
+
+def run_doctor(args: argparse.Namespace) -> int:
+    from harness import build as build_mod
+    from harness.runner import probe_build, read_jsonl, run_worker
+    from harness.venvs import ensure_interpreter, parse_input
+
+    if args.step_timeout <= 0:
+        raise UsageError(f"--step-timeout must be > 0 seconds, got {args.step_timeout:g}", "e.g. --step-timeout 30")
+    started = time.monotonic()
+    python, _ = ensure_interpreter(parse_input(args.build, "build"))
+    device = _auto_device(python) if args.device == "auto" else args.device
+    info = probe_build("build", python, device)  # an unusable device: one line, exit 2
+    who = info.get("gpu_name") or info.get("cpu_name")
+    header = (f"torch {info['torch_version']} (git {str(info.get('git_version'))[:12]}) on {device} ({who}), "
+              f"{info['os'].get('macos_product_version') or info['os']['platform']}, Python {info['python']}")
+    rows = [Row("device health", "ok", f"{device}: a 64x64 matmul agrees with the CPU; "
+                f"{sum(v is None for v in info['dtype_support'].get('float32', {}).values())}/{len(OPS)} ops run in float32")]
+    raw = args.out / "raw"
+    raw.mkdir(parents=True, exist_ok=True)
+    for config in cfg.PROFILES[device]:
+        spec = {"device": device, "cells": cells(), "check": True, "reduced_fp32": config.reduced_fp32,
+                "routes": dict(config.routes), "seed": 0, "threads": 1 if device == "cpu" else 0, "timing": TIMING,
+                "dtype_support": info["dtype_support"], "timer_sanity": True}
+        note(f"doctor: ops under {config.name}")
+        record = run_worker(python, spec, config, raw, f"doctor-{config.name.replace('+', '_')}",
+                            timeout=max(120.0, 4 * args.step_timeout), stall=args.step_timeout)
+        name = f"doctor-{config.name.replace('+', '_')}"
+        sanity = next((r for r in read_jsonl(raw / f"{name}.jsonl") if r.get("type") == "timer_sanity"), None)
+        rows += config_row(config, record, sanity)
+    platform = args.platform or build_mod.host_platform()
+    for item, ok, detail in build_mod.toolchain_checks(platform, args.source):
+        rows.append(Row(f"toolchain: {item}", "ok" if ok else "failed", detail))
+    header += f"; {time.monotonic() - started:.0f} s"
+    text = render(rows, header)
+    atomic_write_text(args.out / "doctor.md", text)
+    width = max(len(r.step) for r in rows)
+    for r in rows:
+        print(f"{r.step.ljust(width)}  {r.status.ljust(7)}  {r.detail}")
+    note(f"wrote {args.out / 'doctor.md'}")
+    return 1 if any(r.status == "failed" for r in rows) else 0
+

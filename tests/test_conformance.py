@@ -1,0 +1,202 @@
+"""MPS conformance mode (harness.bench.conformance): the MPS profile's real code on CPU tensors
+under upstream's MPS rules. Each finding of the first Mac contact has a planted copy of the old
+code here, which the mode must refuse, next to the current code, which it must pass."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from harness import configs as cfg
+from harness.bench import workloads
+from harness.bench.conformance import BFLOAT16_ERROR, DOUBLE_ERROR, ConformanceError, emulate
+from harness.bench.timer import MAX_BLOCK_CALLS, BlockTimer
+from harness.bench.worker import run_cell
+from harness.bench.workloads import Cell, default_cells, make_inputs, op_callable
+from harness.checks.consistency import compare_outputs
+from harness.provenance import dtype_support
+
+ROOT = Path(__file__).resolve().parent.parent
+TINY = {"warmup_s": 0.0, "measure_s": 0.0, "min_block_s": 1e-4, "min_samples": 2}
+
+
+def old_reference(cell, inputs):
+    """The reference before the fix: one-step cast to float64 on the way off the device."""
+    x = [t.detach().to(device="cpu", dtype=torch.float64) for t in inputs]
+    return x[0] @ x[1]
+
+
+class OldEventTimer(BlockTimer):
+    """The timer before the fix: MPS events around the block, end.synchronize(), elapsed_time()."""
+
+    def time_block(self, fn, number):
+        start, end = torch.mps.event.Event(enable_timing=True), torch.mps.event.Event(enable_timing=True)
+        self.sync()
+        start.record()
+        for _ in range(number):
+            fn()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) * 1e-3, 0.0
+
+
+def old_deadline_warmup(fn, sync, warmup_s=0.05):
+    """The warm-up before the fix: enqueue until a host deadline, one synchronize at the end."""
+    deadline = time.perf_counter() + warmup_s
+    fn()
+    sync()
+    while time.perf_counter() < deadline:
+        fn()
+    sync()
+
+
+def test_rule1_float64_on_the_device_raises_upstreams_type_error():
+    with emulate(torch):
+        with pytest.raises(TypeError, match="doesn't support float64"):
+            torch.empty(4, device="mps", dtype=torch.float64)
+        x = torch.randn(4, 4).to("mps")
+        with pytest.raises(TypeError, match="doesn't support float64"):
+            x.to(device="cpu", dtype=torch.float64)
+        assert x.cpu().to(torch.float64).dtype == torch.float64  # two steps: what upstream allows
+    assert torch.empty(2, dtype=torch.float64).dtype == torch.float64  # the mode is gone afterwards
+
+
+def test_finding3_one_step_float64_reference_fails_and_the_two_step_one_passes(monkeypatch):
+    cell = Cell("mm", (16, 16, 16), "float16")
+    spec = {"device": "mps", "check": True, "timing": TINY}
+    with emulate(torch) as (device, _):
+        ok = run_cell(torch, BlockTimer(device), device, cell, spec, {})
+        monkeypatch.setattr("harness.bench.worker.reference", old_reference)
+        planted = run_cell(torch, BlockTimer(device), device, cell, spec, {})
+    assert ok["status"] == "ok" and ok["check"]["passed"], ok
+    assert planted["status"] == "failed" and planted["reason"] == f"TypeError: {DOUBLE_ERROR}"
+
+
+def test_finding1_event_timing_is_refused_and_the_host_clock_timer_passes():
+    fn = lambda: None  # noqa: E731
+    with emulate(torch) as (device, emu):
+        with pytest.raises(ConformanceError, match="MPSEvent.mm"):
+            OldEventTimer(device).time_block(fn, 4)
+        m = BlockTimer(device).measure(fn, **TINY)
+        assert m.overhead_s >= 0 and all(s > 0 for s in m.samples)
+        assert m.method == "synchronize+perf_counter"
+        assert emu.trace.count("sync") >= 2 * len(m.samples)  # every block: sync before and after
+
+
+def test_finding2_deadline_warmup_floods_the_queue_and_the_bounded_warmup_does_not():
+    cell = Cell("mm", (2, 2, 2), "float32")
+    with emulate(torch) as (device, emu):
+        fn = op_callable(cell, make_inputs(cell, device.torch_device))
+        with pytest.raises(ConformanceError, match="without torch.mps.synchronize"):
+            old_deadline_warmup(fn, device.sync)
+        emu.synchronize()
+        emu.most_calls_between_syncs = 0
+        BlockTimer(device).measure(fn, warmup_s=0.05, measure_s=0.02, min_block_s=1.0)
+        assert emu.most_calls_between_syncs == MAX_BLOCK_CALLS  # a 1 s block target stops at the bound
+
+
+def test_rule2_bfloat16_below_macos_14_is_skipped_with_upstreams_words():
+    with emulate(torch, macos=(13, 5)) as (device, _):
+        support = dtype_support(torch, device.torch_device)
+        cell = Cell("mm", (16, 16, 16), "bfloat16")
+        record = run_cell(torch, BlockTimer(device), device, cell, {"device": "mps", "timing": TINY}, support)
+    assert support["bfloat16"]["mm"] == f"TypeError: {BFLOAT16_ERROR}"
+    assert support["float64"]["mm"] == f"TypeError: {DOUBLE_ERROR}"
+    assert support["float16"]["mm"] is None and support["float32"]["sdpa"] is None
+    assert record["status"] == "skipped" and BFLOAT16_ERROR in record["reason"]
+    with emulate(torch, macos=(14, 0)) as (device, _):
+        assert dtype_support(torch, device.torch_device)["bfloat16"]["mm"] is None
+
+
+def test_consistency_of_outputs_with_no_cell_in_common_is_an_error():
+    with pytest.raises(ValueError, match="no GEMM output in common"):
+        compare_outputs({}, {}, {}, {})
+
+
+def _worker(spec: dict, tmp: Path, name: str) -> list[dict]:
+    spec_path, out_path = tmp / f"{name}.json", tmp / f"{name}.jsonl"
+    spec_path.write_text(json.dumps(spec))
+    env = cfg.worker_environment(next(c for c in cfg.PROFILES["mps"] if c.name == name))
+    env["PYTHONPATH"] = str(ROOT)
+    proc = subprocess.run([sys.executable, "-m", "harness.bench.worker", str(spec_path), str(out_path)],
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return [json.loads(line) for line in out_path.read_text().splitlines()]
+
+
+def test_real_worker_runs_the_quick_cells_under_every_mps_config_in_conformance_mode(tmp_path):
+    """The acceptance run: the real worker, timer and checks, each mps env config in a fresh
+    process, every quick cell ok under the MPS rules; then the real consistency check."""
+    cells = [c.key for c in default_cells(workloads.DTYPES, quick=True)]
+    outputs = {}
+    for config in cfg.PROFILES["mps"]:
+        save = tmp_path / f"{config.name}.outputs.pt"
+        spec = {"device": "mps", "cells": cells, "check": True, "reduced_fp32": config.reduced_fp32,
+                "routes": dict(config.routes), "seed": 0, "threads": 1, "save_outputs": str(save),
+                "emulate": {"macos": [14, 0]}, "timing": TINY}
+        records = _worker(spec, tmp_path, config.name)
+        done = {r["key"]: r for r in records if r["type"] == "cell"}
+        assert sorted(done) == sorted(cells)
+        bad = {k: r["reason"] for k, r in done.items() if r["status"] != "ok"}
+        assert not bad, f"{config.name}: {bad}"
+        assert all(r["check"]["passed"] for r in done.values())
+        assert records[-1]["type"] == "end"
+        steps = [(r["key"], r["step"]) for r in records if r["type"] == "step"]
+        assert steps[:3] == [(cells[0], "inputs"), (cells[0], "check"), (cells[0], "measure")]
+        outputs[config.name] = save
+    proc = subprocess.run([sys.executable, "-m", "harness.checks.consistency", str(outputs["all"]),
+                           str(outputs["vanilla"]), json.dumps(cfg.PROFILES["mps"][4].to_json()),
+                           json.dumps(cfg.PROFILES["mps"][0].to_json())],
+                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    agree = json.loads(proc.stdout)
+    gemm = [k for k in cells if Cell.from_key(k).family == "gemm"]
+    assert sorted(agree) == sorted(gemm) and all(v["passed"] for v in agree.values())
+
+
+def test_finding4_metal_accumulation_needs_the_routed_bound():
+    """fp16 mm with K = 512 summed in fp16, as the Metal naive_matmul does (numpy emulation):
+    over the default (fp32-accumulation) bound, within the bound of the metal route."""
+    import numpy as np
+
+    from harness.checks.accuracy import bound
+
+    rng = np.random.default_rng(0)
+    m, n, k = 64, 64, 512
+    a = (rng.standard_normal((m, k)) * k**-0.25).astype(np.float16)
+    b = (rng.standard_normal((k, n)) * k**-0.25).astype(np.float16)
+    acc = np.zeros((m, n), dtype=np.float16)
+    for i in range(k):  # rc += v1[i] * v2[i] in half precision
+        acc = (acc + (a[:, i:i + 1].astype(np.float16) * b[i:i + 1, :].astype(np.float16)).astype(np.float16)).astype(np.float16)
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    err = np.linalg.norm(acc.astype(np.float64) - ref) / np.linalg.norm(ref)
+    assert bound("float16", k) < err < bound("float16", k, path="metal")
+    assert 1e-3 < err < 1e-2
+    routes = {c.name: dict(c.routes) for c in cfg.PROFILES["mps"]}
+    assert routes["prefer_metal"] == routes["fast_math+prefer_metal"] == routes["all"] == {"mm": "metal", "addmm": "metal"}
+    assert routes["vanilla"] == routes["fast_math"] == {}
+    assert not any(c.reduced_fp32 for c in cfg.PROFILES["mps"])  # FAST_MATH never reaches MPSGraph
+
+
+def test_a_worker_hung_in_a_cell_is_stopped_after_the_stall_timeout_with_the_cells_name(tmp_path):
+    from harness.runner import run_worker
+
+    python = tmp_path / "python"
+    planted = ("import sys, time; import harness.bench.timer as t; "
+               "t.BlockTimer.measure = lambda *a, **k: time.sleep(3600); "
+               "import harness.bench.worker as w; sys.exit(w.main(sys.argv[1:]))")
+    python.write_text(f'#!/bin/sh\nshift 2\nexec {sys.executable} -c "{planted}" "$@"\n')
+    python.chmod(0o755)
+    spec = {"device": "cpu", "cells": ["mm/8x8x8/float32", "mm/16x16x16/float32"], "check": False, "timing": TINY}
+    t0 = time.monotonic()
+    record = run_worker(python, spec, cfg.PROFILES["cpu"][0], tmp_path, "r00-stock-default", timeout=300, stall=3)
+    took = time.monotonic() - t0
+    assert took < 60  # not the 300 s whole-process timeout
+    assert record["reason"] == "worker made no progress for 3 s (stalled in cell mm/8x8x8/float32, step measure)"
+    assert record["cells"]["mm/16x16x16/float32"]["reason"] == record["reason"]
