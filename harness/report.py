@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import statistics
 import shlex
 from pathlib import Path
 
@@ -174,7 +175,10 @@ def _adaptive_text(run: dict) -> list[str]:
     if not adaptive:
         return []
     left = sum(map(len, adaptive["unconverged"].values()))
-    return [f"Adaptive sampling to a CI half-width of ±{adaptive['target']:.1%}: {adaptive['rounds_added']} round(s) "
+    launch = adaptive.get("launch_bound_target")
+    target = (f"±{adaptive['target']:.1%} (launch-bound cells ±{launch:.1%})" if launch
+              else f"±{adaptive['target']:.1%}")
+    return [f"Adaptive sampling to a CI half-width of {target}: {adaptive['rounds_added']} round(s) "
             f"added within a budget of {adaptive['budget_s']:g} s; "
             + (f"**{left} cell(s) did not converge** (marked in the tables)." if left else "every cell converged."), ""]
 
@@ -308,6 +312,11 @@ def _provenance(data: dict) -> list[str]:
     timing = run["timing"]
     timing_text = (f"warm-up {timing.get('warmup_s')} s, measurement {timing.get('measure_s')} s per cell per process, "
                    f"blocks of at least {timing.get('min_block_s')} s")
+    startups = sorted(p["worker_started"] - p["started"] for p in data["processes"]
+                      if isinstance(p.get("worker_started"), (int, float)))
+    if startups:
+        timing_text += (f"; process start-up (interpreter + import torch) median {statistics.median(startups):.1f} s, "
+                        f"{startups[0]:.1f}-{startups[-1]:.1f} s over {len(startups)} processes")
     lines += ["", f"Harness {data['harness_version']}, device `{run['device']}`, {run['rounds']} rounds of fresh "
               f"processes per (build, config), order shuffled per round (seed {run['seed']}); timing: {timing_text}; "
               f"torch threads in workers: {run.get('threads') or 'torch default'}; started {run['started']}, "

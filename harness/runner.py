@@ -44,13 +44,24 @@ from harness.venvs import ensure_interpreter, parse_input
 SERIES_MARKERS = ("PYTORCH_MPS_GEMM_PREFER_FAST_MATH",)
 SOURCE_ROOT = str(Path(harness.__file__).resolve().parent.parent)
 
+#: Per-process timing. Short: precision comes from the number of fresh processes, not from long
+#: measurement inside few (the spread between processes is larger than inside one:
+#: docs/methodology.md), so each process measures each cell briefly and adaptive rounds add
+#: processes only for the cells whose CI is still wide. min_block_s: a GPU block of >= 10 ms makes
+#: the synchronize before and after it < 0.1 % (docs/timing.md).
 TIMING = {
-    # seconds; min_block_s: a GPU block of >= 10 ms makes the launch gap before the first call < 0.1 %
-    "full": {"cpu": {"warmup_s": 0.1, "measure_s": 1.0, "min_block_s": 2e-3},
-             "gpu": {"warmup_s": 0.2, "measure_s": 1.0, "min_block_s": 1e-2}},
-    "quick": {"cpu": {"warmup_s": 0.03, "measure_s": 0.15, "min_block_s": 1e-3},
-              "gpu": {"warmup_s": 0.05, "measure_s": 0.3, "min_block_s": 5e-3}},
+    "full": {"cpu": {"warmup_s": 0.05, "measure_s": 0.3, "min_block_s": 2e-3},
+             "gpu": {"warmup_s": 0.05, "measure_s": 0.15, "min_block_s": 1e-2}},
+    "quick": {"cpu": {"warmup_s": 0.02, "measure_s": 0.1, "min_block_s": 1e-3},
+              "gpu": {"warmup_s": 0.02, "measure_s": 0.1, "min_block_s": 5e-3}},
 }
+#: --target-ci defaults: CI half-width a cell is measured to (kernel-bound / launch-bound cells).
+#: Launch-bound cells (host latency; 37 % process-to-process spread on an H200 for GEMM 512³,
+#: docs/methodology.md) get a lower target so they never hold the whole run hostage.
+TARGET_CI = 0.01
+TARGET_CI_LAUNCH_BOUND = 0.05
+#: --budget-s defaults: seconds the adaptive rounds may take after the planned ones
+BUDGET_S = {"full": 600.0, "quick": 120.0}
 
 
 def _now() -> str:
@@ -86,11 +97,15 @@ def add_arguments_compare(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--stock", required=True, help="stock build: wheel path, requirement (torch==2.13.0) or python:/path")
     parser.add_argument("--patched", required=True, help="patched build: wheel path, requirement or python:/path")
     _common_arguments(parser)
-    parser.add_argument("--target-ci", type=float, metavar="FRACTION",
+    parser.add_argument("--target-ci", type=float, default=TARGET_CI, metavar="FRACTION",
                         help="adaptive sampling: after the planned rounds, add rounds of fresh processes (measuring only "
-                             "the cells not yet there) until every cell's CI half-width is below FRACTION, e.g. 0.01")
-    parser.add_argument("--budget-s", type=float, default=1800.0,
-                        help="seconds the adaptive rounds may take in all (default 1800); cells left wider are reported")
+                             "the cells not yet there) until every cell's CI half-width is below FRACTION "
+                             f"(default {TARGET_CI:g}; 0 turns adaptive rounds off)")
+    parser.add_argument("--target-ci-launch-bound", type=float, default=TARGET_CI_LAUNCH_BOUND, metavar="FRACTION",
+                        help=f"the target for launch-bound cells, whose time is host latency (default {TARGET_CI_LAUNCH_BOUND:g})")
+    parser.add_argument("--budget-s", type=float,
+                        help=f"seconds the adaptive rounds may take in all (default {BUDGET_S['full']:g}, --quick "
+                             f"{BUDGET_S['quick']:g}); cells left wider are reported")
 
 
 def add_arguments_bench(parser: argparse.ArgumentParser) -> None:
@@ -319,8 +334,8 @@ def run_worker(python: Path, spec: dict, config: cfg.EnvConfig, raw: Path, name:
         if key not in cells:
             cells[key] = {"status": "failed", "reason": reason or "worker ended without measuring this cell"}
     record = {"status": "ok" if (ended and not reason) else "failed", "reason": reason, "returncode": returncode,
-              "pid": start.get("pid"), "env": start.get("env", {}), "started": started, "finished": time.time(),
-              "cells": cells}
+              "pid": start.get("pid"), "env": start.get("env", {}), "started": started,
+              "worker_started": start.get("started"), "finished": time.time(), "cells": cells}
     atomic_write_json(_status_path(raw, name), record)
     return record
 
@@ -393,9 +408,17 @@ def round_order(seed: int, rnd: int, builds, configs) -> list[tuple[int, str, st
     return [(rnd, b, c) for b, c in pairs]
 
 
-def unconverged_cells(data: dict, target: float) -> dict[str, list[str]]:
-    """config -> cell keys whose stock/patched CI half-width is above ``target`` (or not computable
-    yet), in plan order; cells that failed or were skipped everywhere are left out."""
+def launch_bound(records: list[dict]) -> bool:
+    """True when most processes that measured the cell labelled it launch-bound (docs/timing.md)."""
+    labels = [bool(r["measurement"].get("launch_bound")) for r in records if r.get("measurement")]
+    return bool(labels) and 2 * sum(labels) > len(labels)
+
+
+def unconverged_cells(data: dict, target: float, launch_target: float | None = None) -> dict[str, list[str]]:
+    """config -> cell keys whose stock/patched CI half-width is above its target (or not computable
+    yet), in plan order: ``target`` for kernel-bound cells, ``launch_target`` (default ``target``)
+    for launch-bound ones (:func:`launch_bound`). Cells that failed or were skipped everywhere are
+    left out."""
     from harness import stats
 
     need: dict[str, list[str]] = {}
@@ -404,9 +427,18 @@ def unconverged_cells(data: dict, target: float) -> dict[str, list[str]]:
             medians = {b: res.process_medians(per_build.get(b, [])) for b in ("stock", "patched")}
             if not all(medians.values()):
                 continue
-            if not stats.converged(stats.compare(medians["stock"], medians["patched"]), target):
+            records = per_build.get("stock", []) + per_build.get("patched", [])
+            goal = launch_target if launch_target is not None and launch_bound(records) else target
+            if not stats.converged(stats.compare(medians["stock"], medians["patched"]), goal):
                 need.setdefault(config, []).append(key)
     return need
+
+
+def startup_seconds(record: dict) -> float | None:
+    """Seconds from starting a worker to its ``start`` record: interpreter, ``import torch`` and the
+    harness (the device context comes with the first cell). None when the worker wrote no start."""
+    begun = record.get("worker_started")
+    return begun - record["started"] if isinstance(begun, (int, float)) else None
 
 
 #: what must be equal for finished processes of an earlier run to be reused (rounds may grow)
@@ -533,11 +565,15 @@ def execute(args: argparse.Namespace, inputs: dict[str, str]) -> int:
     stall = args.stall_timeout if args.stall_timeout is not None else STALL_TIMEOUT["quick" if args.quick else "full"]
     if stall <= 0:
         raise UsageError(f"--stall-timeout must be > 0 seconds, got {stall:g}", "e.g. --stall-timeout 120")
-    target = getattr(args, "target_ci", None)
-    if target is not None and not 0 < target < 1:
-        raise UsageError(f"--target-ci must be a fraction between 0 and 1, got {target:g}", "e.g. --target-ci 0.01 for ±1 %")
-    if target is not None and args.budget_s <= 0:
-        raise UsageError(f"--budget-s must be > 0 seconds, got {args.budget_s:g}", "e.g. --budget-s 1800")
+    target = getattr(args, "target_ci", None) or None  # 0: adaptive rounds off; bench has no CI to aim at
+    launch_target = getattr(args, "target_ci_launch_bound", None)
+    for flag, value in (("--target-ci", target), ("--target-ci-launch-bound", launch_target)):
+        if value is not None and not 0 < value < 1:
+            raise UsageError(f"{flag} must be a fraction between 0 and 1, got {value:g}", f"e.g. {flag} 0.01 for ±1 %")
+    budget = getattr(args, "budget_s", None)
+    budget = BUDGET_S["quick" if args.quick else "full"] if budget is None else budget
+    if target is not None and budget <= 0:
+        raise UsageError(f"--budget-s must be > 0 seconds, got {budget:g}", "e.g. --budget-s 600")
     if args.threads is not None and args.threads < 0:
         raise UsageError(f"--threads must be >= 0, got {args.threads}", "0 keeps torch's default; 1 is the cpu default")
     keep = tuple(n.strip() for n in args.keep_env.split(",") if n.strip())
@@ -648,8 +684,8 @@ def execute(args: argparse.Namespace, inputs: dict[str, str]) -> int:
                 for rnd, build, config in order:
                     process(rnd, build, config, all_keys, bar)
                 if target is not None:  # adaptive sampling: more rounds for the cells that are not there yet
-                    deadline, rnd = time.monotonic() + args.budget_s, rounds
-                    need = unconverged_cells(data, target)
+                    deadline, rnd = time.monotonic() + budget, rounds
+                    need = unconverged_cells(data, target, launch_target)
                     while need and rnd < MAX_ROUNDS and time.monotonic() < deadline:
                         extra = [e for e in round_order(args.seed, rnd, builds, configs) if e[2] in need]
                         data["run"]["order"] += extra
@@ -658,8 +694,9 @@ def execute(args: argparse.Namespace, inputs: dict[str, str]) -> int:
                         for r, build, config in extra:
                             process(r, build, config, need[config], bar)
                         rnd += 1
-                        need = unconverged_cells(data, target)
-                    data["run"]["adaptive"] = {"target": target, "budget_s": args.budget_s, "rounds_added": rnd - rounds,
+                        need = unconverged_cells(data, target, launch_target)
+                    data["run"]["adaptive"] = {"target": target, "launch_bound_target": launch_target, "budget_s": budget,
+                                               "rounds_added": rnd - rounds,
                                                "unconverged": {c: keys for c, keys in need.items()}}
         except KeyboardInterrupt:
             if saved:

@@ -1,0 +1,47 @@
+"""The precision-driven schedule (harness.runner): which cells get more processes, in-process."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from harness.runner import TIMING, launch_bound, startup_seconds, unconverged_cells
+
+
+def _data(spread: dict[str, float], launch: dict[str, bool], n: int = 6) -> dict:
+    """Synthetic results: per cell, n processes per build with medians 1e-3 s × lognormal(spread)."""
+    rng = np.random.default_rng(1)
+    processes = []
+    for rnd in range(n):
+        for build in ("stock", "patched"):
+            cells = {key: {"status": "ok", "measurement": {"median": float(1e-3 * np.exp(rng.normal(0, sd))),
+                                                            "launch_bound": launch[key]}}
+                     for key, sd in spread.items()}
+            processes.append({"config": "default", "build": build, "round": rnd, "cells": cells})
+    return {"run": {"cells": list(spread), "configs": ["default"], "builds": ["stock", "patched"]}, "processes": processes}
+
+
+def test_launch_bound_cells_are_held_to_their_own_lower_target():
+    spread = {"mm/8x8x8/float32": 0.001, "mm/1x1024x1024/float16": 0.02, "mm/512x512x512/float16": 0.02}
+    launch = {"mm/8x8x8/float32": False, "mm/1x1024x1024/float16": True, "mm/512x512x512/float16": False}
+    data = _data(spread, launch)
+    # one target for all: both 2 %-noise cells are still wide at 6 processes per side
+    assert unconverged_cells(data, 0.01) == {"default": ["mm/1x1024x1024/float16", "mm/512x512x512/float16"]}
+    # launch-bound cells aim at ±10 %: only the kernel-bound noisy cell needs more processes
+    assert unconverged_cells(data, 0.01, 0.10) == {"default": ["mm/512x512x512/float16"]}
+
+
+def test_a_cell_is_launch_bound_when_most_processes_say_so():
+    rec = lambda lb: {"measurement": {"launch_bound": lb}}  # noqa: E731
+    assert launch_bound([rec(True), rec(True), rec(False)])
+    assert not launch_bound([rec(True), rec(False)])
+    assert not launch_bound([{"status": "failed"}])
+
+
+def test_startup_is_the_time_to_the_workers_start_record():
+    assert startup_seconds({"started": 100.0, "worker_started": 104.5}) == 4.5
+    assert startup_seconds({"started": 100.0, "worker_started": None}) is None
+
+
+def test_processes_measure_briefly_and_rely_on_more_processes():
+    assert TIMING["full"]["gpu"]["measure_s"] <= 0.2 and TIMING["full"]["gpu"]["min_block_s"] >= 1e-2
+    assert TIMING["quick"]["cpu"]["measure_s"] <= 0.1
