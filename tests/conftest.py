@@ -123,3 +123,8 @@ def debian_archive() -> Path:
         return fetch_orig_archive(cache_dir())
     except Unavailable as exc:
         pytest.skip(str(exc))
+
+
+def fixed_rounds(args: tuple[str, ...]) -> tuple[str, ...]:
+    """A compare runs exactly its planned rounds in tests (adaptive rounds are on by default)."""
+    return (*args, "--target-ci", "0") if args[:1] == ("compare",) and "--target-ci" not in args else args

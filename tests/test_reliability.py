@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import export_series, git
+from conftest import export_series, fixed_rounds, git
 from harness import cli
 from harness.upstream import worktrees
 
@@ -37,6 +37,7 @@ def _default_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 def harness(*args: str, env: dict | None = None, cwd: Path = REPO, timeout: float = 600) -> subprocess.CompletedProcess:
+    args = fixed_rounds(args)
     return subprocess.run([sys.executable, "-m", "harness", *args], capture_output=True, text=True, cwd=cwd,
                           env={**os.environ, **(env or {})}, timeout=timeout)
 

@@ -10,12 +10,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import fixed_rounds
 
 CELLS = "mm/64x64x64/float32,sdpa_causal/1x2x64x16/float32"
 REPO = Path(__file__).resolve().parent.parent
 
 
 def harness(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    args = fixed_rounds(args)
     return subprocess.run([sys.executable, "-m", "harness", *args], capture_output=True, text=True,
                           cwd=REPO, env={**os.environ, **(env or {})}, timeout=600)
 
