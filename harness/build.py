@@ -165,6 +165,7 @@ def platform_env(
     macos_deployment_target: str = MACOS_ARM64_FLOOR,
     cuda_arch_list: str = DEFAULT_CUDA_ARCH_LIST,
     launcher: str | None = None,
+    cross_compile: bool = False,
 ) -> dict[str, str]:
     """The build environment variables of one platform (a pure function).
 
@@ -179,6 +180,17 @@ def platform_env(
         macos_deployment_target: ``MACOSX_DEPLOYMENT_TARGET`` (macOS only), see :func:`macos_deployment_target`.
         cuda_arch_list: ``TORCH_CUDA_ARCH_LIST`` (linux-cuda only).
         launcher: compiler cache program (``ccache``/``sccache``) for ``CMAKE_<LANG>_COMPILER_LAUNCHER``.
+        cross_compile: macos-arm64 only: the build host is not arm64 (:func:`macos_cross_compiling`).
+
+    macos-arm64 sets ``ARCHFLAGS=-arch arm64`` (upstream's wheel build does so for every macOS arm64
+    wheel: ``.ci/wheel/mac/build_wheel.py`` at pytorch/pytorch 97ddf012, ``env.setdefault("ARCHFLAGS",
+    "-arch arm64")``) and ``CMAKE_OSX_ARCHITECTURES=arm64`` ONLY when cross-compiling, as upstream CI
+    does (``.ci/pytorch/macos-build.sh`` at 15470b7f: ``cross_compile_arm64`` when ``uname -m`` is not
+    arm64, ``compile_arm64`` without it otherwise). On a native arm64 host that variable would make
+    v2.6.0 take the cross-compiling branch: its ``CMakeLists.txt`` (lines 788-820) sets
+    ``CROSS_COMPILING_MACOSX`` whenever ``CMAKE_OSX_ARCHITECTURES`` matches ``^(x86_64|arm64)$`` and
+    first builds a universal host ``protoc`` (``scripts/build_host_protoc.sh``), and its ``setup.py``
+    ("Cross-compile for M1") adds ``-arch``/``-isysroot`` flags.
 
     Raises:
         UsageError: unknown platform or build type, jobs < 1.
@@ -192,12 +204,9 @@ def platform_env(
     env = {"MAX_JOBS": str(jobs), "CMAKE_BUILD_TYPE": build_type, "BUILD_TEST": "0", "USE_ROCM": "0"}
     languages = ["C", "CXX"]
     if platform == "macos-arm64":
-        env.update(
-            USE_MPS="1",
-            USE_CUDA="0",
-            CMAKE_OSX_ARCHITECTURES="arm64",
-            MACOSX_DEPLOYMENT_TARGET=macos_deployment_target,
-        )
+        env.update(USE_MPS="1", USE_CUDA="0", ARCHFLAGS="-arch arm64", MACOSX_DEPLOYMENT_TARGET=macos_deployment_target)
+        if cross_compile:
+            env["CMAKE_OSX_ARCHITECTURES"] = "arm64"
         languages += ["OBJC", "OBJCXX"]  # the MPS backend is Objective-C++ (.mm)
     elif platform == "linux-cpu":
         env.update(USE_CUDA="0", USE_MPS="0")
@@ -217,6 +226,13 @@ def host_platform() -> str:
     if sys.platform == "darwin" and _platform.machine() == "arm64":
         return "macos-arm64"
     return "linux-cpu"
+
+
+def macos_cross_compiling() -> bool:
+    """Whether a macos-arm64 build here is a cross-compile: a Mac whose machine is not arm64 (an Intel
+    Mac, or an x86 Python under Rosetta, which is what ``uname -m`` reports there too). Off a Mac, where
+    only ``--dry-run`` can describe a macOS build, the native arm64 build is described."""
+    return sys.platform == "darwin" and _platform.machine() != "arm64"
 
 
 def find_launcher() -> str | None:
@@ -678,6 +694,7 @@ def plan_build(
         build_type=build_type,
         macos_deployment_target=target,
         launcher=launcher or None,
+        cross_compile=macos_cross_compiling(),
     )
     version = local_version(base_release(source_dir), kind, base_sha=base_sha, series=series)
     env.update(version_env(source_dir, version))
@@ -1313,7 +1330,11 @@ def describe_without_source(
     """``--dry-run`` with no worktree at hand: the platform environment and command, with ``<...>``
     placeholders for what only the base's files decide (release, base SHA, requirements)."""
     env = platform_env(
-        platform, jobs=args.jobs or os.cpu_count() or 1, build_type=args.build_type, launcher=find_launcher()
+        platform,
+        jobs=args.jobs or os.cpu_count() or 1,
+        build_type=args.build_type,
+        launcher=find_launcher(),
+        cross_compile=macos_cross_compiling(),
     )
     ref = sources.series if sources else None
     if args.kind == "stock":

@@ -50,13 +50,27 @@ def test_platform_env_macos_arm64_pinned():
         "USE_ROCM": "0",
         "USE_MPS": "1",
         "USE_CUDA": "0",
-        "CMAKE_OSX_ARCHITECTURES": "arm64",
+        "ARCHFLAGS": "-arch arm64",
         "MACOSX_DEPLOYMENT_TARGET": "11.0",
         "CMAKE_C_COMPILER_LAUNCHER": "ccache",
         "CMAKE_CXX_COMPILER_LAUNCHER": "ccache",
         "CMAKE_OBJC_COMPILER_LAUNCHER": "ccache",
         "CMAKE_OBJCXX_COMPILER_LAUNCHER": "ccache",
     }
+
+
+def test_macos_arm64_sets_osx_architectures_only_when_cross_compiling(monkeypatch):
+    """Upstream sets CMAKE_OSX_ARCHITECTURES=arm64 only on a non-arm64 host (.ci/pytorch/macos-build.sh);
+    on a native arm64 Mac it would make v2.6.0's CMakeLists.txt build a host protoc as for a cross-compile."""
+    native = b.platform_env("macos-arm64", jobs=1)
+    assert "CMAKE_OSX_ARCHITECTURES" not in native and native["ARCHFLAGS"] == "-arch arm64"
+    cross = b.platform_env("macos-arm64", jobs=1, cross_compile=True)
+    assert cross["CMAKE_OSX_ARCHITECTURES"] == "arm64" and cross["ARCHFLAGS"] == "-arch arm64"
+    assert "ARCHFLAGS" not in b.platform_env("linux-cpu", jobs=1, cross_compile=True)
+    for system, machine, expected in (("darwin", "arm64", False), ("darwin", "x86_64", True), ("linux", "x86_64", False)):
+        monkeypatch.setattr(b.sys, "platform", system)
+        monkeypatch.setattr(b._platform, "machine", lambda m=machine: m)
+        assert b.macos_cross_compiling() is expected
 
 
 def test_platform_env_linux_cpu_pinned():
@@ -266,8 +280,8 @@ def test_describe_prints_env_and_exact_command(tmp_path):
     [
         (
             "macos-arm64",
-            ["USE_MPS=1", "CMAKE_OSX_ARCHITECTURES=arm64", "MACOSX_DEPLOYMENT_TARGET=11.0"],
-            ["TORCH_CUDA_ARCH_LIST"],
+            ["USE_MPS=1", "ARCHFLAGS=-arch arm64", "MACOSX_DEPLOYMENT_TARGET=11.0"],
+            ["TORCH_CUDA_ARCH_LIST", "CMAKE_OSX_ARCHITECTURES"],
         ),
         ("linux-cpu", ["USE_CUDA=0", "USE_MPS=0"], ["MACOSX_DEPLOYMENT_TARGET", "TORCH_CUDA_ARCH_LIST"]),
         ("linux-cuda", ["USE_CUDA=1", "TORCH_CUDA_ARCH_LIST=8.0;8.6;8.9;9.0"], ["MACOSX_DEPLOYMENT_TARGET"]),
