@@ -329,16 +329,23 @@ def version_env(source_dir: Path | None, version: str) -> dict[str, str]:
     return {VERSION_ENV: version, BUILD_NUMBER_ENV: "0"}
 
 
-_DEPLOYMENT_RE = re.compile(r"(?:MACOSX_DEPLOYMENT_TARGET\s*=\s*|CMAKE_OSX_DEPLOYMENT_TARGET\s+\"?)(\d+(?:\.\d+)*)")
+#: ``MACOSX_DEPLOYMENT_TARGET=14.0`` (shell), ``"MACOSX_DEPLOYMENT_TARGET": "14.0"`` (a Python dict
+#: entry, upstream's ``.ci/wheel/mac/build_env_setup.py``) or ``CMAKE_OSX_DEPLOYMENT_TARGET "14.0"`` (CMake)
+_DEPLOYMENT_RE = re.compile(
+    r"(?:MACOSX_DEPLOYMENT_TARGET[\"']?\s*[=:]\s*[\"']?|CMAKE_OSX_DEPLOYMENT_TARGET\s+\"?)(\d+(?:\.\d+)*)"
+)
 
 
 def macos_deployment_target(source_dir: Path | None) -> tuple[str, str]:
     """``MACOSX_DEPLOYMENT_TARGET`` for an arm64 build of this base, and where it came from.
 
-    Reads the base's wheel-build files (``.ci/wheel/build_wheel.sh``, ``setup.py``,
-    ``CMakeLists.txt``, ``cmake/*.cmake`` except iOS) for a deployment target, and raises it to
-    :data:`MACOS_ARM64_FLOOR` (PyTorch v2.6's script sets 10.15, and tags arm64 wheels 11.0).
-    The Debian v2.6.0 tree has no ``.ci/`` and sets none, which gives the floor.
+    Reads the base's wheel-build files (``.ci/wheel/build_wheel.sh``, ``.ci/wheel/mac/*.py``,
+    ``setup.py``, ``CMakeLists.txt``, ``cmake/*.cmake`` except iOS) for a deployment target, takes the
+    highest, and raises it to :data:`MACOS_ARM64_FLOOR`. PyTorch v2.6's ``.ci/wheel/build_wheel.sh``
+    exports 10.15 (and tags arm64 wheels 11.0); on main the macOS wheel build moved to
+    ``.ci/wheel/mac/``, whose ``build_env_setup.py`` holds the value in a dict, ``MACOS_BUILD_ENV =
+    {..., "MACOSX_DEPLOYMENT_TARGET": "14.0", ...}`` (pytorch/pytorch 29832279), exported by
+    ``.ci/wheel/mac/build.sh``. The Debian v2.6.0 tree has no ``.ci/`` and sets none, which gives the floor.
 
     Returns:
         (version string, one-line provenance).
@@ -348,7 +355,8 @@ def macos_deployment_target(source_dir: Path | None) -> tuple[str, str]:
     found: list[tuple[str, str]] = []
     if source_dir is not None:
         root = Path(source_dir)
-        files = [root / ".ci/wheel/build_wheel.sh", root / "setup.py", root / "CMakeLists.txt"]
+        files = [root / ".ci/wheel/build_wheel.sh", *sorted((root / ".ci/wheel/mac").glob("*.py"))]
+        files += [root / "setup.py", root / "CMakeLists.txt"]
         files += [p for p in sorted((root / "cmake").glob("*.cmake")) if "ios" not in p.name.lower()]
         for path in files:
             if not path.is_file():
@@ -365,6 +373,55 @@ def macos_deployment_target(source_dir: Path | None) -> tuple[str, str]:
     if Version(value) < Version(MACOS_ARM64_FLOOR):
         return MACOS_ARM64_FLOOR, f"base sets {value} ({where}); raised to the arm64 floor 11.0"
     return value, f"base sets {value} ({where})"
+
+
+#: The policy version CMake >= 4 is told to assume for projects that declare an older one.
+CMAKE_POLICY_MINIMUM = "3.5"
+CMAKE_POLICY_ENV = "CMAKE_POLICY_VERSION_MINIMUM"
+
+
+def _own_cmake_files(root: Path) -> list[Path]:
+    """The base's own CMake files: the top-level ``CMakeLists.txt`` and ``cmake/**/*.cmake`` (not third_party)."""
+    return [p for p in (root / "CMakeLists.txt", *sorted((root / "cmake").rglob("*.cmake"))) if p.is_file()]
+
+
+def cmake_policy_env(source_dir: Path | None) -> tuple[dict[str, str], str]:
+    """``CMAKE_POLICY_VERSION_MINIMUM=3.5`` for a CMake base that does not handle CMake 4 itself, and why.
+
+    CMake 4.0 removed compatibility with policy versions below 3.5: a ``cmake_minimum_required``
+    below 3.5 is an error unless ``CMAKE_POLICY_VERSION_MINIMUM`` says otherwise. PyTorch v2.6.0's
+    submodules (protobuf first) declare such versions, so v2.6.0 fails at configure under the
+    ``cmake`` its build requirements install today (pytorch/pytorch issues 150149, 150167, and 150328:
+    "PyTorch 2.6 is lately not buildable anymore"). Upstream fixed it for 2.7 by setting the variable
+    in its own CMake files around those ``add_subdirectory`` calls (PR 150203, cherry-picked to
+    release/2.7 as PR 150460), and rejected pinning ``cmake<4`` (PR 150201).
+
+    Rule: a base whose top-level ``CMakeLists.txt`` or ``cmake/**/*.cmake`` mentions
+    ``CMAKE_POLICY_VERSION_MINIMUM`` handles CMake 4 itself (nothing is set); any other base with a
+    ``CMakeLists.txt`` gets ``CMAKE_POLICY_VERSION_MINIMUM=3.5`` in its build environment. PyTorch's
+    ``tools/setup_helpers/cmake.py`` passes every ``CMAKE_*`` variable to CMake as ``-D`` (v2.6.0,
+    ``generate``). It changes only projects that declare a policy version below 3.5 (CMake's
+    documentation of the variable), so CMake 3.x ignores it and the build's own 3.18 floor is untouched.
+    The Debian v2.6.0 tree mentions the variable nowhere. ``--env CMAKE_POLICY_VERSION_MINIMUM=...``
+    overrides it.
+
+    Returns:
+        ({variable: value} or {}, one-line provenance).
+    """
+    if source_dir is None:
+        return {}, "no source"
+    root = Path(source_dir)
+    files = _own_cmake_files(root)
+    if not files:
+        return {}, "not a CMake base"
+    for path in files:
+        if CMAKE_POLICY_ENV in path.read_text(errors="replace"):
+            return {}, f"the base sets it itself ({path.relative_to(root)}): CMake 4 is handled"
+    return (
+        {CMAKE_POLICY_ENV: CMAKE_POLICY_MINIMUM},
+        f"set to {CMAKE_POLICY_MINIMUM}: the base's CMake files do not set it, and CMake >= 4 refuses submodules "
+        "that declare a policy version below 3.5 (pytorch/pytorch issue 150149)",
+    )
 
 
 def compiles_on(path: str, platform: str) -> bool:
@@ -696,6 +753,8 @@ def plan_build(
         launcher=launcher or None,
         cross_compile=macos_cross_compiling(),
     )
+    policy_env, policy_note = cmake_policy_env(source_dir)
+    env.update(policy_env)
     version = local_version(base_release(source_dir), kind, base_sha=base_sha, series=series)
     env.update(version_env(source_dir, version))
     env.update(overrides)
@@ -706,6 +765,7 @@ def plan_build(
     ]
     if platform == "macos-arm64":
         notes.append(f"MACOSX_DEPLOYMENT_TARGET: {target_note}")
+    notes.append(f"{CMAKE_POLICY_ENV}: {policy_note}")
     min_free, free_source = required_free_bytes(source_dir, platform)
     notes.append(f"free disk needed: {min_free / GIB:.1f} GiB ({free_source})")
     return BuildPlan(
@@ -1354,6 +1414,9 @@ def describe_without_source(
         lines.append(f"# series: {ref.name} {ref.hash[:8]} ({len(ref.patches)} patches)")
     if platform == "macos-arm64":
         lines.append("# MACOSX_DEPLOYMENT_TARGET: the base's own value raised to the arm64 floor 11.0")
+    lines.append(
+        f"# {CMAKE_POLICY_ENV}={CMAKE_POLICY_MINIMUM} is added unless the base's CMake files set it (CMake 4)"
+    )
     lines.append("# build venv requirements: <pyproject.toml [build-system] requires + requirements.txt>")
     lines += [f"{key}={value}" for key, value in sorted(env.items())]
     lines.append(

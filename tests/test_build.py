@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
+import small_upstream as su
 from harness import build as b
 from harness.cli import main
 from harness.errors import BuildError, UsageError
@@ -184,6 +185,59 @@ def test_macos_deployment_target_read_from_base(tmp_path, script, expected, wher
     src = _tree(tmp_path / "src", wheel_script=script)
     target, note = b.macos_deployment_target(src)
     assert target == expected and where in note
+
+
+@pytest.fixture(scope="module")
+def pytorch_like(tmp_path_factory) -> dict[str, Path]:
+    """Sandbox bases shaped like PyTorch v2.6.0 and main (tests/small_upstream.py), git repositories."""
+    root = tmp_path_factory.mktemp("pytorch-like")
+    return {flavour: su.make_pytorch_like(root, flavour) for flavour in ("v2.6.0", "main")}
+
+
+def test_macos_deployment_target_read_from_ci_wheel_mac(pytorch_like):
+    """main keeps it in a dict of .ci/wheel/mac/build_env_setup.py; v2.6.0 in .ci/wheel/build_wheel.sh."""
+    assert b.macos_deployment_target(pytorch_like["main"]) == (
+        "14.0",
+        "base sets 14.0 (.ci/wheel/mac/build_env_setup.py:11)",
+    )
+    assert b.macos_deployment_target(pytorch_like["v2.6.0"]) == (
+        "11.0",
+        "base sets 10.15 (.ci/wheel/build_wheel.sh:3); raised to the arm64 floor 11.0",
+    )
+
+
+def test_cmake_policy_minimum_decided_by_the_base_files(pytorch_like, tmp_path):
+    """CMake 4: v2.6.0 (no CMAKE_POLICY_VERSION_MINIMUM in its CMake files) gets 3.5; main sets it itself."""
+    env, note = b.cmake_policy_env(pytorch_like["v2.6.0"])
+    assert env == {"CMAKE_POLICY_VERSION_MINIMUM": "3.5"} and "issue 150149" in note
+    assert b.cmake_policy_env(pytorch_like["main"]) == (
+        {}, "the base sets it itself (cmake/Dependencies.cmake): CMake 4 is handled"
+    )
+    assert b.cmake_policy_env(_tree(tmp_path / "nocmake")) == ({}, "not a CMake base")
+    plan = b.plan_build(pytorch_like["v2.6.0"], "linux-cpu", launcher=None, dist_dir=tmp_path / "d")
+    assert plan.env["CMAKE_POLICY_VERSION_MINIMUM"] == "3.5"
+    off = b.plan_build(pytorch_like["v2.6.0"], "linux-cpu", launcher=None, dist_dir=tmp_path / "d",
+                       env_overrides=["CMAKE_POLICY_VERSION_MINIMUM=3.10"])
+    assert off.env["CMAKE_POLICY_VERSION_MINIMUM"] == "3.10"  # --env wins
+
+
+def test_cli_dry_run_macos_arm64_of_v260_and_main(pytorch_like, tmp_path, capsys, monkeypatch):
+    """Acceptance: `build --dry-run --platform macos-arm64` shows the CMake policy setting and ARCHFLAGS,
+    not CMAKE_OSX_ARCHITECTURES, for v2.6.0; and for main the deployment target of .ci/wheel/mac/."""
+    monkeypatch.setattr(b, "macos_cross_compiling", lambda: False)  # an arm64 Mac, whatever runs the test
+    out = {}
+    for flavour, tree in pytorch_like.items():
+        rc = main(["build", "--kind", "stock", "--dry-run", "--platform", "macos-arm64", "--jobs", "8",
+                   "--source", str(tree), "--dist", str(tmp_path / "dist")])
+        assert rc == 0
+        out[flavour] = capsys.readouterr().out.splitlines()
+    v260, head = out["v2.6.0"], out["main"]
+    assert "CMAKE_POLICY_VERSION_MINIMUM=3.5" in v260 and "ARCHFLAGS='-arch arm64'" in v260
+    assert "MACOSX_DEPLOYMENT_TARGET=11.0" in v260
+    assert not any(line.startswith("CMAKE_OSX_ARCHITECTURES") for line in v260 + head)
+    assert "MACOSX_DEPLOYMENT_TARGET=14.0" in head
+    assert "# MACOSX_DEPLOYMENT_TARGET: base sets 14.0 (.ci/wheel/mac/build_env_setup.py:11)" in head
+    assert not any(line.startswith("CMAKE_POLICY_VERSION_MINIMUM=") for line in head)
 
 
 def test_build_requirements_and_command_follow_base(tmp_path):
@@ -445,6 +499,10 @@ def test_debian_pytorch_260_plan_and_preflight(debian_tree):
     assert "pytorch-v2.6.0.tar.gz" in line and "git clone --recursive" in line
     plan = b.plan_build(src, "macos-arm64", base_sha=STOCK_SHA, jobs=8, launcher=None)
     assert plan.env["MACOSX_DEPLOYMENT_TARGET"] == "11.0" and plan.version == "2.6.0+stock.924a857c"
+    # CMake 4: the real v2.6.0 sets no policy minimum in its CMake files, so the harness does
+    assert plan.env["CMAKE_POLICY_VERSION_MINIMUM"] == "3.5"
+    assert plan.env["ARCHFLAGS"] == "-arch arm64"
+    assert "CMAKE_OSX_ARCHITECTURES" not in plan.env or b.macos_cross_compiling()
     assert plan.env["PYTORCH_BUILD_VERSION"] == "2.6.0+stock.924a857c"
     assert plan.requirements[:9] == (
         "setuptools",
