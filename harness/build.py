@@ -580,9 +580,144 @@ def _requires_cmake(requirements: Sequence[str]) -> bool:
     return False
 
 
+@dataclass(frozen=True)
+class Check:
+    """One toolchain check: ``item``, whether it passed, a one-line ``detail``, and the error a build's
+    preflight raises for it (None when it passed or does not stop a build)."""
+
+    item: str
+    ok: bool
+    detail: str
+    error: BuildError | None = None
+
+
+_CMAKE_MIN_RE = re.compile(
+    r"^\s*cmake_minimum_required\s*\(\s*VERSION\s+(\d+(?:\.\d+)*)", re.IGNORECASE | re.MULTILINE
+)
+_CMAKE_VERSION_RE = re.compile(r"cmake version (\d+(?:\.\d+)*)")
+
+
+def cmake_required(source_dir: Path) -> str | None:
+    """The CMake version the base asks for: ``cmake_minimum_required(VERSION X ...)`` of its top-level
+    ``CMakeLists.txt`` (v2.6.0: 3.18), or None when it has none."""
+    path = Path(source_dir) / "CMakeLists.txt"
+    match = _CMAKE_MIN_RE.search(path.read_text(errors="replace")) if path.is_file() else None
+    return match.group(1) if match else None
+
+
+def _first_line(cmd: Sequence[str], env: Mapping[str, str] | None = None) -> tuple[int, str]:
+    """Exit status and first line of stdout (else the last of stderr) of ``cmd``; (-1, reason) when it cannot run."""
+    try:
+        proc = subprocess.run(list(cmd), capture_output=True, text=True, env=dict(env) if env else None, timeout=120)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return -1, str(exc)
+    lines = proc.stdout.strip().splitlines() or proc.stderr.strip().splitlines()[-1:] or ["no output"]
+    return proc.returncode, lines[0].strip()
+
+
+def check_compiler(platform: str, path: str, cxx: str | None = None) -> Check:
+    """A C++ compiler on ``path``: ``cxx`` (``$CXX``) when given, else ``c++``, ``g++`` or ``clang++``."""
+    names = [cxx] if cxx else ["c++", "g++", "clang++"]
+    found = next((exe for exe in (shutil.which(n, path=path) for n in names) if exe), None)
+    if found:
+        return Check("compiler", True, found)
+    remedy = (
+        "install the Xcode command line tools: `xcode-select --install`"
+        if platform == "macos-arm64"
+        else "install one: `apt-get install -y build-essential` (Debian/Ubuntu) or `dnf install gcc-c++` (Fedora)"
+    )
+    error = BuildError(f"no C++ compiler found ({cxx or 'c++, g++, clang++'} not on PATH)", remedy)
+    return Check("compiler", False, error.line(), error)
+
+
+def check_cmake(platform: str, path: str, source_dir: Path | None = None, *, venv_installs: bool = False) -> Check:
+    """CMake on ``path``, and (with ``source_dir``) its version against the base's
+    ``cmake_minimum_required`` (:func:`cmake_required`) and CMake 4 (:func:`cmake_policy_env`).
+
+    ``venv_installs``: the base's build requirements install CMake into the build venv, so one missing
+    from ``path`` is no failure. A version that cannot be read is not held against the build.
+    """
+    install = "`python -m pip install cmake`, or " + (
+        "`brew install cmake`" if platform == "macos-arm64" else "`apt-get install -y cmake`"
+    )
+    exe = shutil.which("cmake", path=path)
+    if exe is None:
+        if venv_installs:
+            return Check("cmake", True, "not on PATH; the build venv installs it "
+                                        "(the base's build requirements list cmake)")
+        error = BuildError("cmake not found on PATH or in the build environment", install)
+        return Check("cmake", False, error.line(), error)
+    rc, first = _first_line([exe, "--version"])
+    match = _CMAKE_VERSION_RE.search(first) if rc == 0 else None
+    version = match.group(1) if match else None
+    if source_dir is None:
+        return Check("cmake", True, f"{exe}: {version or 'version unknown'}")
+    if venv_installs:  # the build uses the venv's cmake (newest from PyPI), not this one
+        return Check("cmake", True, f"{exe}: {version or 'version unknown'}; the build venv installs its own "
+                                    "(the base's build requirements list cmake)")
+    from packaging.version import InvalidVersion, Version
+
+    required = cmake_required(source_dir)
+    try:
+        too_old = bool(version and required and Version(version) < Version(required))
+        cmake4 = bool(version and Version(version) >= Version("4"))
+    except InvalidVersion:
+        too_old = cmake4 = False
+    if too_old:
+        error = BuildError(
+            f"cmake {version} ({exe}) is older than the {required} this base requires "
+            "(cmake_minimum_required in its CMakeLists.txt)",
+            f"`python -m pip install 'cmake>={required}'`, or "
+            + ("`brew upgrade cmake`" if platform == "macos-arm64" else "a newer cmake from your package manager"),
+        )
+        return Check("cmake", False, error.line(), error)
+    detail = f"{exe}: {version or 'version unknown'} (the base requires {required or 'no minimum'})"
+    if cmake4:
+        policy, _ = cmake_policy_env(source_dir)
+        detail += (f"; CMake 4: the build sets {CMAKE_POLICY_ENV}={CMAKE_POLICY_MINIMUM}" if policy
+                   else "; CMake 4: the base handles it")
+    return Check("cmake", True, detail)
+
+
+def check_disk(platform: str, where: Path, need: int, need_source: str) -> Check:
+    """At least ``need`` bytes free at ``where`` (``shutil.disk_usage``)."""
+    free = shutil.disk_usage(where).free
+    if free >= need:
+        return Check("disk", True, f"{free / GIB:.1f} GiB free at {where}; a {platform} build of this base needs "
+                                   f"about {need / GIB:.1f} GiB ({need_source})")
+    error = BuildError(
+        f"only {free / GIB:.1f} GiB free at {where}; a {platform} build of this base needs about "
+        f"{need / GIB:.1f} GiB ({need_source})",
+        "free disk space, or put the worktrees (--workdir) and --dist on a larger volume",
+    )
+    return Check("disk", False, error.line(), error)
+
+
+#: What to do when ``xcrun metal`` does not work (docs/quickstart-macos.md, "The Metal shader compiler").
+METAL_REMEDY = (
+    "Xcode 26 and later ship the Metal toolchain apart: `xcodebuild -downloadComponent MetalToolchain`; "
+    "before Xcode 26 install the full Xcode and `sudo xcode-select -s /Applications/Xcode.app`"
+)
+
+
+def check_metal(path: str) -> Check:
+    """``xcrun metal --version`` works (macOS): the Metal shader compiler PyTorch's CMake probes for
+    ``CAN_COMPILE_METAL`` (v2.6.0 ``cmake/Metal.cmake``: ``xcrun metal -std=metal3.1``). Without it the
+    build still succeeds, with the shaders compiled at run time, so it never stops a build."""
+    xcrun = shutil.which("xcrun", path=path)
+    if xcrun is None:
+        return Check("metal", False, "xcrun not found (no Xcode command line tools) -- "
+                                     "`xcode-select --install`, then: " + METAL_REMEDY)
+    rc, line = _first_line([xcrun, "metal", "--version"])
+    if rc == 0:
+        return Check("metal", True, line)
+    return Check("metal", False, f"`xcrun metal --version` fails ({line}) -- {METAL_REMEDY}")
+
+
 def preflight_tools(plan: "BuildPlan", path: str, *, cmake: bool = True) -> None:
-    """Refuse to start without a C++ compiler, CMake (on ``path``) or the estimated free disk
-    (:attr:`BuildPlan.min_free_bytes`, checked with ``shutil.disk_usage`` where the build writes).
+    """Refuse to start without a C++ compiler, CMake (on ``path``, at least the base's
+    ``cmake_minimum_required``) or the estimated free disk (:attr:`BuildPlan.min_free_bytes`,
+    checked with ``shutil.disk_usage`` where the build writes).
 
     Called twice by :func:`build_wheel`: before the build venv is made (``cmake=False`` when the
     base's build requirements install CMake into it), then with the venv's ``bin`` on ``path``.
@@ -590,30 +725,51 @@ def preflight_tools(plan: "BuildPlan", path: str, *, cmake: bool = True) -> None
     Raises:
         BuildError: one line naming what is missing and how to install it on this platform.
     """
-    macos = plan.platform == "macos-arm64"
     cxx = plan.env.get("CXX") or os.environ.get("CXX")
-    if not (
-        shutil.which(cxx, path=path) if cxx else any(shutil.which(c, path=path) for c in ("c++", "g++", "clang++"))
-    ):
-        remedy = (
-            "install the Xcode command line tools: `xcode-select --install`"
-            if macos
-            else "install one: `apt-get install -y build-essential` (Debian/Ubuntu) or `dnf install gcc-c++` (Fedora)"
-        )
-        raise BuildError(f"no C++ compiler found ({cxx or 'c++, g++, clang++'} not on PATH)", remedy)
-    if cmake and not shutil.which("cmake", path=path):
-        raise BuildError(
-            "cmake not found on PATH or in the build environment",
-            "`python -m pip install cmake`, or " + ("`brew install cmake`" if macos else "`apt-get install -y cmake`"),
-        )
+    checks = [check_compiler(plan.platform, path, cxx)]
+    if cmake:
+        checks.append(check_cmake(plan.platform, path, plan.source_dir))
     where = next(p for p in (plan.source_dir, plan.dist_dir, *plan.dist_dir.parents) if p.exists())
-    free = shutil.disk_usage(where).free
-    if free < plan.min_free_bytes:
-        raise BuildError(
-            f"only {free / GIB:.1f} GiB free at {where}; a {plan.platform} build of this base needs about "
-            f"{plan.min_free_bytes / GIB:.1f} GiB ({plan.free_bytes_source})",
-            "free disk space, or put the worktrees (--workdir) and --dist on a larger volume",
-        )
+    checks.append(check_disk(plan.platform, where, plan.min_free_bytes, plan.free_bytes_source))
+    for check in checks:
+        if check.error is not None:
+            raise check.error
+
+
+def toolchain_checks(platform: str, source_dir: Path | None) -> list[tuple[str, bool, str]]:
+    """``(item, ok, one-line detail)`` for ``doctor``: compiler, CMake (its version against the base's
+    needs when ``source_dir`` is given), the Metal toolchain (macos-arm64 only), free disk (against
+    :func:`required_free_bytes` for the base, else the documented :data:`PYTORCH_DISK_ESTIMATE`).
+
+    The same checks as a build's preflight (:func:`preflight_tools`), on this process's ``PATH``; a
+    missing tool is ``ok=False`` with the remedy in the detail, never an exception.
+
+    Raises:
+        UsageError: unknown platform.
+    """
+    if platform not in PLATFORMS:
+        raise UsageError(f"unknown platform {platform!r}", f"choose one of: {', '.join(PLATFORMS)}")
+    path = os.environ.get("PATH", "")
+    root = Path(source_dir).resolve() if source_dir is not None else None
+    checks = [check_compiler(platform, path, os.environ.get("CXX"))]
+    try:
+        venv_installs = root is not None and _requires_cmake(build_requirements(root))
+    except BuildError:
+        venv_installs = False
+    checks.append(check_cmake(platform, path, root, venv_installs=venv_installs))
+    if platform == "macos-arm64":
+        checks.append(check_metal(path))
+    try:
+        if root is not None:
+            need, need_source = required_free_bytes(root, platform)
+        else:
+            need = PYTORCH_DISK_ESTIMATE[platform]
+            need_source = "the PyTorch estimate, harness.build.PYTORCH_DISK_ESTIMATE"
+        where = next(p for p in ((root or Path.cwd()), *(root or Path.cwd()).parents) if p.exists())
+        checks.append(check_disk(platform, where, need, need_source))
+    except UsageError as exc:  # a malformed TORCH_PATCH_HARNESS_BUILD_FREE_GIB
+        checks.append(Check("disk", False, exc.line()))
+    return [(c.item, c.ok, c.detail) for c in checks]
 
 
 # --------------------------------------------------------------------------------------------
@@ -887,6 +1043,19 @@ def toolchain_versions(env: Mapping[str, str]) -> dict[str, str]:
     return out
 
 
+def cmake_cache_value(source_dir: Path, name: str) -> str | None:
+    """``name``'s value in the base's CMake cache, ``<source>/build/CMakeCache.txt`` (PyTorch's build
+    directory: ``BUILD_DIR = "build"`` in ``tools/setup_helpers/env.py``, v2.6.0), or None. For
+    ``CAN_COMPILE_METAL`` this is what upstream's CMake decided (v2.6.0 ``cmake/Metal.cmake``: ``YES``
+    when ``xcrun metal -std=metal3.1`` compiled its probe shader, else ``NO``; no entry off Apple)."""
+    cache = Path(source_dir) / "build" / "CMakeCache.txt"
+    if not cache.is_file():
+        return None
+    pattern = re.compile(rf"^{re.escape(name)}(?::[A-Za-z]+)?=(.*)$", re.MULTILINE)
+    match = pattern.search(cache.read_text(errors="replace"))
+    return match.group(1).strip() if match else None
+
+
 class BuildFailed(BuildError):
     """A build step that ran and failed: carries the log path and its last lines."""
 
@@ -991,6 +1160,8 @@ def build_wheel(plan: BuildPlan, dist_dir: Path | None = None, *, force: bool = 
         env.update(plan.env)
         preflight_tools(plan, env["PATH"])
         toolchain = toolchain_versions(env)
+        if plan.platform == "macos-arm64":  # the shader compiler decides what the wheel holds (check_metal)
+            toolchain["metal"] = check_metal(env["PATH"]).detail
         inputs = plan.inputs(toolchain)
         if not force:
             existing = find_identical(dist_dir, inputs)
@@ -1042,6 +1213,8 @@ def build_wheel(plan: BuildPlan, dist_dir: Path | None = None, *, force: bool = 
                 "environment": inputs["env"],
                 "compiler": toolchain["compiler"],
                 "cmake": toolchain["cmake"],
+                "metal": toolchain.get("metal"),
+                "can_compile_metal": cmake_cache_value(plan.source_dir, "CAN_COMPILE_METAL"),
                 "start": started.isoformat(timespec="seconds"),
                 "end": ended.isoformat(timespec="seconds"),
                 "duration_s": round(duration, 3),

@@ -621,3 +621,130 @@ def test_build_steps_reads_ninja_and_make_counters():
     assert build_steps(ninja) == (2, 7)  # the last counter at a line start
     assert build_steps("[ 45%] Building CXX object c.o\n[100%] Linking CXX shared library\n") == (100, 100)
     assert build_steps("running bdist_wheel\n") is None
+
+
+# ------------------------------------------------------------------ toolchain checks (doctor) and Metal
+
+
+def _fake_bin(tmp_path: Path, scripts: dict[str, str]) -> Path:
+    """A PATH directory of small shell scripts standing in for the tools (the machine's own are not used)."""
+    path = tmp_path / "fakebin"
+    path.mkdir(exist_ok=True)
+    for name, body in scripts.items():
+        (path / name).write_text("#!/bin/sh\n" + body + "\n")
+        (path / name).chmod(0o755)
+    return path
+
+
+_XCRUN_OK = 'echo "Apple metal version 32023.404 (metalfe-32023.404)"'
+#: what Xcode 26's xcrun prints when the Metal toolchain component is not installed
+_XCRUN_NO_TOOLCHAIN = ('echo "error: error: cannot execute tool \'metal\' due to missing Metal Toolchain; '
+                       'use: xcodebuild -downloadComponent MetalToolchain" >&2; exit 1')
+
+
+@pytest.fixture
+def roomy_disk(monkeypatch):
+    Usage = collections.namedtuple("Usage", "total used free")
+    monkeypatch.setattr(b.shutil, "disk_usage", lambda p: Usage(500 * b.GIB, 100 * b.GIB, 400 * b.GIB))
+
+
+def test_toolchain_checks_all_present(tmp_path, monkeypatch, pytorch_like, roomy_disk):
+    fake = _fake_bin(tmp_path, {"c++": "true", "cmake": 'echo "cmake version 4.1.2"', "xcrun": _XCRUN_OK})
+    monkeypatch.setenv("PATH", str(fake))
+    monkeypatch.delenv("CXX", raising=False)
+    monkeypatch.delenv(b.FREE_GIB_ENV, raising=False)
+    checks = b.toolchain_checks("macos-arm64", None)
+    assert [(item, ok) for item, ok, _ in checks] == [("compiler", True), ("cmake", True), ("metal", True),
+                                                       ("disk", True)]
+    details = dict((item, detail) for item, _, detail in checks)
+    assert details["compiler"] == str(fake / "c++")
+    assert details["cmake"] == f"{fake / 'cmake'}: 4.1.2"
+    assert details["metal"] == "Apple metal version 32023.404 (metalfe-32023.404)"
+    assert details["disk"].startswith("400.0 GiB free at ")
+    assert "needs about 20.0 GiB (the PyTorch estimate" in details["disk"]
+    # against a base: its cmake_minimum_required, and what CMake 4 means for it; its requirements list cmake
+    item, ok, detail = b.toolchain_checks("linux-cpu", pytorch_like["v2.6.0"])[1]
+    assert (item, ok) == ("cmake", True) and "the build venv installs its own" in detail
+    assert [c[0] for c in b.toolchain_checks("linux-cpu", None)] == ["compiler", "cmake", "disk"]  # no metal
+
+
+def test_toolchain_checks_missing_tools_never_raise(tmp_path, monkeypatch, roomy_disk):
+    empty = _fake_bin(tmp_path, {})
+    monkeypatch.setenv("PATH", str(empty))
+    monkeypatch.delenv("CXX", raising=False)
+    monkeypatch.setenv(b.FREE_GIB_ENV, "lots")  # malformed: reported, not raised
+    checks = {item: (ok, detail) for item, ok, detail in b.toolchain_checks("macos-arm64", None)}
+    assert checks["compiler"] == (False, "error: no C++ compiler found (c++, g++, clang++ not on PATH) -- install the "
+                                         "Xcode command line tools: `xcode-select --install`")
+    assert checks["cmake"] == (False, "error: cmake not found on PATH or in the build environment -- "
+                                      "`python -m pip install cmake`, or `brew install cmake`")
+    assert checks["metal"][0] is False and "xcode-select --install" in checks["metal"][1]
+    assert "xcodebuild -downloadComponent MetalToolchain" in checks["metal"][1]
+    assert checks["disk"][0] is True  # no source: the documented estimate, the override is for builds
+    monkeypatch.setattr(b.shutil, "disk_usage", lambda p: collections.namedtuple("U", "total used free")(1, 1, 100 << 20))
+    src = _tree(tmp_path / "src")
+    disk = dict((i, (ok, d)) for i, ok, d in b.toolchain_checks("linux-cpu", src))["disk"]
+    assert disk == (False, "error: TORCH_PATCH_HARNESS_BUILD_FREE_GIB='lots' is not a number of GiB -- set it to "
+                           "e.g. 30, or unset it")
+    monkeypatch.delenv(b.FREE_GIB_ENV)
+    disk = dict((i, (ok, d)) for i, ok, d in b.toolchain_checks("linux-cpu", src))["disk"]
+    assert disk[0] is False and "only 0.1 GiB free" in disk[1] and "needs about 0.5 GiB" in disk[1]
+    for line in (d for _, _, d in b.toolchain_checks("macos-arm64", src)):
+        assert "\n" not in line
+
+
+def test_metal_check_names_the_xcode26_download(tmp_path, monkeypatch):
+    fake = _fake_bin(tmp_path, {"xcrun": _XCRUN_NO_TOOLCHAIN})
+    check = b.check_metal(str(fake))
+    assert check.ok is False and check.error is None  # it never stops a build
+    assert "missing Metal Toolchain" in check.detail
+    assert "`xcodebuild -downloadComponent MetalToolchain`" in check.detail
+
+
+def test_cmake_older_than_the_base_requires_stops_preflight(tmp_path, monkeypatch, pytorch_like):
+    fake = _fake_bin(tmp_path, {"c++": "true", "cmake": 'echo "cmake version 3.16.3"'})
+    monkeypatch.delenv("CXX", raising=False)
+    monkeypatch.setenv(b.FREE_GIB_ENV, "0")
+    assert b.cmake_required(pytorch_like["v2.6.0"]) == "3.18" and b.cmake_required(pytorch_like["main"]) == "3.27"
+    plan = b.plan_build(pytorch_like["v2.6.0"], "macos-arm64", launcher=None, dist_dir=tmp_path / "d")
+    with pytest.raises(BuildError) as info:
+        b.preflight_tools(plan, str(fake))
+    assert info.value.cause == f"cmake 3.16.3 ({fake / 'cmake'}) is older than the 3.18 this base requires " \
+                               "(cmake_minimum_required in its CMakeLists.txt)"
+    assert info.value.remedy == "`python -m pip install 'cmake>=3.18'`, or `brew upgrade cmake`"
+    (fake / "cmake").write_text('#!/bin/sh\necho "cmake version 4.0.3"\n')
+    b.preflight_tools(plan, str(fake))  # new enough: no error
+    detail = b.check_cmake("macos-arm64", str(fake), pytorch_like["v2.6.0"]).detail
+    assert detail.endswith("4.0.3 (the base requires 3.18); CMake 4: the build sets CMAKE_POLICY_VERSION_MINIMUM=3.5")
+    assert b.check_cmake("macos-arm64", str(fake), pytorch_like["main"]).detail.endswith("CMake 4: the base handles it")
+
+
+@pytest.mark.slow
+def test_manifest_records_metal_and_can_compile_metal(tmp_path, monkeypatch, isolated_cache):
+    """A macos-arm64 build records `xcrun metal --version` and CMake's CAN_COMPILE_METAL in its manifest
+    (a stand-in build command copies a prepared wheel: nothing is compiled)."""
+    import json
+    import sys
+
+    src = _tree(tmp_path / "src")
+    (src / "build").mkdir()
+    (src / "build" / "CMakeCache.txt").write_text(
+        "//Host can compile metal shaders\nCAN_COMPILE_METAL:BOOL=NO\nCAN_COMPILE_METAL_FOUND:INTERNAL=YES\n"
+    )
+    fake = _fake_bin(tmp_path, {"c++": "true", "cmake": 'echo "cmake version 3.31.6"', "xcrun": _XCRUN_NO_TOOLCHAIN})
+    monkeypatch.setenv("PATH", str(fake) + ":" + "/usr/bin:/bin")
+    monkeypatch.delenv("CXX", raising=False)
+    monkeypatch.setenv(b.FREE_GIB_ENV, "0")
+    plan = b.plan_build(src, "macos-arm64", base_sha=STOCK_SHA, launcher=None, dist_dir=tmp_path / "dist")
+    (tmp_path / "ready").mkdir()
+    wheel = _fake_torch_wheel(tmp_path / "ready", plan.version, mps_built=True)
+    copy = "import shutil, sys; shutil.copy(sys.argv[1], sys.argv[2])"
+    plan = b.dataclasses.replace(plan, requirements=(),
+                                 command=(sys.executable, "-c", copy, str(wheel), str(plan.dist_dir)))
+    result = b.build_wheel(plan)
+    data = json.loads(result.manifest.read_text())
+    assert data["can_compile_metal"] == "NO"
+    assert data["metal"].startswith("`xcrun metal --version` fails (error: error: cannot execute tool 'metal'")
+    assert data["inputs"]["toolchain"]["metal"] == data["metal"]
+    assert b.cmake_cache_value(src, "CAN_COMPILE_METAL_FOUND") == "YES"
+    assert b.cmake_cache_value(tmp_path, "CAN_COMPILE_METAL") is None
