@@ -632,38 +632,35 @@ def check_compiler(platform: str, path: str, cxx: str | None = None) -> Check:
 
 def check_cmake(platform: str, path: str, source_dir: Path | None = None, *, venv_installs: bool = False) -> Check:
     """CMake on ``path``, and (with ``source_dir``) its version against the base's
-    ``cmake_minimum_required`` (:func:`cmake_required`) and CMake 4 (:func:`cmake_policy_env`).
+    ``cmake_minimum_required`` (:func:`cmake_required`) and what CMake 4 means for the base
+    (:func:`cmake_policy_env`).
 
-    ``venv_installs``: the base's build requirements install CMake into the build venv, so one missing
-    from ``path`` is no failure. A version that cannot be read is not held against the build.
+    ``venv_installs``: the base's build requirements install CMake into the build venv, and the build
+    uses that one (the newest on PyPI), so one missing from or too old on ``path`` is no failure. A
+    version that cannot be read is not held against the build.
     """
-    install = "`python -m pip install cmake`, or " + (
-        "`brew install cmake`" if platform == "macos-arm64" else "`apt-get install -y cmake`"
-    )
-    exe = shutil.which("cmake", path=path)
-    if exe is None:
-        if venv_installs:
-            return Check("cmake", True, "not on PATH; the build venv installs it "
-                                        "(the base's build requirements list cmake)")
-        error = BuildError("cmake not found on PATH or in the build environment", install)
-        return Check("cmake", False, error.line(), error)
-    rc, first = _first_line([exe, "--version"])
-    match = _CMAKE_VERSION_RE.search(first) if rc == 0 else None
-    version = match.group(1) if match else None
-    if source_dir is None:
-        return Check("cmake", True, f"{exe}: {version or 'version unknown'}")
-    if venv_installs:  # the build uses the venv's cmake (newest from PyPI), not this one
-        return Check("cmake", True, f"{exe}: {version or 'version unknown'}; the build venv installs its own "
-                                    "(the base's build requirements list cmake)")
     from packaging.version import InvalidVersion, Version
 
-    required = cmake_required(source_dir)
+    exe = shutil.which("cmake", path=path)
+    if exe is None and not venv_installs:
+        error = BuildError(
+            "cmake not found on PATH or in the build environment",
+            "`python -m pip install cmake`, or "
+            + ("`brew install cmake`" if platform == "macos-arm64" else "`apt-get install -y cmake`"),
+        )
+        return Check("cmake", False, error.line(), error)
+    version = None
+    if exe is not None:
+        rc, first = _first_line([exe, "--version"])
+        match = _CMAKE_VERSION_RE.search(first) if rc == 0 else None
+        version = match.group(1) if match else None
+    required = cmake_required(source_dir) if source_dir is not None else None
     try:
         too_old = bool(version and required and Version(version) < Version(required))
         cmake4 = bool(version and Version(version) >= Version("4"))
     except InvalidVersion:
         too_old = cmake4 = False
-    if too_old:
+    if too_old and not venv_installs:
         error = BuildError(
             f"cmake {version} ({exe}) is older than the {required} this base requires "
             "(cmake_minimum_required in its CMakeLists.txt)",
@@ -671,8 +668,12 @@ def check_cmake(platform: str, path: str, source_dir: Path | None = None, *, ven
             + ("`brew upgrade cmake`" if platform == "macos-arm64" else "a newer cmake from your package manager"),
         )
         return Check("cmake", False, error.line(), error)
-    detail = f"{exe}: {version or 'version unknown'} (the base requires {required or 'no minimum'})"
-    if cmake4:
+    detail = f"{exe}: {version or 'version unknown'}" if exe else "not on PATH"
+    if source_dir is not None:
+        detail += f" (the base requires {required or 'no minimum'}{'; this one is older' if too_old else ''})"
+    if venv_installs:
+        detail += "; the build uses the build venv's own (the base's build requirements list cmake)"
+    if source_dir is not None and (cmake4 or venv_installs):
         policy, _ = cmake_policy_env(source_dir)
         detail += (f"; CMake 4: the build sets {CMAKE_POLICY_ENV}={CMAKE_POLICY_MINIMUM}" if policy
                    else "; CMake 4: the base handles it")

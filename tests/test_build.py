@@ -68,7 +68,8 @@ def test_macos_arm64_sets_osx_architectures_only_when_cross_compiling(monkeypatc
     cross = b.platform_env("macos-arm64", jobs=1, cross_compile=True)
     assert cross["CMAKE_OSX_ARCHITECTURES"] == "arm64" and cross["ARCHFLAGS"] == "-arch arm64"
     assert "ARCHFLAGS" not in b.platform_env("linux-cpu", jobs=1, cross_compile=True)
-    for system, machine, expected in (("darwin", "arm64", False), ("darwin", "x86_64", True), ("linux", "x86_64", False)):
+    hosts = (("darwin", "arm64", False), ("darwin", "x86_64", True), ("linux", "x86_64", False))
+    for system, machine, expected in hosts:
         monkeypatch.setattr(b.sys, "platform", system)
         monkeypatch.setattr(b._platform, "machine", lambda m=machine: m)
         assert b.macos_cross_compiling() is expected
@@ -663,8 +664,13 @@ def test_toolchain_checks_all_present(tmp_path, monkeypatch, pytorch_like, roomy
     assert details["disk"].startswith("400.0 GiB free at ")
     assert "needs about 20.0 GiB (the PyTorch estimate" in details["disk"]
     # against a base: its cmake_minimum_required, and what CMake 4 means for it; its requirements list cmake
-    item, ok, detail = b.toolchain_checks("linux-cpu", pytorch_like["v2.6.0"])[1]
-    assert (item, ok) == ("cmake", True) and "the build venv installs its own" in detail
+    assert b.toolchain_checks("linux-cpu", pytorch_like["v2.6.0"])[1] == (
+        "cmake", True, f"{fake / 'cmake'}: 4.1.2 (the base requires 3.18); the build uses the build venv's own "
+        "(the base's build requirements list cmake); CMake 4: the build sets CMAKE_POLICY_VERSION_MINIMUM=3.5")
+    (fake / "cmake").unlink()  # not on PATH: the build venv brings it
+    assert b.toolchain_checks("linux-cpu", pytorch_like["main"])[1] == (
+        "cmake", True, "not on PATH (the base requires 3.27); the build uses the build venv's own "
+        "(the base's build requirements list cmake); CMake 4: the base handles it")
     assert [c[0] for c in b.toolchain_checks("linux-cpu", None)] == ["compiler", "cmake", "disk"]  # no metal
 
 
@@ -681,7 +687,8 @@ def test_toolchain_checks_missing_tools_never_raise(tmp_path, monkeypatch, roomy
     assert checks["metal"][0] is False and "xcode-select --install" in checks["metal"][1]
     assert "xcodebuild -downloadComponent MetalToolchain" in checks["metal"][1]
     assert checks["disk"][0] is True  # no source: the documented estimate, the override is for builds
-    monkeypatch.setattr(b.shutil, "disk_usage", lambda p: collections.namedtuple("U", "total used free")(1, 1, 100 << 20))
+    tight = collections.namedtuple("Usage", "total used free")(1, 1, 100 << 20)
+    monkeypatch.setattr(b.shutil, "disk_usage", lambda p: tight)
     src = _tree(tmp_path / "src")
     disk = dict((i, (ok, d)) for i, ok, d in b.toolchain_checks("linux-cpu", src))["disk"]
     assert disk == (False, "error: TORCH_PATCH_HARNESS_BUILD_FREE_GIB='lots' is not a number of GiB -- set it to "
