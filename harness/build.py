@@ -187,7 +187,7 @@ def platform_env(
     "-arch arm64")``) and ``CMAKE_OSX_ARCHITECTURES=arm64`` ONLY when cross-compiling, as upstream CI
     does (``.ci/pytorch/macos-build.sh`` at 15470b7f: ``cross_compile_arm64`` when ``uname -m`` is not
     arm64, ``compile_arm64`` without it otherwise). On a native arm64 host that variable would make
-    v2.6.0 take the cross-compiling branch: its ``CMakeLists.txt`` (lines 788-820) sets
+    v2.6.0 (Debian 2.6.0+dfsg source) take the cross-compiling branch: its ``CMakeLists.txt`` (lines 788-820) sets
     ``CROSS_COMPILING_MACOSX`` whenever ``CMAKE_OSX_ARCHITECTURES`` matches ``^(x86_64|arm64)$`` and
     first builds a universal host ``protoc`` (``scripts/build_host_protoc.sh``), and its ``setup.py``
     ("Cross-compile for M1") adds ``-arch``/``-isysroot`` flags.
