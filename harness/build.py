@@ -165,6 +165,7 @@ def platform_env(
     macos_deployment_target: str = MACOS_ARM64_FLOOR,
     cuda_arch_list: str = DEFAULT_CUDA_ARCH_LIST,
     launcher: str | None = None,
+    cross_compile: bool = False,
 ) -> dict[str, str]:
     """The build environment variables of one platform (a pure function).
 
@@ -179,6 +180,17 @@ def platform_env(
         macos_deployment_target: ``MACOSX_DEPLOYMENT_TARGET`` (macOS only), see :func:`macos_deployment_target`.
         cuda_arch_list: ``TORCH_CUDA_ARCH_LIST`` (linux-cuda only).
         launcher: compiler cache program (``ccache``/``sccache``) for ``CMAKE_<LANG>_COMPILER_LAUNCHER``.
+        cross_compile: macos-arm64 only: the build host is not arm64 (:func:`macos_cross_compiling`).
+
+    macos-arm64 sets ``ARCHFLAGS=-arch arm64`` (upstream's wheel build does so for every macOS arm64
+    wheel: ``.ci/wheel/mac/build_wheel.py`` at pytorch/pytorch 97ddf012, ``env.setdefault("ARCHFLAGS",
+    "-arch arm64")``) and ``CMAKE_OSX_ARCHITECTURES=arm64`` ONLY when cross-compiling, as upstream CI
+    does (``.ci/pytorch/macos-build.sh`` at 15470b7f: ``cross_compile_arm64`` when ``uname -m`` is not
+    arm64, ``compile_arm64`` without it otherwise). On a native arm64 host that variable would make
+    v2.6.0 (Debian 2.6.0+dfsg source) take the cross-compiling branch: its ``CMakeLists.txt`` (lines 788-820) sets
+    ``CROSS_COMPILING_MACOSX`` whenever ``CMAKE_OSX_ARCHITECTURES`` matches ``^(x86_64|arm64)$`` and
+    first builds a universal host ``protoc`` (``scripts/build_host_protoc.sh``), and its ``setup.py``
+    ("Cross-compile for M1") adds ``-arch``/``-isysroot`` flags.
 
     Raises:
         UsageError: unknown platform or build type, jobs < 1.
@@ -192,12 +204,9 @@ def platform_env(
     env = {"MAX_JOBS": str(jobs), "CMAKE_BUILD_TYPE": build_type, "BUILD_TEST": "0", "USE_ROCM": "0"}
     languages = ["C", "CXX"]
     if platform == "macos-arm64":
-        env.update(
-            USE_MPS="1",
-            USE_CUDA="0",
-            CMAKE_OSX_ARCHITECTURES="arm64",
-            MACOSX_DEPLOYMENT_TARGET=macos_deployment_target,
-        )
+        env.update(USE_MPS="1", USE_CUDA="0", ARCHFLAGS="-arch arm64", MACOSX_DEPLOYMENT_TARGET=macos_deployment_target)
+        if cross_compile:
+            env["CMAKE_OSX_ARCHITECTURES"] = "arm64"
         languages += ["OBJC", "OBJCXX"]  # the MPS backend is Objective-C++ (.mm)
     elif platform == "linux-cpu":
         env.update(USE_CUDA="0", USE_MPS="0")
@@ -217,6 +226,13 @@ def host_platform() -> str:
     if sys.platform == "darwin" and _platform.machine() == "arm64":
         return "macos-arm64"
     return "linux-cpu"
+
+
+def macos_cross_compiling() -> bool:
+    """Whether a macos-arm64 build here is a cross-compile: a Mac whose machine is not arm64 (an Intel
+    Mac, or an x86 Python under Rosetta, which is what ``uname -m`` reports there too). Off a Mac, where
+    only ``--dry-run`` can describe a macOS build, the native arm64 build is described."""
+    return sys.platform == "darwin" and _platform.machine() != "arm64"
 
 
 def find_launcher() -> str | None:
@@ -313,16 +329,23 @@ def version_env(source_dir: Path | None, version: str) -> dict[str, str]:
     return {VERSION_ENV: version, BUILD_NUMBER_ENV: "0"}
 
 
-_DEPLOYMENT_RE = re.compile(r"(?:MACOSX_DEPLOYMENT_TARGET\s*=\s*|CMAKE_OSX_DEPLOYMENT_TARGET\s+\"?)(\d+(?:\.\d+)*)")
+#: ``MACOSX_DEPLOYMENT_TARGET=14.0`` (shell), ``"MACOSX_DEPLOYMENT_TARGET": "14.0"`` (a Python dict
+#: entry, upstream's ``.ci/wheel/mac/build_env_setup.py``) or ``CMAKE_OSX_DEPLOYMENT_TARGET "14.0"`` (CMake)
+_DEPLOYMENT_RE = re.compile(
+    r"(?:MACOSX_DEPLOYMENT_TARGET[\"']?\s*[=:]\s*[\"']?|CMAKE_OSX_DEPLOYMENT_TARGET\s+\"?)(\d+(?:\.\d+)*)"
+)
 
 
 def macos_deployment_target(source_dir: Path | None) -> tuple[str, str]:
     """``MACOSX_DEPLOYMENT_TARGET`` for an arm64 build of this base, and where it came from.
 
-    Reads the base's wheel-build files (``.ci/wheel/build_wheel.sh``, ``setup.py``,
-    ``CMakeLists.txt``, ``cmake/*.cmake`` except iOS) for a deployment target, and raises it to
-    :data:`MACOS_ARM64_FLOOR` (PyTorch v2.6's script sets 10.15, and tags arm64 wheels 11.0).
-    The Debian v2.6.0 tree has no ``.ci/`` and sets none, which gives the floor.
+    Reads the base's wheel-build files (``.ci/wheel/build_wheel.sh``, ``.ci/wheel/mac/*.py``,
+    ``setup.py``, ``CMakeLists.txt``, ``cmake/*.cmake`` except iOS) for a deployment target, takes the
+    highest, and raises it to :data:`MACOS_ARM64_FLOOR`. PyTorch v2.6's ``.ci/wheel/build_wheel.sh``
+    exports 10.15 (and tags arm64 wheels 11.0); on main the macOS wheel build moved to
+    ``.ci/wheel/mac/``, whose ``build_env_setup.py`` holds the value in a dict, ``MACOS_BUILD_ENV =
+    {..., "MACOSX_DEPLOYMENT_TARGET": "14.0", ...}`` (pytorch/pytorch 29832279), exported by
+    ``.ci/wheel/mac/build.sh``. The Debian v2.6.0 tree has no ``.ci/`` and sets none, which gives the floor.
 
     Returns:
         (version string, one-line provenance).
@@ -332,7 +355,8 @@ def macos_deployment_target(source_dir: Path | None) -> tuple[str, str]:
     found: list[tuple[str, str]] = []
     if source_dir is not None:
         root = Path(source_dir)
-        files = [root / ".ci/wheel/build_wheel.sh", root / "setup.py", root / "CMakeLists.txt"]
+        files = [root / ".ci/wheel/build_wheel.sh", *sorted((root / ".ci/wheel/mac").glob("*.py"))]
+        files += [root / "setup.py", root / "CMakeLists.txt"]
         files += [p for p in sorted((root / "cmake").glob("*.cmake")) if "ios" not in p.name.lower()]
         for path in files:
             if not path.is_file():
@@ -349,6 +373,55 @@ def macos_deployment_target(source_dir: Path | None) -> tuple[str, str]:
     if Version(value) < Version(MACOS_ARM64_FLOOR):
         return MACOS_ARM64_FLOOR, f"base sets {value} ({where}); raised to the arm64 floor 11.0"
     return value, f"base sets {value} ({where})"
+
+
+#: The policy version CMake >= 4 is told to assume for projects that declare an older one.
+CMAKE_POLICY_MINIMUM = "3.5"
+CMAKE_POLICY_ENV = "CMAKE_POLICY_VERSION_MINIMUM"
+
+
+def _own_cmake_files(root: Path) -> list[Path]:
+    """The base's own CMake files: the top-level ``CMakeLists.txt`` and ``cmake/**/*.cmake`` (not third_party)."""
+    return [p for p in (root / "CMakeLists.txt", *sorted((root / "cmake").rglob("*.cmake"))) if p.is_file()]
+
+
+def cmake_policy_env(source_dir: Path | None) -> tuple[dict[str, str], str]:
+    """``CMAKE_POLICY_VERSION_MINIMUM=3.5`` for a CMake base that does not handle CMake 4 itself, and why.
+
+    CMake 4.0 removed compatibility with policy versions below 3.5: a ``cmake_minimum_required``
+    below 3.5 is an error unless ``CMAKE_POLICY_VERSION_MINIMUM`` says otherwise. PyTorch v2.6.0's
+    submodules (protobuf first) declare such versions, so v2.6.0 fails at configure under the
+    ``cmake`` its build requirements install today (pytorch/pytorch issues 150149, 150167, and 150328:
+    "PyTorch 2.6 is lately not buildable anymore"). Upstream fixed it for 2.7 by setting the variable
+    in its own CMake files around those ``add_subdirectory`` calls (PR 150203, cherry-picked to
+    release/2.7 as PR 150460), and rejected pinning ``cmake<4`` (PR 150201).
+
+    Rule: a base whose top-level ``CMakeLists.txt`` or ``cmake/**/*.cmake`` mentions
+    ``CMAKE_POLICY_VERSION_MINIMUM`` handles CMake 4 itself (nothing is set); any other base with a
+    ``CMakeLists.txt`` gets ``CMAKE_POLICY_VERSION_MINIMUM=3.5`` in its build environment. PyTorch's
+    ``tools/setup_helpers/cmake.py`` passes every ``CMAKE_*`` variable to CMake as ``-D`` (v2.6.0,
+    ``generate``). It changes only projects that declare a policy version below 3.5 (CMake's
+    documentation of the variable), so CMake 3.x ignores it and the build's own 3.18 floor is untouched.
+    The Debian v2.6.0 tree mentions the variable nowhere. ``--env CMAKE_POLICY_VERSION_MINIMUM=...``
+    overrides it.
+
+    Returns:
+        ({variable: value} or {}, one-line provenance).
+    """
+    if source_dir is None:
+        return {}, "no source"
+    root = Path(source_dir)
+    files = _own_cmake_files(root)
+    if not files:
+        return {}, "not a CMake base"
+    for path in files:
+        if CMAKE_POLICY_ENV in path.read_text(errors="replace"):
+            return {}, f"the base sets it itself ({path.relative_to(root)}): CMake 4 is handled"
+    return (
+        {CMAKE_POLICY_ENV: CMAKE_POLICY_MINIMUM},
+        f"set to {CMAKE_POLICY_MINIMUM}: the base's CMake files do not set it, and CMake >= 4 refuses submodules "
+        "that declare a policy version below 3.5 (pytorch/pytorch issue 150149)",
+    )
 
 
 def compiles_on(path: str, platform: str) -> bool:
@@ -507,9 +580,145 @@ def _requires_cmake(requirements: Sequence[str]) -> bool:
     return False
 
 
+@dataclass(frozen=True)
+class Check:
+    """One toolchain check: ``item``, whether it passed, a one-line ``detail``, and the error a build's
+    preflight raises for it (None when it passed or does not stop a build)."""
+
+    item: str
+    ok: bool
+    detail: str
+    error: BuildError | None = None
+
+
+_CMAKE_MIN_RE = re.compile(
+    r"^\s*cmake_minimum_required\s*\(\s*VERSION\s+(\d+(?:\.\d+)*)", re.IGNORECASE | re.MULTILINE
+)
+_CMAKE_VERSION_RE = re.compile(r"cmake version (\d+(?:\.\d+)*)")
+
+
+def cmake_required(source_dir: Path) -> str | None:
+    """The CMake version the base asks for: ``cmake_minimum_required(VERSION X ...)`` of its top-level
+    ``CMakeLists.txt`` (v2.6.0: 3.18), or None when it has none."""
+    path = Path(source_dir) / "CMakeLists.txt"
+    match = _CMAKE_MIN_RE.search(path.read_text(errors="replace")) if path.is_file() else None
+    return match.group(1) if match else None
+
+
+def _first_line(cmd: Sequence[str], env: Mapping[str, str] | None = None) -> tuple[int, str]:
+    """Exit status and first line of stdout (else the last of stderr) of ``cmd``; (-1, reason) when it cannot run."""
+    try:
+        proc = subprocess.run(list(cmd), capture_output=True, text=True, env=dict(env) if env else None, timeout=120)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return -1, str(exc)
+    lines = proc.stdout.strip().splitlines() or proc.stderr.strip().splitlines()[-1:] or ["no output"]
+    return proc.returncode, lines[0].strip()
+
+
+def check_compiler(platform: str, path: str, cxx: str | None = None) -> Check:
+    """A C++ compiler on ``path``: ``cxx`` (``$CXX``) when given, else ``c++``, ``g++`` or ``clang++``."""
+    names = [cxx] if cxx else ["c++", "g++", "clang++"]
+    found = next((exe for exe in (shutil.which(n, path=path) for n in names) if exe), None)
+    if found:
+        return Check("compiler", True, found)
+    remedy = (
+        "install the Xcode command line tools: `xcode-select --install`"
+        if platform == "macos-arm64"
+        else "install one: `apt-get install -y build-essential` (Debian/Ubuntu) or `dnf install gcc-c++` (Fedora)"
+    )
+    error = BuildError(f"no C++ compiler found ({cxx or 'c++, g++, clang++'} not on PATH)", remedy)
+    return Check("compiler", False, error.line(), error)
+
+
+def check_cmake(platform: str, path: str, source_dir: Path | None = None, *, venv_installs: bool = False) -> Check:
+    """CMake on ``path``, and (with ``source_dir``) its version against the base's
+    ``cmake_minimum_required`` (:func:`cmake_required`) and what CMake 4 means for the base
+    (:func:`cmake_policy_env`).
+
+    ``venv_installs``: the base's build requirements install CMake into the build venv, and the build
+    uses that one (the newest on PyPI), so one missing from or too old on ``path`` is no failure. A
+    version that cannot be read is not held against the build.
+    """
+    from packaging.version import InvalidVersion, Version
+
+    exe = shutil.which("cmake", path=path)
+    if exe is None and not venv_installs:
+        error = BuildError(
+            "cmake not found on PATH or in the build environment",
+            "`python -m pip install cmake`, or "
+            + ("`brew install cmake`" if platform == "macos-arm64" else "`apt-get install -y cmake`"),
+        )
+        return Check("cmake", False, error.line(), error)
+    version = None
+    if exe is not None:
+        rc, first = _first_line([exe, "--version"])
+        match = _CMAKE_VERSION_RE.search(first) if rc == 0 else None
+        version = match.group(1) if match else None
+    required = cmake_required(source_dir) if source_dir is not None else None
+    try:
+        too_old = bool(version and required and Version(version) < Version(required))
+        cmake4 = bool(version and Version(version) >= Version("4"))
+    except InvalidVersion:
+        too_old = cmake4 = False
+    if too_old and not venv_installs:
+        error = BuildError(
+            f"cmake {version} ({exe}) is older than the {required} this base requires "
+            "(cmake_minimum_required in its CMakeLists.txt)",
+            f"`python -m pip install 'cmake>={required}'`, or "
+            + ("`brew upgrade cmake`" if platform == "macos-arm64" else "a newer cmake from your package manager"),
+        )
+        return Check("cmake", False, error.line(), error)
+    detail = f"{exe}: {version or 'version unknown'}" if exe else "not on PATH"
+    if source_dir is not None:
+        detail += f" (the base requires {required or 'no minimum'}{'; this one is older' if too_old else ''})"
+    if venv_installs:
+        detail += "; the build uses the build venv's own (the base's build requirements list cmake)"
+    if source_dir is not None and (cmake4 or venv_installs):
+        policy, _ = cmake_policy_env(source_dir)
+        detail += (f"; CMake 4: the build sets {CMAKE_POLICY_ENV}={CMAKE_POLICY_MINIMUM}" if policy
+                   else "; CMake 4: the base handles it")
+    return Check("cmake", True, detail)
+
+
+def check_disk(platform: str, where: Path, need: int, need_source: str) -> Check:
+    """At least ``need`` bytes free at ``where`` (``shutil.disk_usage``)."""
+    free = shutil.disk_usage(where).free
+    if free >= need:
+        return Check("disk", True, f"{free / GIB:.1f} GiB free at {where}; a {platform} build of this base needs "
+                                   f"about {need / GIB:.1f} GiB ({need_source})")
+    error = BuildError(
+        f"only {free / GIB:.1f} GiB free at {where}; a {platform} build of this base needs about "
+        f"{need / GIB:.1f} GiB ({need_source})",
+        "free disk space, or put the worktrees (--workdir) and --dist on a larger volume",
+    )
+    return Check("disk", False, error.line(), error)
+
+
+#: What to do when ``xcrun metal`` does not work (docs/quickstart-macos.md, "The Metal shader compiler").
+METAL_REMEDY = (
+    "Xcode 26 and later ship the Metal toolchain apart: `xcodebuild -downloadComponent MetalToolchain`; "
+    "before Xcode 26 install the full Xcode and `sudo xcode-select -s /Applications/Xcode.app`"
+)
+
+
+def check_metal(path: str) -> Check:
+    """``xcrun metal --version`` works (macOS): the Metal shader compiler PyTorch's CMake probes for
+    ``CAN_COMPILE_METAL`` (v2.6.0 ``cmake/Metal.cmake``: ``xcrun metal -std=metal3.1``). Without it the
+    build still succeeds, with the shaders compiled at run time, so it never stops a build."""
+    xcrun = shutil.which("xcrun", path=path)
+    if xcrun is None:
+        return Check("metal", False, "xcrun not found (no Xcode command line tools) -- "
+                                     "`xcode-select --install`, then: " + METAL_REMEDY)
+    rc, line = _first_line([xcrun, "metal", "--version"])
+    if rc == 0:
+        return Check("metal", True, line)
+    return Check("metal", False, f"`xcrun metal --version` fails ({line}) -- {METAL_REMEDY}")
+
+
 def preflight_tools(plan: "BuildPlan", path: str, *, cmake: bool = True) -> None:
-    """Refuse to start without a C++ compiler, CMake (on ``path``) or the estimated free disk
-    (:attr:`BuildPlan.min_free_bytes`, checked with ``shutil.disk_usage`` where the build writes).
+    """Refuse to start without a C++ compiler, CMake (on ``path``, at least the base's
+    ``cmake_minimum_required``) or the estimated free disk (:attr:`BuildPlan.min_free_bytes`,
+    checked with ``shutil.disk_usage`` where the build writes).
 
     Called twice by :func:`build_wheel`: before the build venv is made (``cmake=False`` when the
     base's build requirements install CMake into it), then with the venv's ``bin`` on ``path``.
@@ -517,30 +726,51 @@ def preflight_tools(plan: "BuildPlan", path: str, *, cmake: bool = True) -> None
     Raises:
         BuildError: one line naming what is missing and how to install it on this platform.
     """
-    macos = plan.platform == "macos-arm64"
     cxx = plan.env.get("CXX") or os.environ.get("CXX")
-    if not (
-        shutil.which(cxx, path=path) if cxx else any(shutil.which(c, path=path) for c in ("c++", "g++", "clang++"))
-    ):
-        remedy = (
-            "install the Xcode command line tools: `xcode-select --install`"
-            if macos
-            else "install one: `apt-get install -y build-essential` (Debian/Ubuntu) or `dnf install gcc-c++` (Fedora)"
-        )
-        raise BuildError(f"no C++ compiler found ({cxx or 'c++, g++, clang++'} not on PATH)", remedy)
-    if cmake and not shutil.which("cmake", path=path):
-        raise BuildError(
-            "cmake not found on PATH or in the build environment",
-            "`python -m pip install cmake`, or " + ("`brew install cmake`" if macos else "`apt-get install -y cmake`"),
-        )
+    checks = [check_compiler(plan.platform, path, cxx)]
+    if cmake:
+        checks.append(check_cmake(plan.platform, path, plan.source_dir))
     where = next(p for p in (plan.source_dir, plan.dist_dir, *plan.dist_dir.parents) if p.exists())
-    free = shutil.disk_usage(where).free
-    if free < plan.min_free_bytes:
-        raise BuildError(
-            f"only {free / GIB:.1f} GiB free at {where}; a {plan.platform} build of this base needs about "
-            f"{plan.min_free_bytes / GIB:.1f} GiB ({plan.free_bytes_source})",
-            "free disk space, or put the worktrees (--workdir) and --dist on a larger volume",
-        )
+    checks.append(check_disk(plan.platform, where, plan.min_free_bytes, plan.free_bytes_source))
+    for check in checks:
+        if check.error is not None:
+            raise check.error
+
+
+def toolchain_checks(platform: str, source_dir: Path | None) -> list[tuple[str, bool, str]]:
+    """``(item, ok, one-line detail)`` for ``doctor``: compiler, CMake (its version against the base's
+    needs when ``source_dir`` is given), the Metal toolchain (macos-arm64 only), free disk (against
+    :func:`required_free_bytes` for the base, else the documented :data:`PYTORCH_DISK_ESTIMATE`).
+
+    The same checks as a build's preflight (:func:`preflight_tools`), on this process's ``PATH``; a
+    missing tool is ``ok=False`` with the remedy in the detail, never an exception.
+
+    Raises:
+        UsageError: unknown platform.
+    """
+    if platform not in PLATFORMS:
+        raise UsageError(f"unknown platform {platform!r}", f"choose one of: {', '.join(PLATFORMS)}")
+    path = os.environ.get("PATH", "")
+    root = Path(source_dir).resolve() if source_dir is not None else None
+    checks = [check_compiler(platform, path, os.environ.get("CXX"))]
+    try:
+        venv_installs = root is not None and _requires_cmake(build_requirements(root))
+    except BuildError:
+        venv_installs = False
+    checks.append(check_cmake(platform, path, root, venv_installs=venv_installs))
+    if platform == "macos-arm64":
+        checks.append(check_metal(path))
+    try:
+        if root is not None:
+            need, need_source = required_free_bytes(root, platform)
+        else:
+            need = PYTORCH_DISK_ESTIMATE[platform]
+            need_source = "the PyTorch estimate, harness.build.PYTORCH_DISK_ESTIMATE"
+        where = next(p for p in ((root or Path.cwd()), *(root or Path.cwd()).parents) if p.exists())
+        checks.append(check_disk(platform, where, need, need_source))
+    except UsageError as exc:  # a malformed TORCH_PATCH_HARNESS_BUILD_FREE_GIB
+        checks.append(Check("disk", False, exc.line()))
+    return [(c.item, c.ok, c.detail) for c in checks]
 
 
 # --------------------------------------------------------------------------------------------
@@ -678,7 +908,10 @@ def plan_build(
         build_type=build_type,
         macos_deployment_target=target,
         launcher=launcher or None,
+        cross_compile=macos_cross_compiling(),
     )
+    policy_env, policy_note = cmake_policy_env(source_dir)
+    env.update(policy_env)
     version = local_version(base_release(source_dir), kind, base_sha=base_sha, series=series)
     env.update(version_env(source_dir, version))
     env.update(overrides)
@@ -689,6 +922,7 @@ def plan_build(
     ]
     if platform == "macos-arm64":
         notes.append(f"MACOSX_DEPLOYMENT_TARGET: {target_note}")
+    notes.append(f"{CMAKE_POLICY_ENV}: {policy_note}")
     min_free, free_source = required_free_bytes(source_dir, platform)
     notes.append(f"free disk needed: {min_free / GIB:.1f} GiB ({free_source})")
     return BuildPlan(
@@ -810,6 +1044,19 @@ def toolchain_versions(env: Mapping[str, str]) -> dict[str, str]:
     return out
 
 
+def cmake_cache_value(source_dir: Path, name: str) -> str | None:
+    """``name``'s value in the base's CMake cache, ``<source>/build/CMakeCache.txt`` (PyTorch's build
+    directory: ``BUILD_DIR = "build"`` in ``tools/setup_helpers/env.py``, v2.6.0), or None. For
+    ``CAN_COMPILE_METAL`` this is what upstream's CMake decided (v2.6.0 ``cmake/Metal.cmake``: ``YES``
+    when ``xcrun metal -std=metal3.1`` compiled its probe shader, else ``NO``; no entry off Apple)."""
+    cache = Path(source_dir) / "build" / "CMakeCache.txt"
+    if not cache.is_file():
+        return None
+    pattern = re.compile(rf"^{re.escape(name)}(?::[A-Za-z]+)?=(.*)$", re.MULTILINE)
+    match = pattern.search(cache.read_text(errors="replace"))
+    return match.group(1).strip() if match else None
+
+
 class BuildFailed(BuildError):
     """A build step that ran and failed: carries the log path and its last lines."""
 
@@ -914,6 +1161,8 @@ def build_wheel(plan: BuildPlan, dist_dir: Path | None = None, *, force: bool = 
         env.update(plan.env)
         preflight_tools(plan, env["PATH"])
         toolchain = toolchain_versions(env)
+        if plan.platform == "macos-arm64":  # the shader compiler decides what the wheel holds (check_metal)
+            toolchain["metal"] = check_metal(env["PATH"]).detail
         inputs = plan.inputs(toolchain)
         if not force:
             existing = find_identical(dist_dir, inputs)
@@ -965,6 +1214,8 @@ def build_wheel(plan: BuildPlan, dist_dir: Path | None = None, *, force: bool = 
                 "environment": inputs["env"],
                 "compiler": toolchain["compiler"],
                 "cmake": toolchain["cmake"],
+                "metal": toolchain.get("metal"),
+                "can_compile_metal": cmake_cache_value(plan.source_dir, "CAN_COMPILE_METAL"),
                 "start": started.isoformat(timespec="seconds"),
                 "end": ended.isoformat(timespec="seconds"),
                 "duration_s": round(duration, 3),
@@ -1313,7 +1564,11 @@ def describe_without_source(
     """``--dry-run`` with no worktree at hand: the platform environment and command, with ``<...>``
     placeholders for what only the base's files decide (release, base SHA, requirements)."""
     env = platform_env(
-        platform, jobs=args.jobs or os.cpu_count() or 1, build_type=args.build_type, launcher=find_launcher()
+        platform,
+        jobs=args.jobs or os.cpu_count() or 1,
+        build_type=args.build_type,
+        launcher=find_launcher(),
+        cross_compile=macos_cross_compiling(),
     )
     ref = sources.series if sources else None
     if args.kind == "stock":
@@ -1333,6 +1588,9 @@ def describe_without_source(
         lines.append(f"# series: {ref.name} {ref.hash[:8]} ({len(ref.patches)} patches)")
     if platform == "macos-arm64":
         lines.append("# MACOSX_DEPLOYMENT_TARGET: the base's own value raised to the arm64 floor 11.0")
+    lines.append(
+        f"# {CMAKE_POLICY_ENV}={CMAKE_POLICY_MINIMUM} is added unless the base's CMake files set it (CMake 4)"
+    )
     lines.append("# build venv requirements: <pyproject.toml [build-system] requires + requirements.txt>")
     lines += [f"{key}={value}" for key, value in sorted(env.items())]
     lines.append(

@@ -246,3 +246,116 @@ def worktree(repo: Path, path: Path, ref: str = "v1.4.0") -> Path:
 def apply_series(tree: Path, patches: list[Path]) -> None:
     """``git am`` the series onto a worktree (what harness.series does for ``patched``)."""
     _git(tree, "am", "-q", *[str(p) for p in patches])
+
+
+# ------------------------------------------------------------------ PyTorch-shaped sandbox bases
+#
+# Only the files that decide a macOS build plan, shaped like upstream's (no code to compile):
+# ``v2.6.0``: CMakeLists.txt with ``cmake_minimum_required(VERSION 3.18 FATAL_ERROR)`` and no
+# CMAKE_POLICY_VERSION_MINIMUM anywhere, ``.ci/wheel/build_wheel.sh`` exporting
+# ``MACOSX_DEPLOYMENT_TARGET=10.15`` (as the Debian v2.6.0 source and upstream's script at that time);
+# ``main``: the macOS wheel build in ``.ci/wheel/mac/`` whose ``build_env_setup.py`` keeps its build
+# flags in a dict with ``"MACOSX_DEPLOYMENT_TARGET": "14.0"`` (pytorch/pytorch 29832279), and CMake files
+# that set CMAKE_POLICY_VERSION_MINIMUM around old submodules (PR 150203).
+
+_PT_PYPROJECT = """\
+[build-system]
+requires = ["setuptools", "wheel", "ninja", "pyyaml", "cmake", "typing-extensions>=4.10.0"]
+build-backend = "setuptools.build_meta:__legacy__"
+"""
+_PT_SETUP = """\
+import os
+
+# as tools/generate_torch_version.py: the version comes from PYTORCH_BUILD_VERSION when set
+version = os.getenv("PYTORCH_BUILD_VERSION") or open("version.txt").read().strip()
+"""
+_PT_CMAKE_260 = """\
+cmake_minimum_required(VERSION 3.18 FATAL_ERROR)
+project(Torch CXX C)
+include(cmake/Dependencies.cmake)
+"""
+_PT_DEPS_260 = """\
+# ---[ protobuf (its own CMakeLists.txt declares a policy version below 3.5)
+add_subdirectory(third_party/protobuf/cmake)
+"""
+_PT_DEPS_MAIN = """\
+# ---[ protobuf
+# -- [ CMake-4 compat mode
+set(CMAKE_POLICY_VERSION_MINIMUM 3.5)
+add_subdirectory(third_party/protobuf/cmake)
+unset(CMAKE_POLICY_VERSION_MINIMUM)
+"""
+_PT_WHEEL_SH_260 = """\
+#!/usr/bin/env bash
+export TH_BINARY_BUILD=1
+export MACOSX_DEPLOYMENT_TARGET=10.15
+if [[ -n "$CROSS_COMPILE_ARM64" ]]; then
+    export CMAKE_OSX_ARCHITECTURES=arm64
+fi
+python setup.py bdist_wheel -d "$whl_tmp_dir"
+"""
+_PT_MAC_ENV_SETUP = '''\
+#!/usr/bin/env python3
+"""macOS arm64 build environment: writes the build flags for build.sh to source."""
+
+import argparse
+from pathlib import Path
+
+# macOS arm64 build flags.
+MACOS_BUILD_ENV: dict[str, str] = {
+    "TH_BINARY_BUILD": "1",
+    "INSTALL_TEST": "0",
+    "MACOSX_DEPLOYMENT_TARGET": "14.0",
+    "USE_DISTRIBUTED": "1",
+    "USE_MKLDNN": "OFF",
+    "BUILD_TEST": "OFF",
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--env-out", type=Path)
+    out = parser.parse_args().env_out
+    if out is not None:
+        out.write_text("".join(f"export {k}={v}\\n" for k, v in MACOS_BUILD_ENV.items()))
+
+
+if __name__ == "__main__":
+    main()
+'''
+_PT_MAC_BUILD_WHEEL = '''\
+#!/usr/bin/env python3
+"""Build the macOS arm64 wheel: the flags come from the environment (build_env_setup.py)."""
+import os
+
+env = dict(os.environ)
+env.setdefault("ARCHFLAGS", "-arch arm64")
+'''
+
+
+def make_pytorch_like(root: Path, flavour: str) -> Path:
+    """A git repository ``root/pytorch-<flavour>`` (one commit) holding the build-plan files of PyTorch
+    ``v2.6.0`` or ``main`` (see above); return it."""
+    if flavour not in ("v2.6.0", "main"):
+        raise ValueError(f"unknown flavour {flavour!r}")
+    repo = Path(root) / f"pytorch-{flavour}"
+    (repo / "cmake").mkdir(parents=True)
+    (repo / "version.txt").write_text("2.6.0a0\n" if flavour == "v2.6.0" else "2.10.0a0\n")
+    (repo / "pyproject.toml").write_text(_PT_PYPROJECT)
+    (repo / "setup.py").write_text(_PT_SETUP)
+    (repo / "requirements.txt").write_text("numpy\ncmake\n")
+    if flavour == "v2.6.0":
+        (repo / "CMakeLists.txt").write_text(_PT_CMAKE_260)
+        (repo / "cmake" / "Dependencies.cmake").write_text(_PT_DEPS_260)
+        (repo / ".ci" / "wheel").mkdir(parents=True)
+        (repo / ".ci" / "wheel" / "build_wheel.sh").write_text(_PT_WHEEL_SH_260)
+    else:
+        (repo / "CMakeLists.txt").write_text(_PT_CMAKE_260.replace("3.18", "3.27"))
+        (repo / "cmake" / "Dependencies.cmake").write_text(_PT_DEPS_MAIN)
+        (repo / ".ci" / "wheel" / "mac").mkdir(parents=True)
+        (repo / ".ci" / "wheel" / "mac" / "build_env_setup.py").write_text(_PT_MAC_ENV_SETUP)
+        (repo / ".ci" / "wheel" / "mac" / "build_wheel.py").write_text(_PT_MAC_BUILD_WHEEL)
+    _git(repo, "init", "-q", "-b", "main")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-q", "-m", f"pytorch-like {flavour}")
+    return repo

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
+import small_upstream as su
 from harness import build as b
 from harness.cli import main
 from harness.errors import BuildError, UsageError
@@ -50,13 +51,28 @@ def test_platform_env_macos_arm64_pinned():
         "USE_ROCM": "0",
         "USE_MPS": "1",
         "USE_CUDA": "0",
-        "CMAKE_OSX_ARCHITECTURES": "arm64",
+        "ARCHFLAGS": "-arch arm64",
         "MACOSX_DEPLOYMENT_TARGET": "11.0",
         "CMAKE_C_COMPILER_LAUNCHER": "ccache",
         "CMAKE_CXX_COMPILER_LAUNCHER": "ccache",
         "CMAKE_OBJC_COMPILER_LAUNCHER": "ccache",
         "CMAKE_OBJCXX_COMPILER_LAUNCHER": "ccache",
     }
+
+
+def test_macos_arm64_sets_osx_architectures_only_when_cross_compiling(monkeypatch):
+    """Upstream sets CMAKE_OSX_ARCHITECTURES=arm64 only on a non-arm64 host (.ci/pytorch/macos-build.sh);
+    on a native arm64 Mac it would make v2.6.0's CMakeLists.txt build a host protoc as for a cross-compile."""
+    native = b.platform_env("macos-arm64", jobs=1)
+    assert "CMAKE_OSX_ARCHITECTURES" not in native and native["ARCHFLAGS"] == "-arch arm64"
+    cross = b.platform_env("macos-arm64", jobs=1, cross_compile=True)
+    assert cross["CMAKE_OSX_ARCHITECTURES"] == "arm64" and cross["ARCHFLAGS"] == "-arch arm64"
+    assert "ARCHFLAGS" not in b.platform_env("linux-cpu", jobs=1, cross_compile=True)
+    hosts = (("darwin", "arm64", False), ("darwin", "x86_64", True), ("linux", "x86_64", False))
+    for system, machine, expected in hosts:
+        monkeypatch.setattr(b.sys, "platform", system)
+        monkeypatch.setattr(b._platform, "machine", lambda m=machine: m)
+        assert b.macos_cross_compiling() is expected
 
 
 def test_platform_env_linux_cpu_pinned():
@@ -172,6 +188,59 @@ def test_macos_deployment_target_read_from_base(tmp_path, script, expected, wher
     assert target == expected and where in note
 
 
+@pytest.fixture(scope="module")
+def pytorch_like(tmp_path_factory) -> dict[str, Path]:
+    """Sandbox bases shaped like PyTorch v2.6.0 and main (tests/small_upstream.py), git repositories."""
+    root = tmp_path_factory.mktemp("pytorch-like")
+    return {flavour: su.make_pytorch_like(root, flavour) for flavour in ("v2.6.0", "main")}
+
+
+def test_macos_deployment_target_read_from_ci_wheel_mac(pytorch_like):
+    """main keeps it in a dict of .ci/wheel/mac/build_env_setup.py; v2.6.0 in .ci/wheel/build_wheel.sh."""
+    assert b.macos_deployment_target(pytorch_like["main"]) == (
+        "14.0",
+        "base sets 14.0 (.ci/wheel/mac/build_env_setup.py:11)",
+    )
+    assert b.macos_deployment_target(pytorch_like["v2.6.0"]) == (
+        "11.0",
+        "base sets 10.15 (.ci/wheel/build_wheel.sh:3); raised to the arm64 floor 11.0",
+    )
+
+
+def test_cmake_policy_minimum_decided_by_the_base_files(pytorch_like, tmp_path):
+    """CMake 4: v2.6.0 (no CMAKE_POLICY_VERSION_MINIMUM in its CMake files) gets 3.5; main sets it itself."""
+    env, note = b.cmake_policy_env(pytorch_like["v2.6.0"])
+    assert env == {"CMAKE_POLICY_VERSION_MINIMUM": "3.5"} and "issue 150149" in note
+    assert b.cmake_policy_env(pytorch_like["main"]) == (
+        {}, "the base sets it itself (cmake/Dependencies.cmake): CMake 4 is handled"
+    )
+    assert b.cmake_policy_env(_tree(tmp_path / "nocmake")) == ({}, "not a CMake base")
+    plan = b.plan_build(pytorch_like["v2.6.0"], "linux-cpu", launcher=None, dist_dir=tmp_path / "d")
+    assert plan.env["CMAKE_POLICY_VERSION_MINIMUM"] == "3.5"
+    off = b.plan_build(pytorch_like["v2.6.0"], "linux-cpu", launcher=None, dist_dir=tmp_path / "d",
+                       env_overrides=["CMAKE_POLICY_VERSION_MINIMUM=3.10"])
+    assert off.env["CMAKE_POLICY_VERSION_MINIMUM"] == "3.10"  # --env wins
+
+
+def test_cli_dry_run_macos_arm64_of_v260_and_main(pytorch_like, tmp_path, capsys, monkeypatch):
+    """Acceptance: `build --dry-run --platform macos-arm64` shows the CMake policy setting and ARCHFLAGS,
+    not CMAKE_OSX_ARCHITECTURES, for v2.6.0; and for main the deployment target of .ci/wheel/mac/."""
+    monkeypatch.setattr(b, "macos_cross_compiling", lambda: False)  # an arm64 Mac, whatever runs the test
+    out = {}
+    for flavour, tree in pytorch_like.items():
+        rc = main(["build", "--kind", "stock", "--dry-run", "--platform", "macos-arm64", "--jobs", "8",
+                   "--source", str(tree), "--dist", str(tmp_path / "dist")])
+        assert rc == 0
+        out[flavour] = capsys.readouterr().out.splitlines()
+    v260, head = out["v2.6.0"], out["main"]
+    assert "CMAKE_POLICY_VERSION_MINIMUM=3.5" in v260 and "ARCHFLAGS='-arch arm64'" in v260
+    assert "MACOSX_DEPLOYMENT_TARGET=11.0" in v260
+    assert not any(line.startswith("CMAKE_OSX_ARCHITECTURES") for line in v260 + head)
+    assert "MACOSX_DEPLOYMENT_TARGET=14.0" in head
+    assert "# MACOSX_DEPLOYMENT_TARGET: base sets 14.0 (.ci/wheel/mac/build_env_setup.py:11)" in head
+    assert not any(line.startswith("CMAKE_POLICY_VERSION_MINIMUM=") for line in head)
+
+
 def test_build_requirements_and_command_follow_base(tmp_path):
     src = _tree(tmp_path / "src")
     assert b.build_requirements(src) == (
@@ -266,8 +335,8 @@ def test_describe_prints_env_and_exact_command(tmp_path):
     [
         (
             "macos-arm64",
-            ["USE_MPS=1", "CMAKE_OSX_ARCHITECTURES=arm64", "MACOSX_DEPLOYMENT_TARGET=11.0"],
-            ["TORCH_CUDA_ARCH_LIST"],
+            ["USE_MPS=1", "ARCHFLAGS=-arch arm64", "MACOSX_DEPLOYMENT_TARGET=11.0"],
+            ["TORCH_CUDA_ARCH_LIST", "CMAKE_OSX_ARCHITECTURES"],
         ),
         ("linux-cpu", ["USE_CUDA=0", "USE_MPS=0"], ["MACOSX_DEPLOYMENT_TARGET", "TORCH_CUDA_ARCH_LIST"]),
         ("linux-cuda", ["USE_CUDA=1", "TORCH_CUDA_ARCH_LIST=8.0;8.6;8.9;9.0"], ["MACOSX_DEPLOYMENT_TARGET"]),
@@ -431,6 +500,10 @@ def test_debian_pytorch_260_plan_and_preflight(debian_tree):
     assert "pytorch-v2.6.0.tar.gz" in line and "git clone --recursive" in line
     plan = b.plan_build(src, "macos-arm64", base_sha=STOCK_SHA, jobs=8, launcher=None)
     assert plan.env["MACOSX_DEPLOYMENT_TARGET"] == "11.0" and plan.version == "2.6.0+stock.924a857c"
+    # CMake 4: the real v2.6.0 sets no policy minimum in its CMake files, so the harness does
+    assert plan.env["CMAKE_POLICY_VERSION_MINIMUM"] == "3.5"
+    assert plan.env["ARCHFLAGS"] == "-arch arm64"
+    assert "CMAKE_OSX_ARCHITECTURES" not in plan.env or b.macos_cross_compiling()
     assert plan.env["PYTORCH_BUILD_VERSION"] == "2.6.0+stock.924a857c"
     assert plan.requirements[:9] == (
         "setuptools",
@@ -549,3 +622,136 @@ def test_build_steps_reads_ninja_and_make_counters():
     assert build_steps(ninja) == (2, 7)  # the last counter at a line start
     assert build_steps("[ 45%] Building CXX object c.o\n[100%] Linking CXX shared library\n") == (100, 100)
     assert build_steps("running bdist_wheel\n") is None
+
+
+# ------------------------------------------------------------------ toolchain checks (doctor) and Metal
+
+
+def _fake_bin(tmp_path: Path, scripts: dict[str, str]) -> Path:
+    """A PATH directory of small shell scripts standing in for the tools (the machine's own are not used)."""
+    path = tmp_path / "fakebin"
+    path.mkdir(exist_ok=True)
+    for name, body in scripts.items():
+        (path / name).write_text("#!/bin/sh\n" + body + "\n")
+        (path / name).chmod(0o755)
+    return path
+
+
+_XCRUN_OK = 'echo "Apple metal version 32023.404 (metalfe-32023.404)"'
+#: what Xcode 26's xcrun prints when the Metal toolchain component is not installed
+_XCRUN_NO_TOOLCHAIN = ('echo "error: error: cannot execute tool \'metal\' due to missing Metal Toolchain; '
+                       'use: xcodebuild -downloadComponent MetalToolchain" >&2; exit 1')
+
+
+@pytest.fixture
+def roomy_disk(monkeypatch):
+    Usage = collections.namedtuple("Usage", "total used free")
+    monkeypatch.setattr(b.shutil, "disk_usage", lambda p: Usage(500 * b.GIB, 100 * b.GIB, 400 * b.GIB))
+
+
+def test_toolchain_checks_all_present(tmp_path, monkeypatch, pytorch_like, roomy_disk):
+    fake = _fake_bin(tmp_path, {"c++": "true", "cmake": 'echo "cmake version 4.1.2"', "xcrun": _XCRUN_OK})
+    monkeypatch.setenv("PATH", str(fake))
+    monkeypatch.delenv("CXX", raising=False)
+    monkeypatch.delenv(b.FREE_GIB_ENV, raising=False)
+    checks = b.toolchain_checks("macos-arm64", None)
+    assert [(item, ok) for item, ok, _ in checks] == [("compiler", True), ("cmake", True), ("metal", True),
+                                                       ("disk", True)]
+    details = dict((item, detail) for item, _, detail in checks)
+    assert details["compiler"] == str(fake / "c++")
+    assert details["cmake"] == f"{fake / 'cmake'}: 4.1.2"
+    assert details["metal"] == "Apple metal version 32023.404 (metalfe-32023.404)"
+    assert details["disk"].startswith("400.0 GiB free at ")
+    assert "needs about 20.0 GiB (the PyTorch estimate" in details["disk"]
+    # against a base: its cmake_minimum_required, and what CMake 4 means for it; its requirements list cmake
+    assert b.toolchain_checks("linux-cpu", pytorch_like["v2.6.0"])[1] == (
+        "cmake", True, f"{fake / 'cmake'}: 4.1.2 (the base requires 3.18); the build uses the build venv's own "
+        "(the base's build requirements list cmake); CMake 4: the build sets CMAKE_POLICY_VERSION_MINIMUM=3.5")
+    (fake / "cmake").unlink()  # not on PATH: the build venv brings it
+    assert b.toolchain_checks("linux-cpu", pytorch_like["main"])[1] == (
+        "cmake", True, "not on PATH (the base requires 3.27); the build uses the build venv's own "
+        "(the base's build requirements list cmake); CMake 4: the base handles it")
+    assert [c[0] for c in b.toolchain_checks("linux-cpu", None)] == ["compiler", "cmake", "disk"]  # no metal
+
+
+def test_toolchain_checks_missing_tools_never_raise(tmp_path, monkeypatch, roomy_disk):
+    empty = _fake_bin(tmp_path, {})
+    monkeypatch.setenv("PATH", str(empty))
+    monkeypatch.delenv("CXX", raising=False)
+    monkeypatch.setenv(b.FREE_GIB_ENV, "lots")  # malformed: reported, not raised
+    checks = {item: (ok, detail) for item, ok, detail in b.toolchain_checks("macos-arm64", None)}
+    assert checks["compiler"] == (False, "error: no C++ compiler found (c++, g++, clang++ not on PATH) -- install the "
+                                         "Xcode command line tools: `xcode-select --install`")
+    assert checks["cmake"] == (False, "error: cmake not found on PATH or in the build environment -- "
+                                      "`python -m pip install cmake`, or `brew install cmake`")
+    assert checks["metal"][0] is False and "xcode-select --install" in checks["metal"][1]
+    assert "xcodebuild -downloadComponent MetalToolchain" in checks["metal"][1]
+    assert checks["disk"][0] is True  # no source: the documented estimate, the override is for builds
+    tight = collections.namedtuple("Usage", "total used free")(1, 1, 100 << 20)
+    monkeypatch.setattr(b.shutil, "disk_usage", lambda p: tight)
+    src = _tree(tmp_path / "src")
+    disk = dict((i, (ok, d)) for i, ok, d in b.toolchain_checks("linux-cpu", src))["disk"]
+    assert disk == (False, "error: TORCH_PATCH_HARNESS_BUILD_FREE_GIB='lots' is not a number of GiB -- set it to "
+                           "e.g. 30, or unset it")
+    monkeypatch.delenv(b.FREE_GIB_ENV)
+    disk = dict((i, (ok, d)) for i, ok, d in b.toolchain_checks("linux-cpu", src))["disk"]
+    assert disk[0] is False and "only 0.1 GiB free" in disk[1] and "needs about 0.5 GiB" in disk[1]
+    for line in (d for _, _, d in b.toolchain_checks("macos-arm64", src)):
+        assert "\n" not in line
+
+
+def test_metal_check_names_the_xcode26_download(tmp_path, monkeypatch):
+    fake = _fake_bin(tmp_path, {"xcrun": _XCRUN_NO_TOOLCHAIN})
+    check = b.check_metal(str(fake))
+    assert check.ok is False and check.error is None  # it never stops a build
+    assert "missing Metal Toolchain" in check.detail
+    assert "`xcodebuild -downloadComponent MetalToolchain`" in check.detail
+
+
+def test_cmake_older_than_the_base_requires_stops_preflight(tmp_path, monkeypatch, pytorch_like):
+    fake = _fake_bin(tmp_path, {"c++": "true", "cmake": 'echo "cmake version 3.16.3"'})
+    monkeypatch.delenv("CXX", raising=False)
+    monkeypatch.setenv(b.FREE_GIB_ENV, "0")
+    assert b.cmake_required(pytorch_like["v2.6.0"]) == "3.18" and b.cmake_required(pytorch_like["main"]) == "3.27"
+    plan = b.plan_build(pytorch_like["v2.6.0"], "macos-arm64", launcher=None, dist_dir=tmp_path / "d")
+    with pytest.raises(BuildError) as info:
+        b.preflight_tools(plan, str(fake))
+    assert info.value.cause == f"cmake 3.16.3 ({fake / 'cmake'}) is older than the 3.18 this base requires " \
+                               "(cmake_minimum_required in its CMakeLists.txt)"
+    assert info.value.remedy == "`python -m pip install 'cmake>=3.18'`, or `brew upgrade cmake`"
+    (fake / "cmake").write_text('#!/bin/sh\necho "cmake version 4.0.3"\n')
+    b.preflight_tools(plan, str(fake))  # new enough: no error
+    detail = b.check_cmake("macos-arm64", str(fake), pytorch_like["v2.6.0"]).detail
+    assert detail.endswith("4.0.3 (the base requires 3.18); CMake 4: the build sets CMAKE_POLICY_VERSION_MINIMUM=3.5")
+    assert b.check_cmake("macos-arm64", str(fake), pytorch_like["main"]).detail.endswith("CMake 4: the base handles it")
+
+
+@pytest.mark.slow
+def test_manifest_records_metal_and_can_compile_metal(tmp_path, monkeypatch, isolated_cache):
+    """A macos-arm64 build records `xcrun metal --version` and CMake's CAN_COMPILE_METAL in its manifest
+    (a stand-in build command copies a prepared wheel: nothing is compiled)."""
+    import json
+    import sys
+
+    src = _tree(tmp_path / "src")
+    (src / "build").mkdir()
+    (src / "build" / "CMakeCache.txt").write_text(
+        "//Host can compile metal shaders\nCAN_COMPILE_METAL:BOOL=NO\nCAN_COMPILE_METAL_FOUND:INTERNAL=YES\n"
+    )
+    fake = _fake_bin(tmp_path, {"c++": "true", "cmake": 'echo "cmake version 3.31.6"', "xcrun": _XCRUN_NO_TOOLCHAIN})
+    monkeypatch.setenv("PATH", str(fake) + ":" + "/usr/bin:/bin")
+    monkeypatch.delenv("CXX", raising=False)
+    monkeypatch.setenv(b.FREE_GIB_ENV, "0")
+    plan = b.plan_build(src, "macos-arm64", base_sha=STOCK_SHA, launcher=None, dist_dir=tmp_path / "dist")
+    (tmp_path / "ready").mkdir()
+    wheel = _fake_torch_wheel(tmp_path / "ready", plan.version, mps_built=True)
+    copy = "import shutil, sys; shutil.copy(sys.argv[1], sys.argv[2])"
+    plan = b.dataclasses.replace(plan, requirements=(),
+                                 command=(sys.executable, "-c", copy, str(wheel), str(plan.dist_dir)))
+    result = b.build_wheel(plan)
+    data = json.loads(result.manifest.read_text())
+    assert data["can_compile_metal"] == "NO"
+    assert data["metal"].startswith("`xcrun metal --version` fails (error: error: cannot execute tool 'metal'")
+    assert data["inputs"]["toolchain"]["metal"] == data["metal"]
+    assert b.cmake_cache_value(src, "CAN_COMPILE_METAL_FOUND") == "YES"
+    assert b.cmake_cache_value(tmp_path, "CAN_COMPILE_METAL") is None

@@ -106,6 +106,17 @@ def test_build_job_runs_both_builds_on_hosted_apple_silicon():
     assert any("dist/*.whl" in s["with"]["path"] for s in uploads)
 
 
+def test_build_job_gets_the_metal_toolchain_and_never_cross_compiles():
+    """Xcode 26 ships the Metal compiler apart: the job downloads it when `xcrun metal` fails. The hosted
+    runners are arm64, so nothing may set CMAKE_OSX_ARCHITECTURES (a cross-compile for PyTorch's CMake)."""
+    build = _workflow()["jobs"]["build"]
+    script = _runs(build)
+    assert "xcodebuild -downloadComponent MetalToolchain" in script
+    assert script.index("xcrun metal --version") < script.index("xcodebuild -downloadComponent MetalToolchain")
+    assert "CMAKE_OSX_ARCHITECTURES" not in script and "CMAKE_OSX_ARCHITECTURES" not in str(build.get("env", {}))
+    assert _workflow()["env"]["PYTHON_VERSION"] == "3.11"  # pyproject: requires-python >= 3.11
+
+
 def test_compare_job_runs_on_a_self_hosted_mac_with_the_artifacts():
     wf = _workflow()
     compare = wf["jobs"]["compare"]
