@@ -56,6 +56,9 @@ def add_arguments_doctor(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--step-timeout", type=float, default=30.0,
                         help="seconds a worker may go without finishing a cell (default 30)")
     parser.add_argument("--out", type=Path, default=Path("results/doctor"), help="where doctor.md goes")
+    parser.add_argument("--keep-env", default="", metavar="NAMES",
+                        help="comma-separated inherited variables of the cleared prefixes to pass through to workers "
+                             "(as compare --keep-env; e.g. a site's TORCH_SYMM_MEM_DISABLE_MULTICAST)")
 
 
 def _auto_device(python: Path) -> str:
@@ -115,7 +118,8 @@ def run_doctor(args: argparse.Namespace) -> int:
     started = time.monotonic()
     python, _ = ensure_interpreter(parse_input(args.build, "build"))
     device = _auto_device(python) if args.device == "auto" else args.device
-    info = probe_build("build", python, device)  # an unusable device: one line, exit 2
+    keep = tuple(n.strip() for n in args.keep_env.split(",") if n.strip())
+    info = probe_build("build", python, device, keep)  # an unusable device: one line, exit 2
     who = info.get("gpu_name") or info.get("cpu_name")
     header = (f"torch {info['torch_version']} (git {str(info.get('git_version'))[:12]}) on {device} ({who}), "
               f"{info['os'].get('macos_product_version') or info['os']['platform']}, Python {info['python']}")
@@ -129,7 +133,7 @@ def run_doctor(args: argparse.Namespace) -> int:
                 "dtype_support": info["dtype_support"], "timer_sanity": True}
         note(f"doctor: ops under {config.name}")
         record = run_worker(python, spec, config, raw, f"doctor-{config.name.replace('+', '_')}",
-                            timeout=max(120.0, 4 * args.step_timeout), stall=args.step_timeout)
+                            timeout=max(120.0, 4 * args.step_timeout), keep=keep, stall=args.step_timeout)
         name = f"doctor-{config.name.replace('+', '_')}"
         sanity = next((r for r in read_jsonl(raw / f"{name}.jsonl") if r.get("type") == "timer_sanity"), None)
         rows += config_row(config, record, sanity)

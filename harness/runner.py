@@ -188,14 +188,15 @@ def parse_extra_env(items: list[str], device: str, configs: list[cfg.EnvConfig])
     return extra
 
 
-def probe_build(name: str, python: Path, device: str) -> dict:
+def probe_build(name: str, python: Path, device: str, keep: tuple[str, ...] = ()) -> dict:
     """Run :mod:`harness.provenance` in ``python``; raise when the device cannot produce evidence.
+    ``keep``: inherited variables passed through (--keep-env), as in the workers.
 
     Raises:
         HarnessError: the interpreter has no torch, or the device is missing/unhealthy in this build.
     """
     names = sorted(set(cfg.variables(device)) | set(SERIES_MARKERS))
-    env = cfg.worker_environment(cfg.EnvConfig("probe"))
+    env = cfg.worker_environment(cfg.EnvConfig("probe"), keep=keep)
     env["PYTHONPATH"] = SOURCE_ROOT
     proc = subprocess.run([str(python), "-m", "harness.provenance", "--device", device, "--vars", ",".join(names)],
                           capture_output=True, text=True, env=env)
@@ -601,7 +602,7 @@ def execute(args: argparse.Namespace, inputs: dict[str, str]) -> int:
         for name, build in builds.items():
             python, reused = ensure_interpreter(build)
             note(f"build {name}: {'reusing' if reused else 'created'} {python}")
-            info = probe_build(name, python, args.device)
+            info = probe_build(name, python, args.device, keep)
             build_info[name] = {"input": build.to_json(), "interpreter": str(python), "provenance": info}
             manifest = build_manifest(build)
             if manifest:
