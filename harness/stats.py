@@ -426,9 +426,14 @@ def moses_rank(n: int, m: int, confidence: float) -> tuple[int, float]:
         even ``[d_(1), d_(nm)]`` has coverage below ``confidence``).
     """
     half = (1.0 - confidence) / 2.0
-    k = 0
-    while k < n * m // 2 and _u_cdf_at(n, m, k) <= half + 1e-12:
-        k += 1
+    lo, hi = 0, n * m // 2  # k = the number of u in [0, nm/2) with P(U <= u) <= alpha/2 (a monotone cdf)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if _u_cdf_at(n, m, mid) <= half + 1e-12:
+            lo = mid + 1
+        else:
+            hi = mid
+    k = lo
     if k == 0:
         return 0, math.nan
     return k, 1.0 - 2.0 * _u_cdf_at(n, m, k - 1)
