@@ -118,7 +118,7 @@ def analyse(data: dict) -> Analysis:
                       _notes([r for b in builds for r in per_build.get(b, [])]))
             rows[config].append(row)
         if ab:
-            keys = [k for k, r in zip(per_cell, rows[config]) if r.cmp is not None and r.cmp.has_ci]
+            keys = [k for k, r in zip(per_cell, rows[config]) if r.cmp is not None and math.isfinite(r.cmp.ratio)]
             sides = [res.process_matrix(per_cell, b, keys) for b in ("stock", "patched")]
             geomeans[config] = stats.geomean_by_process(*(np.array(m, dtype=float).reshape(len(m), len(keys))
                                                           for m in sides), threshold=THRESHOLD)

@@ -601,6 +601,8 @@ class GeoMean:
 
     @property
     def reason(self) -> str:
+        if not self.n_cells:
+            return "no cell with processes on both sides"
         dropped = f"; {self.n_dropped} process(es) without every cell left out" if self.n_dropped else ""
         return f"{self.comparison.reason} over {_plural(self.n_cells, 'cell')}{dropped}"
 

@@ -470,6 +470,8 @@ def test_geomean_by_process_handles_unmeasured_cells_and_bad_input():
     stock[:, 0] = np.nan  # no stock process measured cell 0
     none = stats.geomean_by_process(stock, patched)
     assert none.verdict == "undetermined" and none.cause is Cause.NO_PROCESSES
+    empty = stats.geomean_by_process(np.ones((4, 0)), np.ones((4, 0)))
+    assert empty.cause is Cause.NO_PROCESSES and empty.reason == "no cell with processes on both sides"
     with pytest.raises(ValueError):
         stats.geomean_by_process(np.ones(3), np.ones(3))
     with pytest.raises(ValueError):
