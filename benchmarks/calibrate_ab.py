@@ -3,7 +3,9 @@ and CI precision per second of measurement (issue 6; results go to docs/methodol
 
 Both sides run the same build (``--python``) through the harness's own worker and scheduler
 (:func:`harness.runner.run_worker`, fresh process per side per round, order shuffled per round)
-and the verdicts come from :func:`harness.stats.compare`, exactly as in ``compare``.
+and the verdicts come from :func:`harness.stats.compare`, exactly as in ``compare``. Each row of
+``calibration.json`` stores both sides' per-process medians (``stock_medians``/``patched_medians``,
+seconds), so ``benchmarks/calibration_table.py`` recomputes every number from them.
 
 - ``aa``: identical cells on both sides; any ``faster``/``slower`` verdict is a false positive.
 - ``planted``: the "patched" side runs each GEMM cell with K larger by ``--plant`` (default 3 %),
@@ -151,7 +153,11 @@ def main() -> int:
         expected = planted(c, args.plant).flop / c.flop if args.mode == "planted" else 1.0
         hw = cmp.half_width
         rows.append({"cell": c.key, "expected_ratio": expected, "ratio": cmp.ratio, "ci": [cmp.ci_low, cmp.ci_high],
-                     "p": cmp.p_value, "verdict": cmp.verdict, "reason": cmp.reason, "half_width": hw,
+                     "p": cmp.p_value, "verdict": cmp.verdict, "cause": cmp.cause.value, "reason": cmp.reason,
+                     "achieved_confidence": cmp.achieved_confidence, "half_width": hw,
+                     # per-process medians (seconds), in measurement order: calibration_table.py recomputes
+                     # every number of docs/methodology.md from these with the current harness.stats
+                     "stock_medians": medians[c.key]["stock"], "patched_medians": medians[c.key]["patched"],
                      "measured_s": seconds[c.key], "n": [cmp.n_stock, cmp.n_patched],
                      "s_to_1pct": seconds[c.key] * (hw / 0.01) ** 2 if math.isfinite(hw) else None,
                      "bimodal": cmp.bimodal, "converged": c.key not in left,
@@ -177,7 +183,9 @@ def main() -> int:
         summary["ci_covers_expected"] = sum(1 for r in rows if r["ci"][0] <= r["expected_ratio"] <= r["ci"][1])
     hws = sorted(r["half_width"] for r in rows if math.isfinite(r["half_width"]))
     summary["median_half_width"] = hws[len(hws) // 2] if hws else None
-    summary["median_s_to_1pct"] = sorted(r["s_to_1pct"] for r in rows if r["s_to_1pct"] is not None)[len(hws) // 2] if hws else None
+    s1 = sorted(r["s_to_1pct"] for r in rows if r["s_to_1pct"] is not None)
+    summary["median_s_to_1pct"] = s1[len(s1) // 2] if s1 else None
+    summary["estimator"] = "hodges-lehmann + exact moses ci (harness.stats.compare)"
     (args.out / "calibration.json").write_text(json.dumps({"summary": summary, "rows": rows}, indent=1))
     print(json.dumps(summary, indent=1))
     for r in rows:

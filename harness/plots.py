@@ -23,7 +23,7 @@ from matplotlib.ticker import FuncFormatter, LogFormatterSciNotation, LogLocator
 
 from harness.fsutil import atomic_write_bytes
 
-VERDICT_COLOURS = {"faster": "#1a7f37", "slower": "#cf222e", "unchanged": "#57606a", "undetermined": "#bf8700"}
+VERDICT_COLOURS = {"faster": "#1a7f37", "slower": "#cf222e", "equivalent": "#57606a", "undetermined": "#bf8700"}
 MARKERS = "osD^vP*X"
 
 

@@ -2,14 +2,14 @@
 
 Command ``report``: ``python -m harness report results/<run>`` re-renders the report of a run.
 Sections: summary per env config (geometric-mean speedup with its CI), per-cell tables
-(stock and patched medians, speedup = stock/patched time with a 95 % bootstrap confidence interval,
-Mann-Whitney U p-value, verdict), correctness (relative error vs float64 per config and build),
+(stock and patched medians, speedup = stock/patched time as a Hodges-Lehmann estimate with its exact
+95 % Moses confidence interval, exact Mann-Whitney U p-value, verdict), correctness (relative error vs float64 per config and build),
 failures and skips with their reasons, and provenance with the command that reproduces the run.
 Long tables are folded in ``<details>`` so the PR stays readable. Plots (``harness.plots``) are
 written next to it and linked: ``speedup.png`` and ``latency-<family>.png``.
 
-Deterministic: the same results.json gives byte-identical report.md and PNGs (fixed bootstrap
-seeds, no render timestamp), so ``report`` can re-create them from results.json alone.
+Deterministic: the same results.json gives byte-identical report.md and PNGs (exact statistics,
+no resampling, no render timestamp), so ``report`` can re-create them from results.json alone.
 """
 
 from __future__ import annotations
@@ -131,7 +131,7 @@ def analyse(data: dict) -> Analysis:
                       _notes([r for b in builds for r in per_build.get(b, [])]))
             rows[config].append(row)
         if ab:
-            keys = [k for k, r in zip(per_cell, rows[config]) if r.cmp is not None and r.cmp.has_ci]
+            keys = [k for k, r in zip(per_cell, rows[config]) if r.cmp is not None and math.isfinite(r.cmp.ratio)]
             sides = [res.process_matrix(per_cell, b, keys) for b in ("stock", "patched")]
             geomeans[config] = stats.geomean_by_process(*(np.array(m, dtype=float).reshape(len(m), len(keys))
                                                           for m in sides), threshold=THRESHOLD)
@@ -159,14 +159,18 @@ def _ratio_ci(ratio: float, low: float, high: float) -> str:
     return f"{1 / ratio:.3f}× [no CI]"
 
 
-def _short_reason(cmp: stats.Comparison) -> str:
-    """Why a cell is undetermined, in a few words (its CI and p are in their own columns)."""
-    if cmp.has_ci and math.isfinite(cmp.p_value):
-        if cmp.ci_high < 1 - cmp.threshold or cmp.ci_low > 1 + cmp.threshold:
-            return f"CI beyond ±{cmp.threshold:.0%} but U test p ≥ {1 - cmp.confidence:.2g}"
-        if "cannot reach" not in cmp.reason:
-            return f"CI crosses the ±{cmp.threshold:.0%} band edge"
-    return cmp.reason
+def _cause_words(cause: stats.Cause, threshold: float, confidence: float) -> str:
+    """A verdict's :class:`harness.stats.Cause` in a few words (the CI and p have their own columns)."""
+    band = f"±{threshold:.0%}"
+    return {
+        stats.Cause.BEYOND_BAND: f"whole CI beyond {band}",
+        stats.Cause.INSIDE_BAND: f"whole CI inside {band}",
+        stats.Cause.STRADDLES_BAND: f"CI crosses the {band} band edge",
+        stats.Cause.BELOW_FLOOR: f"fewer than {stats.min_processes(confidence)} processes per side: no verdict",
+        stats.Cause.NO_PROCESSES: "no process on one side",
+        stats.Cause.BAD_VALUES: "a per-process median is NaN/inf or ≤ 0 s",
+        stats.Cause.ZERO_SPREAD: "zero spread on both sides (timer resolution?)",
+    }[cause]
 
 
 def _adaptive_text(run: dict) -> list[str]:
@@ -184,18 +188,16 @@ def _adaptive_text(run: dict) -> list[str]:
 
 
 def _in_words(gm: stats.GeoMean) -> str:
-    """The geometric mean's verdict (:func:`harness.stats.geomean_by_process`) in words."""
+    """The per-config summary's verdict (:func:`harness.stats.geomean_by_process`) in words."""
     change = f"patched {abs(1 - gm.gm):.1%} {'faster' if gm.gm < 1 else 'slower'}"
-    p = f"permutation p={gm.p_value:.2g}" if math.isfinite(gm.p_value) else "no permutation p"
-    if gm.verdict in ("faster", "slower"):
-        return f"**{change}** (whole CI beyond ±{gm.threshold:.0%}, {p})"
-    if gm.verdict == "unchanged":
-        return f"unchanged within ±{gm.threshold:.0%} ({p})"
-    if not (math.isfinite(gm.lo) and math.isfinite(gm.hi)):
-        return f"undetermined, {change} at the point estimate: {gm.reason}"
-    why = (f"the CI reaches into the ±{gm.threshold:.0%} band" if gm.lo <= 1 + gm.threshold and gm.hi >= 1 - gm.threshold
-           else "processes, not the build, may explain it")
-    return f"undetermined, {change} at the point estimate ({p}; {why})"
+    p = f"U-test p={gm.p_value:.2g} over {gm.n_stock}+{gm.n_patched} processes" if math.isfinite(gm.p_value) \
+        else f"{gm.n_stock}+{gm.n_patched} processes"
+    why = _cause_words(gm.cause, gm.threshold, gm.confidence)
+    if gm.verdict in (stats.FASTER, stats.SLOWER):
+        return f"**{change}** ({why}, {p})"
+    if gm.verdict == stats.EQUIVALENT:
+        return f"equivalent ({why}, {p})"
+    return f"undetermined, {change} at the point estimate ({why}; {p})"
 
 
 def _what_was_compared(data: dict) -> list[str]:
@@ -216,7 +218,7 @@ def _what_was_compared(data: dict) -> list[str]:
     ident = {b: (prov[b]["torch_version"], prov[b]["git_version"], data["builds"][b]["input"].get("sha256")) for b in builds}
     if len(builds) == 2 and ident[builds[0]] == ident[builds[1]]:
         notes.append("> **Note:** both builds are the same torch (version, git hash, wheel): an A/A run; "
-                     "any verdict other than unchanged/undetermined is a false positive.")
+                     "any verdict other than equivalent/undetermined is a false positive.")
     variants = {b: (f"CUDA {prov[b]['cuda_version']}" if prov[b].get("cuda_version") else "CPU-only")
                 + (" + MPS" if prov[b]["mps_built"] else "") for b in builds}
     if len(set(variants.values())) > 1:
@@ -225,11 +227,13 @@ def _what_was_compared(data: dict) -> list[str]:
     return [line for note in notes for line in (note, "")]  # one blockquote each
 
 
-def _modes_text(cmp) -> str:
-    parts = []
-    for side, found in (("stock", cmp.stock_modes), ("patched", cmp.patched_modes)):
-        if len(found) > 1:
-            parts.append(f"{side} " + " / ".join(f"{_us(m.center)} µs ({m.share:.0%})" for m in found))
+def _modes_text(cmp: stats.Comparison) -> str:
+    """Each side's modes with their shares, and the speedup within each mode when both sides have the
+    same number of modes (never a ratio across modes)."""
+    parts = [f"{side} " + " / ".join(f"{_us(m.center)} µs ({m.share:.0%})" for m in found)
+             for side, found in (("stock", cmp.stock_modes), ("patched", cmp.patched_modes))]
+    if cmp.mode_ratios:
+        parts.append("speedup per mode " + " / ".join(f"{1 / m.ratio:.3f}×" for m in cmp.mode_ratios))
     return "; ".join(parts)
 
 
@@ -424,9 +428,9 @@ def render(data: dict, analysis: Analysis | None = None) -> str:
                 cmp = r.cmp
                 ci = _ratio_ci(cmp.ratio, cmp.ci_low, cmp.ci_high)
                 p = f"{cmp.p_value:.2g}" if math.isfinite(cmp.p_value) else "–"
-                verdict = f"**{cmp.verdict}**" if cmp.verdict in ("faster", "slower") else cmp.verdict
-                if cmp.verdict == "undetermined":
-                    notes.insert(0, _short_reason(cmp))
+                verdict = f"**{cmp.verdict}**" if cmp.verdict in (stats.FASTER, stats.SLOWER) else cmp.verdict
+                if cmp.verdict == stats.UNDETERMINED:
+                    notes.insert(0, _cause_words(cmp.cause, cmp.threshold, cmp.confidence))
                 if cmp.bimodal:
                     notes.append("bimodal: " + _modes_text(cmp))
                 if cell.key in run.get("adaptive", {}).get("unconverged", {}).get(config, []):
@@ -466,13 +470,16 @@ def render(data: dict, analysis: Analysis | None = None) -> str:
     drifted = [f"`{c}` {b}" for (b, c), d in analysis.drifts.items() if d.verdict == "drift"]
     if ab:
         n = run["rounds"]
-        floor = 2 / math.comb(2 * n, n)
+        floor = stats.min_processes()
         out += ["## Summary", ""] + _what_was_compared(data) + [
-            f"Speedup = stock time / patched time (> 1: patched faster); verdict threshold ±{THRESHOLD:.0%}; 95% bootstrap "
-            f"confidence intervals over per-process medians; {n} fresh processes per build and config, so the "
-            f"smallest possible U-test p is {floor:.2g}"
-            + (" and no verdict other than undetermined is possible (use --rounds 4 or more)." if floor >= 0.05 else ".")
-            + " The geometric mean per config resamples and permutes whole processes (a process moves all its cells).",
+            f"Speedup = stock time / patched time (> 1: patched faster), the Hodges-Lehmann estimate over the "
+            f"per-process medians with its exact 95% (Moses) confidence interval; verdict threshold ±{THRESHOLD:.0%}: "
+            f"faster/slower when the whole CI lies beyond it, equivalent when inside. {n} fresh processes per build "
+            f"and config"
+            + (f"; a verdict needs at least {floor} per side, so every verdict is undetermined (use --rounds {floor} "
+               "or more)." if n < floor else f" (a verdict needs at least {floor}).")
+            + " The geometric mean per config compares each process's geometric-mean time over the cells (a process "
+            "moves all its cells), with the same rule.",
             ""] + _adaptive_text(run) + summaries + [""]
         if drifted:
             out += [f"> **Drift:** {', '.join(drifted)} changed over the run (see Drift below).", ""]

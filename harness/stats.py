@@ -1,5 +1,5 @@
-"""A/B statistics over fresh worker processes: medians, bootstrap CIs, U-tests, verdicts,
-bimodality and drift.
+"""A/B statistics over fresh worker processes: medians, Hodges-Lehmann ratios with exact Moses
+CIs, exact U-tests, one verdict rule, bimodality and drift.
 
 Pure functions over numbers (numpy + scipy only): no filesystem, no printing, no torch.
 
@@ -12,19 +12,19 @@ independent observations: ``compare(stock_medians, patched_medians)``.
 
 Conventions:
 
-- ``ratio`` is a **time ratio**, ``median(patched) / median(stock)``: < 1 means patched is
-  faster; ``speedup = 1 / ratio``.
+- ``ratio`` is a **time ratio** patched/stock (the Hodges-Lehmann shift of log times, see
+  :func:`compare`): < 1 means patched is faster; ``speedup = 1 / ratio``.
 - Relative quantities (``threshold``, half-widths, drift) are fractions: 0.02 means 2 %.
 - Nothing here turns an error into a verdict: when a statistic cannot be computed the verdict
-  is ``"undetermined"`` and ``reason`` says why (unlike pyperf's ``_compare.py``, see
+  is ``"undetermined"``, ``cause`` (a :class:`Cause`) says why and ``reason`` gives the numbers (unlike pyperf's ``_compare.py``, see
   ``../shared/STYLE.md``). Programming errors (wrong types) still raise.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import enum
 import functools
-import itertools
 import math
 import warnings
 from collections.abc import Hashable, Mapping, Sequence
@@ -35,15 +35,20 @@ import numpy as np
 from scipy import stats as _st
 
 __all__ = [
+    "MIN_PROCESSES",
+    "Cause",
     "Comparison",
     "Drift",
     "GeoMean",
     "Mode",
+    "ModeRatio",
     "compare",
     "converged",
     "drift",
-    "geomean",
     "geomean_by_process",
+    "hodges_lehmann",
+    "judge",
+    "moses_rank",
     "iqr",
     "min_processes",
     "modes",
@@ -51,8 +56,8 @@ __all__ = [
     "unconverged",
 ]
 
-FASTER, SLOWER, UNCHANGED, UNDETERMINED = "faster", "slower", "unchanged", "undetermined"
-VERDICTS = (FASTER, SLOWER, UNCHANGED, UNDETERMINED)
+FASTER, SLOWER, EQUIVALENT, UNDETERMINED = "faster", "slower", "equivalent", "undetermined"
+VERDICTS = (FASTER, SLOWER, EQUIVALENT, UNDETERMINED)
 DRIFT, STABLE = "drift", "stable"
 
 K = TypeVar("K", bound=Hashable)
@@ -220,7 +225,91 @@ def modes(
     return out
 
 
+# --------------------------------------------------------------------------- the verdict rule
+
+
+#: Floor of processes per side for any CI-based verdict (cell and per-config summary). At 95 % it is
+#: the smallest n at which an exact two-sided Moses CI exists (2 / C(8, 4) = 0.029 < 0.05), and the
+#: n from which the simulation (benchmarks/simulate_stats.py, table in docs/methodology.md) shows
+#: coverage >= 95 % and <= 2 % false faster/slower verdicts in all four noise models.
+MIN_PROCESSES = 4
+
+
+class Cause(str, enum.Enum):
+    """Why a verdict is what it is: the one enumerated reason :func:`judge` returns with it.
+
+    The report maps each cause to words (``harness.report``); nothing re-derives it from text.
+    """
+
+    BEYOND_BAND = "beyond_band"  #: faster/slower: the whole CI lies beyond the +-threshold band
+    INSIDE_BAND = "inside_band"  #: equivalent: the whole CI lies inside the band
+    STRADDLES_BAND = "straddles_band"  #: the CI reaches across a band edge: run more processes
+    BELOW_FLOOR = "below_floor"  #: fewer than MIN_PROCESSES on a side (or no exact CI at this n)
+    NO_PROCESSES = "no_processes"  #: a side has no process (or the summary no usable cell)
+    BAD_VALUES = "bad_values"  #: a per-process median is NaN/inf or <= 0 s
+    ZERO_SPREAD = "zero_spread"  #: every process on both sides has the same median (timer resolution?)
+
+
+def judge(
+    ci_low: float,
+    ci_high: float,
+    n_stock: int,
+    n_patched: int,
+    *,
+    threshold: float,
+    problem: Cause | None = None,
+) -> tuple[str, Cause]:
+    """The one verdict rule, for a cell (:func:`compare`) and a per-config summary (:func:`geomean_by_process`).
+
+    With band ``[1 - threshold, 1 + threshold]`` around the time ratio, in this order:
+
+    - ``problem`` given (data could not be judged): ``undetermined`` with that cause;
+    - fewer than :data:`MIN_PROCESSES` per side, or no CI: ``undetermined``, ``BELOW_FLOOR``;
+    - ``faster`` if ``ci_high < 1 - threshold``, ``slower`` if ``ci_low > 1 + threshold``
+      (``BEYOND_BAND``): the whole CI beyond the band, so the change is larger than the threshold;
+    - ``equivalent`` if ``1 - threshold <= ci_low`` and ``ci_high <= 1 + threshold``
+      (``INSIDE_BAND``): an equivalence claim by the two one-sided tests read off one CI
+      (Schuirmann 1987, Journal of Pharmacokinetics and Biopharmaceutics 15:657);
+    - ``undetermined``, ``STRADDLES_BAND`` otherwise.
+
+    The CI is the exact Moses interval (:func:`compare`), the inverse of the exact U test, so no
+    separate p-value condition is needed: a CI that excludes 1 is a test that rejects.
+
+    Args:
+        ci_low, ci_high: CI of the patched/stock time ratio (NaN: none).
+        n_stock, n_patched: processes per side.
+        threshold: band half-width, fraction (0.02 = 2 %).
+        problem: a cause found before any CI (NO_PROCESSES, BAD_VALUES, ZERO_SPREAD).
+    Returns:
+        ``(verdict, cause)``, verdict one of :data:`VERDICTS`.
+    """
+    if problem is not None:
+        return UNDETERMINED, problem
+    if min(n_stock, n_patched) < MIN_PROCESSES or not (math.isfinite(ci_low) and math.isfinite(ci_high)):
+        return UNDETERMINED, Cause.BELOW_FLOOR
+    if ci_high < 1.0 - threshold:
+        return FASTER, Cause.BEYOND_BAND
+    if ci_low > 1.0 + threshold:
+        return SLOWER, Cause.BEYOND_BAND
+    if 1.0 - threshold <= ci_low and ci_high <= 1.0 + threshold:
+        return EQUIVALENT, Cause.INSIDE_BAND
+    return UNDETERMINED, Cause.STRADDLES_BAND
+
+
 # --------------------------------------------------------------------------- A/B comparison
+
+
+@dataclass(frozen=True)
+class ModeRatio:
+    """Patched vs stock within one mode (bimodal cells): the k-th fastest mode of each side.
+
+    ratio: patched centre / stock centre (time ratio); stock_share, patched_share: fraction of each
+    side's processes in this mode (0..1].
+    """
+
+    ratio: float
+    stock_share: float
+    patched_share: float
 
 
 @dataclass(frozen=True)
@@ -228,11 +317,13 @@ class Comparison:
     """Patched vs stock for one cell, from per-process medians (seconds).
 
     Fields: ``stock``/``patched`` the inputs (seconds); ``stock_median``/``patched_median``
-    (seconds); ``ratio`` = patched/stock time ratio (< 1: patched faster); ``ci_low``/
-    ``ci_high`` its bootstrap confidence interval at ``confidence``; ``p_value`` two-sided
-    Mann-Whitney U; ``verdict`` one of ``faster|slower|unchanged|undetermined``; ``reason`` one
-    line explaining the verdict (always set); ``notes`` extra flags (bimodality, CI method
-    fallback, zero spread). NaN marks what could not be computed.
+    (seconds, for display); ``ratio`` the Hodges-Lehmann time ratio (< 1: patched faster) and
+    ``ci_low``/``ci_high`` its exact Moses CI, at ``achieved_confidence`` >= ``confidence``;
+    ``p_value`` the exact two-sided Mann-Whitney U p of the same log values; ``verdict`` one of
+    ``faster|slower|equivalent|undetermined`` and ``cause`` the :class:`Cause` behind it;
+    ``reason`` one line with the numbers; ``stock_modes``/``patched_modes`` each side's
+    :func:`modes`; ``mode_ratios`` per-mode ratios and shares when both sides have the same number
+    (>= 2) of modes; ``notes`` extra flags. NaN marks what could not be computed.
     """
 
     stock: tuple[float, ...]
@@ -244,13 +335,14 @@ class Comparison:
     ci_high: float
     p_value: float
     verdict: str
+    cause: Cause
     reason: str
     threshold: float
     confidence: float
-    ci_method: str
-    n_resamples: int
+    achieved_confidence: float
     stock_modes: tuple[Mode, ...] = ()
     patched_modes: tuple[Mode, ...] = ()
+    mode_ratios: tuple[ModeRatio, ...] = ()
     notes: tuple[str, ...] = field(default=())
 
     @property
@@ -288,7 +380,7 @@ class Comparison:
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready dict: every field, plus speedup, half_width, bimodal; NaN becomes None."""
         d = dataclasses.asdict(self)
-        d.update(speedup=self.speedup, half_width=self.half_width, bimodal=self.bimodal)
+        d.update(cause=self.cause.value, speedup=self.speedup, half_width=self.half_width, bimodal=self.bimodal)
         return _json_safe(d)
 
 
@@ -302,42 +394,84 @@ def _json_safe(x: Any) -> Any:
     return x
 
 
-def min_processes(confidence: float = 0.95) -> int:
-    """Smallest n per side (equal sizes) at which any verdict other than undetermined is possible.
+@functools.lru_cache(maxsize=1024)
+def _u_cdf_at(n: int, m: int, u: int) -> float:
+    """``P(U <= u)`` of the Mann-Whitney statistic for samples of n and m without ties.
 
-    With n processes per side the smallest two-sided exact Mann-Whitney p-value is
-    ``2 / C(2n, n)`` (complete separation); below ``1 - confidence`` needs n >= 4 at 95 %.
+    From ``scipy.stats.mannwhitneyu(method="exact", alternative="less")`` (its exact null
+    distribution, doc: docs.scipy.org/doc/scipy/reference/generated/scipy.stats.mannwhitneyu.html)
+    applied to a constructed sample whose statistic is exactly u: y = 0..m-1 and x_i = k_i - 0.5
+    with k_i <= m, sum k_i = u (x_i then exceeds exactly k_i of the y's).
     """
-    alpha = 1.0 - confidence
+    ks, left = [], u
+    for _ in range(n):
+        ks.append(min(m, left))
+        left -= ks[-1]
+    x = np.array(ks, dtype=float) - 0.5
+    return float(_st.mannwhitneyu(x, np.arange(m, dtype=float), alternative="less", method="exact").pvalue)
+
+
+@functools.lru_cache(maxsize=1024)
+def moses_rank(n: int, m: int, confidence: float) -> tuple[int, float]:
+    """Order-statistic rank of the exact two-sided Moses CI for a shift, and its achieved level.
+
+    Source: Hollander, Wolfe & Chicken, *Nonparametric Statistical Methods*, 3rd ed. (2014),
+    sec. 4.3 (the CI that inverts the Wilcoxon rank-sum / Mann-Whitney test; Moses 1965,
+    Lehmann 1963). With the n*m pairwise differences sorted, ``d_(1) <= ... <= d_(nm)``, the CI is
+    ``[d_(k), d_(nm + 1 - k)]`` for the largest k >= 1 with ``P(U <= k - 1) <= alpha / 2`` under the
+    null; its exact coverage (continuous data, shift model) is ``1 - 2 P(U <= k - 1)`` >= confidence.
+
+    Returns:
+        ``(k, achieved_confidence)``; ``(0, nan)`` when no such k exists (too few processes:
+        even ``[d_(1), d_(nm)]`` has coverage below ``confidence``).
+    """
+    half = (1.0 - confidence) / 2.0
+    lo, hi = 0, n * m // 2  # k = the number of u in [0, nm/2) with P(U <= u) <= alpha/2 (a monotone cdf)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if _u_cdf_at(n, m, mid) <= half + 1e-12:
+            lo = mid + 1
+        else:
+            hi = mid
+    k = lo
+    if k == 0:
+        return 0, math.nan
+    return k, 1.0 - 2.0 * _u_cdf_at(n, m, k - 1)
+
+
+def min_processes(confidence: float = 0.95) -> int:
+    """Smallest n per side (equal sizes) at which a verdict other than undetermined is possible:
+    :data:`MIN_PROCESSES`, or more when an exact Moses CI at ``confidence`` needs more (2 / C(2n, n)
+    must be <= 1 - confidence: n >= 4 at 95 %, n >= 5 at 99 %)."""
     n = 2
-    while 2.0 / math.comb(2 * n, n) >= alpha:
+    while moses_rank(n, n, confidence)[0] == 0:
         n += 1
-    return n
+    return max(n, MIN_PROCESSES)
 
 
-def _ratio_of_medians(x: np.ndarray, y: np.ndarray, axis: int = -1) -> np.ndarray:
-    return np.median(y, axis=axis) / np.median(x, axis=axis)
+def hodges_lehmann(stock: np.ndarray, patched: np.ndarray, confidence: float) -> tuple[float, float, float, float]:
+    """Hodges-Lehmann time ratio of patched vs stock with its exact Moses CI, in log space.
+
+    ``ratio = exp(median_ij(log patched_j - log stock_i))`` (Hodges & Lehmann 1963, Annals of
+    Mathematical Statistics 34:598): the shift of log times, i.e. a multiplicative change of time;
+    the CI is ``exp`` of the :func:`moses_rank` order statistics of the same differences.
+
+    Args:
+        stock, patched: per-process medians, seconds, all > 0 and finite (1-D).
+        confidence: nominal level in (0, 1).
+    Returns:
+        ``(ratio, ci_low, ci_high, achieved_confidence)``; CI and level NaN when no exact CI exists.
+    """
+    d = np.sort((np.log(patched)[None, :] - np.log(stock)[:, None]).ravel())
+    ratio = float(np.exp(np.median(d)))
+    k, achieved = moses_rank(stock.size, patched.size, confidence)
+    if k == 0:
+        return ratio, math.nan, math.nan, math.nan
+    return ratio, float(np.exp(d[k - 1])), float(np.exp(d[d.size - k])), achieved
 
 
 def _fmt(x: float) -> str:
     return f"{x:.4g}"
-
-
-def _bootstrap_ci(data, statistic, confidence, n_resamples, method, rng) -> tuple[float, float]:
-    """``scipy.stats.bootstrap`` CI of a vectorized statistic of independent samples.
-
-    Degenerate data gives a NaN bound (scipy's DegenerateDataWarning is silenced here and
-    every caller checks finiteness). ``batch=1000`` bounds memory to 1000 x all values.
-    """
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        res = _st.bootstrap(data, statistic, n_resamples=n_resamples, vectorized=True, paired=False,
-                            confidence_level=confidence, method=method, rng=rng, batch=1000)
-    return float(res.confidence_interval.low), float(res.confidence_interval.high)
-
-
-def _undetermined(base: dict, reason: str, notes: list[str]) -> Comparison:
-    return Comparison(**base, verdict=UNDETERMINED, reason=reason, notes=tuple(notes))
 
 
 def compare(
@@ -346,280 +480,135 @@ def compare(
     *,
     threshold: float = 0.02,
     confidence: float = 0.95,
-    rng_seed: int = 0,
-    n_resamples: int = 9999,
-    method: str = "percentile",
 ) -> Comparison:
     """Compare per-process medians of the patched build with the stock build for one cell.
 
-    Statistics:
-        - ``ratio = median(patched) / median(stock)`` (time ratio; speedup = 1/ratio).
-        - CI: ``scipy.stats.bootstrap`` of that ratio, the two samples resampled independently
-          (``paired=False``), ``n_resamples`` resamples, seeded by ``rng_seed`` (reproducible).
-          Default ``method="percentile"``: BCa's acceleration comes from the jackknife, which is
-          inconsistent for the median (Efron & Tibshirani 1993, sec. 11.6), and the bootstrap
-          distribution of a median of <= 10 values is discrete; the percentile interval is
-          transformation-respecting, so the CI of ``speedup`` is the reciprocal interval.
-          ``method="BCa"`` is accepted; if it gives a non-finite interval the percentile
-          interval is used and ``notes`` says so.
-        - ``p_value``: two-sided Mann-Whitney U (``scipy.stats.mannwhitneyu``, method "auto").
+    Statistics (all on log times; a time ratio is a shift of log time):
+        - ``ratio``: Hodges-Lehmann estimate, ``exp`` of the median of all n_s * n_p differences
+          ``log patched_j - log stock_i`` (:func:`hodges_lehmann`).
+        - CI: the exact distribution-free Moses interval of that shift (:func:`moses_rank`), at
+          ``achieved_confidence`` >= ``confidence`` (97.1 % at 4 + 4 processes, where it is the
+          whole range of the differences). It is the inverse of the exact Mann-Whitney U test.
+        - ``p_value``: two-sided exact Mann-Whitney U of the same values
+          (``scipy.stats.mannwhitneyu(method="exact")``); 1 lies outside the CI exactly when
+          p <= 1 - achieved_confidence (ties aside), so CI and test cannot disagree.
 
-    Verdict rule (alpha = 1 - confidence, band = [1 - threshold, 1 + threshold]):
-        - ``faster``: ci_high < 1 - threshold **and** p_value < alpha;
-        - ``slower``: ci_low > 1 + threshold **and** p_value < alpha;
-        - ``unchanged``: the whole CI lies inside the band (an equivalence claim: any change is
-          smaller than the noise threshold);
-        - ``undetermined`` otherwise, with the reason: the CI straddles a band edge (e.g.
-          [0.97, 0.99] is significantly faster but not clearly by more than 2 %: run more
-          processes), CI and U-test disagree, or something could not be computed: fewer than
-          :func:`min_processes` per side (the U-test could not reach alpha even with complete
-          separation, and bootstrap CIs of 2-3 values under-cover), NaN/inf or non-positive
-          times, zero spread on both sides (a degenerate bootstrap: timer resolution?).
-        Requiring both the CI and the U-test keeps the A/A false-positive rate at or under
-        alpha even at ``threshold=0`` (measured in tests/test_stats.py).
+    Verdict: :func:`judge` (the one rule): ``faster``/``slower`` when the whole CI lies beyond
+    +-threshold, ``equivalent`` when it lies inside, ``undetermined`` otherwise or below
+    :data:`MIN_PROCESSES` per side, with a :class:`Cause`.
 
-    Bimodality: each side's :func:`modes` are attached; a multimodal side adds a note (the
-    ratio of medians then compares the modes the medians fall in; report the modes).
+    Bimodality: each side's :func:`modes` are attached. When both sides have the same number (>= 2)
+    of modes, ``mode_ratios`` pairs them by rank (fastest with fastest) with each side's share; a
+    ratio is never taken across modes. The Hodges-Lehmann ratio stays the shift estimate: under a
+    shift model (the patch scales every mode alike) it estimates the common factor, and its CI
+    keeps its exact coverage on bimodal data (docs/methodology.md, simulation).
 
     Args:
         stock, patched: per-process medians, seconds (1-D).
-        threshold: relative noise threshold, fraction (0.02 = 2 %), >= 0.
-        confidence: CI level and 1 - alpha of the U-test, in (0, 1).
-        rng_seed: bootstrap seed.
-        n_resamples: bootstrap resamples.
-        method: "percentile" (default) or "BCa".
+        threshold: relative band half-width, fraction (0.02 = 2 %), >= 0.
+        confidence: nominal CI level in (0, 1).
     Returns:
         A :class:`Comparison`; never raises for bad *data* (it becomes ``undetermined``).
     Raises:
-        ValueError: invalid *parameters* (threshold < 0, confidence outside (0, 1), unknown
-        method), which are programming errors of the caller.
+        ValueError: invalid *parameters* (threshold < 0, confidence outside (0, 1)).
     """
     if not threshold >= 0:
         raise ValueError(f"threshold must be >= 0, got {threshold!r}")
     if not 0.0 < confidence < 1.0:
         raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
-    if method not in ("percentile", "BCa"):
-        raise ValueError(f"method must be 'percentile' or 'BCa', got {method!r}")
     s = np.asarray(stock, dtype=float).ravel()
     p = np.asarray(patched, dtype=float).ravel()
-    alpha = 1.0 - confidence
     nan = math.nan
-    base = dict(
-        stock=tuple(float(v) for v in s),
-        patched=tuple(float(v) for v in p),
-        stock_median=nan,
-        patched_median=nan,
-        ratio=nan,
-        ci_low=nan,
-        ci_high=nan,
-        p_value=nan,
-        threshold=float(threshold),
-        confidence=float(confidence),
-        ci_method=method,
-        n_resamples=int(n_resamples),
+    base: dict[str, Any] = dict(
+        stock=tuple(float(v) for v in s), patched=tuple(float(v) for v in p), stock_median=nan,
+        patched_median=nan, ratio=nan, ci_low=nan, ci_high=nan, p_value=nan, threshold=float(threshold),
+        confidence=float(confidence), achieved_confidence=nan,
     )
     notes: list[str] = []
 
+    def done(problem: Cause | None, reason: str) -> Comparison:
+        verdict, cause = judge(base["ci_low"], base["ci_high"], s.size, p.size, threshold=threshold, problem=problem)
+        return Comparison(**base, verdict=verdict, cause=cause, reason=reason, notes=tuple(notes))
+
     for name, a in (("stock", s), ("patched", p)):
         if a.size == 0:
-            return _undetermined(base, f"no {name} processes", notes)
+            return done(Cause.NO_PROCESSES, f"no {name} processes")
         bad = int(np.sum(~np.isfinite(a)))
         if bad:
-            return _undetermined(base, f"{bad} {name} per-process median(s) are NaN/inf", notes)
+            return done(Cause.BAD_VALUES, f"{bad} {name} per-process median(s) are NaN/inf")
         if np.any(a <= 0):
-            return _undetermined(base, f"{name} has a per-process median <= 0 s", notes)
+            return done(Cause.BAD_VALUES, f"{name} has a per-process median <= 0 s")
 
     base["stock_median"] = float(np.median(s))
     base["patched_median"] = float(np.median(p))
-    base["ratio"] = base["patched_median"] / base["stock_median"]
-    base["stock_modes"] = tuple(modes(s))
-    base["patched_modes"] = tuple(modes(p))
-    for name, ms in (("stock", base["stock_modes"]), ("patched", base["patched_modes"])):
+    base["stock_modes"] = sm = tuple(modes(s))
+    base["patched_modes"] = pm = tuple(modes(p))
+    for name, ms in (("stock", sm), ("patched", pm)):
         if len(ms) > 1:
-            desc = ", ".join(f"{_fmt(m.center)} s x{m.n}" for m in ms)
-            notes.append(f"{name} is multimodal ({desc})")
-
-    if s.size < 2 or p.size < 2:
-        return _undetermined(
-            base,
-            f"n={s.size} stock, n={p.size} patched process(es): a CI needs >= 2 per side",
-            notes,
-        )
-    if np.ptp(s) == 0 and np.ptp(p) == 0:
-        return _undetermined(
-            base, "zero spread: every process on each side has the same median (timer resolution?)", notes
-        )
+            notes.append(f"{name} is multimodal (" + ", ".join(f"{_fmt(m.center)} s x{m.n}" for m in ms) + ")")
+    if len(sm) == len(pm) > 1:
+        base["mode_ratios"] = tuple(ModeRatio(b.center / a.center, a.share, b.share) for a, b in zip(sm, pm))
+    ratio, lo, hi, achieved = hodges_lehmann(s, p, confidence)
+    base["ratio"] = ratio
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        base["p_value"] = float(_st.mannwhitneyu(np.log(p), np.log(s), alternative="two-sided", method="exact").pvalue)
+    if np.ptp(s) == 0 and np.ptp(p) == 0 and min(s.size, p.size) >= MIN_PROCESSES:
+        return done(Cause.ZERO_SPREAD, "zero spread: every process on each side has the same median (timer resolution?)")
+    base.update(ci_low=lo, ci_high=hi, achieved_confidence=achieved)
+    if min(s.size, p.size) < MIN_PROCESSES or not math.isfinite(lo):
+        n_min = min_processes(confidence)
+        return done(Cause.BELOW_FLOOR, f"n={s.size} stock, n={p.size} patched processes: a verdict needs >= {n_min} "
+                                       f"per side (an exact {confidence:.0%} CI and the documented coverage floor)")
     for name, a in (("stock", s), ("patched", p)):
         if np.ptp(a) == 0:
             notes.append(f"all {name} processes have the same median (timer resolution?)")
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        u = _st.mannwhitneyu(p, s, alternative="two-sided", method="auto")
-    base["p_value"] = float(u.pvalue)
-
-    rng = np.random.default_rng(rng_seed)
-    lo = hi = nan
-    used = method
-    for meth in ([method] if method == "percentile" else [method, "percentile"]):
-        lo, hi = _bootstrap_ci((s, p), _ratio_of_medians, confidence, n_resamples, meth, rng)
-        used = meth
-        if math.isfinite(lo) and math.isfinite(hi):
-            break
-        if meth != "percentile":
-            notes.append(f"{meth} interval was not finite; percentile interval used")
-    base["ci_method"] = used
-    if not (math.isfinite(lo) and math.isfinite(hi)):
-        return _undetermined(base, "bootstrap CI is not finite", notes)
-    base["ci_low"], base["ci_high"] = lo, hi
-
-    n_min = min_processes(confidence)
-    min_p = 2.0 / math.comb(s.size + p.size, s.size)
-    if min_p >= alpha:
-        return _undetermined(
-            base,
-            f"n={s.size} stock, n={p.size} patched processes cannot reach p < {alpha:.3g} "
-            f"(smallest possible p = {min_p:.3g}); run >= {n_min} per side",
-            notes,
-        )
-    if not math.isfinite(base["p_value"]):
-        return _undetermined(base, "Mann-Whitney U p-value is not finite", notes)
-
-    pv = base["p_value"]
-    ci = f"CI [{lo:.4f}, {hi:.4f}]"
-    down, up = 1.0 - threshold, 1.0 + threshold
-    if hi < down or lo > up:
-        word, edge = (FASTER, f"< {down:.4g}") if hi < down else (SLOWER, f"> {up:.4g}")
-        if pv < alpha:
-            return Comparison(**base, verdict=word, reason=f"{ci} {edge} and U-test p={pv:.2g} < {alpha:.3g}", notes=tuple(notes))
-        return _undetermined(base, f"{ci} {edge} but U-test p={pv:.2g} >= {alpha:.3g}: the tests disagree", notes)
-    if lo >= down and hi <= up:
-        return Comparison(**base, verdict=UNCHANGED, reason=f"{ci} inside the +-{threshold:.3g} band", notes=tuple(notes))
-    return _undetermined(
-        base, f"{ci} straddles the +-{threshold:.3g} band edge (p={pv:.2g}): run more processes", notes
-    )
+    ci = f"CI [{lo:.4f}, {hi:.4f}] at {achieved:.1%}, U-test p={base['p_value']:.2g}"
+    verdict, _ = judge(lo, hi, s.size, p.size, threshold=threshold)
+    edge = {FASTER: f"below {1 - threshold:.4g}", SLOWER: f"above {1 + threshold:.4g}",
+            EQUIVALENT: f"inside the +-{threshold:.3g} band"}.get(verdict, f"across a +-{threshold:.3g} band edge")
+    return done(None, f"{ci}: {edge}")
 
 
-# --------------------------------------------------------------------------- geometric mean
+# --------------------------------------------------------------------------- per-config summary
 
 
 @dataclass(frozen=True)
 class GeoMean:
-    """Geometric mean of time ratios over cells, with its CI.
+    """Per-config summary: patched vs stock over all cells of a config, whole processes as the unit.
 
-    gm, lo, hi: the geometric mean and CI bounds (time ratio; NaN when not computable);
-    n_cells: cells used; n_excluded: cells left out (no CI of their own / not finite);
-    over: "processes" or "cells" (what was resampled); reason: one line.
+    ``comparison``: the :func:`compare` of each process's geometric-mean time over the cells (the
+    verdict, cause, CI, p-value); ``n_cells``: cells used; ``n_dropped``: processes left out because
+    they did not measure every cell. ``gm``/``lo``/``hi``/``p_value``/``verdict``/``cause``/
+    ``reason``/``threshold``/``confidence`` read through to the comparison (time ratio; NaN when
+    not computable).
     """
 
-    gm: float
-    lo: float
-    hi: float
+    comparison: Comparison
     n_cells: int
-    n_excluded: int
-    over: str
-    confidence: float
-    reason: str
-    p_value: float = math.nan
-    verdict: str = UNDETERMINED
-    threshold: float = math.nan
+    n_dropped: int = 0
+
+    gm = property(lambda self: self.comparison.ratio)
+    lo = property(lambda self: self.comparison.ci_low)
+    hi = property(lambda self: self.comparison.ci_high)
+    p_value = property(lambda self: self.comparison.p_value)
+    verdict = property(lambda self: self.comparison.verdict)
+    cause = property(lambda self: self.comparison.cause)
+    threshold = property(lambda self: self.comparison.threshold)
+    confidence = property(lambda self: self.comparison.confidence)
+    n_stock = property(lambda self: self.comparison.n_stock)
+    n_patched = property(lambda self: self.comparison.n_patched)
+
+    @property
+    def reason(self) -> str:
+        if not self.n_cells:
+            return "no cell with processes on both sides"
+        dropped = f"; {self.n_dropped} process(es) without every cell left out" if self.n_dropped else ""
+        return f"{self.comparison.reason} over {_plural(self.n_cells, 'cell')}{dropped}"
 
 
-def _gm_of_cells(*samples: np.ndarray, axis: int = -1) -> np.ndarray:
-    logs = [np.log(_ratio_of_medians(samples[i], samples[i + 1], axis=axis)) for i in range(0, len(samples), 2)]
-    return np.exp(np.mean(logs, axis=0))
-
-
-def _gm_of_logs(x: np.ndarray, axis: int = -1) -> np.ndarray:
-    return np.exp(np.mean(x, axis=axis))
-
-
-def geomean(
-    cells: Sequence[Union[Comparison, float]],
-    *,
-    over: str = "auto",
-    confidence: float = 0.95,
-    n_resamples: int = 9999,
-    rng_seed: int = 0,
-) -> GeoMean:
-    """Geometric mean of patched/stock time ratios across the cells of one config, with a CI.
-
-    ``gm = exp(mean_i log(ratio_i))``. Two questions, two CIs:
-
-    - ``over="processes"`` (default for :class:`Comparison` inputs): the cells are the fixed,
-      named benchmark set and the only uncertainty is measurement noise. One
-      ``scipy.stats.bootstrap`` (percentile) resamples the processes of every cell, both
-      sides, independently, and recomputes the geometric mean of the ratios of medians.
-      Cells whose own CI could not be computed are excluded and counted in ``n_excluded``.
-      This assumes the cells' processes are independent; when one process measured many cells
-      (the runner's case) use :func:`geomean_by_process`, which resamples whole processes:
-      the report does.
-    - ``over="cells"`` (the only choice for plain ratios): the cells are a sample of
-      workloads; bootstrap over cells of the mean log ratio. Wider when cells disagree (a
-      patch that helps some shapes and not others); needs >= 2 cells that are not all equal.
-
-    Args:
-        cells: Comparisons of one config, or plain time ratios (> 0).
-        over: "auto" | "processes" | "cells".
-        confidence: CI level in (0, 1).
-    Returns:
-        A :class:`GeoMean`; its CI is NaN (with the reason) when it cannot be computed.
-    Raises:
-        ValueError: ``over="processes"`` with plain ratios, or an unknown ``over``.
-    """
-    items = list(cells)
-    comps = [c for c in items if isinstance(c, Comparison)]
-    if over == "auto":
-        over = "processes" if items and len(comps) == len(items) else "cells"
-    if over not in ("processes", "cells"):
-        raise ValueError(f"over must be 'auto', 'processes' or 'cells', got {over!r}")
-    if over == "processes" and len(comps) != len(items):
-        raise ValueError("over='processes' needs Comparison inputs (plain ratios carry no processes)")
-
-    nan = math.nan
-    if over == "processes":
-        used = [c for c in comps if c.has_ci and c.ratio > 0]
-    else:
-        used = [c for c in items if math.isfinite(c.ratio if isinstance(c, Comparison) else float(c))]
-        used = [c for c in used if (c.ratio if isinstance(c, Comparison) else float(c)) > 0]
-    excluded = len(items) - len(used)
-    if not used:
-        return GeoMean(nan, nan, nan, 0, excluded, over, confidence, "no cell with a computable ratio")
-    ratios = np.array([c.ratio if isinstance(c, Comparison) else float(c) for c in used])
-    logs = np.log(ratios)
-    gm = float(np.exp(np.mean(logs)))
-    rng = np.random.default_rng(rng_seed)
-    note = f"; {excluded} cell(s) excluded (no ratio/CI)" if excluded else ""
-
-    if over == "cells":
-        if len(used) < 2 or np.ptp(logs) == 0:
-            return GeoMean(gm, nan, nan, len(used), excluded, over, confidence,
-                           f"bootstrap over cells needs >= 2 cells that differ ({len(used)} given){note}")
-        data: tuple[np.ndarray, ...] = (logs,)
-        stat = _gm_of_logs
-    else:
-        data = tuple(np.asarray(a, dtype=float) for c in used for a in (c.stock, c.patched))
-        stat = _gm_of_cells
-    lo, hi = _bootstrap_ci(data, stat, confidence, n_resamples, "percentile", rng)
-    if not (math.isfinite(lo) and math.isfinite(hi)):
-        return GeoMean(gm, nan, nan, len(used), excluded, over, confidence, f"bootstrap CI is not finite{note}")
-    return GeoMean(gm, lo, hi, len(used), excluded, over, confidence,
-                   f"percentile bootstrap over {over}, {len(used)} cell(s){note}")
-
-
-def _gm_of_rows(stock: np.ndarray, patched: np.ndarray) -> np.ndarray:
-    """Geometric mean over cells of the ratio of per-cell medians; rows are processes.
-
-    ``stock``/``patched``: (..., processes, cells) seconds, NaN where a process did not measure
-    a cell. Returns (...,): NaN where some cell has no value on a side."""
-    with warnings.catch_warnings(), np.errstate(all="ignore"):
-        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN slice -> NaN, handled by the callers
-        ratio = np.nanmedian(patched, axis=-2) / np.nanmedian(stock, axis=-2)
-    return np.exp(np.mean(np.log(ratio), axis=-1))
-
-
-#: exact permutation test up to this many labelings, else Monte Carlo with this many
-EXACT_LABELINGS = 20000
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
 def geomean_by_process(
@@ -628,42 +617,25 @@ def geomean_by_process(
     *,
     threshold: float = 0.02,
     confidence: float = 0.95,
-    n_resamples: int = 9999,
-    rng_seed: int = 0,
 ) -> GeoMean:
-    """Geometric mean of patched/stock time ratios over the cells of one config, with a CI and a
-    p-value that treat the **process** as the unit of independence.
+    """Geometric mean over the cells of one config of the patched/stock time ratio, with an exact CI
+    that treats the **process** as the unit of independence.
 
     One worker process measures every cell of its (build, config), so a process-level state (a
     slow host core, a slower MPSGraph kernel choice for a whole process, a clock state) moves all
-    of its cells together. Resampling each cell's processes independently (:func:`geomean` with
-    ``over="processes"``) ignores that correlation and gives too narrow a CI: on an H200 A/A run
-    with 4 processes per side it put a whole 95 % CI above +2 % (docs/methodology.md). Here:
-
-    - point estimate ``gm = exp(mean_j log(median_i P[i, j] / median_i S[i, j]))``;
-    - CI: percentile bootstrap that resamples whole rows (processes) of each side, with
-      replacement, independently per side; resamples in which some cell has no value on a side
-      (possible when adaptive rounds measured only some cells) are dropped and counted; more than
-      1 % dropped gives no CI;
-    - p-value: permutation test of "the build label does not matter", permuting whole rows
-      between the sides (exact over all C(n_s + n_p, n_s) labelings up to ``EXACT_LABELINGS``,
-      else that many random ones, (1 + hits) / (1 + draws)); statistic |log gm|; a labeling
-      that leaves a cell empty counts as at least as extreme (conservative). With 4 processes per
-      side the smallest p is 2/70 = 0.029.
-    - verdict as for a cell (:func:`compare`): ``faster`` if CI high < 1 - threshold and
-      p < 1 - confidence, ``slower`` mirrored, ``unchanged`` if the CI lies in the band, else
-      ``undetermined`` with the reason.
-
-    numpy index resampling rather than ``scipy.stats.bootstrap``/``permutation_test``: those
-    resample each sample's values along one axis but cannot drop degenerate (empty-cell)
-    resamples, which with NaN-padded rows would make every CI NaN or bias the p-value low.
+    of its cells together: its cells are not independent observations. Here each process becomes one
+    number, its geometric-mean time over the cells, ``g_i = exp(mean_j log X[i, j])`` (seconds), and
+    the two sides' ``g`` are compared by :func:`compare` (Hodges-Lehmann + exact Moses CI, the same
+    :func:`judge` and :data:`MIN_PROCESSES` floor as a cell). If the patch multiplies cell j's time
+    by ``f_j``, every patched ``g`` is multiplied by ``exp(mean_j log f_j)``: the estimate is the
+    geometric mean of the per-cell factors.
 
     Args:
         stock, patched: (processes, cells) per-process medians in seconds, the same cells in the
             same column order; NaN where a process did not measure the cell. Rows without any
-            value are ignored.
+            value are ignored; rows missing some cells are left out and counted (``n_dropped``).
     Returns:
-        :class:`GeoMean` with ``over="processes (joint)"``, ``p_value``, ``verdict``, ``reason``.
+        :class:`GeoMean`.
     Raises:
         ValueError: arrays not 2-D, different column counts, a value <= 0 or inf, threshold < 0,
             or confidence outside (0, 1).
@@ -679,82 +651,27 @@ def geomean_by_process(
         raise ValueError("geomean_by_process: threshold must be >= 0 and confidence in (0, 1)")
     S = S[~np.all(np.isnan(S), axis=1)]
     P = P[~np.all(np.isnan(P), axis=1)]
-    nan = math.nan
-    over = "processes (joint)"
     cells = S.shape[1]
-    alpha = 1.0 - confidence
-
-    def result(gm, lo, hi, p, verdict, reason):
-        return GeoMean(gm, lo, hi, cells, 0, over, confidence, reason, p, verdict, threshold)
-
-    if cells == 0 or len(S) == 0 or len(P) == 0:
-        return result(nan, nan, nan, nan, UNDETERMINED, "no cell with processes on both sides")
-    gm = float(_gm_of_rows(S, P))
-    if not math.isfinite(gm):
-        return result(gm, nan, nan, nan, UNDETERMINED, "a cell has no measured process on one side")
-    if min(len(S), len(P)) < 2:
-        return result(gm, nan, nan, nan, UNDETERMINED,
-                      f"{len(S)} stock and {len(P)} patched process(es): no CI from fewer than 2 per side")
-    rng = np.random.default_rng(rng_seed)
-
-    # joint bootstrap over processes
-    stats_: list[np.ndarray] = []
-    for start in range(0, n_resamples, 1000):
-        b = min(1000, n_resamples - start)
-        stats_.append(_gm_of_rows(S[rng.integers(0, len(S), (b, len(S)))], P[rng.integers(0, len(P), (b, len(P)))]))
-    boot = np.concatenate(stats_)
-    good = boot[np.isfinite(boot)]
-    dropped = n_resamples - good.size
-    if dropped > 0.01 * n_resamples:
-        return result(gm, nan, nan, nan, UNDETERMINED,
-                      f"{dropped} of {n_resamples} bootstrap resamples left a cell without processes: run more rounds")
-    lo, hi = (float(v) for v in np.quantile(good, [alpha / 2, 1 - alpha / 2]))
-
-    # permutation test over whole processes
-    pooled = np.vstack([S, P])
-    n, k = len(pooled), len(S)
-    observed = abs(math.log(gm))
-    total = math.comb(n, k)
-    if total <= EXACT_LABELINGS:
-        labelings = np.array([list(c) for c in itertools.combinations(range(n), k)])
-    else:
-        labelings = np.argsort(rng.random((EXACT_LABELINGS, n)), axis=1)[:, :k]
-    hits = 0
-    for start in range(0, len(labelings), 1000):
-        chunk = labelings[start:start + 1000]
-        mask = np.zeros((len(chunk), n), dtype=bool)
-        np.put_along_axis(mask, chunk, True, axis=1)
-        s_side = np.where(mask[:, :, None], pooled[None], np.nan)
-        p_side = np.where(~mask[:, :, None], pooled[None], np.nan)
-        perm = np.abs(np.log(_gm_of_rows(s_side, p_side)))
-        hits += int(np.sum(~np.isfinite(perm) | (perm >= observed * (1 - 1e-9))))
-    p = hits / total if total <= EXACT_LABELINGS else (1 + hits) / (1 + EXACT_LABELINGS)
-
-    desc = f"CI [{lo:.4f}, {hi:.4f}], permutation p={p:.2g} over {len(S)}+{len(P)} processes"
-    if hi < 1 - threshold and p < alpha:
-        return result(gm, lo, hi, p, FASTER, desc)
-    if lo > 1 + threshold and p < alpha:
-        return result(gm, lo, hi, p, SLOWER, desc)
-    if 1 - threshold <= lo and hi <= 1 + threshold:
-        return result(gm, lo, hi, p, UNCHANGED, desc + f" within +-{threshold:.3g}")
-    if (hi < 1 - threshold or lo > 1 + threshold) and p >= alpha:
-        why = (f"the CI lies outside the band but the permutation test over whole processes does not reject "
-               f"(p={p:.2g}): processes, not the build, may explain it; run more rounds")
-        return result(gm, lo, hi, p, UNDETERMINED, f"CI [{lo:.4f}, {hi:.4f}]: {why}")
-    return result(gm, lo, hi, p, UNDETERMINED, desc + f": straddles the +-{threshold:.3g} band edge; run more rounds")
+    full_s, full_p = S[~np.any(np.isnan(S), axis=1)], P[~np.any(np.isnan(P), axis=1)]
+    dropped = len(S) - len(full_s) + len(P) - len(full_p)
+    g_s = np.exp(np.mean(np.log(full_s), axis=1)) if cells else np.empty(0)
+    g_p = np.exp(np.mean(np.log(full_p), axis=1)) if cells else np.empty(0)
+    return GeoMean(compare(g_s, g_p, threshold=threshold, confidence=confidence), cells, dropped)
 
 
 # --------------------------------------------------------------------------- adaptive sampling
 
 
 def converged(comparison: Comparison, target_half_width: float = 0.01) -> bool:
-    """True when the cell's CI exists and its relative half-width is <= ``target_half_width``.
+    """True when the cell has :data:`MIN_PROCESSES` per side, its CI exists and its relative
+    half-width is <= ``target_half_width``.
 
     Half-width: :attr:`Comparison.half_width` (fraction of the ratio, wider arm). A cell
-    whose CI could not be computed is not converged.
+    whose CI could not be computed, or below the floor, is not converged.
     """
     hw = comparison.half_width
-    return math.isfinite(hw) and hw <= target_half_width
+    return (min(comparison.n_stock, comparison.n_patched) >= MIN_PROCESSES and math.isfinite(hw)
+            and hw <= target_half_width)
 
 
 def unconverged(
@@ -765,9 +682,10 @@ def unconverged(
 ) -> dict[K, int]:
     """Cells that need more rounds, with an estimate of extra processes per side.
 
-    For a cell with a CI, the half-width shrinks like 1/sqrt(n) (the standard error of a
-    median), so ``n_needed = ceil(n * (half_width / target)^2)``; the estimate is
-    ``n_needed - n`` (at least 1, at most ``max_step``) with n the smaller side. A cell
+    For a cell with a CI, the half-width shrinks like 1/sqrt(n) (the Hodges-Lehmann estimate is
+    asymptotically normal, Hodges & Lehmann 1963), so ``n_needed = ceil(n * (half_width / target)^2)``;
+    the estimate is ``n_needed - n``, at least what reaches :func:`min_processes` (and at least 1,
+    at most ``max_step``) with n the smaller side. A cell
     without a CI gets what it takes to reach :func:`min_processes` at its confidence, or 2
     when even that is met (zero spread, non-finite data: more rounds may or may not help; the
     runner's time budget decides). Converged cells are absent from the result.
@@ -782,7 +700,7 @@ def unconverged(
         n = min(c.n_stock, c.n_patched)
         hw = c.half_width
         if math.isfinite(hw) and hw > 0:
-            need = math.ceil(n * (hw / target_half_width) ** 2) - n
+            need = max(math.ceil(n * (hw / target_half_width) ** 2) - n, min_processes(c.confidence) - n)
         else:
             need = min_processes(c.confidence) - n
             if need < 1:
