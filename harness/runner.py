@@ -415,11 +415,12 @@ def launch_bound(records: list[dict]) -> bool:
     return bool(labels) and 2 * sum(labels) > len(labels)
 
 
-def unconverged_cells(data: dict, target: float, launch_target: float | None = None) -> dict[str, list[str]]:
+def unconverged_cells(data: dict, target: float, launch_target: float | None = None,
+                      only_launch_bound: bool | None = None) -> dict[str, list[str]]:
     """config -> cell keys whose stock/patched CI half-width is above its target (or not computable
     yet), in plan order: ``target`` for kernel-bound cells, ``launch_target`` (default ``target``)
     for launch-bound ones (:func:`launch_bound`). Cells that failed or were skipped everywhere are
-    left out."""
+    left out; ``only_launch_bound`` True / False keeps only launch-bound / kernel-bound cells."""
     from harness import stats
 
     need: dict[str, list[str]] = {}
@@ -429,10 +430,21 @@ def unconverged_cells(data: dict, target: float, launch_target: float | None = N
             if not all(medians.values()):
                 continue
             records = per_build.get("stock", []) + per_build.get("patched", [])
-            goal = launch_target if launch_target is not None and launch_bound(records) else target
+            slow_host = launch_bound(records)
+            if only_launch_bound is not None and slow_host != only_launch_bound:
+                continue
+            goal = launch_target if launch_target is not None and slow_host else target
             if not stats.converged(stats.compare(medians["stock"], medians["patched"]), goal):
                 need.setdefault(config, []).append(key)
     return need
+
+
+def next_adaptive_cells(data: dict, target: float, launch_target: float | None = None) -> dict[str, list[str]]:
+    """The cells the next adaptive round measures: the unconverged kernel-bound cells; the
+    launch-bound ones only once every kernel-bound cell has converged, so that cells whose time is
+    host latency (and whose spread between processes is wide) never hold the run hostage."""
+    return (unconverged_cells(data, target, launch_target, only_launch_bound=False)
+            or unconverged_cells(data, target, launch_target, only_launch_bound=True))
 
 
 def startup_seconds(record: dict) -> float | None:
@@ -686,7 +698,7 @@ def execute(args: argparse.Namespace, inputs: dict[str, str]) -> int:
                     process(rnd, build, config, all_keys, bar)
                 if target is not None:  # adaptive sampling: more rounds for the cells that are not there yet
                     deadline, rnd = time.monotonic() + budget, rounds
-                    need = unconverged_cells(data, target, launch_target)
+                    need = next_adaptive_cells(data, target, launch_target)
                     while need and rnd < MAX_ROUNDS and time.monotonic() < deadline:
                         extra = [e for e in round_order(args.seed, rnd, builds, configs) if e[2] in need]
                         data["run"]["order"] += extra
@@ -695,7 +707,8 @@ def execute(args: argparse.Namespace, inputs: dict[str, str]) -> int:
                         for r, build, config in extra:
                             process(r, build, config, need[config], bar)
                         rnd += 1
-                        need = unconverged_cells(data, target, launch_target)
+                        need = next_adaptive_cells(data, target, launch_target)
+                    need = unconverged_cells(data, target, launch_target)
                     data["run"]["adaptive"] = {"target": target, "launch_bound_target": launch_target, "budget_s": budget,
                                                "rounds_added": rnd - rounds,
                                                "unconverged": {c: keys for c, keys in need.items()}}

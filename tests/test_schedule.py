@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from harness.runner import TIMING, launch_bound, startup_seconds, unconverged_cells
+from harness.runner import TIMING, launch_bound, next_adaptive_cells, startup_seconds, unconverged_cells
 
 
 def _data(spread: dict[str, float], launch: dict[str, bool], n: int = 6) -> dict:
@@ -45,3 +45,13 @@ def test_startup_is_the_time_to_the_workers_start_record():
 def test_processes_measure_briefly_and_rely_on_more_processes():
     assert TIMING["full"]["gpu"]["measure_s"] <= 0.2 and TIMING["full"]["gpu"]["min_block_s"] >= 1e-2
     assert TIMING["quick"]["cpu"]["measure_s"] <= 0.1
+
+
+def test_adaptive_rounds_measure_kernel_bound_cells_first():
+    spread = {"mm/4096x4096x4096/float16": 0.03, "mm/1x1024x1024/float16": 0.2}
+    launch = {"mm/4096x4096x4096/float16": False, "mm/1x1024x1024/float16": True}
+    data = _data(spread, launch)
+    assert next_adaptive_cells(data, 0.01, 0.05) == {"default": ["mm/4096x4096x4096/float16"]}
+    quiet = _data({**spread, "mm/4096x4096x4096/float16": 0.0001}, launch)
+    # once the kernel-bound cell is there, the launch-bound one gets the rounds
+    assert next_adaptive_cells(quiet, 0.01, 0.05) == {"default": ["mm/1x1024x1024/float16"]}
