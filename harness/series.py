@@ -38,7 +38,7 @@ from pathlib import Path
 
 from harness import progress
 from harness.errors import SeriesError, UpstreamError
-from harness.fsutil import atomic_write_text
+from harness.fsutil import atomic_write_text, inside
 from harness.paths import slug
 from harness.upstream import (DEFAULT_UPSTREAM, Checkout, Upstream, add_common_arguments, checkout, common_dir,
                               dirty_files, git_run, patched_branch, resolve_commit, switch_branch, worktrees)
@@ -113,8 +113,10 @@ class Series:
                           "pass --base with one of those refs, or `rebase --onto` to add a base variant")
 
     def patch_paths(self, base: Base) -> list[Path]:
-        """The base's patch files, in series order."""
-        return [self.path / base.dir / name for name in base.patches]
+        """The base's patch files, in series order (each one inside the base's folder: :func:`inside`)."""
+        folder = inside(self.path, base.dir, f"{_show(self.manifest)}: [[base]] #{base.index} key 'dir'")
+        return [inside(folder, name, f"{_show(self.manifest)}: [[base]] #{base.index} key 'patches':")
+                for name in base.patches]
 
 
 def series_hash(series: Series, base: Base) -> str:
@@ -214,8 +216,13 @@ def load_series(spec: str | Path) -> Series:
         if Path(directory).is_absolute() or ".." in Path(directory).parts:
             raise SeriesError(f"{label}: key 'dir' must be a folder inside {folder}: {directory!r}",
                               "use a relative folder name")
+        inside(folder, directory, f"{label}: key 'dir'")
         for name in patches:
-            if not (folder / directory / name).is_file():
+            if Path(name).is_absolute() or ".." in Path(name).parts or len(Path(name).parts) != 1:
+                raise SeriesError(f"{label}: key 'patches': {name!r} is not a file name in {_show(folder / directory)}",
+                                  "list bare patch file names (no folders, no '..', no absolute paths)")
+            path = inside(folder / directory, name, f"{label}: key 'patches':")
+            if not path.is_file():
                 raise SeriesError(f"{label}: key 'patches': patch file absent: {_show(folder / directory / name)}",
                                   "add the file, or remove it from 'patches'")
         reads = table.get("read", [])
@@ -561,16 +568,18 @@ def write_patches(worktree: Path, base_commit: str, folder: Path, old_names: lis
         names = []
         for position, new in enumerate(generated):
             old_name = old_names[position] if position < len(old_names) else None
-            old = folder / old_name if old_name else None
+            old = inside(folder, old_name, "patch") if old_name else None
             if old is not None and old.is_file() and _same_patch(worktree, old, new, tmp):
                 names.append(old_name)
                 continue
-            atomic_write_text(folder / new.name, new.read_text(encoding="utf-8", errors="surrogateescape"))
+            atomic_write_text(inside(folder, new.name, "patch"),
+                              new.read_text(encoding="utf-8", errors="surrogateescape"))
             names.append(new.name)
             changed += 1
     for stale in set(old_names) - set(names):
-        if (folder / stale).is_file():
-            (folder / stale).unlink()
+        path = inside(folder, stale, "patch")
+        if path.is_file():
+            path.unlink()
             changed += 1
     return names, changed
 
@@ -590,7 +599,8 @@ def refresh_series(series: Series, entry: Base, co: Checkout) -> int:
     if dirty:
         raise SeriesError(f"patched worktree {wt} has uncommitted changes: {', '.join(dirty[:5])}",
                           "commit them (refresh writes commits, not the working tree)")
-    names, changed = write_patches(wt, co.commit, series.path / entry.dir, list(entry.patches))
+    folder = inside(series.path, entry.dir, f"{_show(series.manifest)}: [[base]] #{entry.index} key 'dir'")
+    names, changed = write_patches(wt, co.commit, folder, list(entry.patches))
     if names != list(entry.patches):
         set_base_patches(series, entry, names)
     return changed
@@ -599,7 +609,7 @@ def refresh_series(series: Series, entry: Base, co: Checkout) -> int:
 # ----------------------------------------------------------------------------------------- rebase
 def _write_variant(series: Series, old: Base, co: Checkout) -> Base:
     directory = slug(co.base)
-    folder = series.path / directory
+    folder = inside(series.path, directory, "rebase --onto folder")
     if folder.exists() and any(folder.iterdir()):
         raise SeriesError(f"{_show(folder)} already exists and is not empty", "move it away, then run again")
     names, _ = write_patches(co.patched, co.commit, folder, [])
