@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness import progress
-from harness.errors import SeriesError, UpstreamError
+from harness.errors import HarnessError, SeriesError, UpstreamError
 from harness.fsutil import atomic_write_text, inside
 from harness.paths import slug
 from harness.upstream import (DEFAULT_UPSTREAM, Checkout, Upstream, add_common_arguments, checkout, common_dir,
@@ -365,6 +365,49 @@ def _split_hunks(text: str) -> list[tuple[str, str, list[str]]]:
     return sections
 
 
+_PATH_LINE = re.compile(r"^(?:--- |\+\+\+ |rename from |rename to |copy from |copy to )(.*)$", re.M)
+#: git's own refusals of a path in a patch (not a context mismatch)
+_GIT_PATH_REFUSAL = re.compile(r"^error: (invalid path .*|.*beyond a symbolic link.*|.*outside repository.*)$", re.M)
+
+
+def paths_in_patch(text: str) -> list[str]:
+    """Every file path a patch names (``---``/``+++`` headers, renames and copies), ``a/``/``b/`` stripped."""
+    found = []
+    for match in _PATH_LINE.finditer(text):
+        line = match.group(0)
+        name = match.group(1).split("\t")[0].strip()
+        if name == "/dev/null" or not name:
+            continue
+        if line.startswith(("--- ", "+++ ")) and name[:2] in ("a/", "b/"):
+            name = name[2:]
+        if name not in found:
+            found.append(name)
+    return found
+
+
+def check_patch_paths(root: Path, patch: Path) -> None:
+    """Refuse a patch that names a path outside ``root`` (a worktree), before git reads or writes it.
+
+    Raises:
+        SeriesError: the patch and the path (see :func:`harness.fsutil.inside`).
+    """
+    text = patch.read_text(encoding="utf-8", errors="surrogateescape")
+    for name in paths_in_patch(text):
+        if Path(name).is_absolute() or ".." in Path(name).parts:
+            raise SeriesError(f"{patch.name} names the path {name!r}, which leaves the source tree",
+                              "fix the patch: it may touch only files inside the upstream tree")
+        inside(root, name, f"{patch.name}: patched file")
+        for parent in list(Path(name).parents)[:-1]:  # git's own rule, said before a 3-way merge hides it
+            if (root / parent).is_symlink():
+                raise SeriesError(f"{patch.name}: affected file {name!r} is beyond a symbolic link ({parent})",
+                                  "fix the patch: it may touch only files inside the upstream tree, not through links")
+
+
+def _git_path_refusals(result) -> list[str]:
+    """git's own reasons (invalid path, beyond a symbolic link) in a failed ``git apply``."""
+    return [f"git refuses the path: {m.group(1)}" for m in _GIT_PATH_REFUSAL.finditer(result.err or "")]
+
+
 def _failing_hunks(store: Path, env: dict[str, str], patch: Path, tmp: Path) -> list[str]:
     failures = []
     for name, header, hunks in _split_hunks(patch.read_text(encoding="utf-8", errors="surrogateescape")):
@@ -412,7 +455,13 @@ def check_series(series: Series, entry: Base, store: Path, commit: str) -> list[
                 results.append(PatchCheck(name, "3way"))
                 continue
             (tmp / "index").write_bytes(saved)
-            failures = _failing_hunks(store, env, path, tmp) or [
+            whole = git_run(store, "apply", "--cached", "--check", str(path), env=env, check=False)
+            try:
+                check_patch_paths(tmp / "tree", path)
+                refusals = _git_path_refusals(whole)
+            except HarnessError as exc:
+                refusals = [exc.cause]
+            failures = refusals or _failing_hunks(store, env, path, tmp) or [
                 git_run(store, "apply", "--cached", "--check", str(path), env=env, check=False).last_line()]
             results.append(PatchCheck(name, "failed", tuple(failures)))
             failed = True
@@ -481,6 +530,11 @@ def _am(worktree: Path, patches: list[Path], *, resume: bool = False) -> AmOutco
     if (apply_dir / "next").is_file():
         number = int((apply_dir / "next").read_text().strip())
         current = patches[number - 1].name if 0 < number <= len(patches) else f"patch #{number}"
+    refusals = _git_path_refusals(result)
+    if refusals:  # not a conflict: nothing for the user to resolve, so the worktree is put back
+        git_run(worktree, "am", "--abort", check=False)
+        raise SeriesError(f"{current or 'a patch'}: {refusals[0].removeprefix('git refuses the path: ')}",
+                          "fix the patch: it may touch only files inside the upstream tree, not through links")
     conflicts = tuple(git_run(worktree, "diff", "--name-only", "--diff-filter=U").out.split())
     return AmOutcome(False, current, conflicts, result.last_line())
 
@@ -525,6 +579,8 @@ def apply_series(series: Series, entry: Base, co: Checkout, *, force: bool = Fal
         progress.note(f"apply: --force: resetting {co.branch} to {co.base} (old head {head}; `git branch keep {head}` "
                       f"gets it back)")
         git_run(wt, "reset", "--quiet", "--hard", co.commit)
+    for patch in series.patch_paths(entry):
+        check_patch_paths(wt, patch)
     return _am(wt, series.patch_paths(entry))
 
 

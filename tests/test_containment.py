@@ -12,6 +12,7 @@ import pytest
 from conftest import export_series, git
 from harness import cli
 from harness.fsutil import OutsideFolder, inside
+from harness.upstream import worktrees
 
 
 def _run(capsys, *args: str) -> tuple[int, str]:
@@ -95,3 +96,68 @@ def test_check_and_apply_refuse_to_read_a_patch_outside(tiny_upstream, project, 
     manifest.write_text(manifest.read_text().split("patches = ")[0] + 'patches = ["link.patch"]\n')
     rc, out = _run(capsys, "check", "--series", "demo")
     assert rc == 2 and "resolves to /etc/passwd, outside" in out, out
+
+
+# ------------------------------------------------------------------- item 9: paths inside a patch
+_ESCAPING = """From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001
+From: Patch Author <author@example.org>
+Date: Tue, 14 Nov 2023 22:13:20 +0000
+Subject: [PATCH] escape
+
+---
+ {name} | 1 +
+ 1 file changed, 1 insertion(+)
+ create mode 100644 {name}
+
+diff --git a/{name} b/{name}
+new file mode 100644
+index 0000000..e69de29
+--- /dev/null
++++ b/{name}
+@@ -0,0 +1 @@
++owned
+--
+2.39.2
+
+"""
+
+
+@pytest.mark.parametrize("name", ["../x", "/tmp/harness-escape-x"])
+def test_patch_path_escaping_the_tree_is_named_by_check_and_apply(tiny_upstream, project, isolated_cache,
+                                                                  capsys, name):
+    folder = export_series(tiny_upstream, project)
+    (folder / "v1" / "0003-escape.patch").write_text(_ESCAPING.format(name=name))
+    manifest = folder / "series.toml"
+    manifest.write_text(manifest.read_text().replace('.patch"]', '.patch", "0003-escape.patch"]'))
+    rc, out = _run(capsys, "check", "--series", "demo")
+    assert rc == 1 and "0003-escape.patch: FAILS" in out, out
+    assert "does not apply" not in out
+    assert f"0003-escape.patch names the path {name!r}, which leaves the source tree" in out, out
+    rc, out = _run(capsys, "apply", "--series", "demo")
+    assert rc == 2 and out.count("error:") == 1 and "0003-escape.patch" in out, out
+    assert "am --continue" not in out and "none marked" not in out
+    _, patched = worktrees(project / "work", "v1")
+    assert "am session" not in git(patched, "status") and git(patched, "status", "--porcelain") == ""
+    assert not Path("/tmp/harness-escape-x").exists() and not (project / "work" / "v1" / "x").exists()
+
+
+def test_patch_through_a_symbolic_link_gets_gits_own_reason(tiny_upstream, project, isolated_cache, capsys):
+    git(tiny_upstream, "checkout", "-q", "-b", "linked", "v1")
+    os.symlink("docs", tiny_upstream / "link")
+    git(tiny_upstream, "add", "link")
+    git(tiny_upstream, "commit", "-q", "-m", "a link to docs")
+    git(tiny_upstream, "tag", "v5")
+    git(tiny_upstream, "checkout", "-q", "main")
+    folder = project / "patches" / "demo"
+    (folder / "v5").mkdir(parents=True)
+    (folder / "v5" / "0001-escape.patch").write_text(_ESCAPING.format(name="link/new.txt"))
+    (folder / "series.toml").write_text(f'name = "demo"\ntitle = "t"\nupstream = "{tiny_upstream}"\n\n'
+                                        '[[base]]\nref = "v5"\npatches = ["0001-escape.patch"]\n')
+    rc, out = _run(capsys, "check", "--series", "demo")
+    assert rc == 1 and "git refuses the path: affected file 'link/new.txt' is beyond a symbolic link" in out, out
+    assert "does not apply" not in out
+    rc, out = _run(capsys, "apply", "--series", "demo")
+    assert rc == 2 and "error: 0001-escape.patch: affected file 'link/new.txt' is beyond a symbolic link" in out, out
+    assert "am --continue" not in out
+    _, patched = worktrees(project / "work", "v5")
+    assert git(patched, "status", "--porcelain") == "" and not (patched / "docs" / "new.txt").exists()
