@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import re
 import shutil
@@ -35,7 +36,7 @@ from harness import results as res
 from harness.bench.workloads import DTYPES, ITEMSIZE, Cell, default_cells
 from harness.checks.consistency import MPS_PAIR, PAIRS
 from harness.errors import HarnessError, ResultsError, UsageError
-from harness.fsutil import atomic_write_json, exclusive_lock
+from harness.fsutil import atomic_write_json, exclusive_lock, inside
 from harness.progress import note, task
 from harness.provenance import unsupported_reason
 from harness.venvs import ensure_interpreter, parse_input
@@ -77,6 +78,9 @@ def _common_arguments(parser: argparse.ArgumentParser) -> None:
                              "cores with other processes add ms of spin-wait noise; torch's own default elsewhere; 0 = torch's default)")
     parser.add_argument("--out", type=Path, required=True, help="results directory (resumed if it holds a run)")
     parser.add_argument("--fresh", action="store_true", help="discard earlier results in --out and start over")
+    parser.add_argument("--retry-failed", action="store_true",
+                        help="run again the finished processes that failed (crashed, killed, timed out); their "
+                             "earlier status files are kept as .retried-<UTC time>")
 
 
 def add_arguments_compare(parser: argparse.ArgumentParser) -> None:
@@ -227,6 +231,47 @@ def _describe_exit(returncode: int) -> str:
     return f"worker exited with status {returncode}"
 
 
+def _die_with_parent(parent: int):
+    """``preexec_fn`` of a worker on Linux: SIGKILL it when the driver dies, even by SIGKILL
+    (``prctl(PR_SET_PDEATHSIG)``). macOS has no such call: there the driver kills the worker's
+    process group when it exits or is interrupted, and a driver killed by SIGKILL leaves a worker
+    that the next run on the same --out kills first (:func:`reap_orphans`)."""
+    def preexec() -> None:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+        if os.getppid() != parent:  # the driver died before prctl took effect
+            os._exit(1)
+    return preexec if sys.platform.startswith("linux") else None
+
+
+def _worker_path(raw: Path, name: str) -> Path:
+    return raw / f"{name}.worker.json"
+
+
+def reap_orphans(raw: Path) -> list[int]:
+    """Kill the process groups of workers that a killed driver left running (``raw/*.worker.json`` of a
+    live worker without a status file), so they cannot overlap this run's timings; returns their pids."""
+    killed = []
+    for path in sorted(raw.glob("*.worker.json")) if raw.is_dir() else []:
+        try:
+            pid = int(json.loads(path.read_text())["pid"])
+            os.killpg(pid, 0)
+        except (OSError, ValueError, KeyError, TypeError):
+            path.unlink(missing_ok=True)
+            continue
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            cmdline = subprocess.run(["ps", "-p", str(pid), "-o", "command="], capture_output=True, text=True).stdout
+        if "harness.bench.worker" in cmdline and str(raw) in cmdline:
+            os.killpg(pid, signal.SIGKILL)
+            killed.append(pid)
+            note(f"killed worker {pid} ({path.name.removesuffix('.worker.json')}), left running by an interrupted run")
+        path.unlink(missing_ok=True)
+    return killed
+
+
 def run_worker(python: Path, spec: dict, config: cfg.EnvConfig, raw: Path, name: str, timeout: float,
                keep: tuple[str, ...] = (), extra: dict[str, str] | None = None) -> dict:
     """Run one worker process to completion; return its process record (cells included).
@@ -240,19 +285,33 @@ def run_worker(python: Path, spec: dict, config: cfg.EnvConfig, raw: Path, name:
     env["PYTHONPATH"] = SOURCE_ROOT
     started = time.time()
     reason, returncode = "", None
+    # its own process group (a terminal's Ctrl-C reaches the driver only), killed with the driver
+    proc = subprocess.Popen([str(python), "-m", "harness.bench.worker", str(spec_path), str(out_path)],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True, preexec_fn=_die_with_parent(os.getpid()))
+    atomic_write_json(_worker_path(raw, name), {"pid": proc.pid})
     try:
-        proc = subprocess.run([str(python), "-m", "harness.bench.worker", str(spec_path), str(out_path)],
-                              env=env, capture_output=True, text=True, timeout=timeout)
+        _, stderr = proc.communicate(timeout=timeout)
         returncode = proc.returncode
         if returncode != 0:
-            tail = (proc.stderr.strip().splitlines() or [""])[-1][:300]
-            reason = _describe_exit(returncode) + (f": {tail}" if tail else "")
+            tail = (stderr.strip().splitlines() or [""])[-1][:300]
+            reason = _describe_exit(returncode) + (f": {tail}" if tail and returncode > 0 else "")
     except subprocess.TimeoutExpired:
         reason = f"worker timed out after {timeout:g} s"
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # the worker and anything it started; no-op when all ended
+        except OSError:
+            pass
+        proc.communicate()
+        _worker_path(raw, name).unlink(missing_ok=True)
     start, cells, ended = read_worker_records(out_path)
-    for key in spec["cells"]:
-        if key not in cells:
-            cells[key] = {"status": "failed", "reason": reason or "worker ended without measuring this cell"}
+    unfinished = [key for key in spec["cells"] if key not in cells]
+    if unfinished and reason:
+        reason = f"{reason} while measuring {unfinished[0]}"  # a worker runs its cells in order
+    for key in unfinished:
+        cells[key] = {"status": "failed", "reason": (reason if key == unfinished[0] else f"not measured: {reason}")
+                      if reason else "worker ended without measuring this cell"}
     record = {"status": "ok" if (ended and not reason) else "failed", "reason": reason, "returncode": returncode,
               "pid": start.get("pid"), "env": start.get("env", {}), "started": started, "finished": time.time(),
               "cells": cells}
@@ -407,6 +466,19 @@ def set_aside(path: Path, suffix: str) -> Path:
     return kept
 
 
+def kept_record(status: Path, retry_failed: bool) -> dict | None:
+    """The record of a process finished earlier, or None when it must run (again): no status file, a
+    damaged one (:func:`read_status`), or a failed one with ``--retry-failed`` (its status file is
+    kept as ``.retried-<UTC time>``)."""
+    record = read_status(status) if status.is_file() else None
+    if record is not None and retry_failed and record.get("status") == "failed":
+        kept = set_aside(status, "retried")
+        note(f"--retry-failed: running {status.name.removesuffix('.status.json')} again "
+             f"({record.get('reason') or 'failed cells'}); the earlier record is kept as {kept.name}")
+        return None
+    return record
+
+
 def read_status(status: Path) -> dict | None:
     """A finished process's ``raw/<proc>.status.json``, or None when it is damaged (not JSON, not an
     object, malformed cells: see :func:`harness.results.cells_problem`): that file is set aside as
@@ -484,9 +556,19 @@ def execute(args: argparse.Namespace, inputs: dict[str, str]) -> int:
     created = [d for d in (out, *out.parents) if not d.exists()]  # out and the parents this run makes
     with exclusive_lock(out, " ".join(sys.argv)), _removed_on_failure(out, created):
         raw = out / "raw"
+        if raw.is_symlink():
+            raise ResultsError(f"{raw} is a symbolic link (to {os.readlink(raw)}): results are kept only inside --out",
+                               f"replace it with a folder (move its target's files into {raw}), or use a new --out")
+        raw = inside(out, "raw", "--out folder")
+        reap_orphans(raw)
         if args.fresh:
-            shutil.rmtree(raw, ignore_errors=True)
-            (out / res.RESULTS).unlink(missing_ok=True)
+            try:
+                if raw.exists():
+                    shutil.rmtree(raw)
+                inside(out, res.RESULTS, "--out results").unlink(missing_ok=True)
+            except OSError as exc:
+                raise ResultsError(f"--fresh cannot remove {raw}: {exc.strerror or exc}",
+                                   "fix its permissions, or use a new --out") from None
         elif (out / res.RESULTS).exists():
             try:
                 res.load(out)  # refuse to resume from (and overwrite) a results.json of another schema version
@@ -545,8 +627,7 @@ def execute(args: argparse.Namespace, inputs: dict[str, str]) -> int:
             """Run (or keep, when finished earlier) one worker process and record it."""
             nonlocal failed
             name = _proc_name(rnd, build, config)
-            status = _status_path(raw, name)
-            record = read_status(status) if status.is_file() else None
+            record = kept_record(_status_path(raw, name), getattr(args, "retry_failed", False))
             if record is not None:
                 verb = "kept"
             else:
