@@ -167,11 +167,15 @@ def _check_keys(where: str, table: dict, allowed: dict, required: tuple[str, ...
                               "see the manifest format in `harness.series`'s docstring")
         if kind is str and not value.strip():
             raise SeriesError(f"{where}: key {key!r} is empty", "give it a value")
+        if kind is str and "\0" in value:
+            raise SeriesError(f"{where}: key {key!r} contains a NUL byte", "remove it")
 
 
 def _strings(where: str, key: str, value: list) -> tuple[str, ...]:
     if not all(isinstance(item, str) and item for item in value):
         raise SeriesError(f"{where}: key {key!r} must be a list of non-empty strings", "quote each entry")
+    if any("\0" in item for item in value):
+        raise SeriesError(f"{where}: key {key!r} contains a NUL byte", "remove it")
     return tuple(value)
 
 

@@ -49,7 +49,7 @@ import git
 
 from harness import progress
 from harness.errors import UpstreamError
-from harness.fsutil import exclusive_lock, inside, sha256_file
+from harness.fsutil import OutsideFolder, exclusive_lock, inside, sha256_file
 from harness.paths import cache_dir, slug
 
 #: ``--upstream`` when neither the command line nor the series manifest names one.
@@ -103,6 +103,10 @@ def git_run(cwd: Path | str, *args: str, env: dict[str, str] | None = None, chec
     Raises:
         UpstreamError (or ``error``): ``check`` and git failed; the line names the command.
     """
+    bad = next((a for a in (str(cwd), *args) if "\0" in a), None)
+    if bad is not None:  # exec would refuse it with a ValueError
+        raise (error or UpstreamError)(f"`git {args[0] if args else ''}` argument {bad!r} contains a NUL byte",
+                                       "remove it from the manifest or the command line")
     full_env = {**os.environ, **_NO_PROMPT, **(env or {})}
     handle = open(stdin, "rb") if stdin else None
     try:
@@ -321,10 +325,11 @@ def _extract(archive: Path, dest: Path) -> None:
     if archive.name.lower().endswith(".zip"):
         with zipfile.ZipFile(archive) as zf:
             for info in zf.infolist():
-                target = (dest / info.filename).resolve()
-                if not str(target).startswith(str(dest.resolve())):
+                try:
+                    target = inside(dest, info.filename, "archive entry")
+                except OutsideFolder:
                     raise UpstreamError(f"archive {archive} has an entry outside its folder: {info.filename}",
-                                        "use an unmodified release archive")
+                                        "use an unmodified release archive") from None
                 mode = info.external_attr >> 16
                 if info.is_dir():
                     target.mkdir(parents=True, exist_ok=True)
