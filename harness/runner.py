@@ -10,7 +10,9 @@ in every process; recorded in the plan and in each process's ``env``).
 Resumable: a process whose ``raw/<proc>.status.json`` exists is not run again; a process that was
 interrupted (no status file) is redone. ``--fresh`` discards earlier results of the same out dir.
 A worker that crashes, is killed by a signal or exceeds ``--timeout`` has its unfinished cells
-marked failed with that reason; the run goes on and exits with status 1.
+marked failed with that reason (a signal names the cell it was in); the run goes on and exits with
+status 1; ``--retry-failed`` runs such processes again. Workers run in their own process group and
+die with the driver (:func:`_die_with_parent`, :func:`reap_orphans`).
 """
 
 from __future__ import annotations
@@ -236,13 +238,17 @@ def _die_with_parent(parent: int):
     (``prctl(PR_SET_PDEATHSIG)``). macOS has no such call: there the driver kills the worker's
     process group when it exits or is interrupted, and a driver killed by SIGKILL leaves a worker
     that the next run on the same --out kills first (:func:`reap_orphans`)."""
-    def preexec() -> None:
-        import ctypes
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
 
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+    prctl, kill = ctypes.CDLL(None, use_errno=True).prctl, int(signal.SIGKILL)  # resolved before the fork
+
+    def preexec() -> None:  # in the child: no imports, no locks
+        prctl(1, kill)  # 1 = PR_SET_PDEATHSIG
         if os.getppid() != parent:  # the driver died before prctl took effect
             os._exit(1)
-    return preexec if sys.platform.startswith("linux") else None
+    return preexec
 
 
 def _worker_path(raw: Path, name: str) -> Path:

@@ -32,6 +32,8 @@ def tree_digest(root: Path, skip: tuple[Path, ...] = ()) -> dict[str, str]:
             continue
         for name in dirnames + filenames:
             path = here / name
+            if any(path == s or path.is_relative_to(s) for s in skip):
+                continue
             rel = str(path.relative_to(root))
             if path.is_symlink():
                 out[rel] = "->" + os.readlink(path)
