@@ -11,7 +11,7 @@ import pytest
 
 from conftest import export_series, git
 from harness import cli
-from harness.fsutil import OutsideFolder, inside
+from harness import fsutil
 from harness.upstream import worktrees
 
 
@@ -50,6 +50,7 @@ def test_inside_resolves_and_refuses_what_leaves(tmp_path):
     (root / "sub").mkdir(parents=True)
     (root / "out-link").symlink_to(tmp_path)
     (root / "in-link").symlink_to(root / "sub")
+    inside, OutsideFolder = fsutil.inside, fsutil.OutsideFolder
     assert inside(root, "sub/a.patch", "patch") == (root / "sub" / "a.patch").resolve()
     assert inside(root, "in-link/x", "patch") == (root / "sub" / "x").resolve()
     assert inside(root, root / "sub", "patch") == (root / "sub").resolve()
