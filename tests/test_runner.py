@@ -131,7 +131,7 @@ def test_hanging_worker_times_out(tmp_path, this_python):
     assert proc.returncode == 1
     data = json.loads((tmp_path / "out" / "results.json").read_text())
     stock = next(p for p in data["processes"] if p["build"] == "stock")
-    assert stock["reason"] == "worker timed out after 3 s"
+    assert stock["reason"] == f"worker timed out after 3 s while measuring {CELLS.split(',')[0]}"
 
 
 def test_config_consistency_compares_gemm_outputs_across_processes(tmp_path, this_python):
