@@ -255,7 +255,7 @@ def _mirror(url: str, ref: str | None) -> Upstream:
             with progress.task(f"clone {url}") as bar:
                 feed = _GitProgress(bar, "clone")
                 git.Repo.clone_from(url, tmp, bare=True, progress=feed, env={**_NO_PROMPT})
-        except BaseException as exc:
+        except Exception as exc:  # a Ctrl-C leaves the folder to the next run (_clear_interrupted_clone)
             shutil.rmtree(tmp, ignore_errors=True)
             if not isinstance(exc, git.GitCommandError):
                 raise
