@@ -56,7 +56,7 @@ from typing import Iterable, Mapping, Sequence
 
 from harness import progress
 from harness.errors import BuildError, UsageError
-from harness.fsutil import atomic_write_json, exclusive_lock, sha256_file
+from harness.fsutil import atomic_write_json, exclusive_lock, inside, sha256_file
 from harness.paths import cache_dir, slug
 
 PLATFORMS = ("macos-arm64", "linux-cpu", "linux-cuda")
@@ -1306,6 +1306,40 @@ class VerifyResult:
     notes: tuple[str, ...] = field(default=())
 
 
+#: upstream files whose change reaches the compiled libraries (a series touching one needs markers)
+COMPILED_SUFFIXES = (".c", ".cc", ".cpp", ".cxx", ".cu", ".cuh", ".h", ".hh", ".hpp", ".hxx", ".m", ".mm",
+                     ".metal", ".s", ".inl", ".cmake", "cmakelists.txt")
+
+
+def touched_files(series: SeriesRef) -> tuple[str, ...]:
+    """The upstream files a series touches: ``[[base]] files`` when listed, else read from its patches."""
+    if series.files:
+        return series.files
+    from harness.series import paths_in_patch
+
+    found: list[str] = []
+    for patch in series.patches:
+        for name in paths_in_patch(Path(patch).read_text(encoding="utf-8", errors="surrogateescape")):
+            if name not in found:
+                found.append(name)
+    return tuple(found)
+
+
+def reject_wheel(wheel: Path, dist_dir: Path) -> Path:
+    """Move a wheel that failed verification (and its manifest) to ``<dist>/rejected/``, so nothing is
+    left under its label for a later ``compare`` to pick up; returns its new path (never overwrites)."""
+    dist_dir = Path(dist_dir).resolve()
+    folder = inside(dist_dir, "rejected", "--dist rejected folder")
+    folder.mkdir(parents=True, exist_ok=True)
+    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    target = inside(folder, f"{stamp}-{wheel.name}", "rejected wheel")
+    manifest = wheel.with_name(wheel.name + ".build.json")
+    os.replace(inside(dist_dir, wheel.name, "wheel"), target)
+    if manifest.is_file():
+        os.replace(inside(dist_dir, manifest.name, "build manifest"), target.with_name(target.name + ".build.json"))
+    return target
+
+
 def verify_wheel(
     wheel: Path,
     expected_version: str,
@@ -1343,6 +1377,16 @@ def verify_wheel(
         import_name = _wheel_top_level(zf)
     notes: list[str] = []
     markers_checked = False
+    if must_contain is not None and not markers:
+        compiled = [f for f in series_files if f.lower().endswith(COMPILED_SUFFIXES)]
+        if compiled or not series_files:
+            shown = ", ".join(compiled[:3]) if compiled else "files not known"
+            raise VerifyError(
+                f"{wheel.name}: the series changes compiled code ({shown}) but series.toml declares no markers (env)",
+                "add to `env` in series.toml a string the patched code adds (e.g. its environment variable), so "
+                "verification can prove the series is in the patched wheel and absent from stock",
+            )
+        notes.append(f"marker check: the series changes no compiled code ({', '.join(series_files[:3])})")
     if must_contain is not None and markers:
         if series_files and not any(compiles_on(f, platform) for f in series_files):
             notes.append(f"marker check skipped: {platform} does not compile {', '.join(series_files)}")
@@ -1533,6 +1577,14 @@ def run_build(args: argparse.Namespace) -> int:
         if missing:
             print(f"# preflight would refuse: {tree} lacks submodules {', '.join(missing)}")
         return 0
+    if not args.no_verify and sources.series is not None and not sources.series.markers:
+        compiled = [f for f in touched_files(sources.series) if f.lower().endswith(COMPILED_SUFFIXES)]
+        if compiled:  # said before a build of hours, not after it
+            raise VerifyError(
+                f"series {sources.series.name} changes compiled code ({', '.join(compiled[:3])}) but declares no "
+                "markers (env) to verify the wheels with",
+                "add to `env` in series.toml a string the patched code adds (e.g. its environment variable)",
+            )
     try:
         result = build_wheel(plan, force=args.force)
     except BuildFailed as exc:
@@ -1540,14 +1592,18 @@ def run_build(args: argparse.Namespace) -> int:
         raise
     if not args.no_verify:
         series = sources.series
-        verified = verify_wheel(
-            result.wheel,
-            plan.version,
-            platform=platform,
-            markers=series.markers if series else (),
-            must_contain=(args.kind == "patched") if series else None,
-            series_files=series.files if series else (),
-        )
+        try:
+            verified = verify_wheel(
+                result.wheel,
+                plan.version,
+                platform=platform,
+                markers=series.markers if series else (),
+                must_contain=(args.kind == "patched") if series else None,
+                series_files=touched_files(series) if series else (),
+            )
+        except VerifyError as exc:
+            moved = reject_wheel(result.wheel, plan.dist_dir)
+            raise VerifyError(f"{exc.cause} (moved aside to {moved})", exc.remedy) from None
         for note in verified.notes:
             progress.note(note)
         progress.note(

@@ -19,6 +19,47 @@ from typing import Any, Iterator
 from harness.errors import HarnessError
 
 
+class OutsideFolder(HarnessError):
+    """A path from a manifest, an argument or a patch that would leave its folder."""
+
+
+#: longest file-name component most filesystems take (bytes)
+_NAME_MAX = 255
+
+
+def inside(root: Path | str, name: Path | str, what: str) -> Path:
+    """``root / name`` resolved (symbolic links followed), refused unless it stays inside ``root``.
+
+    The one check every path that comes from a manifest, an argument or a patch goes through before
+    anything is read, written or deleted there (series folder, worktree, cache, ``--out``): an
+    absolute ``name``, ``..`` that climbs out, a symbolic link that points out, a NUL byte or a
+    component too long for the filesystem is refused with the path named.
+
+    Args:
+        root: the folder the path must stay in (it need not exist yet).
+        name: the path, relative to ``root`` (an absolute one must still be inside ``root``).
+        what: what the path is, for the message (``"series.toml [[base]] #1 patch"``).
+
+    Raises:
+        OutsideFolder: the resolved path is not ``root`` itself or below it.
+    """
+    text = os.fspath(name)
+    if "\0" in text or "\0" in os.fspath(root):
+        raise OutsideFolder(f"{what} {text!r} contains a NUL byte", "use an ordinary file name")
+    if any(len(part.encode("utf-8", "surrogateescape")) > _NAME_MAX for part in Path(text).parts):
+        raise OutsideFolder(f"{what} {text[:80]!r}... has a name longer than {_NAME_MAX} bytes",
+                            "use a shorter file name")
+    base = Path(root).resolve()
+    try:
+        target = (base / text).resolve()
+    except (OSError, RuntimeError) as exc:  # a symlink loop
+        raise OutsideFolder(f"{what} {text!r} cannot be resolved ({exc})", "use an ordinary file name") from None
+    if target != base and not target.is_relative_to(base):
+        raise OutsideFolder(f"{what} {text!r} resolves to {target}, outside {base}",
+                            f"name a path inside {base} (no absolute paths, no '..', no links that lead out)")
+    return target
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` atomically (same-directory temp file, fsync, ``os.replace``)."""
     path = Path(path)

@@ -215,16 +215,45 @@ def _what_was_compared(data: dict) -> list[str]:
                          "builds, not the patch series (on Linux the MPS code is not compiled at all).")
         elif where != ["patched"]:
             notes.append(f"> **Note:** `{marker}` is found in: {', '.join(where)} (expected: patched only).")
-    ident = {b: (prov[b]["torch_version"], prov[b]["git_version"], data["builds"][b]["input"].get("sha256")) for b in builds}
-    if len(builds) == 2 and ident[builds[0]] == ident[builds[1]]:
-        notes.append("> **Note:** both builds are the same torch (version, git hash, wheel): an A/A run; "
-                     "any verdict other than equivalent/undetermined is a false positive.")
+    if len(builds) == 2 and same_identity(data, *builds):
+        inputs = [data["builds"][b]["input"] for b in builds]
+        if inputs[0].get("sha256") == inputs[1].get("sha256"):
+            notes.append("> **Note:** both builds are the same torch (version, git hash, wheel): an A/A run; "
+                         "any verdict other than equivalent/undetermined is a false positive.")
+        else:
+            shown = ", ".join(f"{b}: {i.get('kind')} `{Path(str(i.get('value'))).name}`" for b, i in zip(builds, inputs))
+            notes.append(f"> **Note:** both builds are the same torch (version `{prov[builds[0]]['torch_version']}`, "
+                         f"git hash `{_short(prov[builds[0]]['git_version'])}`"
+                         + (", source tree" if tree_identity(data["builds"][builds[0]]) else "")
+                         + f") although their files differ ({shown}): an A/A run; any verdict other than "
+                         "equivalent/undetermined is a false positive.")
     variants = {b: (f"CUDA {prov[b]['cuda_version']}" if prov[b].get("cuda_version") else "CPU-only")
                 + (" + MPS" if prov[b]["mps_built"] else "") for b in builds}
     if len(set(variants.values())) > 1:
         notes.append("> **Note:** the builds are different variants (" + ", ".join(f"{b}: {v}" for b, v in variants.items())
                      + "); differences may come from that, not from a patch.")
     return [line for note in notes for line in (note, "")]  # one blockquote each
+
+
+def tree_identity(build: dict) -> tuple | None:
+    """The source tree of a harness-built wheel (base commit + series hash from its build manifest);
+    None when the build has no manifest (a requirement, an interpreter, a foreign wheel)."""
+    manifest = build.get("build")
+    if not isinstance(manifest, dict) or not manifest.get("base_sha"):
+        return None
+    series = manifest.get("series")
+    return manifest["base_sha"], (series or {}).get("hash") if isinstance(series, dict) else None
+
+
+def same_identity(data: dict, a: str, b: str) -> bool:
+    """Whether two builds are the same build: torch version + git hash + (for harness-built wheels,
+    both sides) the manifest's source tree. The wheel's bytes do not count: a rebuilt wheel with a
+    different zip comment, or a wheel and the requirement of the same torch, are the same build."""
+    pa, pb = data["builds"][a]["provenance"], data["builds"][b]["provenance"]
+    if (pa["torch_version"], pa["git_version"]) != (pb["torch_version"], pb["git_version"]):
+        return False
+    ta, tb = tree_identity(data["builds"][a]), tree_identity(data["builds"][b])
+    return ta is None or tb is None or ta == tb
 
 
 def _modes_text(cmp: stats.Comparison) -> str:

@@ -81,6 +81,72 @@ def _number(value) -> bool:
     return type(value) in (int, float)
 
 
+#: no call takes less than a picosecond: a smaller time is a damaged or forged number, not a measurement
+MIN_SECONDS = 1e-12
+
+
+def _seconds(value) -> bool:
+    """A finite time of at least :data:`MIN_SECONDS` (NaN, infinities, 0 and negatives are not)."""
+    return _number(value) and math.isfinite(value) and value >= MIN_SECONDS
+
+
+#: keys of ``run`` and their types (docs/results-schema.md); optional ones may be absent
+RUN_KEYS = {"command": (list, True), "kind": (str, True), "builds": (list, True), "device": (str, True),
+            "rounds": (int, True), "seed": (int, True), "timing": (dict, True), "configs": (list, True),
+            "cells": (list, True), "started": (str, True), "order": (list, False), "keep_env": (list, False),
+            "extra_env": (dict, False), "adaptive": (dict, False)}
+#: keys of ``builds.<name>.provenance`` the report reads, and their types (None allowed where noted)
+PROVENANCE_KEYS = {"torch_version": (str,), "git_version": (str, type(None)), "mps_built": (bool,),
+                   "cuda_available": (bool,), "variables_in_libraries": (dict,), "os": (dict,),
+                   "python": (str,), "cpu_name": (str, type(None)), "num_threads": (int,)}
+DEVICES = ("cpu", "cuda", "mps")
+TIMING_KEYS = ("warmup_s", "measure_s", "min_block_s")
+
+
+def _type_problem(at: str, value, kinds: tuple[type, ...]) -> str | None:
+    if type(value) is bool and bool not in kinds:
+        return f"{at} is {_kind(value)} {value!r}, not {' or '.join(k.__name__ for k in kinds)}"
+    if not isinstance(value, kinds):
+        return f"{at} is {_kind(value)} {value!r}"[:200] + f", not {' or '.join(k.__name__ for k in kinds)}"
+    return None
+
+
+def run_problem(data: dict) -> str | None:
+    """What is wrong with ``run`` and ``builds`` (required keys, types, device, timing, provenance), or None."""
+    run = data["run"]
+    for key, (kind, required) in RUN_KEYS.items():
+        if key not in run:
+            if required:
+                return f"run.{key} is missing"
+            continue
+        found = _type_problem(f"run.{key}", run[key], (kind,))
+        if found:
+            return found
+    if run["device"] not in DEVICES:
+        return f"run.device is {run['device']!r}, not one of {', '.join(DEVICES)}"
+    if run["rounds"] < 1:
+        return f"run.rounds is {run['rounds']}, not a positive number of rounds"
+    for key in TIMING_KEYS:
+        value = run["timing"].get(key)
+        if not (_number(value) and math.isfinite(value) and value > 0):
+            return f"run.timing.{key} is {value!r}, not a positive number of seconds"
+    for name in run["builds"]:
+        build = data["builds"].get(name)
+        if not isinstance(build, dict):
+            return f"builds.{name} is {_kind(build)}, not an object"
+        for key in ("input", "provenance"):
+            if not isinstance(build.get(key), dict):
+                return f"builds.{name}.{key} is " + ("missing" if key not in build else f"{_kind(build[key])}, not an object")
+        prov = build["provenance"]
+        for key, kinds in PROVENANCE_KEYS.items():
+            if key not in prov:
+                return f"builds.{name}.provenance.{key} is missing"
+            found = _type_problem(f"builds.{name}.provenance.{key}", prov[key], kinds)
+            if found:
+                return found
+    return None
+
+
 def cells_problem(cells, where: str) -> str | None:
     """What is wrong with one process's ``cells`` (``{key: record}``) at JSON path ``where``, or None.
 
@@ -100,9 +166,19 @@ def cells_problem(cells, where: str) -> str | None:
                 return f"{at}.measurement is {_kind(m)} in an ok record"
             if not (_number(m.get("median")) and m["median"] > 0):
                 return f"{at}.measurement.median is {m.get('median')!r}, not a positive number of seconds"
+            if not _seconds(m["median"]):
+                return f"{at}.measurement.median is {m['median']!r}, not a finite number of seconds >= {MIN_SECONDS:g}"
             samples = m.get("samples")
             if not isinstance(samples, list) or not all(map(_number, samples)):
                 return f"{at}.measurement.samples is not a list of numbers"
+            if not samples:
+                return f"{at}.measurement.samples is an empty list in an ok record"
+            bad = next((x for x in samples if not _seconds(x)), None)
+            if bad is not None:
+                return f"{at}.measurement.samples holds {bad!r}, not a finite number of seconds >= {MIN_SECONDS:g}"
+            if not min(samples) <= m["median"] <= max(samples):
+                return (f"{at}.measurement.median is {m['median']!r}, outside its samples "
+                        f"({min(samples)!r} .. {max(samples)!r})")
     return None
 
 
@@ -128,6 +204,10 @@ def problem(data: dict) -> str | None:
             return f"run.{key} names {absent[0]!r}, which is not in {key}"
     if not isinstance(data["processes"], list):
         return f"processes is {_kind(data['processes'])}, not a list"
+    found = run_problem(data)
+    if found:
+        return found
+    planned = set(run["cells"])
     for i, proc in enumerate(data["processes"]):
         at = f"processes[{i}]"
         if not isinstance(proc, dict):
@@ -136,9 +216,15 @@ def problem(data: dict) -> str | None:
                         ("round", type(proc.get("round")) is int)):
             if not ok:
                 return f"{at}.{key} is {_kind(proc.get(key))}" + (f" {proc.get(key)!r}" if key in proc else " (missing)")
+        for key in ("build", "config"):
+            if proc[key] not in run[f"{key}s"]:
+                return f"{at}.{key} is {proc[key]!r}, which is not in run.{key}s (the plan)"
         found = cells_problem(proc.get("cells"), f"{at}.cells")
         if found:
             return found
+        stray = [key for key in proc["cells"] if key not in planned]
+        if stray:
+            return f"{at}.cells[{stray[0]!r}] is a cell that is not in run.cells (the plan)"
     return None
 
 

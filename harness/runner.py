@@ -10,13 +10,16 @@ in every process; recorded in the plan and in each process's ``env``).
 Resumable: a process whose ``raw/<proc>.status.json`` exists is not run again; a process that was
 interrupted (no status file) is redone. ``--fresh`` discards earlier results of the same out dir.
 A worker that crashes, is killed by a signal or exceeds ``--timeout`` has its unfinished cells
-marked failed with that reason; the run goes on and exits with status 1.
+marked failed with that reason (a signal names the cell it was in); the run goes on and exits with
+status 1; ``--retry-failed`` runs such processes again. Workers run in their own process group and
+die with the driver (:func:`_die_with_parent`, :func:`reap_orphans`).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import re
 import shutil
@@ -35,7 +38,7 @@ from harness import results as res
 from harness.bench.workloads import DTYPES, ITEMSIZE, Cell, default_cells
 from harness.checks.consistency import MPS_PAIR, PAIRS
 from harness.errors import HarnessError, ResultsError, UsageError
-from harness.fsutil import atomic_write_json, exclusive_lock
+from harness.fsutil import atomic_write_json, exclusive_lock, inside
 from harness.progress import note, task
 from harness.provenance import unsupported_reason
 from harness.venvs import ensure_interpreter, parse_input
@@ -91,6 +94,9 @@ def _common_arguments(parser: argparse.ArgumentParser) -> None:
                              "cores with other processes add ms of spin-wait noise; torch's own default elsewhere; 0 = torch's default)")
     parser.add_argument("--out", type=Path, required=True, help="results directory (resumed if it holds a run)")
     parser.add_argument("--fresh", action="store_true", help="discard earlier results in --out and start over")
+    parser.add_argument("--retry-failed", action="store_true",
+                        help="run again the finished processes that failed (crashed, killed, timed out); their "
+                             "earlier status files are kept as .retried-<UTC time>")
 
 
 def add_arguments_compare(parser: argparse.ArgumentParser) -> None:
@@ -288,7 +294,7 @@ def _wait(proc: subprocess.Popen, out_path: Path, timeout: float, stall: float) 
         if why:
             proc.kill()
             proc.wait()
-            where = last_step(out_path)
+            where = last_step(out_path) if "no progress" in why else None
             return why + (f" (stalled in cell {where[0]}, step {where[1]})" if where else "")
 
 
@@ -299,6 +305,51 @@ def _describe_exit(returncode: int) -> str:
         except ValueError:
             return f"worker killed by signal {-returncode}"
     return f"worker exited with status {returncode}"
+
+
+def _die_with_parent(parent: int):
+    """``preexec_fn`` of a worker on Linux: SIGKILL it when the driver dies, even by SIGKILL
+    (``prctl(PR_SET_PDEATHSIG)``). macOS has no such call: there the driver kills the worker's
+    process group when it exits or is interrupted, and a driver killed by SIGKILL leaves a worker
+    that the next run on the same --out kills first (:func:`reap_orphans`)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    prctl, kill = ctypes.CDLL(None, use_errno=True).prctl, int(signal.SIGKILL)  # resolved before the fork
+
+    def preexec() -> None:  # in the child: no imports, no locks
+        prctl(1, kill)  # 1 = PR_SET_PDEATHSIG
+        if os.getppid() != parent:  # the driver died before prctl took effect
+            os._exit(1)
+    return preexec
+
+
+def _worker_path(raw: Path, name: str) -> Path:
+    return raw / f"{name}.worker.json"
+
+
+def reap_orphans(raw: Path) -> list[int]:
+    """Kill the process groups of workers that a killed driver left running (``raw/*.worker.json`` of a
+    live worker without a status file), so they cannot overlap this run's timings; returns their pids."""
+    killed = []
+    for path in sorted(raw.glob("*.worker.json")) if raw.is_dir() else []:
+        try:
+            pid = int(json.loads(path.read_text())["pid"])
+            os.killpg(pid, 0)
+        except (OSError, ValueError, KeyError, TypeError):
+            path.unlink(missing_ok=True)
+            continue
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            cmdline = subprocess.run(["ps", "-p", str(pid), "-o", "command="], capture_output=True, text=True).stdout
+        if "harness.bench.worker" in cmdline and str(raw) in cmdline:
+            os.killpg(pid, signal.SIGKILL)
+            killed.append(pid)
+            note(f"killed worker {pid} ({path.name.removesuffix('.worker.json')}), left running by an interrupted run")
+        path.unlink(missing_ok=True)
+    return killed
 
 
 def run_worker(python: Path, spec: dict, config: cfg.EnvConfig, raw: Path, name: str, timeout: float,
@@ -317,23 +368,32 @@ def run_worker(python: Path, spec: dict, config: cfg.EnvConfig, raw: Path, name:
     reason, returncode = "", None
     err_path = raw / f"{name}.stderr"
     with open(err_path, "w") as err:
+        # its own process group (a terminal's Ctrl-C reaches the driver only), killed with the driver
         proc = subprocess.Popen([str(python), "-m", "harness.bench.worker", str(spec_path), str(out_path)],
-                                env=env, stdout=subprocess.DEVNULL, stderr=err, text=True)
+                                env=env, stdout=subprocess.DEVNULL, stderr=err, text=True,
+                                start_new_session=True, preexec_fn=_die_with_parent(os.getpid()))
+    atomic_write_json(_worker_path(raw, name), {"pid": proc.pid})
+    try:
+        reason = _wait(proc, out_path, timeout, stall or timeout)
+        if not reason:
+            returncode = proc.returncode
+            if returncode != 0:
+                tail = (err_path.read_text(errors="replace").strip().splitlines() or [""])[-1][:300]
+                reason = _describe_exit(returncode) + (f": {tail}" if tail and returncode > 0 else "")
+    finally:
         try:
-            reason = _wait(proc, out_path, timeout, stall or timeout)
-        except BaseException:  # Ctrl-C: the worker goes with the driver
-            proc.kill()
-            proc.wait()
-            raise
-    if not reason:
-        returncode = proc.returncode
-        if returncode != 0:
-            tail = (err_path.read_text(errors="replace").strip().splitlines() or [""])[-1][:300]
-            reason = _describe_exit(returncode) + (f": {tail}" if tail else "")
+            os.killpg(proc.pid, signal.SIGKILL)  # the worker and anything it started; no-op when all ended
+        except OSError:
+            pass
+        proc.wait()
+        _worker_path(raw, name).unlink(missing_ok=True)
     start, cells, ended = read_worker_records(out_path)
-    for key in spec["cells"]:
-        if key not in cells:
-            cells[key] = {"status": "failed", "reason": reason or "worker ended without measuring this cell"}
+    unfinished = [key for key in spec["cells"] if key not in cells]
+    if unfinished and reason and "stalled in cell" not in reason:
+        reason = f"{reason} while measuring {unfinished[0]}"  # a worker runs its cells in order
+    for key in unfinished:
+        cells[key] = {"status": "failed", "reason": (reason if key == unfinished[0] else f"not measured: {reason}")
+                      if reason else "worker ended without measuring this cell"}
     record = {"status": "ok" if (ended and not reason) else "failed", "reason": reason, "returncode": returncode,
               "pid": start.get("pid"), "env": start.get("env", {}), "started": started,
               "worker_started": start.get("started"), "finished": time.time(), "cells": cells}
@@ -517,6 +577,19 @@ def set_aside(path: Path, suffix: str) -> Path:
     return kept
 
 
+def kept_record(status: Path, retry_failed: bool) -> dict | None:
+    """The record of a process finished earlier, or None when it must run (again): no status file, a
+    damaged one (:func:`read_status`), or a failed one with ``--retry-failed`` (its status file is
+    kept as ``.retried-<UTC time>``)."""
+    record = read_status(status) if status.is_file() else None
+    if record is not None and retry_failed and record.get("status") == "failed":
+        kept = set_aside(status, "retried")
+        note(f"--retry-failed: running {status.name.removesuffix('.status.json')} again "
+             f"({record.get('reason') or 'failed cells'}); the earlier record is kept as {kept.name}")
+        return None
+    return record
+
+
 def read_status(status: Path) -> dict | None:
     """A finished process's ``raw/<proc>.status.json``, or None when it is damaged (not JSON, not an
     object, malformed cells: see :func:`harness.results.cells_problem`): that file is set aside as
@@ -601,9 +674,19 @@ def execute(args: argparse.Namespace, inputs: dict[str, str]) -> int:
     created = [d for d in (out, *out.parents) if not d.exists()]  # out and the parents this run makes
     with exclusive_lock(out, " ".join(sys.argv)), _removed_on_failure(out, created):
         raw = out / "raw"
+        if raw.is_symlink():
+            raise ResultsError(f"{raw} is a symbolic link (to {os.readlink(raw)}): results are kept only inside --out",
+                               f"replace it with a folder (move its target's files into {raw}), or use a new --out")
+        raw = inside(out, "raw", "--out folder")
+        reap_orphans(raw)
         if args.fresh:
-            shutil.rmtree(raw, ignore_errors=True)
-            (out / res.RESULTS).unlink(missing_ok=True)
+            try:
+                if raw.exists():
+                    shutil.rmtree(raw)
+                inside(out, res.RESULTS, "--out results").unlink(missing_ok=True)
+            except OSError as exc:
+                raise ResultsError(f"--fresh cannot remove {raw}: {exc.strerror or exc}",
+                                   "fix its permissions, or use a new --out") from None
         elif (out / res.RESULTS).exists():
             try:
                 res.load(out)  # refuse to resume from (and overwrite) a results.json of another schema version
@@ -662,8 +745,7 @@ def execute(args: argparse.Namespace, inputs: dict[str, str]) -> int:
             """Run (or keep, when finished earlier) one worker process and record it."""
             nonlocal failed
             name = _proc_name(rnd, build, config)
-            status = _status_path(raw, name)
-            record = read_status(status) if status.is_file() else None
+            record = kept_record(_status_path(raw, name), getattr(args, "retry_failed", False))
             if record is not None:
                 verb = "kept"
             else:

@@ -37,8 +37,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness import progress
-from harness.errors import SeriesError, UpstreamError
-from harness.fsutil import atomic_write_text
+from harness.errors import HarnessError, SeriesError, UpstreamError
+from harness.fsutil import atomic_write_text, inside
 from harness.paths import slug
 from harness.upstream import (DEFAULT_UPSTREAM, Checkout, Upstream, add_common_arguments, checkout, common_dir,
                               dirty_files, git_run, patched_branch, resolve_commit, switch_branch, worktrees)
@@ -113,8 +113,10 @@ class Series:
                           "pass --base with one of those refs, or `rebase --onto` to add a base variant")
 
     def patch_paths(self, base: Base) -> list[Path]:
-        """The base's patch files, in series order."""
-        return [self.path / base.dir / name for name in base.patches]
+        """The base's patch files, in series order (each one inside the base's folder: :func:`inside`)."""
+        folder = inside(self.path, base.dir, f"{_show(self.manifest)}: [[base]] #{base.index} key 'dir'")
+        return [inside(folder, name, f"{_show(self.manifest)}: [[base]] #{base.index} key 'patches':")
+                for name in base.patches]
 
 
 def series_hash(series: Series, base: Base) -> str:
@@ -165,11 +167,15 @@ def _check_keys(where: str, table: dict, allowed: dict, required: tuple[str, ...
                               "see the manifest format in `harness.series`'s docstring")
         if kind is str and not value.strip():
             raise SeriesError(f"{where}: key {key!r} is empty", "give it a value")
+        if kind is str and "\0" in value:
+            raise SeriesError(f"{where}: key {key!r} contains a NUL byte", "remove it")
 
 
 def _strings(where: str, key: str, value: list) -> tuple[str, ...]:
     if not all(isinstance(item, str) and item for item in value):
         raise SeriesError(f"{where}: key {key!r} must be a list of non-empty strings", "quote each entry")
+    if any("\0" in item for item in value):
+        raise SeriesError(f"{where}: key {key!r} contains a NUL byte", "remove it")
     return tuple(value)
 
 
@@ -214,8 +220,13 @@ def load_series(spec: str | Path) -> Series:
         if Path(directory).is_absolute() or ".." in Path(directory).parts:
             raise SeriesError(f"{label}: key 'dir' must be a folder inside {folder}: {directory!r}",
                               "use a relative folder name")
+        inside(folder, directory, f"{label}: key 'dir'")
         for name in patches:
-            if not (folder / directory / name).is_file():
+            if Path(name).is_absolute() or ".." in Path(name).parts or len(Path(name).parts) != 1:
+                raise SeriesError(f"{label}: key 'patches': {name!r} is not a file name in {_show(folder / directory)}",
+                                  "list bare patch file names (no folders, no '..', no absolute paths)")
+            path = inside(folder / directory, name, f"{label}: key 'patches':")
+            if not path.is_file():
                 raise SeriesError(f"{label}: key 'patches': patch file absent: {_show(folder / directory / name)}",
                                   "add the file, or remove it from 'patches'")
         reads = table.get("read", [])
@@ -358,6 +369,49 @@ def _split_hunks(text: str) -> list[tuple[str, str, list[str]]]:
     return sections
 
 
+_PATH_LINE = re.compile(r"^(?:--- |\+\+\+ |rename from |rename to |copy from |copy to )(.*)$", re.M)
+#: git's own refusals of a path in a patch (not a context mismatch)
+_GIT_PATH_REFUSAL = re.compile(r"^error: (invalid path .*|.*beyond a symbolic link.*|.*outside repository.*)$", re.M)
+
+
+def paths_in_patch(text: str) -> list[str]:
+    """Every file path a patch names (``---``/``+++`` headers, renames and copies), ``a/``/``b/`` stripped."""
+    found = []
+    for match in _PATH_LINE.finditer(text):
+        line = match.group(0)
+        name = match.group(1).split("\t")[0].strip()
+        if name == "/dev/null" or not name:
+            continue
+        if line.startswith(("--- ", "+++ ")) and name[:2] in ("a/", "b/"):
+            name = name[2:]
+        if name not in found:
+            found.append(name)
+    return found
+
+
+def check_patch_paths(root: Path, patch: Path) -> None:
+    """Refuse a patch that names a path outside ``root`` (a worktree), before git reads or writes it.
+
+    Raises:
+        SeriesError: the patch and the path (see :func:`harness.fsutil.inside`).
+    """
+    text = patch.read_text(encoding="utf-8", errors="surrogateescape")
+    for name in paths_in_patch(text):
+        if Path(name).is_absolute() or ".." in Path(name).parts:
+            raise SeriesError(f"{patch.name} names the path {name!r}, which leaves the source tree",
+                              "fix the patch: it may touch only files inside the upstream tree")
+        inside(root, name, f"{patch.name}: patched file")
+        for parent in list(Path(name).parents)[:-1]:  # git's own rule, said before a 3-way merge hides it
+            if (root / parent).is_symlink():
+                raise SeriesError(f"{patch.name}: affected file {name!r} is beyond a symbolic link ({parent})",
+                                  "fix the patch: it may touch only files inside the upstream tree, not through links")
+
+
+def _git_path_refusals(result) -> list[str]:
+    """git's own reasons (invalid path, beyond a symbolic link) in a failed ``git apply``."""
+    return [f"git refuses the path: {m.group(1)}" for m in _GIT_PATH_REFUSAL.finditer(result.err or "")]
+
+
 def _failing_hunks(store: Path, env: dict[str, str], patch: Path, tmp: Path) -> list[str]:
     failures = []
     for name, header, hunks in _split_hunks(patch.read_text(encoding="utf-8", errors="surrogateescape")):
@@ -405,7 +459,13 @@ def check_series(series: Series, entry: Base, store: Path, commit: str) -> list[
                 results.append(PatchCheck(name, "3way"))
                 continue
             (tmp / "index").write_bytes(saved)
-            failures = _failing_hunks(store, env, path, tmp) or [
+            whole = git_run(store, "apply", "--cached", "--check", str(path), env=env, check=False)
+            try:
+                check_patch_paths(tmp / "tree", path)
+                refusals = _git_path_refusals(whole)
+            except HarnessError as exc:
+                refusals = [exc.cause]
+            failures = refusals or _failing_hunks(store, env, path, tmp) or [
                 git_run(store, "apply", "--cached", "--check", str(path), env=env, check=False).last_line()]
             results.append(PatchCheck(name, "failed", tuple(failures)))
             failed = True
@@ -474,6 +534,11 @@ def _am(worktree: Path, patches: list[Path], *, resume: bool = False) -> AmOutco
     if (apply_dir / "next").is_file():
         number = int((apply_dir / "next").read_text().strip())
         current = patches[number - 1].name if 0 < number <= len(patches) else f"patch #{number}"
+    refusals = _git_path_refusals(result)
+    if refusals:  # not a conflict: nothing for the user to resolve, so the worktree is put back
+        git_run(worktree, "am", "--abort", check=False)
+        raise SeriesError(f"{current or 'a patch'}: {refusals[0].removeprefix('git refuses the path: ')}",
+                          "fix the patch: it may touch only files inside the upstream tree, not through links")
     conflicts = tuple(git_run(worktree, "diff", "--name-only", "--diff-filter=U").out.split())
     return AmOutcome(False, current, conflicts, result.last_line())
 
@@ -518,6 +583,8 @@ def apply_series(series: Series, entry: Base, co: Checkout, *, force: bool = Fal
         progress.note(f"apply: --force: resetting {co.branch} to {co.base} (old head {head}; `git branch keep {head}` "
                       f"gets it back)")
         git_run(wt, "reset", "--quiet", "--hard", co.commit)
+    for patch in series.patch_paths(entry):
+        check_patch_paths(wt, patch)
     return _am(wt, series.patch_paths(entry))
 
 
@@ -561,16 +628,18 @@ def write_patches(worktree: Path, base_commit: str, folder: Path, old_names: lis
         names = []
         for position, new in enumerate(generated):
             old_name = old_names[position] if position < len(old_names) else None
-            old = folder / old_name if old_name else None
+            old = inside(folder, old_name, "patch") if old_name else None
             if old is not None and old.is_file() and _same_patch(worktree, old, new, tmp):
                 names.append(old_name)
                 continue
-            atomic_write_text(folder / new.name, new.read_text(encoding="utf-8", errors="surrogateescape"))
+            atomic_write_text(inside(folder, new.name, "patch"),
+                              new.read_text(encoding="utf-8", errors="surrogateescape"))
             names.append(new.name)
             changed += 1
     for stale in set(old_names) - set(names):
-        if (folder / stale).is_file():
-            (folder / stale).unlink()
+        path = inside(folder, stale, "patch")
+        if path.is_file():
+            path.unlink()
             changed += 1
     return names, changed
 
@@ -590,7 +659,8 @@ def refresh_series(series: Series, entry: Base, co: Checkout) -> int:
     if dirty:
         raise SeriesError(f"patched worktree {wt} has uncommitted changes: {', '.join(dirty[:5])}",
                           "commit them (refresh writes commits, not the working tree)")
-    names, changed = write_patches(wt, co.commit, series.path / entry.dir, list(entry.patches))
+    folder = inside(series.path, entry.dir, f"{_show(series.manifest)}: [[base]] #{entry.index} key 'dir'")
+    names, changed = write_patches(wt, co.commit, folder, list(entry.patches))
     if names != list(entry.patches):
         set_base_patches(series, entry, names)
     return changed
@@ -599,7 +669,7 @@ def refresh_series(series: Series, entry: Base, co: Checkout) -> int:
 # ----------------------------------------------------------------------------------------- rebase
 def _write_variant(series: Series, old: Base, co: Checkout) -> Base:
     directory = slug(co.base)
-    folder = series.path / directory
+    folder = inside(series.path, directory, "rebase --onto folder")
     if folder.exists() and any(folder.iterdir()):
         raise SeriesError(f"{_show(folder)} already exists and is not empty", "move it away, then run again")
     names, _ = write_patches(co.patched, co.commit, folder, [])

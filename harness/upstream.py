@@ -3,7 +3,7 @@
 An upstream (``--upstream``) is one of
 
 - a git URL (default: PyTorch's GitHub repository) -- cloned once into a bare mirror
-  ``<cache>/mirrors/<slug>.git``, fetched incrementally afterwards, with a progress bar;
+  ``<cache>/mirrors/<name>-<sha256[:16] of the canonical source>.git``, fetched incrementally afterwards, with a progress bar;
 - a local repository or mirror path -- the same, cloned locally (hard links, no network);
 - a source archive (``.tar.gz``, ``.tar.xz``, ``.zip``, ...) -- imported once into
   ``<cache>/imports/<name>-<sha256[:12]>.git`` as ONE deterministic commit (fixed identity and
@@ -32,6 +32,7 @@ All git calls go through GitPython (:func:`git_run`), with argument lists only.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
 import re
 import shutil
@@ -48,7 +49,7 @@ import git
 
 from harness import progress
 from harness.errors import UpstreamError
-from harness.fsutil import exclusive_lock, sha256_file
+from harness.fsutil import OutsideFolder, exclusive_lock, inside, sha256_file
 from harness.paths import cache_dir, slug
 
 #: ``--upstream`` when neither the command line nor the series manifest names one.
@@ -102,6 +103,10 @@ def git_run(cwd: Path | str, *args: str, env: dict[str, str] | None = None, chec
     Raises:
         UpstreamError (or ``error``): ``check`` and git failed; the line names the command.
     """
+    bad = next((a for a in (str(cwd), *args) if "\0" in a), None)
+    if bad is not None:  # exec would refuse it with a ValueError
+        raise (error or UpstreamError)(f"`git {args[0] if args else ''}` argument {bad!r} contains a NUL byte",
+                                       "remove it from the manifest or the command line")
     full_env = {**os.environ, **_NO_PROMPT, **(env or {})}
     handle = open(stdin, "rb") if stdin else None
     try:
@@ -161,10 +166,14 @@ def is_archive(source: str) -> bool:
     return source.lower().endswith(ARCHIVE_SUFFIXES) and Path(source).is_file()
 
 
-def _url_slug(source: str) -> str:
+def store_name(source: str) -> str:
+    """The mirror folder name of a canonical upstream (a resolved path or a URL): a readable prefix
+    plus the sha256 of the whole text, so two upstreams never share a mirror (``/x/a_b/up`` and
+    ``/x/a/b_up`` used to map to the same sanitised name)."""
     text = re.sub(r"^[a-z+]+://", "", source.strip()).rstrip("/")
     text = text[:-4] if text.endswith(".git") else text
-    return slug(text.replace("/", "_").replace(":", "_"))
+    digest = hashlib.sha256(source.strip().encode("utf-8", "surrogateescape")).hexdigest()[:16]
+    return f"{slug(text.replace('/', '_').replace(':', '_'))[-48:].lstrip('._') or 'upstream'}-{digest}"
 
 
 def open_upstream(source: str, *, ref: str | None = None) -> Upstream:
@@ -224,7 +233,13 @@ def _interrupted(exc: git.GitCommandError) -> bool:
 
 def _mirror(url: str, ref: str | None) -> Upstream:
     mirrors = cache_dir() / "mirrors"
-    store = mirrors / f"{_url_slug(url)}.git"
+    store = mirrors / f"{store_name(url)}.git"
+    try:
+        git.Git.check_unsafe_protocols(url)
+    except git.exc.UnsafeProtocolError:
+        scheme = url.split("::")[0] if "::" in url else url.split(":")[0]
+        raise UpstreamError(f"upstream {url[:80]!r} uses the {scheme}:: transport, which runs a command, not a clone",
+                            "pass a https://, ssh://, git@host: URL, a local repository or a source archive") from None
     with exclusive_lock(cache_dir() / "locks" / store.name, f"mirror {url}"):
         _clear_interrupted_clone(mirrors, store, url)
         if (store / "HEAD").is_file():
@@ -240,8 +255,10 @@ def _mirror(url: str, ref: str | None) -> Upstream:
             with progress.task(f"clone {url}") as bar:
                 feed = _GitProgress(bar, "clone")
                 git.Repo.clone_from(url, tmp, bare=True, progress=feed, env={**_NO_PROMPT})
-        except git.GitCommandError as exc:
+        except Exception as exc:  # a Ctrl-C leaves the folder to the next run (_clear_interrupted_clone)
             shutil.rmtree(tmp, ignore_errors=True)
+            if not isinstance(exc, git.GitCommandError):
+                raise
             if _interrupted(exc):
                 raise KeyboardInterrupt from None
             reason = _reason(exc, feed)
@@ -308,10 +325,11 @@ def _extract(archive: Path, dest: Path) -> None:
     if archive.name.lower().endswith(".zip"):
         with zipfile.ZipFile(archive) as zf:
             for info in zf.infolist():
-                target = (dest / info.filename).resolve()
-                if not str(target).startswith(str(dest.resolve())):
+                try:
+                    target = inside(dest, info.filename, "archive entry")
+                except OutsideFolder:
                     raise UpstreamError(f"archive {archive} has an entry outside its folder: {info.filename}",
-                                        "use an unmodified release archive")
+                                        "use an unmodified release archive") from None
                 mode = info.external_attr >> 16
                 if info.is_dir():
                     target.mkdir(parents=True, exist_ok=True)
@@ -532,11 +550,13 @@ def checkout(source: str, base: str, workdir: Path | str, series: str | None = N
     store = upstream.store
     commit = resolve_commit(store, base, source=source)
     stock, patched = worktrees(workdir, base)
+    _clear_partial_worktrees(store, inside(Path(workdir), stock.parent.name, "--base folder"))
     git_run(store, "worktree", "prune")
     branch = patched_branch(series, base) if series else None
     created = []
     if stock.exists():
         _ensure_own(stock, store)
+        _ensure_complete(stock)
         head = git_run(stock, "rev-parse", "HEAD").out.strip()
         if head != commit:
             dirty = dirty_files(stock)
@@ -545,26 +565,65 @@ def checkout(source: str, base: str, workdir: Path | str, series: str | None = N
                                     f"{', '.join(dirty[:5])}", f"commit or discard them (`git -C {stock} status`)")
             git_run(stock, "checkout", "--quiet", "--detach", commit)
     else:
-        stock.parent.mkdir(parents=True, exist_ok=True)
-        git_run(store, "worktree", "add", "--quiet", "--detach", str(stock.resolve()), commit)
+        _add_worktree(store, stock, ("--detach",), commit)
         created.append(stock)
     if patched.exists():
         _ensure_own(patched, store)
+        _ensure_complete(patched)
         if branch:
             switch_branch(patched, branch, commit)
     else:
         if branch is None:
-            git_run(store, "worktree", "add", "--quiet", "--detach", str(patched.resolve()), commit)
+            _add_worktree(store, patched, ("--detach",), commit)
         elif git_run(store, "show-ref", "--verify", "--quiet", f"refs/heads/{branch}", check=False).rc == 0:
             _branch_free(store, branch)
-            git_run(store, "worktree", "add", "--quiet", str(patched.resolve()), branch)
+            _add_worktree(store, patched, (), branch)
         else:
-            git_run(store, "worktree", "add", "--quiet", "-b", branch, str(patched.resolve()), commit)
+            _add_worktree(store, patched, ("-b", branch), commit)
         created.append(patched)
     for tree in created:
         _submodules(tree)
+    dirty = dirty_files(stock)
+    if dirty:
+        raise UpstreamError(f"stock worktree {stock} is not clean after checkout: {', '.join(dirty[:5])}",
+                            f"discard the changes (`git -C {stock} checkout -- .`), or remove it "
+                            f"(`git -C {store} worktree remove --force {stock}`) and run checkout again")
     missing = tuple(missing_submodules(stock))
     return Checkout(upstream, base, commit, stock, patched, branch, missing)
+
+
+_PARTIAL = ".partial-"
+
+
+def _add_worktree(store: Path, final: Path, options: tuple[str, ...], commitish: str) -> None:
+    """``git worktree add <options> <tmp> <commitish>`` under a temporary name beside ``final``, then
+    ``git worktree move`` into place: a run killed midway (SIGKILL during a 30k-file checkout) leaves
+    only the temporary folder, which the next run removes (:func:`_clear_partial_worktrees`), never a
+    half-filled ``final``."""
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = (final.parent / f".{final.name}{_PARTIAL}{os.getpid()}").resolve()
+    git_run(store, "worktree", "add", "--quiet", *options, str(tmp), commitish)
+    git_run(store, "worktree", "move", str(tmp), str(final.resolve()))
+
+
+def _clear_partial_worktrees(store: Path, root: Path) -> None:
+    """Remove the temporary worktrees that a killed :func:`_add_worktree` left in ``root``."""
+    for tmp in sorted(root.glob(f".*{_PARTIAL}*")) if root.is_dir() else []:
+        target = inside(root, tmp.name, "partial worktree")
+        git_run(store, "worktree", "remove", "--force", "--force", str(target), check=False)
+        if target.exists():
+            shutil.rmtree(target, ignore_errors=True)
+        progress.note(f"upstream: removed {target.name}, a worktree left half-created by an interrupted run")
+
+
+def _ensure_complete(worktree: Path) -> None:
+    """Raise when ``worktree`` has no index: its checkout was killed before git finished writing it
+    (a worktree made before atomic creation, or by hand)."""
+    index = git_run(worktree, "rev-parse", "--path-format=absolute", "--git-path", "index").out.strip()
+    if not Path(index).is_file():
+        raise UpstreamError(f"worktree {worktree} is incomplete (no index: its checkout was interrupted)",
+                            f"remove it (`git worktree remove --force {worktree}`, or delete the folder and run "
+                            f"`git worktree prune`), then run the command again")
 
 
 def switch_branch(worktree: Path, branch: str, commit: str) -> None:

@@ -10,7 +10,8 @@ Each environment lives in ``<cache>/envs/<slug>-<key8>`` where the key hashes th
 wheel's sha256 for a file, the requirement text otherwise) and the base interpreter's version.
 It is created once and reused while the input is unchanged: a ``harness-input.json`` written after
 a successful install records the input; a venv without it (an interrupted install) is rebuilt.
-Environment creation runs under a lock in the cache (:func:`harness.fsutil.exclusive_lock`).
+Environment creation runs under a lock of that environment (``<cache>/envs/.locks/<env>``,
+:func:`harness.fsutil.exclusive_lock`); a ready environment is used without one.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from pathlib import Path
 from packaging.requirements import InvalidRequirement, Requirement
 
 from harness.errors import BuildInputError
-from harness.fsutil import atomic_write_json, exclusive_lock, sha256_file
+from harness.fsutil import atomic_write_json, exclusive_lock, inside, sha256_file
 from harness.paths import cache_dir, slug
 from harness.progress import note
 
@@ -97,16 +98,14 @@ def ensure_interpreter(build: BuildInput, *, envs_dir: Path | None = None) -> tu
         return Path(build.value), True
     envs_dir = envs_dir or cache_dir() / "envs"
     name = slug(Path(build.value).name if build.kind == "wheel" else build.value)[:60]
-    root = envs_dir / f"{name}-{env_key(build)[:8]}"
+    root = inside(envs_dir, f"{name}-{env_key(build)[:8]}", "environment")
     python = _venv_python(root)
-    with exclusive_lock(envs_dir, f"creating {root.name}"):
-        marker = root / MARKER
-        if marker.is_file() and python.is_file():
-            try:
-                if json.loads(marker.read_text()).get("input") == build.to_json():
-                    return python, True
-            except ValueError:
-                pass
+    if _ready(root, python, build):  # a ready environment needs no lock: it is only read
+        return python, True
+    # one lock per environment: a compare creating one does not block another that uses ready ones
+    with exclusive_lock(inside(envs_dir, f".locks/{root.name}", "environment lock"), f"creating {root.name}"):
+        if _ready(root, python, build):
+            return python, True
         if root.exists():
             shutil.rmtree(root)  # interrupted or stale: rebuild from scratch
         note(f"creating environment {root} for {build.value}")
@@ -122,8 +121,19 @@ def ensure_interpreter(build: BuildInput, *, envs_dir: Path | None = None) -> tu
                       if build.kind == "wheel" else "check that the version exists (pip index versions torch)")
             raise BuildInputError(f"pip could not install {target}: {_pip_cause(proc.stdout + proc.stderr)}",
                                   f"{remedy}; pip's log: {log}")
-        atomic_write_json(marker, {"input": build.to_json()})
+        atomic_write_json(root / MARKER, {"input": build.to_json()})
     return python, False
+
+
+def _ready(root: Path, python: Path, build: BuildInput) -> bool:
+    """The environment was installed completely for ``build`` (its marker is written last)."""
+    marker = root / MARKER
+    if not (marker.is_file() and python.is_file()):
+        return False
+    try:
+        return json.loads(marker.read_text()).get("input") == build.to_json()
+    except (OSError, ValueError):
+        return False
 
 
 def _pip_cause(output: str) -> str:

@@ -1,0 +1,140 @@
+"""Issue 18: results.json is validated on read (items 5, 8) and an A/A run is named whatever the bytes (item 4)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from harness import cli, report
+from harness import results as res
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "docs" / "examples" / "cpu-ab" / "results.json"
+
+
+@pytest.fixture(scope="module")
+def good() -> dict:
+    return json.loads(EXAMPLE.read_text())
+
+
+def _ok_cell(data: dict, build: str) -> tuple[int, str]:
+    for i, proc in enumerate(data["processes"]):
+        if proc["build"] == build:
+            for key, rec in proc["cells"].items():
+                if rec["status"] == "ok":
+                    return i, key
+    raise AssertionError("no ok cell")
+
+
+def _report_line(tmp_path: Path, data: dict, capsys) -> tuple[int, str, Path]:
+    out = tmp_path / "out"
+    out.mkdir(exist_ok=True)
+    (out / "results.json").write_text(json.dumps(data))  # json writes NaN/Infinity as Python does
+    rc = cli.main(["report", str(out)])
+    captured = capsys.readouterr()
+    return rc, captured.err + captured.out, out
+
+
+def _set_patched_samples(data: dict, value: float) -> None:
+    for proc in data["processes"]:
+        if proc["build"] == "patched":
+            for rec in proc["cells"].values():
+                if rec["status"] == "ok":
+                    rec["measurement"]["samples"] = [value] * len(rec["measurement"]["samples"])
+
+
+@pytest.mark.parametrize("value, shown", [(math.nan, "holds nan"), (-1e-3, "holds -0.001"),
+                                          (1e-300, "holds 1e-300")])
+def test_patched_samples_nan_negative_or_absurd_are_refused(good, tmp_path, capsys, value, shown):
+    """item 5: NaN or negative samples rendered the same report as the original, exit 0."""
+    data = copy.deepcopy(good)
+    _set_patched_samples(data, value)
+    rc, out, folder = _report_line(tmp_path, data, capsys)
+    assert rc == 2 and out.count("\n") == 1 and "measurement.samples " + shown in out, out
+    assert not (folder / "report.md").exists()
+
+
+def test_median_of_1e300_is_not_a_speedup(good, tmp_path, capsys):
+    """item 5: a median of 1e-300 s was reported as a 10^298x `faster` with p = 0.021."""
+    data = copy.deepcopy(good)
+    i, key = _ok_cell(data, "patched")
+    data["processes"][i]["cells"][key]["measurement"]["median"] = 1e-300
+    rc, out, _ = _report_line(tmp_path, data, capsys)
+    assert rc == 2 and f"processes[{i}].cells['{key}'].measurement.median is 1e-300, not a finite number " \
+                       "of seconds >= 1e-12" in out, out
+
+
+def _drop(path: str):
+    def edit(data):
+        *parents, last = path.split(".")
+        node = data
+        for p in parents:
+            node = node[p]
+        del node[last]
+    return edit
+
+
+def _cell_edit(fn):
+    def edit(data):
+        i, key = _ok_cell(data, "stock")
+        fn(data["processes"][i], key)
+    return edit
+
+
+@pytest.mark.parametrize("edit, message", [
+    (_drop("run.device"), "run.device is missing"),
+    (_drop("run.timing"), "run.timing is missing"),
+    (_drop("builds.stock.provenance"), "builds.stock.provenance is missing"),
+    (lambda d: d["run"].update(rounds="four"), "run.rounds is string 'four', not int"),
+    (lambda d: d["run"].update(device="tpu"), "run.device is 'tpu', not one of cpu, cuda, mps"),
+    (lambda d: d["run"]["timing"].pop("measure_s"), "run.timing.measure_s is None, not a positive number"),
+    (lambda d: d["builds"]["patched"]["provenance"].pop("torch_version"),
+     "builds.patched.provenance.torch_version is missing"),
+    (_cell_edit(lambda proc, key: proc["cells"][key]["measurement"].update(median=math.inf)),
+     "measurement.median is inf, not a finite number of seconds"),
+    (_cell_edit(lambda proc, key: proc["cells"].update({"mm/7x7x7/float32": proc["cells"][key]})),
+     "cells['mm/7x7x7/float32'] is a cell that is not in run.cells (the plan)"),
+    (lambda d: d["processes"][0].update(config="ghost"), "processes[0].config is 'ghost', which is not in run.configs"),
+])
+def test_schema_faults_are_one_line_naming_the_key(good, tmp_path, capsys, edit, message):
+    """item 8: these gave KeyError/TypeError/ValueError tracebacks."""
+    data = copy.deepcopy(good)
+    edit(data)
+    rc, out, _ = _report_line(tmp_path, data, capsys)
+    assert rc == 2 and out.startswith("error: ") and out.count("\n") == 1 and message in out, out
+    assert "Traceback" not in out
+
+
+def test_examples_still_validate(good):
+    assert res.problem(good) is None
+
+
+@pytest.mark.parametrize("how", ["zip comment", "wheel vs requirement"])
+def test_aa_is_named_when_the_bytes_differ(good, how):
+    """item 4: same torch version and git hash, different wheel bytes (or a wheel and the requirement of
+    the same torch): the report read as an A/B."""
+    data = copy.deepcopy(good)
+    stock, patched = data["builds"]["stock"], data["builds"]["patched"]
+    for key in ("torch_version", "git_version", "cuda_version", "variables_in_libraries"):
+        patched["provenance"][key] = stock["provenance"][key]
+    stock["input"] = {"kind": "wheel", "value": "/d/torch-2.13.0-cp311-linux_x86_64.whl", "sha256": "a" * 64}
+    patched["input"] = ({"kind": "wheel", "value": "/e/torch-2.13.0-cp311-linux_x86_64.whl", "sha256": "b" * 64}
+                        if how == "zip comment" else {"kind": "requirement", "value": "torch==2.13.0", "sha256": None})
+    text = report.render(data)
+    top = text.split("\n## ")[1]  # the summary, first section of the report
+    assert "an A/A run; any verdict other than unchanged/undetermined is a false positive" in top
+    assert "although their files differ" in top
+
+
+def test_harness_built_wheels_of_different_trees_are_not_aa(good):
+    data = copy.deepcopy(good)
+    stock, patched = data["builds"]["stock"], data["builds"]["patched"]
+    patched["provenance"].update({k: stock["provenance"][k] for k in ("torch_version", "git_version")})
+    stock["build"] = {"base_sha": "1" * 40, "series": None}
+    patched["build"] = {"base_sha": "1" * 40, "series": {"name": "s", "hash": "2" * 64}}
+    assert not report.same_identity(data, "stock", "patched")
+    patched["build"] = {"base_sha": "1" * 40, "series": None}
+    assert report.same_identity(data, "stock", "patched")
