@@ -125,7 +125,7 @@ def test_aa_is_named_when_the_bytes_differ(good, how):
                         if how == "zip comment" else {"kind": "requirement", "value": "torch==2.13.0", "sha256": None})
     text = report.render(data)
     top = text.split("\n## ")[1]  # the summary, first section of the report
-    assert "an A/A run; any verdict other than unchanged/undetermined is a false positive" in top
+    assert "an A/A run; any verdict other than equivalent/undetermined is a false positive" in top
     assert "although their files differ" in top
 
 
