@@ -175,7 +175,8 @@ def pr_markdown(series: Series, base: str, base_commit: str, branch: str, commit
         lines += [block, "", f"Reproduce (results in `{evidence}`):", "", "```", command or "(no command recorded)",
                   "```", ""]
     lines += ["## Pushing", "",
-              f"Branch `{branch}`: {commits} commit(s) on {base} (`{base_commit[:12]}`), authored by your git identity.",
+              f"Branch `{branch}`: {commits} commit(s) on {base} (`{base_commit[:12]}`), "
+              "authored by your git identity.",
               "",
               "```",
               f"git push <your-fork> {branch}",

@@ -203,3 +203,53 @@ def test_stale_context_rebase_merges_three_way_when_the_blob_is_known(reassemble
     assert new["notes"] == "rebased from main with 3-way merge" and new["commit"] == fresh
     patch = (project_copy / "patches" / SERIES / new.get("dir", fresh) / new["patches"][0]).read_text()
     assert f" {NEW_CONTEXT};" in patch and OLD_CONTEXT not in patch
+
+
+def _added(patch: Path) -> list[str]:
+    return [line[1:] for line in patch.read_text().splitlines() if line.startswith("+") and not line.startswith("+++")]
+
+
+def test_main_test_class_is_the_one_linted_on_real_v2_6_0_source():
+    """The test class main's 0003 adds is, line for line, the one v2.6.0's 0003 adds, which
+    tests/test_patch_series.py compiles and lints (flake8, ruff) inside Debian's real 2.6.0 tree."""
+    main_added = _added(_patches()[2])
+    v26 = SERIES_DIR / "v2.6.0" / "0003-MPS-Test-GEMMs-under-PREFER_METAL-GEMM_PREFER_FAST_M.patch"
+    v26_added = _added(v26)
+    assert [line for line in main_added if line.strip()] == [line for line in v26_added if line.strip()]
+    assert len([line for line in main_added if line.strip()]) == 40
+    # main's file has one blank line before the insertion point, v2.6.0's two: both end with two
+    assert main_added[:2] == ["", "class TestGemmPreferFastMath(TestCaseMPS):"] and v26_added[0].startswith("class ")
+    assert all(len(line) <= 120 for line in main_added)
+
+
+def _tree_file(archive: Path, name: str) -> bytes:
+    import tarfile
+
+    with tarfile.open(archive) as tar:
+        for member in tar:
+            if member.isfile() and member.name.split("/", 1)[-1] == name:
+                return tar.extractfile(member).read()
+    raise AssertionError(f"{name} not in {archive}")
+
+
+@pytest.mark.slow
+def test_main_cxx_change_is_clang_format_clean(reassembled, debian_archive, tmp_path):
+    """clang-format (the version upstream's lint pins, see test_patch_series.py) with the real
+    ``.clang-format`` of PyTorch 2.6.0 (main's was not read) leaves 0001's changed lines as they are."""
+    from test_patch_series import _changed_lines, _clang_format_diff
+
+    import git as gitpython
+
+    (reassembled / ".clang-format").write_bytes(_tree_file(debian_archive, ".clang-format"))
+    git(reassembled, "add", ".clang-format")
+    git(reassembled, "commit", "-q", "-m", "clang-format config of 2.6.0")
+    base = git(reassembled, "rev-parse", "HEAD").strip()
+    git(reassembled, "apply", "--index", str(_patches()[0]))
+    git(reassembled, "commit", "-q", "-m", "0001")
+    repo = gitpython.Repo(reassembled)
+    ranges = _changed_lines(repo, base, LINALG)
+    assert ranges == [(301, 304)]
+    text = (reassembled / LINALG).read_text()
+    assert _clang_format_diff(reassembled, LINALG, text, ranges) == []
+    bad = text.replace('("PYTORCH_MPS_PREFER_METAL") &&', '("PYTORCH_MPS_PREFER_METAL")&&', 1)
+    assert bad != text and _clang_format_diff(reassembled, LINALG, bad, ranges) != []

@@ -62,7 +62,8 @@ def test_pr_branch_carries_the_configured_identity(applied, project, identity, c
     assert git(applied, "rev-parse", "--abbrev-ref", "HEAD").strip() == f"patched/{SERIES_NAME}/v1.4.0"
     assert git(applied, "status", "--porcelain") == ""
     text = (applied.parent / "PR.md").read_text()
-    assert text.startswith("# tinyext: TINYEXT_PREFER_FAST_PATH prefers the fast path\n\nlets users opt in at run time.\n")
+    title = "# tinyext: TINYEXT_PREFER_FAST_PATH prefers the fast path"
+    assert text.startswith(f"{title}\n\nlets users opt in at run time.\n")
     assert "No evidence yet" in text and f"nox -s compare -- --series {SERIES_NAME} --base v1.4.0" in text
     assert f"git push <your-fork> {branch}" in text and "ghstack" in text
 
@@ -97,8 +98,9 @@ def test_pr_md_quotes_the_newest_report_of_the_series(applied, project, identity
     root = project / "results"
     _results(root, "old", SERIES_NAME, "2026-01-01T00:00:00Z", "## old verdict\n")
     _results(root, "other", "another-series", "2026-12-31T00:00:00Z", "## not ours\n")
+    block = "## Verdict: 1.25x faster (95% CI 1.20-1.31)\n\n"
     newest = _results(root, "new", SERIES_NAME, "2026-06-01T00:00:00Z",
-                      "## Verdict: 1.25x faster (95% CI 1.20-1.31)\n\n<details><summary>all cells</summary>\nx\n</details>\n")
+                      block + "<details><summary>all cells</summary>\nx\n</details>\n")
     (root / "broken").mkdir()
     (root / "broken" / "results.json").write_text("{not json")
     rc, _, err = _pr(capsys)
