@@ -84,6 +84,12 @@ def rebase(session: nox.Session) -> None:
 
 
 @nox.session
+def pr(session: nox.Session) -> None:
+    """Pushable branch of the applied series with your git identity, and PR.md beside the worktrees."""
+    _harness(session, "pr")
+
+
+@nox.session
 def build_stock(session: nox.Session) -> None:
     """Wheel of the base (stock worktree) into dist/, verified in a fresh venv."""
     _harness(session, "build", "--kind", "stock")

@@ -30,6 +30,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "apply": ("harness.series", "git am --3way the patch series into the patched worktree"),
     "refresh": ("harness.series", "write the patched worktree's commits back as the patch series"),
     "rebase": ("harness.series", "carry the patch series onto another base ref (3-way); add a base variant"),
+    "pr": ("harness.pr", "branch with your git identity + PR.md (why, evidence block, reproduce command)"),
     "build": ("harness.build", "wheel of the stock or patched worktree (--kind), one configuration, verified"),
     "bench": ("harness.runner", "checks + microbenchmarks of one build under its env configs"),
     "compare": ("harness.runner", "A/B: checks + microbenchmarks of stock vs patched builds"),

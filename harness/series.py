@@ -4,7 +4,8 @@ The manifest (the project's shared series contract): top-level ``name``, ``title
 ``upstream``, optional ``related``, ``env``, ``[evidence]``, and one or more ``[[base]]`` with
 ``ref``, optional ``commit`` (pinned 40-hex SHA), ``dir`` (default: the ref), ordered ``patches``
 (``git format-patch`` files in ``patches/<series>/<dir>/``), optional ``files``, ``notes`` and
-``[[base.read]]`` provenance. Unknown keys are errors; every error names the file and the key.
+``[[base.read]]`` provenance (``path``, ``commit``, optional ``blob``: the file's git blob SHA when it was
+read whole). Unknown keys are errors; every error names the file and the key.
 
 Operations, all on the worktrees of :mod:`harness.upstream`:
 
@@ -50,7 +51,7 @@ _TOP_KEYS = {"name": str, "title": str, "upstream": str, "related": list, "env":
 _TOP_REQUIRED = ("name", "title", "upstream", "base")
 _BASE_KEYS = {"ref": str, "commit": str, "dir": str, "patches": list, "files": list, "notes": str, "read": list}
 _BASE_REQUIRED = ("ref", "patches")
-_READ_KEYS = {"path": str, "commit": str}
+_READ_KEYS = {"path": str, "commit": str, "blob": str}
 _SHA = re.compile(r"[0-9a-f]{40}")
 #: format-patch options of refresh/rebase: stable bytes for the same commits (see module doc).
 FORMAT_PATCH_ARGS = ("format-patch", "--zero-commit", "--no-signature", "-N", "--abbrev=12", "-M",
@@ -519,6 +520,8 @@ class AmOutcome:
     stopped_at: str = ""
     conflicts: tuple[str, ...] = ()
     reason: str = ""
+    #: when no file got conflict markers (no 3-way possible): "file: hunk #n `@@ ... @@` does not apply"
+    hunks: tuple[str, ...] = ()
 
 
 def _am(worktree: Path, patches: list[Path], *, resume: bool = False) -> AmOutcome:
@@ -530,22 +533,36 @@ def _am(worktree: Path, patches: list[Path], *, resume: bool = False) -> AmOutco
         return AmOutcome(True)
     gitdir = Path(git_run(worktree, "rev-parse", "--path-format=absolute", "--git-dir").out.strip())
     current = ""
+    stopped: Path | None = None
     apply_dir = gitdir / "rebase-apply"
     if (apply_dir / "next").is_file():
         number = int((apply_dir / "next").read_text().strip())
-        current = patches[number - 1].name if 0 < number <= len(patches) else f"patch #{number}"
+        stopped = patches[number - 1] if 0 < number <= len(patches) else None
+        current = stopped.name if stopped else f"patch #{number}"
     refusals = _git_path_refusals(result)
     if refusals:  # not a conflict: nothing for the user to resolve, so the worktree is put back
         git_run(worktree, "am", "--abort", check=False)
         raise SeriesError(f"{current or 'a patch'}: {refusals[0].removeprefix('git refuses the path: ')}",
                           "fix the patch: it may touch only files inside the upstream tree, not through links")
     conflicts = tuple(git_run(worktree, "diff", "--name-only", "--diff-filter=U").out.split())
-    return AmOutcome(False, current, conflicts, result.last_line())
+    hunks = tuple(_hunks_failing_at_head(worktree, stopped)) if stopped and not conflicts else ()
+    return AmOutcome(False, current, conflicts, result.last_line(), hunks)
+
+
+def _hunks_failing_at_head(worktree: Path, patch: Path) -> list[str]:
+    """The file + hunk of ``patch`` that do not apply to ``worktree``'s HEAD (a temporary index; nothing moves)."""
+    with tempfile.TemporaryDirectory(prefix="harness-hunks-") as tmp_name:
+        tmp = Path(tmp_name)
+        env = {"GIT_INDEX_FILE": str(tmp / "index")}
+        git_run(worktree, "read-tree", "HEAD", env=env, error=SeriesError)
+        return _failing_hunks(worktree, env, patch, tmp)
 
 
 def _print_conflict(out: AmOutcome, worktree: Path, continue_cmd: list[str]) -> None:
     files = ", ".join(out.conflicts) if out.conflicts else f"none marked ({out.reason})"
     print(f"conflict: {out.stopped_at or 'a patch'} does not apply in {worktree}; conflicted files: {files}")
+    for line in out.hunks:
+        print(f"conflict:   {line} (no 3-way merge: the patch names no blob this repository has)")
     print(f"resolve them, then `git -C {shlex.quote(str(worktree))} add <files>` and run:")
     print("  " + shlex.join(continue_cmd))
     print(f"(or give up: `git -C {shlex.quote(str(worktree))} am --abort`)")
