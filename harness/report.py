@@ -32,6 +32,10 @@ from harness.fsutil import atomic_write_text
 from harness.peaks import peak_tflops
 
 THRESHOLD = 0.02
+#: the band of launch-bound cells: their time is host latency, whose spread between processes is
+#: wide (37 % for GEMM 512³ on an H200); at 4 processes per side the exact test's smallest p
+#: (2/70) put a CI beyond ±2 % in 3 of 109 launch-bound cells of an H200 A/A run (docs/methodology.md)
+LAUNCH_BOUND_THRESHOLD = 0.05
 
 
 def add_arguments_report(parser: argparse.ArgumentParser) -> None:
@@ -127,7 +131,8 @@ def analyse(data: dict) -> Analysis:
             row = Row(Cell.from_key(key), medians,
                       {b: (stats.process_median(m) if m else None) for b, m in medians.items()},
                       {b: (stats.iqr(m) if m else None) for b, m in medians.items()},
-                      stats.compare(medians["stock"], medians["patched"], threshold=THRESHOLD) if ab else None,
+                      stats.compare(medians["stock"], medians["patched"], threshold=cell_threshold(per_build))
+                      if ab else None,
                       _notes([r for b in builds for r in per_build.get(b, [])]))
             rows[config].append(row)
         if ab:
@@ -270,6 +275,13 @@ def _short(sha: str | None) -> str:
     return (sha or "unknown")[:12]
 
 
+def cell_threshold(per_build: dict[str, list[dict]]) -> float:
+    """The verdict band of one cell: :data:`LAUNCH_BOUND_THRESHOLD` when it is launch-bound
+    (:func:`harness.results.launch_bound` over both builds' processes), else :data:`THRESHOLD`."""
+    records = [r for recs in per_build.values() for r in recs]
+    return LAUNCH_BOUND_THRESHOLD if res.launch_bound(records) else THRESHOLD
+
+
 def _notes(records: list[dict]) -> list[str]:
     notes = []
     for r in records:
@@ -277,7 +289,7 @@ def _notes(records: list[dict]) -> list[str]:
             text = f"{r['status']}: {r['reason']}"
             if text not in notes:
                 notes.append(text)
-    if any(r.get("measurement", {}).get("launch_bound") for r in records):
+    if res.launch_bound(records):
         notes.append("launch-bound")
     return notes
 

@@ -257,6 +257,13 @@ def cell_table(data: dict) -> dict[str, dict[str, dict[str, list[dict]]]]:
     return table
 
 
+def launch_bound(records: list[dict]) -> bool:
+    """True when most processes that measured the cell labelled it launch-bound (its time is host
+    latency, not kernel time: docs/timing.md)."""
+    labels = [bool(r["measurement"].get("launch_bound")) for r in records if r.get("measurement")]
+    return bool(labels) and 2 * sum(labels) > len(labels)
+
+
 def process_medians(records: list[dict]) -> list[float]:
     """Per-process medians (seconds) of the records that measured the cell."""
     return [r["measurement"]["median"] for r in records if r.get("status") == "ok" and r.get("measurement")]

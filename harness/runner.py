@@ -469,17 +469,11 @@ def round_order(seed: int, rnd: int, builds, configs) -> list[tuple[int, str, st
     return [(rnd, b, c) for b, c in pairs]
 
 
-def launch_bound(records: list[dict]) -> bool:
-    """True when most processes that measured the cell labelled it launch-bound (docs/timing.md)."""
-    labels = [bool(r["measurement"].get("launch_bound")) for r in records if r.get("measurement")]
-    return bool(labels) and 2 * sum(labels) > len(labels)
-
-
 def unconverged_cells(data: dict, target: float, launch_target: float | None = None,
                       only_launch_bound: bool | None = None) -> dict[str, list[str]]:
     """config -> cell keys whose stock/patched CI half-width is above its target (or not computable
     yet), in plan order: ``target`` for kernel-bound cells, ``launch_target`` (default ``target``)
-    for launch-bound ones (:func:`launch_bound`). Cells that failed or were skipped everywhere are
+    for launch-bound ones (:func:`harness.results.launch_bound`). Cells that failed or were skipped everywhere are
     left out; ``only_launch_bound`` True / False keeps only launch-bound / kernel-bound cells."""
     from harness import stats
 
@@ -490,7 +484,7 @@ def unconverged_cells(data: dict, target: float, launch_target: float | None = N
             if not all(medians.values()):
                 continue
             records = per_build.get("stock", []) + per_build.get("patched", [])
-            slow_host = launch_bound(records)
+            slow_host = res.launch_bound(records)
             if only_launch_bound is not None and slow_host != only_launch_bound:
                 continue
             goal = launch_target if launch_target is not None and slow_host else target

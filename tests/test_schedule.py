@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from harness.runner import TIMING, launch_bound, next_adaptive_cells, startup_seconds, unconverged_cells
+from harness.results import launch_bound
+from harness.runner import TIMING, next_adaptive_cells, startup_seconds, unconverged_cells
 
 
 def _data(spread: dict[str, float], launch: dict[str, bool], n: int = 6) -> dict:
@@ -55,3 +56,18 @@ def test_adaptive_rounds_measure_kernel_bound_cells_first():
     quiet = _data({**spread, "mm/4096x4096x4096/float16": 0.0001}, launch)
     # once the kernel-bound cell is there, the launch-bound one gets the rounds
     assert next_adaptive_cells(quiet, 0.01, 0.05) == {"default": ["mm/1x1024x1024/float16"]}
+
+
+def test_launch_bound_cells_are_judged_against_a_wider_band():
+    """The H200 A/A case: four 'patched' processes all below four noisier 'stock' ones, a launch-bound
+    cell. At ±2 % that is a false 'faster' (p = 2/70); at the launch-bound band it is not claimed."""
+    from harness import stats
+    from harness.report import LAUNCH_BOUND_THRESHOLD, THRESHOLD, cell_threshold
+
+    stock, patched = [12.8e-6, 12.8e-6, 18.6e-6, 13.1e-6], [11.8e-6, 12.5e-6, 11.6e-6, 11.6e-6]
+    rec = lambda t, lb: {"status": "ok", "measurement": {"median": t, "launch_bound": lb}}  # noqa: E731
+    launch = {"stock": [rec(t, True) for t in stock], "patched": [rec(t, True) for t in patched]}
+    kernel = {"stock": [rec(t, False) for t in stock], "patched": [rec(t, False) for t in patched]}
+    assert cell_threshold(launch) == LAUNCH_BOUND_THRESHOLD and cell_threshold(kernel) == THRESHOLD
+    assert stats.compare(stock, patched, threshold=THRESHOLD).verdict == "faster"
+    assert stats.compare(stock, patched, threshold=cell_threshold(launch)).verdict == "undetermined"
