@@ -475,8 +475,9 @@ def render(data: dict, analysis: Analysis | None = None) -> str:
                 if cmp.bimodal:
                     notes.append("bimodal: " + _modes_text(cmp))
                 if cell.key in run.get("adaptive", {}).get("unconverged", {}).get(config, []):
-                    hw = cmp.half_width
-                    notes.append(f"unconverged: CI half-width {hw:.1%} > target ±{run['adaptive']['target']:.1%}"
+                    hw, adaptive = cmp.half_width, run["adaptive"]
+                    goal = (adaptive.get("launch_bound_target") if "launch-bound" in r.notes else None) or adaptive["target"]
+                    notes.append(f"unconverged: CI half-width {hw:.1%} > target ±{goal:.1%}"
                                  if math.isfinite(hw) else "unconverged: no CI yet")
                 peak = _peak_text(data, config, cell, r.mid["patched"])
                 lines.append(base + [_median_spread(r.mid["stock"], r.spread["stock"]),
