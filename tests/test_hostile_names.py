@@ -147,6 +147,9 @@ WRITE_SITES = {
     "plots._save": "called by report.write",
     "preview.run_preview": "report.html in the results folder given",
     "bench.worker.main": "the worker's own output file named by the runner",
+    "doctor.run_doctor": "doctor.md and raw/ in the --out folder given (as compare's --out)",
+    "pr.make_branch": "a temporary folder",
+    "pr.run_pr": "PR.md beside the worktrees of the checkout that existing_checkout resolved",
 }
 _WRITES = {"unlink", "rmtree", "write_text", "write_bytes", "rename", "rmdir", "atomic_write_text",
            "atomic_write_bytes", "atomic_write_json", "set_aside", "move", "copyfile", "copy2"}
