@@ -200,3 +200,21 @@ def test_a_worker_hung_in_a_cell_is_stopped_after_the_stall_timeout_with_the_cel
     assert took < 60  # not the 300 s whole-process timeout
     assert record["reason"] == "worker made no progress for 3 s (stalled in cell mm/8x8x8/float32, step measure)"
     assert record["cells"]["mm/16x16x16/float32"]["reason"] == f"not measured: {record['reason']}"
+
+
+def test_finding7_the_gpu_is_named_by_torch_backends_mps_not_the_cpu_brand():
+    from types import SimpleNamespace
+
+    from harness.bench.devices import MPS_BFLOAT16_MACOS, MPS_MIN_MACOS, mps_gpu_name
+
+    new = SimpleNamespace(backends=SimpleNamespace(mps=SimpleNamespace(get_name=lambda: "Apple M3 Max",
+                                                                       get_core_count=lambda: 40)))
+    old = SimpleNamespace(backends=SimpleNamespace(mps=SimpleNamespace()))  # torch before 2.13
+    assert mps_gpu_name(new) == "Apple M3 Max, 40 GPU cores"
+    assert mps_gpu_name(old) is None
+    assert mps_gpu_name(torch) is None  # a CPU build: the query fails, no CPU brand instead
+    assert (MPS_MIN_MACOS, MPS_BFLOAT16_MACOS) == ((13, 0), (14, 0))
+    from harness.provenance import probe
+
+    info = probe("mps", [])
+    assert info["gpu_name"] is None and "MPS is not built into this torch" in info["device_error"]
