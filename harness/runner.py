@@ -501,6 +501,19 @@ def next_adaptive_cells(data: dict, target: float, launch_target: float | None =
             or unconverged_cells(data, target, launch_target, only_launch_bound=True))
 
 
+def round_seconds(processes: list[dict], cells_per_process: list[int]) -> float:
+    """Estimated seconds of a round of processes measuring ``cells_per_process`` cells each: the
+    median start-up plus the median seconds per cell of the processes run so far (0 before any)."""
+    import statistics
+
+    timed = [p for p in processes if isinstance(p.get("worker_started"), (int, float)) and p.get("cells")]
+    if not timed:
+        return 0.0
+    startup = statistics.median(p["worker_started"] - p["started"] for p in timed)
+    per_cell = statistics.median((p["finished"] - p["worker_started"]) / len(p["cells"]) for p in timed)
+    return sum(startup + per_cell * n for n in cells_per_process)
+
+
 def startup_seconds(record: dict) -> float | None:
     """Seconds from starting a worker to its ``start`` record: interpreter, ``import torch`` and the
     harness (the device context comes with the first cell). None when the worker wrote no start."""
@@ -775,8 +788,11 @@ def execute(args: argparse.Namespace, inputs: dict[str, str]) -> int:
                 if target is not None:  # adaptive sampling: more rounds for the cells that are not there yet
                     deadline, rnd = time.monotonic() + budget, rounds
                     need = next_adaptive_cells(data, target, launch_target)
-                    while need and rnd < MAX_ROUNDS and time.monotonic() < deadline:
+                    while need and rnd < MAX_ROUNDS:
                         extra = [e for e in round_order(args.seed, rnd, builds, configs) if e[2] in need]
+                        cost = round_seconds(data["processes"], [len(need[e[2]]) for e in extra])
+                        if time.monotonic() + cost > deadline:  # a round that would overrun the budget is not started
+                            break
                         data["run"]["order"] += extra
                         bar.update(total=(bar.total or 0) + sum(len(need[e[2]]) for e in extra))
                         note(f"adaptive round {rnd}: {sum(map(len, need.values()))} cells above ±{target:.1%}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from harness.results import launch_bound
-from harness.runner import TIMING, next_adaptive_cells, startup_seconds, unconverged_cells
+from harness.runner import TIMING, next_adaptive_cells, round_seconds, startup_seconds, unconverged_cells
 
 
 def _data(spread: dict[str, float], launch: dict[str, bool], n: int = 6) -> dict:
@@ -71,3 +71,11 @@ def test_launch_bound_cells_are_judged_against_a_wider_band():
     assert cell_threshold(launch) == LAUNCH_BOUND_THRESHOLD and cell_threshold(kernel) == THRESHOLD
     assert stats.compare(stock, patched, threshold=THRESHOLD).verdict == "faster"
     assert stats.compare(stock, patched, threshold=cell_threshold(launch)).verdict == "undetermined"
+
+
+def test_a_round_is_estimated_from_the_processes_so_far():
+    done = [{"started": 0.0, "worker_started": 3.0, "finished": 13.0, "cells": {str(i): {} for i in range(10)}},
+            {"started": 20.0, "worker_started": 23.0, "finished": 43.0, "cells": {str(i): {} for i in range(20)}}]
+    # start-up 3 s, 1 s per cell: two processes of 5 cells each
+    assert round_seconds(done, [5, 5]) == 16.0
+    assert round_seconds([], [5]) == 0.0
