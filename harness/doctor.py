@@ -132,9 +132,9 @@ def run_doctor(args: argparse.Namespace) -> int:
                 "routes": dict(config.routes), "seed": 0, "threads": 1 if device == "cpu" else 0, "timing": TIMING,
                 "dtype_support": info["dtype_support"], "timer_sanity": True}
         note(f"doctor: ops under {config.name}")
-        record = run_worker(python, spec, config, raw, f"doctor-{config.name.replace('+', '_')}",
-                            timeout=max(120.0, 4 * args.step_timeout), keep=keep, stall=args.step_timeout)
         name = f"doctor-{config.name.replace('+', '_')}"
+        record = run_worker(python, spec, config, raw, name, timeout=max(120.0, 4 * args.step_timeout),
+                            keep=keep, stall=args.step_timeout)
         sanity = next((r for r in read_jsonl(raw / f"{name}.jsonl") if r.get("type") == "timer_sanity"), None)
         rows += config_row(config, record, sanity)
     platform = args.platform or build_mod.host_platform()

@@ -357,8 +357,7 @@ def _provenance(data: dict) -> list[str]:
     timing = run["timing"]
     timing_text = (f"warm-up {timing.get('warmup_s')} s, measurement {timing.get('measure_s')} s per cell per process, "
                    f"blocks of at least {timing.get('min_block_s')} s")
-    startups = sorted(p["worker_started"] - p["started"] for p in data["processes"]
-                      if isinstance(p.get("worker_started"), (int, float)))
+    startups = sorted(t for t in map(res.startup_seconds, data["processes"]) if t is not None)
     if startups:
         timing_text += (f"; process start-up (interpreter + import torch) median {statistics.median(startups):.1f} s, "
                         f"{startups[0]:.1f}-{startups[-1]:.1f} s over {len(startups)} processes")

@@ -257,6 +257,13 @@ def cell_table(data: dict) -> dict[str, dict[str, dict[str, list[dict]]]]:
     return table
 
 
+def startup_seconds(process: dict) -> float | None:
+    """Seconds from starting a worker to its ``start`` record (interpreter, ``import torch`` and the
+    harness; the device context comes with the first cell), or None when it wrote none."""
+    begun = process.get("worker_started")
+    return begun - process["started"] if isinstance(begun, (int, float)) else None
+
+
 def launch_bound(records: list[dict]) -> bool:
     """True when most processes that measured the cell labelled it launch-bound (its time is host
     latency, not kernel time: docs/timing.md)."""

@@ -267,16 +267,16 @@ def last_step(path: Path) -> tuple[str, str] | None:
 STALL_TIMEOUT = {"full": 180.0, "quick": 60.0}
 
 
-def _wait(proc: subprocess.Popen, out_path: Path, timeout: float, stall: float) -> str:
+def _wait(proc: subprocess.Popen, out_path: Path, timeout: float, stall: float) -> tuple[str, bool]:
     """Wait for a worker; stop it (SIGKILL) after ``timeout`` seconds in all, or after ``stall``
     seconds in which its jsonl gained no ``cell`` record (counted from its ``start`` record, so
-    importing torch is not a stall). Returns the reason it was stopped, or ""."""
+    importing torch is not a stall). Returns (the reason it was stopped or "", whether it stalled)."""
     started = time.monotonic()
     progress_at, cells_seen, size = started, 0, -1
     while True:
         try:
             proc.wait(timeout=0.2)
-            return ""
+            return "", False
         except subprocess.TimeoutExpired:
             pass
         now = time.monotonic()
@@ -286,16 +286,10 @@ def _wait(proc: subprocess.Popen, out_path: Path, timeout: float, stall: float) 
             seen = sum(1 for r in read_jsonl(out_path) if r.get("type") in ("start", "cell"))
             if seen != cells_seen:
                 progress_at, cells_seen = now, seen
-        why = ""
         if now - started >= timeout:
-            why = f"worker timed out after {timeout:g} s"
-        elif cells_seen and now - progress_at >= stall:  # from the start record on
-            why = f"worker made no progress for {stall:g} s"
-        if why:
-            proc.kill()
-            proc.wait()
-            where = last_step(out_path) if "no progress" in why else None
-            return why + (f" (stalled in cell {where[0]}, step {where[1]})" if where else "")
+            return f"worker timed out after {timeout:g} s", False  # run_worker kills it
+        if cells_seen and now - progress_at >= stall:  # from the start record on
+            return f"worker made no progress for {stall:g} s", True
 
 
 def _describe_exit(returncode: int) -> str:
@@ -365,7 +359,7 @@ def run_worker(python: Path, spec: dict, config: cfg.EnvConfig, raw: Path, name:
     env.update(extra or {})
     env["PYTHONPATH"] = SOURCE_ROOT
     started = time.time()
-    reason, returncode = "", None
+    reason, returncode, stalled = "", None, False
     err_path = raw / f"{name}.stderr"
     with open(err_path, "w") as err:
         # its own process group (a terminal's Ctrl-C reaches the driver only), killed with the driver
@@ -374,7 +368,7 @@ def run_worker(python: Path, spec: dict, config: cfg.EnvConfig, raw: Path, name:
                                 start_new_session=True, preexec_fn=_die_with_parent(os.getpid()))
     atomic_write_json(_worker_path(raw, name), {"pid": proc.pid})
     try:
-        reason = _wait(proc, out_path, timeout, stall or timeout)
+        reason, stalled = _wait(proc, out_path, timeout, stall or timeout)
         if not reason:
             returncode = proc.returncode
             if returncode != 0:
@@ -389,7 +383,10 @@ def run_worker(python: Path, spec: dict, config: cfg.EnvConfig, raw: Path, name:
         _worker_path(raw, name).unlink(missing_ok=True)
     start, cells, ended = read_worker_records(out_path)
     unfinished = [key for key in spec["cells"] if key not in cells]
-    if unfinished and reason and "stalled in cell" not in reason:
+    where = last_step(out_path) if stalled else None
+    if where:
+        reason = f"{reason} (stalled in cell {where[0]}, step {where[1]})"
+    elif unfinished and reason:
         reason = f"{reason} while measuring {unfinished[0]}"  # a worker runs its cells in order
     for key in unfinished:
         cells[key] = {"status": "failed", "reason": (reason if key == unfinished[0] else f"not measured: {reason}")
@@ -506,19 +503,12 @@ def round_seconds(processes: list[dict], cells_per_process: list[int]) -> float:
     median start-up plus the median seconds per cell of the processes run so far (0 before any)."""
     import statistics
 
-    timed = [p for p in processes if isinstance(p.get("worker_started"), (int, float)) and p.get("cells")]
+    timed = [p for p in processes if res.startup_seconds(p) is not None and p.get("cells")]
     if not timed:
         return 0.0
-    startup = statistics.median(p["worker_started"] - p["started"] for p in timed)
+    startup = statistics.median(res.startup_seconds(p) for p in timed)
     per_cell = statistics.median((p["finished"] - p["worker_started"]) / len(p["cells"]) for p in timed)
     return sum(startup + per_cell * n for n in cells_per_process)
-
-
-def startup_seconds(record: dict) -> float | None:
-    """Seconds from starting a worker to its ``start`` record: interpreter, ``import torch`` and the
-    harness (the device context comes with the first cell). None when the worker wrote no start."""
-    begun = record.get("worker_started")
-    return begun - record["started"] if isinstance(begun, (int, float)) else None
 
 
 #: what must be equal for finished processes of an earlier run to be reused (rounds may grow)

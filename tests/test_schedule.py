@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from harness.results import launch_bound
-from harness.runner import TIMING, next_adaptive_cells, round_seconds, startup_seconds, unconverged_cells
+from harness.results import launch_bound, startup_seconds
+from harness.runner import TIMING, next_adaptive_cells, round_seconds, unconverged_cells
 
 
 def _data(spread: dict[str, float], launch: dict[str, bool], n: int = 6) -> dict:
