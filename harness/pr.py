@@ -2,8 +2,9 @@
 
 After ``apply`` (and ``compare`` for the evidence), ``python -m harness pr --series NAME --base REF``
 
-- re-creates the series' commits of the ``patched`` worktree (``<base>..patched/<series>/<base>``)
-  on a new branch ``pr/<series>/<base>`` (``--branch`` to name it) whose author **and** committer
+- re-creates the series' commits of the ``patched`` worktree (``<base>..`` its branch
+  ``patched/<series>/<base>-<hash8>``, :func:`harness.upstream.patched_branch`) on a new branch
+  ``pr/<series>/<base>`` (``--branch`` to name it) whose author **and** committer
   are the contributor's own git identity (``git config user.name`` / ``user.email`` as seen from the
   patched worktree). The commit trees and messages are unchanged; only the identity and the
   committer date differ. The series' files keep the neutral identity they were exported with,

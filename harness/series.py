@@ -815,7 +815,7 @@ def existing_checkout(ctx: Context, workdir: Path | str) -> Checkout:
     if store is None:
         raise UpstreamError(f"{patched} is not a git worktree", "move that folder away and run apply again")
     commit = resolve_commit(store, ctx.base, source=str(store))
-    branch = patched_branch(ctx.series.name, ctx.base)
+    branch = patched_branch(ctx.series.name, ctx.base, patched)
     switch_branch(patched, branch, commit)
     kind = "archive" if store.parent.name == "imports" else "git"
     return Checkout(Upstream(ctx.upstream, store, kind, created=False), ctx.base, commit, stock, patched, branch, ())

@@ -16,10 +16,10 @@ The mirror's fetch refspec is ``+refs/heads/*:refs/heads/*`` plus tags, without 
 without GitHub's ``refs/pull/*`` (a ``--mirror`` clone of PyTorch would fetch every PR head).
 
 ``checkout`` creates ``<workdir>/<slug(base)>/stock`` (detached at the base commit) and
-``<workdir>/<slug(base)>/patched`` (on branch ``patched/<series>/<slug(base)>``), both
-``git worktree``s of the one object store, then initialises submodules recursively where the
-tree has a ``.gitmodules``. A source without its submodules is reported, not refused:
-:func:`missing_submodules` gives the fact to the build step.
+``<workdir>/<slug(base)>/patched`` (on branch ``patched/<series>/<slug(base)>-<hash8 of its path>``,
+see :func:`patched_branch`), both ``git worktree``s of the one object store, then initialises
+submodules recursively where the tree has a ``.gitmodules``. A source without its submodules is
+reported, not refused: :func:`missing_submodules` gives the fact to the build step.
 
 A clone is made in a temporary folder beside the mirror and renamed into place when complete; a
 clone killed midway (Ctrl-C, a laptop that sleeps, a kill) leaves that folder, which the next run
@@ -441,9 +441,25 @@ def worktrees(workdir: Path | str, base: str) -> tuple[Path, Path]:
     return root / "stock", root / "patched"
 
 
-def patched_branch(series: str, base: str) -> str:
-    """Branch of the ``patched`` worktree of a series: ``patched/<series>/<slug(base)>``."""
-    return f"patched/{series}/{slug(base)}"
+def patched_branch(series: str, base: str, worktree: Path | str) -> str:
+    """Branch of the ``patched`` worktree of a series: ``patched/<series>/<slug(base)>-<where>``, where
+    ``<where>`` is the first 8 hex digits of the sha256 of the worktree's absolute path.
+
+    Every clone of a project has its own ``work/`` folder but all share the cache's mirror, and so its
+    branches; git checks a branch out in one worktree at a time. Named after the worktree, the branches
+    of two clones that apply the same series at the same base never collide.
+    """
+    where = hashlib.sha256(str(Path(worktree).resolve()).encode()).hexdigest()[:8]
+    return f"patched/{series}/{slug(base)}-{where}"
+
+
+def _earlier_name(current: str, branch: str) -> bool:
+    """Is ``current`` a name the patched worktree of ``branch`` had before: ``patched/<series>/<base>``
+    (before branches were named after the worktree) or the same with another folder's hash?"""
+    match = re.fullmatch(r"(patched/.+)-[0-9a-f]{8}", branch)
+    if match is None or current == branch:
+        return False
+    return current == match[1] or re.fullmatch(re.escape(match[1]) + r"-[0-9a-f]{8}", current) is not None
 
 
 def _branch_free(store: Path, branch: str) -> None:
@@ -552,7 +568,7 @@ def checkout(source: str, base: str, workdir: Path | str, series: str | None = N
     stock, patched = worktrees(workdir, base)
     _clear_partial_worktrees(store, inside(Path(workdir), stock.parent.name, "--base folder"))
     git_run(store, "worktree", "prune")
-    branch = patched_branch(series, base) if series else None
+    branch = patched_branch(series, base, patched) if series else None
     created = []
     if stock.exists():
         _ensure_own(stock, store)
@@ -629,11 +645,18 @@ def _ensure_complete(worktree: Path) -> None:
 def switch_branch(worktree: Path, branch: str, commit: str) -> None:
     """Put ``worktree`` on ``branch`` (created at ``commit`` when absent); no-op when already there.
 
+    A worktree on an earlier name of its patched branch (:func:`_earlier_name`) keeps its commits:
+    that branch is renamed to ``branch``.
+
     Raises:
         UpstreamError: the worktree has uncommitted changes and is on another branch.
     """
     current = git_run(worktree, "symbolic-ref", "--quiet", "--short", "HEAD", check=False).out.strip()
     if current == branch:
+        return
+    if _earlier_name(current, branch):
+        git_run(worktree, "branch", "--move", "--force", current, branch)
+        progress.note(f"upstream: branch {current} of {worktree} renamed to {branch} (named after its worktree)")
         return
     dirty = dirty_files(worktree)
     if dirty:

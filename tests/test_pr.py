@@ -10,7 +10,7 @@ import pytest
 
 from conftest import git
 from harness import cli
-from harness.upstream import worktrees
+from harness.upstream import patched_branch, worktrees
 from small_upstream import SERIES_NAME, make_series, make_upstream
 
 
@@ -59,7 +59,7 @@ def test_pr_branch_carries_the_configured_identity(applied, project, identity, c
     assert git(applied, "rev-parse", f"{branch}^{{tree}}") == git(applied, "rev-parse", "HEAD^{tree}")
     assert git(applied, "log", "-1", "--format=%B", branch) == git(applied, "log", "-1", "--format=%B", "HEAD")
     assert git(applied, "log", "-1", "--format=%an", "HEAD").strip() == "tiny"
-    assert git(applied, "rev-parse", "--abbrev-ref", "HEAD").strip() == f"patched/{SERIES_NAME}/v1.4.0"
+    assert git(applied, "rev-parse", "--abbrev-ref", "HEAD").strip() == patched_branch(SERIES_NAME, "v1.4.0", applied)
     assert git(applied, "status", "--porcelain") == ""
     text = (applied.parent / "PR.md").read_text()
     title = "# tinyext: TINYEXT_PREFER_FAST_PATH prefers the fast path"

@@ -23,7 +23,7 @@ import pytest
 
 from conftest import export_series, fixed_rounds, git
 from harness import cli
-from harness.upstream import worktrees
+from harness.upstream import patched_branch, worktrees
 
 REPO = Path(__file__).resolve().parent.parent
 CELL = "mm/32x32x32/float32"
@@ -450,8 +450,8 @@ def test_dirty_worktrees_are_never_reset(tiny_upstream, project, isolated_cache,
     (onto / "a.txt").write_text("edited by hand\n")
     capsys.readouterr()
     line = _cli_line(capsys, "rebase", "--series", "demo", "--onto", "v2")
-    assert line == ("error: worktree work/v2/patched is on a detached HEAD, not patched/demo/v2, and has uncommitted "
-                    "changes: a.txt -- commit or discard them (`git -C work/v2/patched status`)")
+    assert line == (f"error: worktree work/v2/patched is on a detached HEAD, not {patched_branch('demo', 'v2', onto)}, "
+                    "and has uncommitted changes: a.txt -- commit or discard them (`git -C work/v2/patched status`)")
     assert (onto / "a.txt").read_text() == "edited by hand\n"
 
 

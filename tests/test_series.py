@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import re
-import uuid
 from pathlib import Path
 
 import pytest
@@ -12,7 +11,7 @@ import pytest
 from conftest import AUTHOR, export_series, git
 from harness import cli
 from harness.series import load_series, series_hash
-from harness.upstream import checkout, worktrees
+from harness.upstream import checkout, patched_branch, worktrees
 
 
 def _errors(capsys) -> list[str]:
@@ -183,6 +182,37 @@ def test_apply_one_commit_per_patch_then_noop_refresh(tiny_upstream, project, is
     assert {p.name: p.read_bytes() for p in (folder / "v1").iterdir()} == before
 
 
+def test_two_clones_sharing_one_cache_apply_the_same_series(tiny_upstream, project, isolated_cache, tmp_path,
+                                                            monkeypatch, capsys):
+    """Issue 16: a second clone's apply failed with "branch patched/<series>/<base> is already checked
+    out in <the other clone>/work/...": both clones' worktrees live in the one cached mirror."""
+    export_series(tiny_upstream, project)
+    other = tmp_path / "other-clone"
+    git(tmp_path, "clone", "-q", str(project), str(other))
+    trees = []
+    for clone in (project, other):
+        monkeypatch.chdir(clone)
+        rc, out = _run(capsys, "apply", "--series", "demo")
+        assert rc == 0, out
+        _, patched = worktrees(clone / "work", "v1")
+        branch = patched_branch("demo", "v1", patched)
+        assert f"apply: 2 commit(s) on {branch} in work/v1/patched" in out
+        assert "line 5 patched" in (patched / "a.txt").read_text()
+        trees.append((patched, branch))
+    (first, first_branch), (second, second_branch) = trees
+    assert first_branch != second_branch
+    assert git(first, "rev-parse", "--git-common-dir") == git(second, "rev-parse", "--git-common-dir")  # one mirror
+    assert len(list((isolated_cache / "mirrors").glob("*.git"))) == 1
+    # each clone goes on with its own branch: a commit in one is not seen by the other's refresh
+    (second / "a.txt").write_text((second / "a.txt").read_text().replace("line 9\n", "line 9 other\n"))
+    git(second, "commit", "-q", "-am", "a: only in the other clone")
+    assert _run(capsys, "refresh", "--series", "demo")[0] == 0
+    assert len(list((other / "patches" / "demo" / "v1").glob("*.patch"))) == 3
+    monkeypatch.chdir(project)
+    rc, out = _run(capsys, "refresh", "--series", "demo")
+    assert rc == 0 and "unchanged" in out
+
+
 def test_refresh_writes_changes_with_stable_bytes(tiny_upstream, project, isolated_cache, capsys):
     folder = export_series(tiny_upstream, project)
     assert _run(capsys, "apply", "--series", "demo")[0] == 0
@@ -194,7 +224,7 @@ def test_refresh_writes_changes_with_stable_bytes(tiny_upstream, project, isolat
     (patched / "a.txt").write_text((patched / "a.txt").read_text().replace("line 6\n", "line 6 too\n"))
     git(patched, "commit", "-q", "-a", "--amend", "-m", "a: patch lines 5 and 6")
     amended = git(patched, "rev-parse", "HEAD").strip()
-    git(patched, "checkout", "-q", "patched/demo/v1")
+    git(patched, "checkout", "-q", patched_branch("demo", "v1", patched))
     git(patched, "rebase", "-q", "--onto", amended, "HEAD~1")
     rc, out = _run(capsys, "refresh", "--series", "demo")
     assert rc == 0 and "2 file(s) written or removed" in out  # new name written, old name removed
@@ -277,12 +307,8 @@ DOC = "docs/source/mps_environment_variables.rst"
 
 @pytest.fixture
 def debian_project(debian_archive, project):
-    """A project with its own small series authored on the real PyTorch 2.6.0 tree.
-
-    The series name is unique per test so that the ``patched/<series>/v2.6.0`` branches in the
-    shared cached import never collide with an earlier run's worktrees; they are removed after.
-    """
-    name = f"demo-{uuid.uuid4().hex[:8]}"
+    """A project with its own small series authored on the real PyTorch 2.6.0 tree (in the test's own cache)."""
+    name = "demo-real"
     co = checkout(str(debian_archive), "v2.6.0", project / "work", name)
     stock, patched = co.stock, co.patched
     assert (stock, patched) == worktrees(project / "work", "v2.6.0")
@@ -305,10 +331,7 @@ def debian_project(debian_archive, project):
     git(patched, "reset", "-q", "--hard", "v2.6.0")
     git(project, "add", "-A")
     git(project, "commit", "-q", "-m", "series")
-    yield name, stock, patched
-    # free the branch in the shared cached store (the folders go with pytest's tmp_path)
-    git(patched, "checkout", "-q", "--detach", check=False)
-    git(patched, "branch", "-q", "-D", f"patched/{name}/v2.6.0", check=False)
+    return name, stock, patched
 
 
 @pytest.mark.slow
