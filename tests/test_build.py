@@ -468,7 +468,7 @@ def test_build_failed_carries_cause_tail_and_log(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def debian_tree(debian_archive, tmp_path_factory) -> Path:
+def debian_tree(debian_tarball, tmp_path_factory) -> Path:
     """The build-convention files of Debian's real PyTorch 2.6.0 source (submodules stripped)."""
     root = tmp_path_factory.mktemp("pt260")
     members = [
@@ -482,7 +482,7 @@ def debian_tree(debian_archive, tmp_path_factory) -> Path:
         "third_party/README.md",
     ]
     subprocess.run(
-        ["tar", "-xf", str(debian_archive), "-C", str(root), "--wildcards", *[f"pytorch-v2.6.0/{m}" for m in members]],
+        ["tar", "-xf", str(debian_tarball), "-C", str(root), "--wildcards", *[f"pytorch-v2.6.0/{m}" for m in members]],
         check=True,
     )
     return root / "pytorch-v2.6.0"
@@ -521,14 +521,8 @@ def test_debian_pytorch_260_plan_and_preflight(debian_tree):
 
 @pytest.mark.slow
 def test_cli_build_patched_of_debian_archive_stops_before_compiling(debian_archive, tmp_path, capsys):
-    """Acceptance: `build_patched -- --upstream <Debian 2.6.0 archive> --base v2.6.0 --series ...` -> one line.
-
-    Uses the default harness cache, like tests/test_upstream.py, so the archive is imported once."""
-    import uuid
-
-    from harness.upstream import git_run
-
-    name = f"demo-{uuid.uuid4().hex[:8]}"  # its patched branch lives in the shared import store
+    """Acceptance: `build_patched -- --upstream <Debian 2.6.0 archive> --base v2.6.0 --series ...` -> one line."""
+    name = "demo"
     series = tmp_path / "patches" / name
     (series / "v2.6.0").mkdir(parents=True)
     (series / "v2.6.0" / "0001-demo.patch").write_text(
@@ -539,31 +533,23 @@ def test_cli_build_patched_of_debian_archive_stops_before_compiling(debian_archi
         '[[base]]\nref = "v2.6.0"\npatches = ["0001-demo.patch"]\n'
     )
     work = tmp_path / "work"
-    try:
-        rc = main(
-            [
-                "build",
-                "--kind",
-                "patched",
-                "--upstream",
-                str(debian_archive),
-                "--base",
-                "v2.6.0",
-                "--series",
-                str(series),
-                "--workdir",
-                str(work),
-                "--dist",
-                str(tmp_path / "dist"),
-            ]
-        )
-    finally:  # leave the shared store as found: no worktrees, no branch of this test
-        stock = work / "v2.6.0" / "stock"
-        if stock.is_dir():
-            store = git_run(stock, "rev-parse", "--path-format=absolute", "--git-common-dir").out.strip()
-            for tree in ("patched", "stock"):
-                git_run(store, "worktree", "remove", "--force", str(work / "v2.6.0" / tree), check=False)
-            git_run(store, "branch", "-D", f"patched/{name}/v2.6.0", check=False)
+    rc = main(
+        [
+            "build",
+            "--kind",
+            "patched",
+            "--upstream",
+            str(debian_archive),
+            "--base",
+            "v2.6.0",
+            "--series",
+            str(series),
+            "--workdir",
+            str(work),
+            "--dist",
+            str(tmp_path / "dist"),
+        ]
+    )
     err = capsys.readouterr().err.splitlines()
     errors = [line for line in err if line.startswith("error:")]
     assert rc == 2 and len(errors) == 1 and err[-1] == errors[0]

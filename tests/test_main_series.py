@@ -233,14 +233,14 @@ def _tree_file(archive: Path, name: str) -> bytes:
 
 
 @pytest.mark.slow
-def test_main_cxx_change_is_clang_format_clean(reassembled, debian_archive, tmp_path):
+def test_main_cxx_change_is_clang_format_clean(reassembled, debian_tarball, tmp_path):
     """clang-format (the version upstream's lint pins, see test_patch_series.py) with the real
     ``.clang-format`` of PyTorch 2.6.0 (main's was not read) leaves 0001's changed lines as they are."""
     from test_patch_series import _changed_lines, _clang_format_diff
 
     import git as gitpython
 
-    (reassembled / ".clang-format").write_bytes(_tree_file(debian_archive, ".clang-format"))
+    (reassembled / ".clang-format").write_bytes(_tree_file(debian_tarball, ".clang-format"))
     git(reassembled, "add", ".clang-format")
     git(reassembled, "commit", "-q", "-m", "clang-format config of 2.6.0")
     base = git(reassembled, "rev-parse", "HEAD").strip()
