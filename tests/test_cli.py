@@ -1,4 +1,8 @@
-"""Bad input ends in one line naming the cause and the remedy, exit code 2, no traceback."""
+"""Bad input ends in one line naming the cause and the remedy, exit code 2, no traceback.
+
+Commands run in-process (``harness.cli.main``, what ``python -m harness`` calls); one test runs the
+real entry point as a subprocess.
+"""
 
 from __future__ import annotations
 
@@ -9,15 +13,16 @@ from pathlib import Path
 
 import pytest
 
+from conftest import run_harness
+
 REPO = Path(__file__).resolve().parent.parent
 
 
-def run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "harness", *args], capture_output=True, text=True, cwd=REPO,
-                          env=dict(os.environ), timeout=600)
+def run(*args: str):
+    return run_harness(*args, cwd=REPO)
 
 
-def assert_one_line_error(proc: subprocess.CompletedProcess, *fragments: str) -> None:
+def assert_one_line_error(proc, *fragments: str) -> None:
     assert proc.returncode == 2, proc.stderr
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1, proc.stderr
@@ -61,6 +66,14 @@ def test_requirement_pip_cannot_satisfy(tmp_path, this_python):
     proc = run("compare", "--stock", this_python, "--patched", "torch==0.0.1", "--device", "cpu", "--quick",
                "--out", str(tmp_path / "o"))
     assert_one_line_error(proc, "pip could not install torch==0.0.1")
+
+
+@pytest.mark.e2e
+def test_the_entry_point_prints_one_line_and_exits_2():
+    proc = subprocess.run([sys.executable, "-m", "harness", "frobnicate"], capture_output=True, text=True, cwd=REPO,
+                          env=dict(os.environ), timeout=600)
+    assert_one_line_error(proc, "unknown command 'frobnicate'")
+    assert proc.stderr.count("\n") == 1 and proc.stdout == ""
 
 
 def test_unknown_command_and_unreadable_results(tmp_path):

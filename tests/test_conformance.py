@@ -194,10 +194,8 @@ def test_a_worker_hung_in_a_cell_is_stopped_after_the_stall_timeout_with_the_cel
     python.write_text(f'#!/bin/sh\nshift 2\nexec {sys.executable} -c "{planted}" "$@"\n')
     python.chmod(0o755)
     spec = {"device": "cpu", "cells": ["mm/8x8x8/float32", "mm/16x16x16/float32"], "check": False, "timing": TINY}
-    t0 = time.monotonic()
     record = run_worker(python, spec, cfg.PROFILES["cpu"][0], tmp_path, "r00-stock-default", timeout=300, stall=3)
-    took = time.monotonic() - t0
-    assert took < 60  # not the 300 s whole-process timeout
+    # stopped by the 3 s stall rule, not by the 300 s whole-process timeout ("worker timed out after 300 s")
     assert record["reason"] == "worker made no progress for 3 s (stalled in cell mm/8x8x8/float32, step measure)"
     assert record["cells"]["mm/16x16x16/float32"]["reason"] == f"not measured: {record['reason']}"
 

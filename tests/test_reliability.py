@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import export_series, fixed_rounds, git
+from conftest import export_series, fixed_rounds, git, run_harness
 from harness import cli
 from harness.upstream import patched_branch, worktrees
 
@@ -36,10 +36,11 @@ def _default_sigint() -> None:
     test suite run in the background would otherwise never see the Ctrl-C it sends."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
-def harness(*args: str, env: dict | None = None, cwd: Path = REPO, timeout: float = 600) -> subprocess.CompletedProcess:
-    args = fixed_rounds(args)
-    return subprocess.run([sys.executable, "-m", "harness", *args], capture_output=True, text=True, cwd=cwd,
-                          env={**os.environ, **(env or {})}, timeout=timeout)
+
+
+def harness(*args: str, env: dict | None = None, cwd: Path = REPO):
+    """``python -m harness *args`` in this process (``harness.cli.main``; workers are real processes)."""
+    return run_harness(*fixed_rounds(args), env=env, cwd=cwd)
 
 
 def one_line_error(text: str, code: int, expected_code: int = 2) -> str:
@@ -270,21 +271,27 @@ def test_malformed_results_json_names_the_json_path(finished_run, tmp_path, caps
     assert _snapshot(out) == before
 
 
-@pytest.mark.parametrize("damage", ['{"status": "ok", "cells": nu', '{"status": "ok", "cells": null}', "[1, 2]"])
-def test_damaged_status_file_is_set_aside_and_that_process_runs_again(finished_run, tmp_path, damage):
+def test_damaged_status_files_are_set_aside_and_those_processes_run_again(finished_run, tmp_path):
+    """Three damages (cut short, null cells, not an object), one per process, set aside in one rerun."""
     run, args = finished_run
     out = _copy(run, tmp_path)
-    status = out / "raw" / "r01-stock-default.status.json"
-    status.write_text(damage)
+    damages = {"r01-stock-default": '{"status": "ok", "cells": nu', "r01-patched-default": '{"status": "ok", "cells": null}',
+               "r00-stock-default": "[1, 2]"}
+    for name, damage in damages.items():
+        (out / "raw" / f"{name}.status.json").write_text(damage)
     again = harness(*args, "--out", str(out))
     assert again.returncode == 0, again.stderr
-    (kept,) = (out / "raw").glob("r01-stock-default.status.json.damaged-*")
-    assert kept.read_text() == damage
-    assert f"{status} is damaged (" in again.stderr and f"kept it as {kept.name}; running that process again" in again.stderr
-    assert "] ran r01-stock-default: 1 cells ok" in again.stderr and again.stderr.count("] kept r0") == 3
+    for name, damage in damages.items():
+        status = out / "raw" / f"{name}.status.json"
+        (kept,) = (out / "raw").glob(f"{name}.status.json.damaged-*")
+        assert kept.read_text() == damage
+        assert f"{status} is damaged (" in again.stderr
+        assert f"kept it as {kept.name}; running that process again" in again.stderr
+        assert f"] ran {name}: 1 cells ok" in again.stderr
+        assert json.loads(status.read_text())["cells"][CELL]["status"] == "ok"  # the process's new status file
+    assert again.stderr.count("] kept r0") == 1 and again.stderr.count("] ran r0") == 3
     data = json.loads((out / "results.json").read_text())
     assert len(data["processes"]) == 4 and all(p["cells"][CELL]["status"] == "ok" for p in data["processes"])
-    assert json.loads(status.read_text())["cells"][CELL]["status"] == "ok"  # the process's new status file
 
 
 def test_damaged_plan_is_refused_with_a_remedy_that_keeps_the_run(finished_run, tmp_path):
@@ -329,6 +336,7 @@ def test_a_run_that_fails_before_measuring_leaves_no_out_dir(tmp_path, this_pyth
     assert _snapshot(existing) == {"notes.txt": b"keep"}
 
 
+@pytest.mark.e2e
 def test_interrupted_compare_rerenders_the_report_from_the_saved_results(finished_run, tmp_path):
     run, args = finished_run
     out = _copy(run, tmp_path)
@@ -359,7 +367,7 @@ def test_interrupted_compare_rerenders_the_report_from_the_saved_results(finishe
     assert "incomplete" in text.lower()  # the report's banner for run.finished == None
 
 
-def _proc_err(proc: subprocess.CompletedProcess) -> tuple[str, int]:
+def _proc_err(proc) -> tuple[str, int]:
     return proc.stderr, proc.returncode
 
 
@@ -474,6 +482,7 @@ def _slow_clone_shim(tmp_path: Path) -> tuple[dict, Path]:
     return {"PATH": f"{shim}{os.pathsep}{os.environ['PATH']}"}, started
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT])
 def test_interrupted_clone_is_recovered_by_the_rerun(tiny_upstream, isolated_cache, tmp_path, sig):
     env, started = _slow_clone_shim(tmp_path)
@@ -530,13 +539,15 @@ def tiny_source(tmp_path):
     return repo, dist
 
 
-def _build(repo: Path, dist: Path, tmp_path: Path, *extra: str, env: dict | None = None,
-           timeout: float = 600) -> subprocess.CompletedProcess:
-    environ = {k: v for k, v in os.environ.items() if k not in ("CXX", "TORCH_PATCH_HARNESS_BUILD_FREE_GIB")}
-    environ.update({"TORCH_PATCH_HARNESS_CACHE": str(tmp_path / "cache"), **(env or {})})
-    return subprocess.run([sys.executable, "-m", "harness", "build", "--kind", "stock", "--source", str(repo),
-                           "--jobs", "2", "--dist", str(dist), "--no-verify", *extra],
-                          capture_output=True, text=True, cwd=REPO, env=environ, timeout=timeout)
+def _build(repo: Path, dist: Path, tmp_path: Path, *extra: str, env: dict | None = None):
+    """``python -m harness build --kind stock --source repo`` in this process, without ``CXX`` and
+    ``TORCH_PATCH_HARNESS_BUILD_FREE_GIB`` from the environment unless ``env`` sets them."""
+    with pytest.MonkeyPatch.context() as patch:
+        for key in ("CXX", "TORCH_PATCH_HARNESS_BUILD_FREE_GIB"):
+            patch.delenv(key, raising=False)
+        return run_harness("build", "--kind", "stock", "--source", str(repo), "--jobs", "2", "--dist", str(dist),
+                           "--no-verify", *extra, env={"TORCH_PATCH_HARNESS_CACHE": str(tmp_path / "cache"),
+                                                       **(env or {})}, cwd=REPO)
 
 
 @pytest.mark.parametrize("tools, platform, fragment", [
@@ -584,6 +595,7 @@ def test_nonexistent_source_is_one_line(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.e2e
 def test_interrupted_build_resumes_compiling_only_what_was_left(tiny_source, tmp_path):
     """Ctrl-C while the last translation unit compiles; the rerun compiles that one unit only."""
     import glob

@@ -88,6 +88,7 @@ runner.run_worker(Path(sys.argv[1]), {"cells": ["mm/8x8x8/float32"]}, cfg.EnvCon
 """
 
 
+@pytest.mark.e2e
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's; macOS: reap_orphans")
 def test_worker_has_its_own_process_group_and_dies_with_a_sigkilled_driver(tmp_path):
     """item 11: an orphaned worker of a SIGKILLed driver kept running and overlapped the next run."""
