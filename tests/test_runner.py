@@ -222,8 +222,9 @@ def test_more_rounds_extend_a_finished_run(ab_run, tmp_path):
 def test_adaptive_sampling_adds_rounds_only_for_unconverged_cells(ab_run, tmp_path):
     run, args, _ = ab_run
     out = _copy(run, tmp_path)  # its 4 planned rounds are kept; adaptive rounds follow them
-    # a target no CPU run reaches: rounds are added, then the budget stops them
-    proc = run_harness(*_on(out, run, args), "--target-ci", "0.00001", "--budget-s", "30", cwd=REPO)
+    # a target no CPU run reaches: rounds are added, then the budget stops them (it counts this command's
+    # worker processes: the kept rounds cost nothing)
+    proc = harness(*_on(out, run, args), "--target-ci", "0.00001", "--budget-s", "45")
     assert proc.returncode == 0, proc.stderr
     data = json.loads((out / "results.json").read_text())
     adaptive = data["run"]["adaptive"]
