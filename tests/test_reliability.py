@@ -275,7 +275,8 @@ def test_damaged_status_files_are_set_aside_and_those_processes_run_again(finish
     """Three damages (cut short, null cells, not an object), one per process, set aside in one rerun."""
     run, args = finished_run
     out = _copy(run, tmp_path)
-    damages = {"r01-stock-default": '{"status": "ok", "cells": nu', "r01-patched-default": '{"status": "ok", "cells": null}',
+    damages = {"r01-stock-default": '{"status": "ok", "cells": nu',
+               "r01-patched-default": '{"status": "ok", "cells": null}',
                "r00-stock-default": "[1, 2]"}
     for name, damage in damages.items():
         (out / "raw" / f"{name}.status.json").write_text(damage)
