@@ -89,6 +89,32 @@ def session_cache(tmp_path_factory) -> Iterator[Path]:
         yield path
 
 
+@pytest.fixture(scope="session", autouse=True)
+def probe_once() -> Iterator[None]:
+    """Commands run in-process probe each build interpreter (``harness.runner.probe_build``: a
+    subprocess that imports torch) on every call. The facts of one interpreter, device and
+    environment do not change within a session, so each distinct probe runs for real once and is
+    replayed (a copy) after that; a probe that fails is never kept. Subprocess runs (``e2e``)
+    always probe for real."""
+    import copy
+
+    from harness import configs as cfg
+    from harness import runner
+
+    real, seen = runner.probe_build, {}
+
+    def probe(name: str, python: Path, device: str, keep: tuple[str, ...] = ()) -> dict:
+        env = cfg.worker_environment(cfg.EnvConfig("probe"), keep=keep)
+        key = (str(python), device, tuple(keep), tuple(sorted(env.items())))
+        if key not in seen:
+            seen[key] = real(name, python, device, keep)
+        return copy.deepcopy(seen[key])
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(runner, "probe_build", probe)
+        yield
+
+
 @pytest.fixture(autouse=True)
 def isolated_cache(tmp_path_factory, monkeypatch) -> Path:
     """A private harness cache for each test (autouse), beside its ``tmp_path``, not inside it, so
