@@ -14,7 +14,6 @@ no resampling, no render timestamp), so ``report`` can re-create them from resul
 
 from __future__ import annotations
 
-import argparse
 import math
 import statistics
 import shlex
@@ -36,18 +35,6 @@ THRESHOLD = 0.02
 #: wide (37 % for GEMM 512³ on an H200); at 4 processes per side the exact test's smallest p
 #: (2/70) put a CI beyond ±2 % in 3 of 109 launch-bound cells of an H200 A/A run (docs/methodology.md)
 LAUNCH_BOUND_THRESHOLD = 0.05
-
-
-def add_arguments_report(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("directory", type=Path, help="a results directory holding results.json")
-
-
-def run_report(args: argparse.Namespace) -> int:
-    data = res.load(args.directory)
-    directory = args.directory.parent if args.directory.name == res.RESULTS else args.directory
-    for path in write(directory, data):
-        print(path)
-    return 0
 
 
 def write(directory: Path, data: dict) -> list[Path]:

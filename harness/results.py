@@ -228,6 +228,32 @@ def problem(data: dict) -> str | None:
     return None
 
 
+def new_document(run: dict, builds: dict, configs: dict) -> dict:
+    """A results document with no process yet: ``run`` (the plan, :meth:`harness.runner.Plan.run_json`),
+    ``builds`` (role -> input, interpreter, provenance, build manifest) and ``configs`` (name -> env config)."""
+    import harness
+
+    return {"schema_version": SCHEMA_VERSION, "harness_version": harness.__version__, "run": run,
+            "builds": builds, "configs": configs, "processes": []}
+
+
+#: what must be equal for finished processes of an earlier run to be reused (rounds may grow)
+RESUME_KEYS = ("kind", "builds", "inputs", "torch", "device", "configs", "cells", "seed", "timing", "threads",
+               "keep_env", "extra_env")
+
+
+def resume_plan(data: dict) -> dict:
+    """The part of a document's plan that finished processes depend on (:data:`RESUME_KEYS`), as
+    ``raw/plan.json`` keeps it: the run's values plus each build's input and torch version/commit.
+    ``extra_env`` is None when empty (plans written before ``--env`` existed match)."""
+    run, builds = data["run"], data["builds"]
+    return {**{k: run[k] for k in RESUME_KEYS if k in run},
+            "inputs": {b: builds[b]["input"] for b in run["builds"]},
+            "torch": {b: [builds[b]["provenance"]["torch_version"], builds[b]["provenance"]["git_version"]]
+                      for b in run["builds"]},
+            "extra_env": run.get("extra_env") or None}
+
+
 def save(directory: Path, data: dict) -> Path:
     """Write ``results.json`` atomically; returns its path."""
     path = Path(directory) / RESULTS
