@@ -1186,6 +1186,24 @@ def _apply_series_in_tree(tree: Path, patches: Sequence[Path], *, reverse: bool 
         )
 
 
+def _build_environment(plan: BuildPlan, venv: Path) -> tuple[dict[str, str], dict[str, str]]:
+    """The build's environment (this process's, the build venv first on PATH, the plan's variables) after
+    the tool preflight on it, and the toolchain versions it finds.
+
+    Raises:
+        BuildError: a tool is missing (see :func:`preflight_tools`).
+    """
+    env = dict(os.environ)
+    env["PATH"] = str(venv / "bin") + os.pathsep + env.get("PATH", "")
+    env["VIRTUAL_ENV"] = str(venv)
+    env.update(plan.env)
+    preflight_tools(plan, env["PATH"])
+    toolchain = toolchain_versions(env)
+    if platform_spec(plan.platform).macos:  # the shader compiler decides what the wheel holds (check_metal)
+        toolchain["metal"] = check_metal(env["PATH"]).detail
+    return env, toolchain
+
+
 def build_wheel(plan: BuildPlan, dist_dir: Path | None = None, *, force: bool = False) -> BuildResult:
     """Run one build: preflight, build venv, the base's command, log, manifest.
 
@@ -1219,14 +1237,7 @@ def build_wheel(plan: BuildPlan, dist_dir: Path | None = None, *, force: bool = 
         preflight_tools(plan, os.environ.get("PATH", ""), cmake=not _requires_cmake(plan.requirements))
         venv = ensure_build_venv(plan.requirements, log_path)
         python = str(venv_python(venv))
-        env = dict(os.environ)
-        env["PATH"] = str(venv / "bin") + os.pathsep + env.get("PATH", "")
-        env["VIRTUAL_ENV"] = str(venv)
-        env.update(plan.env)
-        preflight_tools(plan, env["PATH"])
-        toolchain = toolchain_versions(env)
-        if platform_spec(plan.platform).macos:  # the shader compiler decides what the wheel holds (check_metal)
-            toolchain["metal"] = check_metal(env["PATH"]).detail
+        env, toolchain = _build_environment(plan, venv)
         inputs = plan.inputs(toolchain)
         if not force:
             existing = find_identical(dist_dir, inputs)
@@ -1403,6 +1414,72 @@ def reject_wheel(wheel: Path, dist_dir: Path) -> Path:
     return target
 
 
+def _check_markers(wheel: Path, platform: str, markers: Sequence[str], must_contain: bool | None,
+                   series_files: Sequence[str]) -> tuple[list[str], bool]:
+    """The marker part of :func:`verify_wheel`: its notes, and whether the markers were checked.
+
+    Raises:
+        VerifyError: no markers for a series of compiled code; a marker missing (patched) or present (stock).
+    """
+    notes: list[str] = []
+    markers_checked = False
+    if must_contain is not None and not markers:
+        compiled = [f for f in series_files if f.lower().endswith(COMPILED_SUFFIXES)]
+        if compiled or not series_files:
+            shown = ", ".join(compiled[:3]) if compiled else "files not known"
+            raise VerifyError(
+                f"{wheel.name}: the series changes compiled code ({shown}) but series.toml declares no markers (env)",
+                "add to `env` in series.toml a string the patched code adds (e.g. its environment variable), so "
+                "verification can prove the series is in the patched wheel and absent from stock",
+            )
+        notes.append(f"marker check: the series changes no compiled code ({', '.join(series_files[:3])})")
+    if must_contain is not None and markers:
+        if series_files and not any(compiles_on(f, platform) for f in series_files):
+            notes.append(f"marker check skipped: {platform} does not compile {', '.join(series_files)}")
+        else:
+            hits = marker_hits(wheel, markers)
+            for marker, where in hits.items():
+                if must_contain and not where:
+                    raise VerifyError(
+                        f"{wheel.name}: no compiled library contains the marker {marker!r}",
+                        "the series was not compiled in; rebuild build_patched from the patched worktree",
+                    )
+                if not must_contain and where:
+                    raise VerifyError(
+                        f"{wheel.name}: {where[0]} contains the patched marker {marker!r}",
+                        "the stock wheel was built from a patched tree; rebuild build_stock",
+                    )
+            markers_checked = True
+    return notes, markers_checked
+
+
+def _install_and_probe(wheel: Path, import_name: str, venv_dir: Path | None) -> dict:
+    """Install ``wheel`` into a fresh venv (in ``venv_dir``) and import it there: :data:`_PROBE`'s answer.
+
+    Raises:
+        VerifyError: the install or the import fails.
+    """
+    with tempfile.TemporaryDirectory(prefix="verify-", dir=venv_dir) as tmp:
+        venv = Path(tmp) / "venv"
+        # a venv without its own pip (fast); this interpreter's pip installs into it (pip >= 22.3 --python)
+        for step in (
+            [sys.executable, "-m", "venv", "--without-pip", str(venv)],
+            [sys.executable, "-m", "pip", "--python", str(venv_python(venv)), "install", "--quiet", str(wheel)],
+        ):
+            proc = subprocess.run(step, capture_output=True, text=True)
+            if proc.returncode != 0:
+                last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+                raise VerifyError(f"installing {wheel.name} into a fresh venv failed: {last}", "see pip's message")
+        proc = subprocess.run(
+            [str(venv_python(venv)), "-c", _PROBE, import_name], capture_output=True, text=True, cwd=tmp
+        )
+        if proc.returncode != 0:
+            last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+            raise VerifyError(f"{wheel.name}: `import {import_name}` fails in a fresh venv: {last}", "fix the build")
+        probe = json.loads(proc.stdout.strip().splitlines()[-1])
+    return probe
+
+
 def verify_wheel(
     wheel: Path,
     expected_version: str,
@@ -1438,53 +1515,8 @@ def verify_wheel(
         )
     with zipfile.ZipFile(wheel) as zf:
         import_name = _wheel_top_level(zf)
-    notes: list[str] = []
-    markers_checked = False
-    if must_contain is not None and not markers:
-        compiled = [f for f in series_files if f.lower().endswith(COMPILED_SUFFIXES)]
-        if compiled or not series_files:
-            shown = ", ".join(compiled[:3]) if compiled else "files not known"
-            raise VerifyError(
-                f"{wheel.name}: the series changes compiled code ({shown}) but series.toml declares no markers (env)",
-                "add to `env` in series.toml a string the patched code adds (e.g. its environment variable), so "
-                "verification can prove the series is in the patched wheel and absent from stock",
-            )
-        notes.append(f"marker check: the series changes no compiled code ({', '.join(series_files[:3])})")
-    if must_contain is not None and markers:
-        if series_files and not any(compiles_on(f, platform) for f in series_files):
-            notes.append(f"marker check skipped: {platform} does not compile {', '.join(series_files)}")
-        else:
-            hits = marker_hits(wheel, markers)
-            for marker, where in hits.items():
-                if must_contain and not where:
-                    raise VerifyError(
-                        f"{wheel.name}: no compiled library contains the marker {marker!r}",
-                        "the series was not compiled in; rebuild build_patched from the patched worktree",
-                    )
-                if not must_contain and where:
-                    raise VerifyError(
-                        f"{wheel.name}: {where[0]} contains the patched marker {marker!r}",
-                        "the stock wheel was built from a patched tree; rebuild build_stock",
-                    )
-            markers_checked = True
-    with tempfile.TemporaryDirectory(prefix="verify-", dir=venv_dir) as tmp:
-        venv = Path(tmp) / "venv"
-        # a venv without its own pip (fast); this interpreter's pip installs into it (pip >= 22.3 --python)
-        for step in (
-            [sys.executable, "-m", "venv", "--without-pip", str(venv)],
-            [sys.executable, "-m", "pip", "--python", str(venv_python(venv)), "install", "--quiet", str(wheel)],
-        ):
-            proc = subprocess.run(step, capture_output=True, text=True)
-            if proc.returncode != 0:
-                last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-                raise VerifyError(f"installing {wheel.name} into a fresh venv failed: {last}", "see pip's message")
-        proc = subprocess.run(
-            [str(venv_python(venv)), "-c", _PROBE, import_name], capture_output=True, text=True, cwd=tmp
-        )
-        if proc.returncode != 0:
-            last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-            raise VerifyError(f"{wheel.name}: `import {import_name}` fails in a fresh venv: {last}", "fix the build")
-        probe = json.loads(proc.stdout.strip().splitlines()[-1])
+    notes, markers_checked = _check_markers(wheel, platform, markers, must_contain, series_files)
+    probe = _install_and_probe(wheel, import_name, venv_dir)
     try:
         imported_ok = Version(str(probe["version"])) == expected
     except InvalidVersion:  # not PEP 440: certainly not the label we built

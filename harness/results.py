@@ -20,6 +20,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Iterator
 
+from harness.bench.timer import Measurement
 from harness.errors import ResultsError
 from harness.fsutil import atomic_write_json
 
@@ -290,16 +291,29 @@ def startup_seconds(process: dict) -> float | None:
     return begun - process["started"] if isinstance(begun, (int, float)) else None
 
 
+def measurement(m: dict) -> Measurement:
+    """A record's ``measurement`` as a :class:`harness.bench.timer.Measurement`, from its raw samples:
+    its median and launch-bound label are recomputed, never read from the stored ``median`` /
+    ``launch_bound`` keys (kept in the JSON for readers of the file only)."""
+    return Measurement(samples=list(m["samples"]), enqueue=list(m.get("enqueue") or []), number=m.get("number", 1),
+                       overhead_s=m.get("overhead_s", 0.0), method=m.get("method", ""))
+
+
+def median_of(record: dict) -> float:
+    """The per-process median (seconds) of one measured record, from its raw samples."""
+    return measurement(record["measurement"]).median
+
+
 def launch_bound(records: list[dict]) -> bool:
-    """True when most processes that measured the cell labelled it launch-bound (its time is host
-    latency, not kernel time: docs/timing.md)."""
-    labels = [bool(r["measurement"].get("launch_bound")) for r in records if r.get("measurement")]
+    """True when most processes that measured the cell find it launch-bound (its time is host
+    latency, not kernel time: docs/timing.md), recomputed from each one's raw samples."""
+    labels = [measurement(r["measurement"]).launch_bound for r in records if r.get("measurement")]
     return bool(labels) and 2 * sum(labels) > len(labels)
 
 
 def process_medians(records: list[dict]) -> list[float]:
     """Per-process medians (seconds) of the records that measured the cell."""
-    return [r["measurement"]["median"] for r in records if r.get("status") == "ok" and r.get("measurement")]
+    return [median_of(r) for r in records if r.get("status") == "ok" and r.get("measurement")]
 
 
 def process_matrix(per_cell: dict[str, dict[str, list[dict]]], build: str, keys: list[str]) -> list[list[float]]:
@@ -311,7 +325,7 @@ def process_matrix(per_cell: dict[str, dict[str, list[dict]]], build: str, keys:
     for j, key in enumerate(keys):
         for r in per_cell.get(key, {}).get(build, []):
             if r.get("status") == "ok" and r.get("measurement"):
-                rows.setdefault(r["round"], [math.nan] * len(keys))[j] = r["measurement"]["median"]
+                rows.setdefault(r["round"], [math.nan] * len(keys))[j] = median_of(r)
     return [rows[rnd] for rnd in sorted(rows)]
 
 
@@ -326,7 +340,7 @@ def round_series(per_cell: dict[str, dict[str, list[dict]]], build: str) -> list
         records = [r for r in per_build.get(build, []) if r.get("status") == "ok" and r.get("measurement")]
         if not records:
             continue
-        typical = statistics.median(r["measurement"]["median"] for r in records)
+        typical = statistics.median(median_of(r) for r in records)
         for r in records:
-            per_round.setdefault(r["round"], []).append(r["measurement"]["median"] / typical)
+            per_round.setdefault(r["round"], []).append(median_of(r) / typical)
     return [statistics.median(per_round[rnd]) for rnd in sorted(per_round)]

@@ -419,7 +419,7 @@ def unconverged_cells(data: dict, target: float, launch_target: float | None = N
     left out; ``only_launch_bound`` True / False keeps only launch-bound / kernel-bound cells."""
     from harness import stats
 
-    need: dict[str, list[str]] = {}
+    comparisons, goals = {}, {}
     for config, per_cell in res.cell_table(data).items():
         for key, per_build in per_cell.items():
             medians = {b: res.process_medians(per_build.get(b, [])) for b in ("stock", "patched")}
@@ -429,9 +429,12 @@ def unconverged_cells(data: dict, target: float, launch_target: float | None = N
             slow_host = res.launch_bound(records)
             if only_launch_bound is not None and slow_host != only_launch_bound:
                 continue
-            goal = launch_target if launch_target is not None and slow_host else target
-            if not stats.converged(stats.compare(medians["stock"], medians["patched"]), goal):
-                need.setdefault(config, []).append(key)
+            comparisons[config, key] = stats.compare(medians["stock"], medians["patched"])
+            goals[config, key] = launch_target if launch_target is not None and slow_host else target
+    todo = stats.unconverged(comparisons, goals)  # the one adaptive rule
+    need: dict[str, list[str]] = {}
+    for config, key in (k for k in comparisons if k in todo):  # plan order
+        need.setdefault(config, []).append(key)
     return need
 
 
@@ -711,16 +714,20 @@ def plan(request: RunRequest) -> Plan:
 
 
 def check_keep_env(keep: Sequence[str]) -> None:
-    """Refuse ``--keep-env`` names that reach the workers anyway (only the cleared ones can be kept).
+    """Refuse ``--keep-env`` names that reach the workers anyway (:data:`harness.configs.INHERITED`) or
+    that are not variable names.
 
     Raises:
-        UsageError: names the variables that are not cleared.
+        UsageError: names the variables.
     """
-    passed_anyway = [n for n in keep if not n.startswith(cfg.CLEARED_PREFIXES)]
+    passed_anyway = [n for n in keep if n in cfg.INHERITED or n.startswith(cfg.INHERITED_PREFIXES)]
     if passed_anyway:
-        raise UsageError(f"--keep-env {', '.join(passed_anyway)}: only "
-                         f"{'/'.join(p + '*' for p in cfg.CLEARED_PREFIXES)} variables are cleared, every other "
-                         "variable reaches the workers anyway", "drop it from --keep-env")
+        raise UsageError(f"--keep-env {', '.join(passed_anyway)}: every worker inherits it anyway (only "
+                         "variables outside harness.configs.INHERITED are cleared)", "drop it from --keep-env")
+    bad = [n for n in keep if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", n)]
+    if bad:
+        raise UsageError(f"--keep-env {', '.join(bad)}: not an environment variable name",
+                         "give names of letters, digits and _, e.g. --keep-env NVIDIA_TF32_OVERRIDE")
 
 
 # ------------------------------------------------------------------------------- the out folder
@@ -847,27 +854,48 @@ def schedule(plan: Plan, data: dict, run_process, bar=None) -> None:
             bar.advance(len(all_keys))
     if plan.target is None:
         return
-    deadline, rnd = time.monotonic() + plan.budget, plan.rounds
-    need = next_adaptive_cells(data, plan.target, plan.launch_target)
-    while need and rnd < MAX_ROUNDS:
-        extra = [e for e in round_order(plan.seed, rnd, plan.builds, plan.configs) if e[2] in need]
-        cost = round_seconds(data["processes"], [len(need[e[2]]) for e in extra])
-        if time.monotonic() + cost > deadline:  # a round that would overrun the budget is not started
-            break
+    def announce(rnd: int, extra: list[tuple[int, str, str]], need: dict[str, list[str]]) -> None:
         data["run"]["order"] += extra
         if bar is not None:
             bar.update(total=(bar.total or 0) + sum(len(need[e[2]]) for e in extra))
         note(f"adaptive round {rnd}: {sum(map(len, need.values()))} cells above ±{plan.target:.1%}")
-        for r, build, config in extra:
-            run_process(r, build, config, need[config])
-            if bar is not None:
-                bar.advance(len(need[config]))
-        rnd += 1
-        need = next_adaptive_cells(data, plan.target, plan.launch_target)
+
+    def run_and_advance(rnd: int, build: str, config: str, keys: list[str]) -> None:
+        run_process(rnd, build, config, keys)
+        if bar is not None:
+            bar.advance(len(keys))
+
+    added = adaptive_rounds(plan.seed, list(plan.builds), plan.configs, plan.rounds, run_and_advance,
+                            lambda: next_adaptive_cells(data, plan.target, plan.launch_target),
+                            lambda extra, need: round_seconds(data["processes"], [len(need[e[2]]) for e in extra]),
+                            plan.budget, announce)
+    rnd = plan.rounds + added
     need = unconverged_cells(data, plan.target, plan.launch_target)
     data["run"]["adaptive"] = {"target": plan.target, "launch_bound_target": plan.launch_target,
                                "budget_s": plan.budget, "rounds_added": rnd - plan.rounds,
                                "unconverged": {c: keys for c, keys in need.items()}}
+
+
+def adaptive_rounds(seed: int, builds: Sequence[str], configs: Sequence[cfg.EnvConfig], first: int, run_process,
+                    need, cost, budget: float, on_round=None) -> int:
+    """Adaptive sampling: rounds ``first``, ``first + 1``, ... of fresh processes in each round's seeded
+    order (:func:`round_order`), each round only for the configs and cells ``need()`` still names
+    (``{config: [cell keys]}``; empty: done), while the round's estimated seconds ``cost(extra, need)``
+    fit the rest of ``budget`` seconds and fewer than :data:`MAX_ROUNDS` rounds ran. ``on_round(rnd,
+    extra, need)`` is told of each round before it runs. Returns the number of rounds added."""
+    deadline, rnd = time.monotonic() + budget, first
+    todo = need()
+    while todo and rnd < MAX_ROUNDS:
+        extra = [e for e in round_order(seed, rnd, builds, configs) if e[2] in todo]
+        if time.monotonic() + cost(extra, todo) > deadline:  # a round that would overrun the budget is not started
+            break
+        if on_round is not None:
+            on_round(rnd, extra, todo)
+        for r, build, config in extra:
+            run_process(r, build, config, todo[config])
+        rnd += 1
+        todo = need()
+    return rnd - first
 
 
 # -------------------------------------------------------------------------------------- execute

@@ -676,11 +676,13 @@ def converged(comparison: Comparison, target_half_width: float = 0.01) -> bool:
 
 def unconverged(
     comparisons: Mapping[K, Comparison],
-    target_half_width: float = 0.01,
+    target_half_width: float | Mapping[K, float] = 0.01,
     *,
     max_step: int = 64,
 ) -> dict[K, int]:
-    """Cells that need more rounds, with an estimate of extra processes per side.
+    """Cells that need more rounds (the one adaptive rule: not :func:`converged` at their target),
+    with an estimate of extra processes per side. ``target_half_width``: one target for every cell,
+    or one per key (the runner gives launch-bound cells a wider one).
 
     For a cell with a CI, the half-width shrinks like 1/sqrt(n) (the Hodges-Lehmann estimate is
     asymptotically normal, Hodges & Lehmann 1963), so ``n_needed = ceil(n * (half_width / target)^2)``;
@@ -695,12 +697,13 @@ def unconverged(
     """
     out: dict[K, int] = {}
     for key, c in comparisons.items():
-        if converged(c, target_half_width):
+        target = target_half_width[key] if isinstance(target_half_width, Mapping) else target_half_width
+        if converged(c, target):
             continue
         n = min(c.n_stock, c.n_patched)
         hw = c.half_width
         if math.isfinite(hw) and hw > 0:
-            need = max(math.ceil(n * (hw / target_half_width) ** 2) - n, min_processes(c.confidence) - n)
+            need = max(math.ceil(n * (hw / target) ** 2) - n, min_processes(c.confidence) - n)
         else:
             need = min_processes(c.confidence) - n
             if need < 1:

@@ -26,8 +26,9 @@ def _common_arguments(parser: argparse.ArgumentParser) -> None:
                              f"stalled in is named (default {STALL_TIMEOUT['full']:g}, --quick {STALL_TIMEOUT['quick']:g})")
     parser.add_argument("--seed", type=int, default=0, help="seed of the inputs and of the per-round order")
     parser.add_argument("--keep-env", default="", metavar="NAMES",
-                        help="comma-separated PYTORCH_MPS_/TORCH_/ATEN_ variables to pass through to workers "
-                             "(all others are cleared; kept ones are recorded in results.json)")
+                        help="comma-separated inherited variables to pass through to workers (workers inherit only "
+                             "PATH, HOME, the locale and a few more: harness.configs.INHERITED; kept ones are "
+                             "recorded in results.json)")
     parser.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
                         help="set this variable in every worker of every env config (repeatable; e.g. OMP_NUM_THREADS=4); "
                              "recorded in results.json; a variable an env config of the device sets is refused")
