@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 from harness import stats
-from harness.bench.workloads import Cell
+from harness.bench.workloads import planted, Cell
 from harness.configs import EnvConfig
 from harness import results as res
 from harness.runner import adaptive_rounds, round_order, run_worker
@@ -52,19 +52,6 @@ CPU_CELLS = [Cell(op, shape, dt) for dt in ("float32", "bfloat16") for op, shape
     ("mm", (1024, 64, 1024)), ("addmm", (256, 256, 256)), ("bmm", (4, 128, 128, 128)), ("bmm", (16, 64, 64, 64)),
     ("linear", (256, 512, 256)), ("linear", (64, 1024, 1024)), ("sdpa", (1, 4, 256, 64)), ("sdpa_causal", (1, 4, 256, 64)),
 ]]
-
-
-def planted(cell: Cell, plant: float) -> Cell:
-    """``cell`` with its reduction dimension K grown by at least ``plant`` (a fraction), keeping K's
-    alignment class: ``gcd(K', 16) == gcd(K, 16)`` (16 elements: at least the 16-byte row alignment
-    tensor-core GEMMs need). Alignment matters more than FLOPs: on an H200,
-    K = 2048 -> 2109 (unaligned rows) made cuBLAS 4-5x slower, not 3 %."""
-    *rest, k = cell.shape
-    align = math.gcd(k, 16)
-    new = math.ceil(k * (1 + plant) / align) * align
-    while math.gcd(new, 16) != align:
-        new += align
-    return Cell(cell.op, (*rest, new), cell.dtype)
 
 
 def main() -> int:
@@ -135,18 +122,21 @@ def main() -> int:
     added = 0
     if args.target_ci is not None:
         # the stopping rule looks at the CI's width only, never at the verdict, so it cannot steer verdicts
-        adaptive_start = time.time()
+        adaptive_start = time.monotonic()
 
         def need() -> dict[str, list[str]]:
             todo = stats.unconverged(comparisons(), args.target_ci)
             return {config.name: [k for k in all_keys if k in todo]} if todo else {}
 
         def cost(extra, _need) -> float:  # the mean wall time of the adaptive rounds so far
-            return (time.time() - adaptive_start) / added_so_far[0] if added_so_far[0] else 0.0
+            return (time.monotonic() - adaptive_start) / added_so_far[0] if added_so_far[0] else 0.0
 
         added_so_far = [0]
-        added = adaptive_rounds(args.seed, list(sides), [config], args.rounds, measure, need, cost, args.budget_s,
-                                lambda rnd, extra, todo: added_so_far.__setitem__(0, rnd - args.rounds + 1))
+        def count(rnd, _extra, _todo) -> None:  # rounds finished once round ``rnd`` has run
+            added_so_far[0] = rnd - args.rounds + 1
+
+        added = adaptive_rounds(args.seed, list(sides), [config], args.rounds, measure, need, cost,
+                                adaptive_start + args.budget_s, count)
         left = stats.unconverged(comparisons(), args.target_ci)
     rnd = args.rounds + added
 

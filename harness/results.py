@@ -240,15 +240,16 @@ def new_document(run: dict, builds: dict, configs: dict) -> dict:
 
 #: what must be equal for finished processes of an earlier run to be reused (rounds may grow)
 RESUME_KEYS = ("kind", "builds", "inputs", "torch", "device", "configs", "cells", "seed", "timing", "threads",
-               "keep_env", "extra_env")
+               "keep_env", "extra_env", "plant_k")
 
 
 def resume_plan(data: dict) -> dict:
     """The part of a document's plan that finished processes depend on (:data:`RESUME_KEYS`), as
     ``raw/plan.json`` keeps it: the run's values plus each build's input and torch version/commit.
-    ``extra_env`` is None when empty (plans written before ``--env`` existed match)."""
+    ``extra_env`` is None when empty and ``plant_k`` absent when unset (plans written before they
+    existed match)."""
     run, builds = data["run"], data["builds"]
-    return {**{k: run[k] for k in RESUME_KEYS if k in run},
+    return {**{k: run[k] for k in RESUME_KEYS if k in run and (k != "plant_k" or run[k])},
             "inputs": {b: builds[b]["input"] for b in run["builds"]},
             "torch": {b: [builds[b]["provenance"]["torch_version"], builds[b]["provenance"]["git_version"]]
                       for b in run["builds"]},
@@ -295,12 +296,13 @@ def measurement(m: dict) -> Measurement:
     """A record's ``measurement`` as a :class:`harness.bench.timer.Measurement`, from its raw samples:
     its median and launch-bound label are recomputed, never read from the stored ``median`` /
     ``launch_bound`` keys (kept in the JSON for readers of the file only)."""
-    return Measurement(samples=list(m["samples"]), enqueue=list(m.get("enqueue") or []), number=m.get("number", 1),
+    return Measurement(samples=list(m["samples"]), enqueue=list(m.get("enqueue") or [0.0]), number=m.get("number", 1),
                        overhead_s=m.get("overhead_s", 0.0), method=m.get("method", ""))
 
 
 def median_of(record: dict) -> float:
-    """The per-process median (seconds) of one measured record, from its raw samples."""
+    """The per-process median (seconds) of one measured record, recomputed from its raw samples
+    (:func:`harness.bench.timer.steady_median`: the blocks after the warm-up transient)."""
     return measurement(record["measurement"]).median
 
 

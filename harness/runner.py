@@ -18,6 +18,7 @@ die with the driver (:func:`_die_with_parent`, :func:`reap_orphans`).
 from __future__ import annotations
 
 import json
+import math
 import os
 import random
 import re
@@ -35,6 +36,7 @@ from typing import Iterator, Mapping, Sequence
 import harness
 from harness import configs as cfg
 from harness import results as res
+from harness.bench.timer import steady_start
 from harness.bench.workloads import DTYPES, ITEMSIZE, Cell, default_cells
 from harness.checks.consistency import MPS_PAIR, PAIRS
 from harness.errors import HarnessError, ResultsError, UsageError
@@ -52,10 +54,12 @@ SOURCE_ROOT = str(Path(harness.__file__).resolve().parent.parent)
 #: docs/methodology.md), so each process measures each cell briefly and adaptive rounds add
 #: processes only for the cells whose CI is still wide. min_block_s: a GPU block of >= 10 ms makes
 #: the synchronize before and after it < 0.1 % (docs/timing.md).
+#: min_samples: blocks per cell at least; 5 on cpu, where one half-precision GEMM call can take
+#: 0.2 s and block-to-block noise is small next to the spread between processes.
 TIMING = {
-    "full": {"cpu": {"warmup_s": 0.05, "measure_s": 0.3, "min_block_s": 2e-3},
-             "gpu": {"warmup_s": 0.05, "measure_s": 0.15, "min_block_s": 1e-2}},
-    "quick": {"cpu": {"warmup_s": 0.02, "measure_s": 0.1, "min_block_s": 1e-3},
+    "full": {"cpu": {"warmup_s": 0.05, "measure_s": 0.2, "min_block_s": 2e-3, "min_samples": 5},
+             "gpu": {"warmup_s": 0.03, "measure_s": 0.1, "min_block_s": 1e-2}},
+    "quick": {"cpu": {"warmup_s": 0.02, "measure_s": 0.1, "min_block_s": 1e-3, "min_samples": 5},
               "gpu": {"warmup_s": 0.02, "measure_s": 0.1, "min_block_s": 5e-3}},
 }
 #: --target-ci defaults: CI half-width a cell is measured to (kernel-bound / launch-bound cells).
@@ -63,8 +67,14 @@ TIMING = {
 #: docs/methodology.md) get a lower target so they never hold the whole run hostage.
 TARGET_CI = 0.01
 TARGET_CI_LAUNCH_BOUND = 0.05
-#: --budget-s defaults: seconds the adaptive rounds may take after the planned ones
-BUDGET_S = {"full": 600.0, "quick": 120.0}
+#: --budget-s defaults: wall seconds of worker processes in all (planned rounds included); an
+#: adaptive round that would overrun it is not started. 540 s keeps the default cuda matrix under
+#: 10 minutes on an H200 with probes, consistency and report (docs/methodology.md); 360 s keeps the
+#: README's --quick cpu command under 10 minutes on 2 cores with the venvs created.
+BUDGET_S = {"full": 540.0, "quick": 360.0}
+#: planned rounds (fresh processes per build and config) before adaptive ones: the floor at which
+#: the exact test can give a verdict (harness.stats.min_processes)
+ROUNDS = 4
 
 
 def _now() -> str:
@@ -446,17 +456,107 @@ def next_adaptive_cells(data: dict, target: float, launch_target: float | None =
             or unconverged_cells(data, target, launch_target, only_launch_bound=True))
 
 
-def round_seconds(processes: list[dict], cells_per_process: list[int]) -> float:
-    """Estimated seconds of a round of processes measuring ``cells_per_process`` cells each: the
-    median start-up plus the median seconds per cell of the processes run so far (0 before any)."""
+#: the longest measurement (seconds of timed blocks) an adaptive round gives one cell in one process
+MAX_CELL_MEASURE_S = 1.0
+
+
+def _measured_seconds(measurement: dict) -> float:
+    """Seconds of timed blocks behind one cell's measurement (samples are seconds per call)."""
+    return sum(measurement["samples"]) * measurement["number"]
+
+
+def median_se(x: list[float]) -> float:
+    """Standard error of the median of the sorted values ``x``, from the distribution-free 95 %
+    order-statistic interval of a median (ranks n/2 ∓ 0.98·√n; W. J. Conover, *Practical
+    Nonparametric Statistics*, 3rd ed., 1999, §3.2): its width / 3.92. Unlike a normal-theory
+    estimate it stays wide when the blocks fall into two clusters and the median sits between them."""
+    n = len(x)
+    lo = max(0, int(n / 2 - 0.98 * math.sqrt(n)))
+    hi = min(n - 1, math.ceil(n / 2 + 0.98 * math.sqrt(n)) - 1)
+    return (x[hi] - x[lo]) / 3.92
+
+
+def cell_costs(processes: list[dict]) -> tuple[float, float]:
+    """(start-up, per-cell overhead) in seconds, medians over the processes run so far: start-up is
+    interpreter + ``import torch`` (:func:`harness.results.startup_seconds`); the per-cell overhead is
+    what a cell costs besides its timed blocks (inputs, warm-up, block sizing, checks, lazy device
+    initialisation), so that a round with longer measurement can be estimated. (0, 0) before any."""
     import statistics
 
     timed = [p for p in processes if res.startup_seconds(p) is not None and p.get("cells")]
     if not timed:
-        return 0.0
+        return 0.0, 0.0
     startup = statistics.median(res.startup_seconds(p) for p in timed)
-    per_cell = statistics.median((p["finished"] - p["worker_started"]) / len(p["cells"]) for p in timed)
-    return sum(startup + per_cell * n for n in cells_per_process)
+    overhead = []
+    for p in timed:
+        measured = sum(_measured_seconds(c["measurement"]) for c in p["cells"].values() if c.get("measurement"))
+        overhead.append(max(0.0, p["finished"] - p["worker_started"] - measured) / len(p["cells"]))
+    return startup, statistics.median(overhead)
+
+
+def round_seconds(processes: list[dict], measure_s: list[list[float]]) -> float:
+    """Estimated seconds of a round of processes, one per entry of ``measure_s`` (the seconds of timed
+    blocks each of its cells gets): start-up, plus per cell the overhead and its measurement
+    (:func:`cell_costs`); 0 before any process has run."""
+    startup, overhead = cell_costs(processes)
+    if not startup and not overhead:
+        return 0.0
+    return sum(startup + sum(overhead + t for t in cells) for cells in measure_s)
+
+
+def adaptive_measure_seconds(per_build: dict[str, list[dict]], base: float, fixed_s: float,
+                             cap: float = MAX_CELL_MEASURE_S) -> float:
+    """Seconds of timed blocks one cell gets in each process of the next adaptive round.
+
+    A process's median (log seconds) varies by σ_b² between processes (the process's own state:
+    allocation, algorithm choice, clocks) plus σ_w²/T within (block-to-block noise over T seconds of
+    blocks); each process costs the cell ``fixed_s`` besides T (its share of the start-up plus its
+    overhead). The variance of the mean over processes per second spent, (σ_b² + σ_w²/T)·(fixed + T),
+    is smallest at T* = (σ_w/σ_b)·√fixed: the optimal subsample size of two-stage sampling
+    (W. G. Cochran, *Sampling Techniques*, 3rd ed., 1977, §10.6). σ_w² is estimated per process
+    from its blocks after the warm-up transient (:func:`median_se` squared, times the seconds measured),
+    σ_b² as the spread of process medians around each build's mean less the within part, floored at
+    a tenth of that spread (never assumed zero). On an H200, GEMM 4096³ shows blocks 2-7 % apart in
+    one process (boost clock) while SDPA L512 fp32 differs 1-3 % between processes and 0.1 % inside
+    one (docs/methodology.md): the first gets longer measurement, the second more processes.
+
+    ``per_build``: build -> the cell's records so far. Returns ``base`` when fewer than 3 processes
+    measured it; otherwise T* clamped to [base, cap] (seconds)."""
+    import statistics
+
+    within, centred, seconds, groups = [], [], [], 0
+    for records in per_build.values():
+        logs = []
+        for r in records:
+            m = r.get("measurement")
+            if r.get("status") != "ok" or not m or len(m["samples"]) < 4:
+                continue
+            x = sorted(math.log(v) for v in m["samples"][steady_start(m["samples"]):])
+            t = _measured_seconds(m)
+            within.append(median_se(x) ** 2 * t)
+            seconds.append(t)
+            logs.append(statistics.median(x))
+        if len(logs) >= 2:
+            groups += 1
+            mean = statistics.fmean(logs)
+            centred += [v - mean for v in logs]
+    if len(centred) - groups < 2:
+        return base
+    spread = sum(v * v for v in centred) / (len(centred) - groups)
+    sw2 = statistics.median(within)
+    sb2 = max(spread - sw2 / statistics.median(seconds), 0.1 * spread, 1e-12)
+    return min(cap, max(base, math.sqrt(sw2 * max(fixed_s, 0.0) / sb2)))
+
+
+def adaptive_plan(data: dict, need: dict[str, list[str]], base: float) -> dict[str, dict[str, float]]:
+    """config -> {cell key: measure seconds} for the next adaptive round over ``need``
+    (:func:`adaptive_measure_seconds`; each cell's fixed cost is the start-up shared by the cells of
+    its process plus the per-cell overhead, :func:`cell_costs`)."""
+    startup, overhead = cell_costs(data["processes"])
+    table = res.cell_table(data)
+    return {config: {key: round(adaptive_measure_seconds(table[config][key], base, startup / len(keys) + overhead), 3)
+                     for key in keys}
+            for config, keys in need.items()}
 
 
 #: what must be equal for finished processes of an earlier run to be reused (:func:`harness.results.resume_plan`)
@@ -608,6 +708,7 @@ class RunRequest:
     target_ci: float | None = None
     target_ci_launch_bound: float | None = None
     budget_s: float | None = None
+    plant_k: float | None = None
     command: tuple[str, ...] = ()
 
 
@@ -640,6 +741,7 @@ class Plan:
     target: float | None = None
     launch_target: float | None = None
     budget: float = 0.0
+    plant_k: float | None = None
     command: tuple[str, ...] = ()
     extra: Mapping[str, object] = field(default_factory=dict)
 
@@ -658,7 +760,7 @@ class Plan:
                 "quick": self.quick, "rounds": self.rounds, "seed": self.seed, "timeout_s": self.timeout,
                 "stall_timeout_s": self.stall, "timing": dict(self.timing), "threads": self.threads,
                 "keep_env": list(self.keep_env), "extra_env": dict(self.extra_env),
-                "configs": [c.name for c in self.configs], "cells": [c.key for c in self.cells],
+                "configs": [c.name for c in self.configs], "plant_k": self.plant_k, "cells": [c.key for c in self.cells],
                 "order": self.order(), "started": _now(), "finished": None, **self.extra}
 
 
@@ -681,7 +783,8 @@ def plan(request: RunRequest) -> Plan:
     except ValueError as exc:
         raise UsageError(str(exc), "see python -m harness compare --help") from None
     kind = "quick" if request.quick else "full"
-    rounds = request.rounds if request.rounds is not None else (4 if request.quick else 6)
+    target = request.target_ci or None  # 0: adaptive rounds off; bench has no CI to aim at
+    rounds = request.rounds if request.rounds is not None else (ROUNDS if request.quick or target is not None else 6)
     if rounds < 1:
         raise UsageError(f"--rounds must be >= 1, got {rounds}",
                          "use --rounds 4 or more: with fewer processes per side no verdict can reach p < 0.05")
@@ -689,10 +792,12 @@ def plan(request: RunRequest) -> Plan:
     _positive("--timeout", timeout, "300")
     stall = request.stall_timeout if request.stall_timeout is not None else STALL_TIMEOUT[kind]
     _positive("--stall-timeout", stall, "120")
-    target = request.target_ci or None  # 0: adaptive rounds off; bench has no CI to aim at
     for flag, value in (("--target-ci", target), ("--target-ci-launch-bound", request.target_ci_launch_bound)):
         if value is not None and not 0 < value < 1:
             raise UsageError(f"{flag} must be a fraction between 0 and 1, got {value:g}", f"e.g. {flag} 0.01 for ±1 %")
+    if request.plant_k is not None and not 0 < request.plant_k < 1:
+        raise UsageError(f"--plant-k must be a fraction between 0 and 1, got {request.plant_k:g}",
+                         "e.g. --plant-k 0.05 for +5 % K")
     budget = BUDGET_S[kind] if request.budget_s is None else request.budget_s
     if target is not None:
         _positive("--budget-s", budget, "600")
@@ -710,7 +815,7 @@ def plan(request: RunRequest) -> Plan:
                 extra_env=parse_extra_env(list(request.worker_env), request.device, configs),
                 quick=request.quick, dtypes_given=request.dtypes is not None, fresh=request.fresh,
                 retry_failed=request.retry_failed, target=target, launch_target=request.target_ci_launch_bound,
-                budget=budget, command=tuple(request.command))
+                budget=budget, plant_k=request.plant_k, command=tuple(request.command))
 
 
 def check_keep_env(keep: Sequence[str]) -> None:
@@ -803,8 +908,9 @@ class Recorder:
         self.failed = 0
         self.saved = False  # results.json written by this run (a Ctrl-C re-renders the report from it)
 
-    def spec(self, rnd: int, build: str, config: str, keys: list[str], name: str) -> dict:
-        """The worker's spec (harness.bench.worker) of one process."""
+    def spec(self, rnd: int, build: str, config: str, keys: list[str], name: str, measure: dict | None = None) -> dict:
+        """The worker's spec (harness.bench.worker) of one process; ``measure``: cell key -> seconds of
+        timed blocks (adaptive rounds), else the plan's timing."""
         plan, env_config = self.plan, self.by_config[config]
         save = rnd == 0 and config in PAIRS[plan.device]
         return {"device": plan.device, "cells": keys, "check": rnd == 0,
@@ -812,16 +918,17 @@ class Recorder:
                 "reduced_fp32": env_config.reduced_fp32, "routes": dict(env_config.routes), "seed": plan.seed,
                 "timing": dict(plan.timing), "threads": plan.threads,
                 "dtype_support": self.data["builds"][build]["provenance"]["dtype_support"],
-                "record_env": sorted(plan.extra_env)}
+                "record_env": sorted(plan.extra_env), **({"measure_s": measure} if measure else {}),
+                **({"plant_k": plan.plant_k} if plan.plant_k and build == "patched" else {})}
 
-    def process(self, rnd: int, build: str, config: str, keys: list[str]) -> None:
+    def process(self, rnd: int, build: str, config: str, keys: list[str], measure: dict | None = None) -> None:
         """Run (or keep, when finished earlier) one worker process and record it."""
         name = _proc_name(rnd, build, config)
         record = kept_record(_status_path(self.raw, name), self.plan.retry_failed)
         verb = "kept"
         if record is None:
             python = Path(self.data["builds"][build]["interpreter"])
-            record = run_worker(python, self.spec(rnd, build, config, keys, name), self.by_config[config], self.raw,
+            record = run_worker(python, self.spec(rnd, build, config, keys, name, measure), self.by_config[config], self.raw,
                                 name, self.plan.timeout, self.plan.keep_env, dict(self.plan.extra_env),
                                 self.plan.stall)
             verb = "ran"
@@ -840,20 +947,30 @@ class Recorder:
 # ----------------------------------------------------------------------------------- schedule
 def schedule(plan: Plan, data: dict, run_process, bar=None) -> None:
     """Run the planned rounds in their interleaved order, then (``plan.target``) adaptive rounds:
-    fresh processes measuring only the cells not converged yet (:func:`next_adaptive_cells`), while a
-    round's estimated time (:func:`round_seconds`) fits the rest of ``plan.budget`` and fewer than
+    fresh processes measuring only the cells not converged yet (:func:`next_adaptive_cells`) for the
+    time :func:`adaptive_plan` gives each, while a round's estimated time (:func:`round_seconds`) fits
+    the rest of ``plan.budget`` (counted from the first planned process) and fewer than
     :data:`MAX_ROUNDS` rounds ran. Records ``data["run"]["adaptive"]``.
 
-    ``run_process(rnd, build, config, keys)`` runs one process and appends its record to
+    ``run_process(rnd, build, config, keys, measure)`` runs one process (``measure``: cell key ->
+    seconds of timed blocks, or None for the plan's timing) and appends its record to
     ``data["processes"]``; ``bar`` (optional) is advanced by cells measured.
     """
+    deadline = time.monotonic() + plan.budget  # the planned rounds count against the budget too
     all_keys = [c.key for c in plan.cells]
     for rnd, build, config in data["run"]["order"]:
-        run_process(rnd, build, config, all_keys)
+        run_process(rnd, build, config, all_keys, None)
         if bar is not None:
             bar.advance(len(all_keys))
     if plan.target is None:
         return
+    measure: dict[str, dict[str, float]] = {}
+
+    def cost(extra: list[tuple[int, str, str]], need: dict[str, list[str]]) -> float:
+        measure.clear()
+        measure.update(adaptive_plan(data, need, plan.timing["measure_s"]))
+        return round_seconds(data["processes"], [list(measure[e[2]].values()) for e in extra])
+
     def announce(rnd: int, extra: list[tuple[int, str, str]], need: dict[str, list[str]]) -> None:
         data["run"]["order"] += extra
         if bar is not None:
@@ -861,29 +978,27 @@ def schedule(plan: Plan, data: dict, run_process, bar=None) -> None:
         note(f"adaptive round {rnd}: {sum(map(len, need.values()))} cells above ±{plan.target:.1%}")
 
     def run_and_advance(rnd: int, build: str, config: str, keys: list[str]) -> None:
-        run_process(rnd, build, config, keys)
+        run_process(rnd, build, config, keys, measure[config])
         if bar is not None:
             bar.advance(len(keys))
 
     added = adaptive_rounds(plan.seed, list(plan.builds), plan.configs, plan.rounds, run_and_advance,
-                            lambda: next_adaptive_cells(data, plan.target, plan.launch_target),
-                            lambda extra, need: round_seconds(data["processes"], [len(need[e[2]]) for e in extra]),
-                            plan.budget, announce)
-    rnd = plan.rounds + added
+                            lambda: next_adaptive_cells(data, plan.target, plan.launch_target), cost, deadline,
+                            announce)
     need = unconverged_cells(data, plan.target, plan.launch_target)
     data["run"]["adaptive"] = {"target": plan.target, "launch_bound_target": plan.launch_target,
-                               "budget_s": plan.budget, "rounds_added": rnd - plan.rounds,
+                               "budget_s": plan.budget, "rounds_added": added,
                                "unconverged": {c: keys for c, keys in need.items()}}
 
 
 def adaptive_rounds(seed: int, builds: Sequence[str], configs: Sequence[cfg.EnvConfig], first: int, run_process,
-                    need, cost, budget: float, on_round=None) -> int:
+                    need, cost, deadline: float, on_round=None) -> int:
     """Adaptive sampling: rounds ``first``, ``first + 1``, ... of fresh processes in each round's seeded
     order (:func:`round_order`), each round only for the configs and cells ``need()`` still names
     (``{config: [cell keys]}``; empty: done), while the round's estimated seconds ``cost(extra, need)``
-    fit the rest of ``budget`` seconds and fewer than :data:`MAX_ROUNDS` rounds ran. ``on_round(rnd,
-    extra, need)`` is told of each round before it runs. Returns the number of rounds added."""
-    deadline, rnd = time.monotonic() + budget, first
+    end before ``deadline`` (``time.monotonic()`` seconds) and fewer than :data:`MAX_ROUNDS` rounds ran.
+    ``on_round(rnd, extra, need)`` is told of each round before it runs. Returns the number of rounds added."""
+    rnd = first
     todo = need()
     while todo and rnd < MAX_ROUNDS:
         extra = [e for e in round_order(seed, rnd, builds, configs) if e[2] in todo]

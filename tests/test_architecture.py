@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -119,6 +120,7 @@ def _plan(tmp_path: Path, **kw) -> runner.Plan:
 def test_plan_fills_defaults_and_owns_the_run_record(tmp_path):
     plan = _plan(tmp_path, quick=True, worker_env=("OMP_NUM_THREADS=2",))
     assert (plan.kind, plan.rounds, plan.timeout, plan.threads) == ("compare", 4, 300.0, 1)
+    assert _plan(tmp_path).rounds == 6 and _plan(tmp_path, target_ci=0.01).rounds == runner.ROUNDS
     assert plan.stall == runner.STALL_TIMEOUT["quick"] and plan.budget == runner.BUDGET_S["quick"]
     assert plan.extra_env == {"OMP_NUM_THREADS": "2"} and plan.target is None
     run = plan.run_json()
@@ -131,6 +133,7 @@ def test_plan_fills_defaults_and_owns_the_run_record(tmp_path):
     ({"rounds": 0}, "--rounds must be >= 1"),
     ({"stall_timeout": -1.0}, "--stall-timeout must be > 0 seconds"),
     ({"target_ci": 1.5}, "--target-ci must be a fraction between 0 and 1"),
+    ({"plant_k": 2.0}, "--plant-k must be a fraction between 0 and 1"),
     ({"keep_env": ("HOME",)}, "--keep-env HOME: every worker inherits it anyway"),
     ({"worker_env": ("PYTHONPATH=x",)}, "--env PYTHONPATH: the harness sets PYTHONPATH"),
 ])
@@ -148,7 +151,7 @@ def test_resume_plan_comes_from_the_results_document(tmp_path):
     builds = {b_: {"input": {"kind": "python", "value": b_}, "provenance": probe} for b_ in ("stock", "patched")}
     data = res.new_document(plan.run_json(), builds, {"default": {}})
     key = res.resume_plan(data)
-    assert set(key) == set(res.RESUME_KEYS) and key["extra_env"] is None
+    assert set(key) == set(res.RESUME_KEYS) - {"plant_k"} and key["extra_env"] is None  # unset: as before it existed
     assert key["torch"] == {"stock": ["2.13.0", "abc"], "patched": ["2.13.0", "abc"]}
     assert key["cells"] == plan.run_json()["cells"] and data["processes"] == []
 
@@ -158,11 +161,11 @@ def test_adaptive_rounds_stop_when_converged_and_at_the_budget():
     todo = [{"default": ["a", "b"]}, {"default": ["b"]}, {}]
     added = runner.adaptive_rounds(0, ["stock", "patched"], [EnvConfig("default")], 4,
                                    lambda r, b_, c, keys: ran.append((r, b_, c, tuple(keys))),
-                                   lambda: todo.pop(0), lambda extra, need: 0.0, 60.0)
+                                   lambda: todo.pop(0), lambda extra, need: 0.0, time.monotonic() + 60.0)
     assert added == 2 and [(r, keys) for r, _, _, keys in ran] == [(4, ("a", "b"))] * 2 + [(5, ("b",))] * 2
     assert sorted(b_ for r, b_, _, _ in ran if r == 4) == ["patched", "stock"]
     over = runner.adaptive_rounds(0, ["stock"], [EnvConfig("default")], 4, lambda *a: ran.append(a),
-                                  lambda: {"default": ["a"]}, lambda extra, need: 1e9, 60.0)
+                                  lambda: {"default": ["a"]}, lambda extra, need: 1e9, time.monotonic() + 60.0)
     assert over == 0  # a round whose estimate overruns the budget is not started
 
 
@@ -170,8 +173,9 @@ def test_schedule_runs_planned_rounds_in_order_and_records_no_adaptive_without_t
     plan = _plan(tmp_path, rounds=2)
     data = {"run": plan.run_json(), "processes": []}
     seen = []
-    runner.schedule(plan, data, lambda r, b_, c, keys: seen.append((r, b_, c, len(keys))))
-    assert [s[:3] for s in seen] == [tuple(e) for e in data["run"]["order"]] and all(s[3] == 2 for s in seen)
+    runner.schedule(plan, data, lambda r, b_, c, keys, measure: seen.append((r, b_, c, len(keys), measure)))
+    assert [s[:3] for s in seen] == [tuple(e) for e in data["run"]["order"]]
+    assert all(s[3:] == (2, None) for s in seen)  # every cell, at the plan's own timing
     assert "adaptive" not in data["run"]
 
 

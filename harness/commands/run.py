@@ -9,7 +9,7 @@ from pathlib import Path
 from harness import configs as cfg
 from harness.bench.workloads import DTYPES, ITEMSIZE
 from harness.commands import names
-from harness.runner import BUDGET_S, STALL_TIMEOUT, TARGET_CI, TARGET_CI_LAUNCH_BOUND, RunRequest, execute
+from harness.runner import BUDGET_S, ROUNDS, STALL_TIMEOUT, TARGET_CI, TARGET_CI_LAUNCH_BOUND, RunRequest, execute
 
 
 def _common_arguments(parser: argparse.ArgumentParser) -> None:
@@ -19,7 +19,8 @@ def _common_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dtypes", help=f"comma-separated dtypes (default: {','.join(DTYPES)}; also {', '.join(d for d in ITEMSIZE if d not in DTYPES)})")
     parser.add_argument("--cells", help="comma-separated cell keys op/MxNxK/dtype (default: the built-in set)")
     parser.add_argument("--quick", action="store_true", help="reduced cell set and shorter timing (minutes on a 2-core CPU)")
-    parser.add_argument("--rounds", type=int, help="fresh processes per (build, config) (default 6, --quick 4; >= 4 for a verdict)")
+    parser.add_argument("--rounds", type=int, help=f"planned fresh processes per (build, config) before adaptive rounds "
+                        f"(default {ROUNDS}; 6 without adaptive rounds, --quick 4; >= 4 for a verdict)")
     parser.add_argument("--timeout", type=float, help="seconds one worker process may take (default 900, --quick 300)")
     parser.add_argument("--stall-timeout", type=float,
                         help=f"seconds a worker may go without finishing a cell before it is stopped and the cell it "
@@ -54,8 +55,13 @@ def add_arguments_compare(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--target-ci-launch-bound", type=float, default=TARGET_CI_LAUNCH_BOUND, metavar="FRACTION",
                         help=f"the target for launch-bound cells, whose time is host latency (default {TARGET_CI_LAUNCH_BOUND:g})")
     parser.add_argument("--budget-s", type=float,
-                        help=f"seconds the adaptive rounds may take in all (default {BUDGET_S['full']:g}, --quick "
-                             f"{BUDGET_S['quick']:g}); cells left wider are reported")
+                        help=f"wall seconds the worker processes may take in all, planned rounds included: an "
+                             f"adaptive round that would overrun it is not started (default {BUDGET_S['full']:g}, "
+                             f"--quick {BUDGET_S['quick']:g}); cells left wider are reported")
+    parser.add_argument("--plant-k", type=float, metavar="FRACTION",
+                        help="calibration: the patched side runs every GEMM with K grown by at least FRACTION "
+                             "(e.g. 0.05), a known extra cost; kernel-bound GEMM cells must then come out slower "
+                             "(docs/methodology.md)")
 
 
 def add_arguments_bench(parser: argparse.ArgumentParser) -> None:
@@ -81,7 +87,7 @@ def request(args: argparse.Namespace, inputs: dict[str, str]) -> RunRequest:
         keep_env=names(args.keep_env), worker_env=tuple(args.env), threads=args.threads, fresh=args.fresh,
         retry_failed=args.retry_failed, target_ci=getattr(args, "target_ci", None),
         target_ci_launch_bound=getattr(args, "target_ci_launch_bound", None),
-        budget_s=getattr(args, "budget_s", None), command=_command())
+        budget_s=getattr(args, "budget_s", None), plant_k=getattr(args, "plant_k", None), command=_command())
 
 
 def run_compare(args: argparse.Namespace) -> int:
