@@ -222,7 +222,8 @@ def parse_env_overrides(items: Iterable[str]) -> dict[str, str]:
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not _ENV_KEY.match(key):
-            raise UsageError(f"malformed --build-env {item!r}", "write --build-env KEY=VALUE, KEY a shell variable name")
+            raise UsageError(f"malformed --build-env {item!r}",
+                             "write --build-env KEY=VALUE, KEY a shell variable name")
         out[key] = value
     return out
 
@@ -1619,7 +1620,8 @@ def check_markers_declared(series: SeriesRef | None) -> None:
         )
 
 
-def build_and_verify(plan: BuildPlan, *, force: bool = False, verify: bool = True) -> tuple[BuildResult, VerifyResult | None]:
+def build_and_verify(plan: BuildPlan, *, force: bool = False,
+                     verify: bool = True) -> tuple[BuildResult, VerifyResult | None]:
     """:func:`build_wheel`, then (``verify``) :func:`verify_wheel` against the plan's series markers;
     a wheel that fails verification is moved aside (:func:`reject_wheel`).
 

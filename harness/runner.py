@@ -760,7 +760,8 @@ class Plan:
                 "quick": self.quick, "rounds": self.rounds, "seed": self.seed, "timeout_s": self.timeout,
                 "stall_timeout_s": self.stall, "timing": dict(self.timing), "threads": self.threads,
                 "keep_env": list(self.keep_env), "extra_env": dict(self.extra_env),
-                "configs": [c.name for c in self.configs], "plant_k": self.plant_k, "cells": [c.key for c in self.cells],
+                "configs": [c.name for c in self.configs], "plant_k": self.plant_k,
+                "cells": [c.key for c in self.cells],
                 "order": self.order(), "started": _now(), "finished": None, **self.extra}
 
 
@@ -802,7 +803,8 @@ def plan(request: RunRequest) -> Plan:
     if target is not None:
         _positive("--budget-s", budget, "600")
     if request.threads is not None and request.threads < 0:
-        raise UsageError(f"--threads must be >= 0, got {request.threads}", "0 keeps torch's default; 1 is the cpu default")
+        raise UsageError(f"--threads must be >= 0, got {request.threads}",
+                         "0 keeps torch's default; 1 is the cpu default")
     check_keep_env(request.keep_env)
     builds = {name: parse_input(text, name) for name, text in request.inputs.items()}
     return Plan(kind="compare" if "stock" in builds else "bench", builds=builds, device=request.device,
@@ -928,9 +930,9 @@ class Recorder:
         verb = "kept"
         if record is None:
             python = Path(self.data["builds"][build]["interpreter"])
-            record = run_worker(python, self.spec(rnd, build, config, keys, name, measure), self.by_config[config], self.raw,
-                                name, self.plan.timeout, self.plan.keep_env, dict(self.plan.extra_env),
-                                self.plan.stall)
+            spec = self.spec(rnd, build, config, keys, name, measure)
+            record = run_worker(python, spec, self.by_config[config], self.raw, name, self.plan.timeout,
+                                self.plan.keep_env, dict(self.plan.extra_env), self.plan.stall)
             verb = "ran"
         processes = self.data["processes"]
         record.update({"name": name, "round": rnd, "build": build, "config": config, "slot": len(processes)})
@@ -939,7 +941,8 @@ class Recorder:
         self.failed += len(bad)
         note(f"[{len(processes)}/{len(self.data['run']['order'])}] {verb} {name}: "
              f"{len(record['cells']) - len(bad)} cells ok"
-             + (f", {len(bad)} failed ({record.get('reason') or record['cells'][bad[0]].get('reason')})" if bad else ""))
+             + (f", {len(bad)} failed ({record.get('reason') or record['cells'][bad[0]].get('reason')})"
+                if bad else ""))
         res.save(self.plan.out, self.data)
         self.saved = True
 

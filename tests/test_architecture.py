@@ -50,7 +50,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
         path.append(node)
         for nxt in sorted(graph.get(node, ())):
             if state.get(nxt) == 1:
-                return path[path.index(nxt):] + [nxt]
+                return path[path.index(nxt) :] + [nxt]
             if nxt not in state and (cycle := visit(nxt)):
                 return cycle
         path.pop()
@@ -77,8 +77,9 @@ def test_no_import_cycle_in_harness():
 
 def test_library_modules_take_no_argparse_namespace():
     """Argument parsing lives in harness/commands/ and cli.py only."""
-    users = sorted(_module(p) for p in HARNESS.rglob("*.py")
-                   if "import argparse" in p.read_text() and "commands" not in p.parts)
+    users = sorted(
+        _module(p) for p in HARNESS.rglob("*.py") if "import argparse" in p.read_text() and "commands" not in p.parts
+    )
     assert users == ["harness.cli", "harness.provenance"]  # provenance: its own `python -m` entry in a worker
 
 
@@ -91,7 +92,11 @@ def long_functions() -> list[str]:
                 continue
             lines = node.end_lineno - node.lineno + 1
             first = node.body[0]
-            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+            if (
+                isinstance(first, ast.Expr)
+                and isinstance(first.value, ast.Constant)
+                and isinstance(first.value.value, str)
+            ):
                 lines -= first.end_lineno - first.lineno + 1
             if lines > MAX_LINES:
                 found.append(f"{_module(path)}.{node.name} ({lines} lines)")
@@ -112,8 +117,13 @@ def test_no_function_in_harness_is_over_80_lines():
 
 
 def _plan(tmp_path: Path, **kw) -> runner.Plan:
-    request = runner.RunRequest(inputs={"stock": f"python:{sys.executable}", "patched": f"python:{sys.executable}"}, device="cpu",
-                                out=tmp_path / "out", cells=("mm/8x8x8/float32", "mm/16x16x16/float32"), **kw)
+    request = runner.RunRequest(
+        inputs={"stock": f"python:{sys.executable}", "patched": f"python:{sys.executable}"},
+        device="cpu",
+        out=tmp_path / "out",
+        cells=("mm/8x8x8/float32", "mm/16x16x16/float32"),
+        **kw,
+    )
     return runner.plan(request)
 
 
@@ -125,18 +135,23 @@ def test_plan_fills_defaults_and_owns_the_run_record(tmp_path):
     assert plan.extra_env == {"OMP_NUM_THREADS": "2"} and plan.target is None
     run = plan.run_json()
     assert run["cells"] == ["mm/8x8x8/float32", "mm/16x16x16/float32"] and run["configs"] == ["default", "no_vec"]
-    assert sorted(run["order"]) == [(r, b_, c) for r in range(4) for b_ in ("patched", "stock") for c in ("default", "no_vec")]
+    assert sorted(run["order"]) == [
+        (r, b_, c) for r in range(4) for b_ in ("patched", "stock") for c in ("default", "no_vec")
+    ]
     assert run["order"][:4] == runner.round_order(0, 0, ["stock", "patched"], plan.configs)
 
 
-@pytest.mark.parametrize("kw, fragment", [
-    ({"rounds": 0}, "--rounds must be >= 1"),
-    ({"stall_timeout": -1.0}, "--stall-timeout must be > 0 seconds"),
-    ({"target_ci": 1.5}, "--target-ci must be a fraction between 0 and 1"),
-    ({"plant_k": 2.0}, "--plant-k must be a fraction between 0 and 1"),
-    ({"keep_env": ("HOME",)}, "--keep-env HOME: every worker inherits it anyway"),
-    ({"worker_env": ("PYTHONPATH=x",)}, "--env PYTHONPATH: the harness sets PYTHONPATH"),
-])
+@pytest.mark.parametrize(
+    "kw, fragment",
+    [
+        ({"rounds": 0}, "--rounds must be >= 1"),
+        ({"stall_timeout": -1.0}, "--stall-timeout must be > 0 seconds"),
+        ({"target_ci": 1.5}, "--target-ci must be a fraction between 0 and 1"),
+        ({"plant_k": 2.0}, "--plant-k must be a fraction between 0 and 1"),
+        ({"keep_env": ("HOME",)}, "--keep-env HOME: every worker inherits it anyway"),
+        ({"worker_env": ("PYTHONPATH=x",)}, "--env PYTHONPATH: the harness sets PYTHONPATH"),
+    ],
+)
 def test_plan_refuses_bad_values_in_one_line(tmp_path, kw, fragment):
     with pytest.raises(runner.UsageError) as info:
         _plan(tmp_path, **kw)
@@ -159,13 +174,28 @@ def test_resume_plan_comes_from_the_results_document(tmp_path):
 def test_adaptive_rounds_stop_when_converged_and_at_the_budget():
     ran: list[tuple[int, str, str, tuple]] = []
     todo = [{"default": ["a", "b"]}, {"default": ["b"]}, {}]
-    added = runner.adaptive_rounds(0, ["stock", "patched"], [EnvConfig("default")], 4,
-                                   lambda r, b_, c, keys: ran.append((r, b_, c, tuple(keys))),
-                                   lambda: todo.pop(0), lambda extra, need: 0.0, time.monotonic() + 60.0)
+    added = runner.adaptive_rounds(
+        0,
+        ["stock", "patched"],
+        [EnvConfig("default")],
+        4,
+        lambda r, b_, c, keys: ran.append((r, b_, c, tuple(keys))),
+        lambda: todo.pop(0),
+        lambda extra, need: 0.0,
+        time.monotonic() + 60.0,
+    )
     assert added == 2 and [(r, keys) for r, _, _, keys in ran] == [(4, ("a", "b"))] * 2 + [(5, ("b",))] * 2
     assert sorted(b_ for r, b_, _, _ in ran if r == 4) == ["patched", "stock"]
-    over = runner.adaptive_rounds(0, ["stock"], [EnvConfig("default")], 4, lambda *a: ran.append(a),
-                                  lambda: {"default": ["a"]}, lambda extra, need: 1e9, time.monotonic() + 60.0)
+    over = runner.adaptive_rounds(
+        0,
+        ["stock"],
+        [EnvConfig("default")],
+        4,
+        lambda *a: ran.append(a),
+        lambda: {"default": ["a"]},
+        lambda extra, need: 1e9,
+        time.monotonic() + 60.0,
+    )
     assert over == 0  # a round whose estimate overruns the budget is not started
 
 
@@ -182,5 +212,6 @@ def test_schedule_runs_planned_rounds_in_order_and_records_no_adaptive_without_t
 def test_platform_registry_rejects_an_unknown_name_in_one_line():
     with pytest.raises(b.UsageError) as info:
         b.platform_spec("windows-x64")
-    assert info.value.line() == ("error: unknown platform 'windows-x64' -- choose one of: "
-                                 "macos-arm64, linux-cpu, linux-cuda")
+    assert info.value.line() == (
+        "error: unknown platform 'windows-x64' -- choose one of: " "macos-arm64, linux-cpu, linux-cuda"
+    )

@@ -21,8 +21,11 @@ def run_checkout(args: argparse.Namespace) -> int:
     started = time.monotonic()
     result = checkout(ctx.upstream, ctx.base, args.workdir, ctx.series.name if ctx.series else None)
     how = "cloned" if result.upstream.kind == "git" else "imported"
-    cache = (f"{how} into the cache" if result.upstream.created
-             else f"cache warm, no {'clone' if how == 'cloned' else 'import'}")
+    cache = (
+        f"{how} into the cache"
+        if result.upstream.created
+        else f"cache warm, no {'clone' if how == 'cloned' else 'import'}"
+    )
     progress.note(f"checkout: {result.base} = {result.commit[:12]} ({cache}) in {time.monotonic() - started:.1f} s")
     progress.note(f"checkout: stock   {result.stock} (detached)")
     progress.note(f"checkout: patched {result.patched} ({f'branch {result.branch}' if result.branch else 'detached'})")

@@ -7,11 +7,23 @@ import sys
 from pathlib import Path
 
 from harness.commands.common import add_source_arguments, source_context
-from harness.series import (apply_series, check_context, checkout_context, conflict_lines, rebase_series,
-                            refresh_context, series_hash, shown)
+from harness.series import (
+    apply_series,
+    check_context,
+    checkout_context,
+    conflict_lines,
+    rebase_series,
+    refresh_context,
+    series_hash,
+    shown,
+)
 
-_CHECK_WORDS = {"ok": "applies", "3way": "applies only with 3-way merge",
-                "not-checked": "not checked (an earlier patch failed)", "failed": "FAILS"}
+_CHECK_WORDS = {
+    "ok": "applies",
+    "3way": "applies only with 3-way merge",
+    "not-checked": "not checked (an earlier patch failed)",
+    "failed": "FAILS",
+}
 
 
 def add_arguments_check(parser: argparse.ArgumentParser) -> None:
@@ -36,8 +48,9 @@ def run_check(args: argparse.Namespace) -> int:
 def add_arguments_apply(parser: argparse.ArgumentParser) -> None:
     """Options of ``apply``."""
     add_source_arguments(parser, series_required=True)
-    parser.add_argument("--force", action="store_true",
-                        help="reset patched to the base first when it carries other commits")
+    parser.add_argument(
+        "--force", action="store_true", help="reset patched to the base first when it carries other commits"
+    )
 
 
 def run_apply(args: argparse.Namespace) -> int:
@@ -53,8 +66,10 @@ def run_apply(args: argparse.Namespace) -> int:
     if not outcome.ok:
         print("\n".join(conflict_lines(outcome, co.patched, ["git", "-C", str(co.patched), "am", "--continue"])))
         return 1
-    print(f"apply: {len(entry.patches)} commit(s) on {co.branch} in {co.patched} "
-          f"(series hash {series_hash(series, entry)[:8]})")
+    print(
+        f"apply: {len(entry.patches)} commit(s) on {co.branch} in {co.patched} "
+        f"(series hash {series_hash(series, entry)[:8]})"
+    )
     return 0
 
 
@@ -74,8 +89,12 @@ def add_arguments_rebase(parser: argparse.ArgumentParser) -> None:
     """Options of ``rebase``."""
     add_source_arguments(parser, series_required=True)
     parser.add_argument("--onto", metavar="REF", required=True, help="the new base ref (tag, branch or SHA)")
-    parser.add_argument("--continue", dest="resume", action="store_true",
-                        help="continue a rebase stopped by a conflict, after resolving and `git add`")
+    parser.add_argument(
+        "--continue",
+        dest="resume",
+        action="store_true",
+        help="continue a rebase stopped by a conflict, after resolving and `git add`",
+    )
 
 
 def run_rebase(args: argparse.Namespace) -> int:
@@ -83,8 +102,20 @@ def run_rebase(args: argparse.Namespace) -> int:
     ctx = source_context(args)
     assert ctx.series is not None and ctx.entry is not None
     co = checkout_context(ctx, args.workdir, ref=args.onto)
-    cmd = [Path(sys.executable).name, "-m", "harness", "rebase", "--series", args.series, "--base", ctx.base,
-           "--onto", args.onto, "--workdir", str(args.workdir)]
+    cmd = [
+        Path(sys.executable).name,
+        "-m",
+        "harness",
+        "rebase",
+        "--series",
+        args.series,
+        "--base",
+        ctx.base,
+        "--onto",
+        args.onto,
+        "--workdir",
+        str(args.workdir),
+    ]
     if args.upstream:
         cmd += ["--upstream", args.upstream]
     outcome = rebase_series(ctx.series, ctx.entry, co, resume=args.resume)
