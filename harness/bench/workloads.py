@@ -17,6 +17,7 @@ SDPA = 4·B·H·Lq·Lk·D (two GEMMs: Q·Kᵀ and P·V), halved when causal. Sof
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Callable
 
@@ -191,3 +192,24 @@ def reference(cell: Cell, inputs):
 
     x = [t.detach().cpu().to(torch.float64) for t in inputs]  # two steps: MPS has no float64
     return cell.spec.reference(*x)
+
+
+def planted(cell: Cell, plant: float) -> Cell:
+    """``cell`` with its reduction dimension K (the last size of a GEMM cell) grown by at least
+    ``plant`` (a fraction), keeping K's alignment class: ``gcd(K', 16) == gcd(K, 16)`` (16 elements:
+    at least the 16-byte row alignment tensor-core GEMMs need). Used by ``compare --plant-k`` and
+    benchmarks/calibrate_ab.py to plant a known extra cost of ``K'/K - 1`` FLOP. Alignment matters
+    more than FLOPs: on an H200, K = 2048 -> 2109 (unaligned rows) made cuBLAS 4-5x slower, not 3 %.
+
+    Raises:
+        ValueError: ``cell`` is not a GEMM, or ``plant`` is not positive.
+    """
+    if cell.family != "gemm" or "K" not in cell.spec.dims or not plant > 0:
+        raise ValueError(f"only a GEMM's K can be planted with a positive fraction, got {cell.key} and {plant!r}")
+    at = cell.spec.dims.index("K")  # the op's registry record names its sizes
+    k = cell.shape[at]
+    align = math.gcd(k, 16)
+    new = math.ceil(k * (1 + plant) / align) * align
+    while math.gcd(new, 16) != align:
+        new += align
+    return Cell(cell.op, cell.shape[:at] + (new,) + cell.shape[at + 1:], cell.dtype)
