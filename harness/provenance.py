@@ -91,7 +91,10 @@ def dtype_support(torch, device: str) -> dict[str, dict[str, str | None]]:
 
 def unsupported_reason(support: dict, dtype: str, op: str) -> str | None:
     """The reason ``op`` cannot run in ``dtype`` per a :func:`dtype_support` table (None: it can).
-    An op or dtype the table does not list was not probed: that is the reason (never assumed to run)."""
+    An empty table is no table (nothing was probed: None); an op or dtype missing from a table that was
+    probed is not assumed to run, and that is the reason."""
+    if not support:
+        return None
     row = support.get(dtype, {})
     if op not in row:
         return f"not probed by harness.provenance (its table lists {', '.join(row) or 'no op'} in {dtype})"

@@ -70,11 +70,10 @@ def test_rule1_float64_on_the_device_raises_upstreams_type_error():
 def test_finding3_one_step_float64_reference_fails_and_the_two_step_one_passes(monkeypatch):
     cell = Cell("mm", (16, 16, 16), "float16")
     spec = {"device": "mps", "check": True, "timing": TINY}
-    supported = {"float16": {"mm": None}}  # the provenance table: mm runs in float16
     with emulate(torch) as (device, _):
-        ok = run_cell(torch, BlockTimer(device), device, cell, spec, supported)
+        ok = run_cell(torch, BlockTimer(device), device, cell, spec, {})
         monkeypatch.setattr("harness.bench.worker.reference", old_reference)
-        planted = run_cell(torch, BlockTimer(device), device, cell, spec, supported)
+        planted = run_cell(torch, BlockTimer(device), device, cell, spec, {})
     assert ok["status"] == "ok" and ok["check"]["passed"], ok
     assert planted["status"] == "failed" and planted["reason"] == f"TypeError: {DOUBLE_ERROR}"
 

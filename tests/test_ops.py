@@ -110,6 +110,7 @@ def test_an_op_missing_from_the_support_table_is_unsupported_not_assumed_to_run(
     assert unsupported_reason(table, "float16", "addmm") == ("not probed by harness.provenance "
                                                              "(its table lists mm, bmm in float16)")
     assert "no op" in unsupported_reason(table, "float32", "mm")
+    assert unsupported_reason({}, "float16", "addmm") is None  # no table at all: nothing to go by
 
 
 def _plan(cells: str) -> argparse.Namespace:
