@@ -6,7 +6,7 @@ On any machine, with the torch the user already has (``--build``, default this i
    the device, a small matmul compared with the CPU, the dtype table. A device that cannot
    produce evidence stops here with one line (``--device mps`` off a Mac, for example).
 2. **every workload op once at a tiny shape under every env config of the device**
-   (:data:`harness.bench.workloads.PROBE_SHAPES`, float16, bfloat16 and float32), each config in a
+   (:attr:`harness.bench.ops.Op.probe_shape`, float16, bfloat16 and float32), each config in a
    fresh worker process, with the correctness check, a hard per-step timeout (``--step-timeout``:
    a worker that finishes no cell for that long is stopped and the cell and step it hung in are
    named) and a whole-process timeout;

@@ -36,6 +36,7 @@ from typing import Iterator, Mapping, Sequence
 import harness
 from harness import configs as cfg
 from harness import results as res
+from harness.bench.ops import key_hint
 from harness.bench.timer import steady_start
 from harness.bench.workloads import DTYPES, ITEMSIZE, Cell, default_cells
 from harness.checks.consistency import MPS_PAIR, PAIRS
@@ -107,13 +108,8 @@ def plan_cells(dtypes: Sequence[str] | None, cells: Sequence[str] | None, quick:
 
 
 def cell_example(key: str) -> str:
-    """How to write a cell key, for the op that ``key`` names (GEMM layout when the op is unknown)."""
-    op = key.split("/")[0]
-    if op.startswith("sdpa"):
-        return f"write {op} cells as {op}/BxHxLxD/dtype (batch, heads, sequence length, head dim), e.g. {op}/1x8x512x64/float16"
-    if op == "bmm":
-        return "write bmm cells as bmm/BxMxNxK/dtype, e.g. bmm/8x512x512x512/float16"
-    return "write cells as op/MxNxK/dtype, e.g. mm/512x512x512/float16 (SDPA: sdpa/BxHxLxD/dtype, e.g. sdpa/1x8x512x64/float16)"
+    """How to write a cell key, for the op that ``key`` names (:func:`harness.bench.ops.key_hint`)."""
+    return key_hint(key.split("/")[0])
 
 
 #: variables --env may not set: the harness sets them for its own workers

@@ -122,8 +122,10 @@ def test_requirement_typo_is_one_line_without_packagings_caret_diagram(tmp_path,
     ("sdpa/1x8x512/float32", "-- write sdpa cells as sdpa/BxHxLxD/dtype (batch, heads, sequence length, head dim), "
                              "e.g. sdpa/1x8x512x64/float16"),
     ("sdpa_causal/1x8/float16", "e.g. sdpa_causal/1x8x512x64/float16"),
-    ("bmm/8x64x64/float32", "-- write bmm cells as bmm/BxMxNxK/dtype, e.g. bmm/8x512x512x512/float16"),
-    ("mm/64x64/float32", "-- write cells as op/MxNxK/dtype, e.g. mm/512x512x512/float16"),
+    ("bmm/8x64x64/float32", "-- write bmm cells as bmm/BxMxNxK/dtype (batch, rows of the output, columns of the "
+                            "output, inner dimension), e.g. bmm/8x512x512x512/float16"),
+    ("mm/64x64/float32", "-- write mm cells as mm/MxNxK/dtype (rows of the output, columns of the output, "
+                         "inner dimension), e.g. mm/512x512x512/float16"),
     ("mm64x64x64", "a cell key has 3 parts separated by '/', got 1 -- write cells as op/MxNxK/dtype"),
 ])
 def test_bad_cell_remedy_shows_that_ops_layout(tmp_path, this_python, cell, remedy):
