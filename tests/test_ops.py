@@ -3,7 +3,6 @@ unknown op name is a one-line error everywhere it can enter (worker code, the ru
 
 from __future__ import annotations
 
-import argparse
 
 import pytest
 import torch
@@ -113,18 +112,14 @@ def test_an_op_missing_from_the_support_table_is_unsupported_not_assumed_to_run(
     assert unsupported_reason({}, "float16", "addmm") is None  # no table at all: nothing to go by
 
 
-def _plan(cells: str) -> argparse.Namespace:
-    return argparse.Namespace(dtypes=None, cells=cells, quick=True)
-
-
 def test_unknown_op_in_the_plan_is_a_usage_error_with_every_ops_layout():
     with pytest.raises(UsageError) as err:
-        runner.plan_cells(_plan("conv2d/1x2x3/float16"))
+        runner.plan_cells(None, ["conv2d/1x2x3/float16"], quick=True)
     assert err.value.cause == f"bad cell 'conv2d/1x2x3/float16': unknown op 'conv2d'; choose one of {', '.join(ops.REGISTRY)}"
     assert err.value.remedy.startswith("write cells as op/MxNxK/dtype, e.g. mm/512x512x512/float16 (op/layout: ")
     assert "bmm/BxMxNxK" in err.value.remedy and "sdpa_causal/BxHxLxD" in err.value.remedy
     with pytest.raises(UsageError) as err:
-        runner.plan_cells(_plan("bmm/8x64x64/float32"))
+        runner.plan_cells(None, ["bmm/8x64x64/float32"], quick=True)
     assert err.value.remedy == ("write bmm cells as bmm/BxMxNxK/dtype (batch, rows of the output, columns of the "
                                 "output, inner dimension), e.g. bmm/8x512x512x512/float16")
 
