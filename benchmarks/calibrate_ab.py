@@ -1,5 +1,5 @@
 """Calibrate the A/B verdicts on real hardware: A/A false positives, planted-change power,
-and CI precision per second of measurement (issue 6; results go to docs/methodology.md).
+and CI precision per second of measurement (results go to docs/methodology.md).
 
 Both sides run the same build (``--python``) through the harness's own worker and scheduler
 (:func:`harness.runner.run_worker`, fresh process per side per round, order shuffled per round by

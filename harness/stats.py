@@ -6,8 +6,8 @@ Pure functions over numbers (numpy + scipy only): no filesystem, no printing, no
 Data model. One *cell* is build x env config x workload x shape x dtype. Each fresh worker
 process yields raw per-call times in **seconds** (its *samples*); the process's median is the
 per-process statistic (:func:`process_median`). Between processes the spread is larger than
-inside one (``../shared/device_notes.md``: 1-5 % cv on an H200, a 2-3x slow kernel on MPS about
-40 % of the time), so every comparison here treats the **per-process medians** as the
+inside one (docs/methodology.md: 1-5 % cv on an H200; pytorch issue 182815: a 2-3x slow MPSGraph
+kernel in about 40 % of processes), so every comparison here treats the **per-process medians** as the
 independent observations: ``compare(stock_medians, patched_medians)``.
 
 Conventions:
@@ -16,8 +16,8 @@ Conventions:
   :func:`compare`): < 1 means patched is faster; ``speedup = 1 / ratio``.
 - Relative quantities (``threshold``, half-widths, drift) are fractions: 0.02 means 2 %.
 - Nothing here turns an error into a verdict: when a statistic cannot be computed the verdict
-  is ``"undetermined"``, ``cause`` (a :class:`Cause`) says why and ``reason`` gives the numbers (unlike pyperf's ``_compare.py``, see
-  ``../shared/STYLE.md``). Programming errors (wrong types) still raise.
+  is ``"undetermined"``, ``cause`` (a :class:`Cause`) says why and ``reason`` gives the numbers (unlike pyperf's ``_compare.py``,
+  which reports "significant" when its test raises). Programming errors (wrong types) still raise.
 """
 
 from __future__ import annotations

@@ -139,7 +139,7 @@ def gemm(m: int, n: int, k: int, dtype: str, op: str = "mm") -> Cell:
 def default_cells(dtypes: tuple[str, ...] = DTYPES, quick: bool = False) -> list[Cell]:
     """The default cell set.
 
-    Full: the seed PR's cells (GEMM 512³, 1024³, 2048³; SDPA B1 H8 L512 D64 and B2 H16 L1024 D64,
+    Full: pytorch PR 167424's cells (GEMM 512³, 1024³, 2048³; SDPA B1 H8 L512 D64 and B2 H16 L1024 D64,
     causal and not) and the shape classes PyTorch MPS reviewers ask for: gemv-like M1 N1024 K1024,
     thin K (M4096 N4096 K256), odd M333 N444 K555, large 4096³; plus addmm, bmm and linear at
     1024-class sizes. Quick: a reduced set a 2-core CPU finishes in minutes.
