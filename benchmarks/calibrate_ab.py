@@ -1,8 +1,9 @@
 """Calibrate the A/B verdicts on real hardware: A/A false positives, planted-change power,
-and CI precision per second of measurement (issue 6; results go to docs/methodology.md).
+and CI precision per second of measurement (results go to docs/methodology.md).
 
 Both sides run the same build (``--python``) through the harness's own worker and scheduler
-(:func:`harness.runner.run_worker`, fresh process per side per round, order shuffled per round)
+(:func:`harness.runner.run_worker`, fresh process per side per round, order shuffled per round by
+:func:`harness.runner.round_order`, adaptive rounds by :func:`harness.runner.adaptive_rounds`)
 and the verdicts come from :func:`harness.stats.compare`, exactly as in ``compare``. Each row of
 ``calibration.json`` stores both sides' per-process medians (``stock_medians``/``patched_medians``,
 seconds), so ``benchmarks/calibration_table.py`` recomputes every number from them.
@@ -23,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import random
 import sys
 import time
 from pathlib import Path
@@ -31,7 +31,8 @@ from pathlib import Path
 from harness import stats
 from harness.bench.workloads import planted, Cell
 from harness.configs import EnvConfig
-from harness.runner import MAX_ROUNDS, run_worker
+from harness import results as res
+from harness.runner import adaptive_rounds, round_order, run_worker
 
 CUDA_CELLS = [Cell(op, shape, dt) for dt in ("float16", "bfloat16") for op, shape in [
     ("mm", (1024, 1024, 1024)), ("mm", (2048, 2048, 2048)), ("mm", (4096, 4096, 4096)), ("mm", (4096, 4096, 256)),
@@ -92,46 +93,52 @@ def main() -> int:
     launch_bound: dict[str, list[bool]] = {c.key: [] for c in base}
     t_start = time.time()
 
-    def measure_round(rnd: int, keys: set[str]) -> None:
-        """One round: each side in a fresh process, order shuffled per round, only the cells in ``keys``."""
-        order = list(sides)
-        random.Random(args.seed * 1000 + rnd).shuffle(order)
-        for side in order:
-            pairs = [(lg, ac) for lg, ac in zip(base, sides[side]) if lg.key in keys]
-            spec = {"device": args.device, "cells": [ac.key for _, ac in pairs], "check": False, "seed": args.seed,
-                    "timing": timing, "threads": threads}
-            rec = run_worker(Path(args.python), spec, EnvConfig("default"), raw, f"r{rnd:02d}-{side}", timeout=900,
-                             keep=keep)
-            for logical, actual in pairs:
-                cell = rec["cells"].get(actual.key, {"status": "failed"})
-                if cell["status"] == "ok":
-                    m = cell["measurement"]
-                    medians[logical.key][side].append(m["median"])
-                    launch_bound[logical.key].append(bool(m["launch_bound"]))
-                    seconds[logical.key] += sum(m["samples"]) * m["number"]
-            print(f"round {rnd} {side}: {len(pairs)} cells, {time.time() - t_start:.0f} s", file=sys.stderr, flush=True)
+    config = EnvConfig("default")
+
+    def measure(rnd: int, side: str, _config: str, keys) -> None:
+        """One side of one round in a fresh process (the harness's scheduler decides the order), ``keys`` only."""
+        pairs = [(lg, ac) for lg, ac in zip(base, sides[side]) if lg.key in keys]
+        spec = {"device": args.device, "cells": [ac.key for _, ac in pairs], "check": False, "seed": args.seed,
+                "timing": timing, "threads": threads}
+        rec = run_worker(Path(args.python), spec, config, raw, f"r{rnd:02d}-{side}", timeout=900, keep=keep)
+        for logical, actual in pairs:
+            cell = rec["cells"].get(actual.key, {"status": "failed"})
+            if cell["status"] == "ok":
+                m = res.measurement(cell["measurement"])  # derived numbers recomputed from the raw samples
+                medians[logical.key][side].append(m.median)
+                launch_bound[logical.key].append(m.launch_bound)
+                seconds[logical.key] += sum(m.samples) * m.number
+        print(f"round {rnd} {side}: {len(pairs)} cells, {time.time() - t_start:.0f} s", file=sys.stderr, flush=True)
 
     def comparisons() -> dict[str, stats.Comparison]:
         return {c.key: stats.compare(medians[c.key]["stock"], medians[c.key]["patched"], threshold=args.threshold)
                 for c in base}
 
+    all_keys = [c.key for c in base]
     for rnd in range(args.rounds):
-        measure_round(rnd, {c.key for c in base})
-    rnd = args.rounds
-    adaptive_start = time.time()
+        for r, side, name in round_order(args.seed, rnd, list(sides), [config]):
+            measure(r, side, name, all_keys)
     left: dict[str, int] = {}
+    added = 0
     if args.target_ci is not None:
         # the stopping rule looks at the CI's width only, never at the verdict, so it cannot steer verdicts
-        while rnd < MAX_ROUNDS:
-            left = stats.unconverged(comparisons(), args.target_ci)
-            if not left:
-                break
-            per_round = (time.time() - adaptive_start) / (rnd - args.rounds) if rnd > args.rounds else 0.0
-            if time.time() - adaptive_start + per_round > args.budget_s:
-                break
-            measure_round(rnd, set(left))
-            rnd += 1
+        adaptive_start = time.monotonic()
+
+        def need() -> dict[str, list[str]]:
+            todo = stats.unconverged(comparisons(), args.target_ci)
+            return {config.name: [k for k in all_keys if k in todo]} if todo else {}
+
+        def cost(extra, _need) -> float:  # the mean wall time of the adaptive rounds so far
+            return (time.monotonic() - adaptive_start) / added_so_far[0] if added_so_far[0] else 0.0
+
+        added_so_far = [0]
+        def count(rnd, _extra, _todo) -> None:  # rounds finished once round ``rnd`` has run
+            added_so_far[0] = rnd - args.rounds + 1
+
+        added = adaptive_rounds(args.seed, list(sides), [config], args.rounds, measure, need, cost,
+                                adaptive_start + args.budget_s, count)
         left = stats.unconverged(comparisons(), args.target_ci)
+    rnd = args.rounds + added
 
     rows = []
     final = comparisons()

@@ -5,8 +5,8 @@
 
 Every number is recomputed from the file's per-cell rows, never copied from its ``summary``. Where a
 row stores the per-process medians of both sides (``stock_medians``/``patched_medians``, written by
-calibrate_ab.py since issue 15), its ratio, CI, verdict and half-width are recomputed with the
-current :func:`harness.stats.compare`; where it does not (files measured before issue 15), the stored
+calibrate_ab.py since the exact Moses CI replaced the bootstrap), its ratio, CI, verdict and half-width are recomputed with the
+current :func:`harness.stats.compare`; where it does not (older files), the stored
 values are used: those come from the percentile-bootstrap CI of the ratio of medians that the harness
 used then, and the output says so (``estimator: stored bootstrap``).
 """

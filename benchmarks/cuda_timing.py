@@ -1,6 +1,6 @@
 """Calibrate the harness's cuda timer against triton's do_bench and CUDA-graph replay (H200).
 
-For each cell (the seed's GEMM and SDPA cells plus large ones) the same callable is timed by:
+For each cell (pytorch PR 167424's GEMM and SDPA cells plus large ones) the same callable is timed by:
 
 - ``harness``: :class:`harness.bench.timer.BlockTimer` (synchronize + host clock around blocks of
   back-to-back calls, the one method the harness uses on every device; also its launch-bound label);
@@ -9,7 +9,7 @@ For each cell (the seed's GEMM and SDPA cells plus large ones) the same callable
   L2 flushed before each);
 - ``graph``: a CUDA graph of 50 captured calls, replayed; events around 20 replays (no launch
   gaps at all: the reference for kernel-bound device time);
-- ``seed``: the seed PR's method (host clock, sync after each call, mean of 8) for contrast.
+- ``seed``: pytorch PR 167424's method (host clock, sync after each call, mean of 8) for contrast.
 
 Acceptance: harness within 5 % of graph replay for cells whose kernels run >= 50 µs;
 cells below that are labelled launch-bound. Run on the device::

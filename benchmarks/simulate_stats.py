@@ -9,7 +9,7 @@ faster/slower verdicts at factor 1, and **power** (share of ``slower`` verdicts)
 Noise models (per-process medians = true time x exp(e), e drawn per process):
 
 - ``lognormal 1 %`` / ``lognormal 5 %``: e ~ N(0, 0.01) / N(0, 0.05) (1-5 % cv between processes on an
-  H200, ../shared/device_notes.md);
+  H200, docs/methodology.md);
 - ``t3``: e = 0.02 x Student-t with 3 degrees of freedom (heavy tails: an occasional far process);
 - ``bimodal``: each process lands in a 2.5x slower mode with probability 0.4 (MPSGraph GEMM, pytorch
   issue 182815), e ~ N(0, 0.02) on top;

@@ -34,7 +34,6 @@ Everything here uses the standard library, ``packaging``, and git through
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import datetime as _dt
 import hashlib
@@ -58,8 +57,13 @@ from harness import progress
 from harness.errors import BuildError, UsageError
 from harness.fsutil import atomic_write_json, exclusive_lock, inside, sha256_file
 from harness.paths import cache_dir, slug
+from harness import series as series_mod
+from harness import upstream as upstream_mod
+from harness.series import patches_hash
+from harness.upstream import git_run
+from harness.upstream import missing_submodules as upstream_missing
+from harness.venvs import venv_python
 
-PLATFORMS = ("macos-arm64", "linux-cpu", "linux-cuda")
 KINDS = ("stock", "patched")
 BUILD_TYPES = ("Release", "RelWithDebInfo", "Debug", "MinSizeRel")
 
@@ -67,7 +71,7 @@ BUILD_TYPES = ("Release", "RelWithDebInfo", "Debug", "MinSizeRel")
 #: arm64 wheels are tagged ``macosx_11_0_arm64`` (``.ci/wheel/build_wheel.sh``, ``mac_version``).
 MACOS_ARM64_FLOOR = "11.0"
 
-#: Default ``TORCH_CUDA_ARCH_LIST`` (our choice, override with ``--env``): compute capabilities
+#: Default ``TORCH_CUDA_ARCH_LIST`` (our choice, override with ``--build-env``): compute capabilities
 #: 8.0 (A100), 8.6 (RTX 30xx/A10), 8.9 (L4/RTX 40xx), 9.0 (H100/H200). PyTorch's release wheels
 #: list more (back to 5.0) at several times the compile time.
 DEFAULT_CUDA_ARCH_LIST = "8.0;8.6;8.9;9.0"
@@ -81,7 +85,76 @@ BUILD_NUMBER_ENV = "PYTORCH_BUILD_NUMBER"
 #: ~10 GB (CPU, Release) and ~30 GB (CUDA, 4 archs), plus headroom for the wheel, the build venv
 #: and the compiler cache. :data:`FREE_GIB_ENV` overrides it.
 GIB = 1 << 30
-PYTORCH_DISK_ESTIMATE = {"macos-arm64": 20 * GIB, "linux-cpu": 20 * GIB, "linux-cuda": 50 * GIB}
+
+
+@dataclass(frozen=True)
+class Platform:
+    """One build platform: everything the build, the preflight, the verification and ``doctor`` know
+    of it. Adding a platform is one :data:`REGISTRY` entry (plus its test).
+
+    Attributes:
+        name: ``--platform`` value.
+        env: fixed build variables (``USE_*``; PyTorch's ``setup.py`` header lists them).
+        languages: CMake languages beyond C and CXX that get the compiler launcher.
+        disk_estimate: free bytes a PyTorch build tree + wheel needs (our estimate, see below).
+        compiles: the source kinds it compiles (:func:`source_kind`: ``common``, ``mps``, ``cuda``);
+            decides where the series' markers can be checked.
+        arch_list: ``(variable, default)`` of the GPU architecture list, or None.
+        macos: the macOS arm64 rules: ``ARCHFLAGS``, ``MACOSX_DEPLOYMENT_TARGET`` (raised to
+            :data:`MACOS_ARM64_FLOOR`), ``CMAKE_OSX_ARCHITECTURES`` when cross-compiling, the Metal
+            toolchain check, and ``torch.backends.mps.is_built()`` in verification.
+        wheel_tag: the platform tag of its wheels (PEP 425), ``<floor>`` standing for the deployment target.
+        install: remedy text per tool (``compiler``, ``cmake``, ``cmake-upgrade``) on this platform.
+    """
+
+    name: str
+    env: Mapping[str, str]
+    languages: tuple[str, ...] = ()
+    disk_estimate: int = 20 * (1 << 30)
+    compiles: frozenset[str] = frozenset({"common"})
+    arch_list: tuple[str, str] | None = None
+    macos: bool = False
+    wheel_tag: str = "linux_x86_64"
+    install: Mapping[str, str] = field(default_factory=lambda: dict(LINUX_INSTALL))
+
+
+LINUX_INSTALL = {
+    "compiler": "install one: `apt-get install -y build-essential` (Debian/Ubuntu) or `dnf install gcc-c++` (Fedora)",
+    "cmake": "`apt-get install -y cmake`",
+    "cmake-upgrade": "a newer cmake from your package manager",
+}
+MACOS_INSTALL = {
+    "compiler": "install the Xcode command line tools: `xcode-select --install`",
+    "cmake": "`brew install cmake`",
+    "cmake-upgrade": "`brew upgrade cmake`",
+}
+
+#: The build platforms. Free-disk estimates are ours, NOT measured by this project (no full PyTorch
+#: build runs on its CI): a v2.6 ``build/`` directory of ~10 GB (CPU, Release) and ~30 GB (CUDA, 4
+#: archs), plus headroom for the wheel, the build venv and the compiler cache. :data:`FREE_GIB_ENV`
+#: overrides them. macos-arm64 follows ``.ci/wheel/mac/`` and ``.ci/pytorch/macos-build.sh`` (see
+#: :func:`platform_env`).
+REGISTRY: dict[str, Platform] = {p.name: p for p in (
+    Platform("macos-arm64", {"USE_MPS": "1", "USE_CUDA": "0", "USE_ROCM": "0"}, ("OBJC", "OBJCXX"), 20 * GIB,
+             frozenset({"common", "mps"}), macos=True, wheel_tag="macosx_<floor>_arm64", install=MACOS_INSTALL),
+    Platform("linux-cpu", {"USE_CUDA": "0", "USE_MPS": "0", "USE_ROCM": "0"}, (), 20 * GIB),
+    Platform("linux-cuda", {"USE_CUDA": "1", "USE_MPS": "0", "USE_ROCM": "0"}, ("CUDA",), 50 * GIB,
+             frozenset({"common", "cuda"}), arch_list=("TORCH_CUDA_ARCH_LIST", DEFAULT_CUDA_ARCH_LIST)),
+)}
+PLATFORMS = tuple(REGISTRY)
+
+
+def platform_spec(name: str) -> Platform:
+    """The :class:`Platform` called ``name``.
+
+    Raises:
+        UsageError: no such platform (one line naming the known ones).
+    """
+    try:
+        return REGISTRY[name]
+    except KeyError:
+        raise UsageError(f"unknown platform {name!r}", f"choose one of: {', '.join(REGISTRY)}") from None
+
 #: For other bases: this many times the source tree's size, at least 512 MiB.
 OTHER_DISK_FACTOR = 20
 OTHER_DISK_MIN = 512 << 20
@@ -131,11 +204,8 @@ class SeriesRef:
 
     @property
     def hash(self) -> str:
-        """sha256 (hex) over the patch files' bytes in order (docs: series_schema "series hash")."""
-        digest = hashlib.sha256()
-        for patch in self.patches:
-            digest.update(Path(patch).read_bytes())
-        return digest.hexdigest()
+        """The series hash (:func:`harness.series.patches_hash`) of :attr:`patches`."""
+        return patches_hash(self.patches)
 
 
 # --------------------------------------------------------------------------------------------
@@ -152,7 +222,8 @@ def parse_env_overrides(items: Iterable[str]) -> dict[str, str]:
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not _ENV_KEY.match(key):
-            raise UsageError(f"malformed --env {item!r}", "write --env KEY=VALUE, KEY a shell variable name")
+            raise UsageError(f"malformed --build-env {item!r}",
+                             "write --build-env KEY=VALUE, KEY a shell variable name")
         out[key] = value
     return out
 
@@ -163,7 +234,7 @@ def platform_env(
     jobs: int,
     build_type: str = "Release",
     macos_deployment_target: str = MACOS_ARM64_FLOOR,
-    cuda_arch_list: str = DEFAULT_CUDA_ARCH_LIST,
+    cuda_arch_list: str | None = None,
     launcher: str | None = None,
     cross_compile: bool = False,
 ) -> dict[str, str]:
@@ -174,11 +245,12 @@ def platform_env(
     compile jobs; ``CMAKE_BUILD_TYPE`` wins over ``DEBUG``/``REL_WITH_DEB_INFO``).
 
     Args:
-        platform: one of :data:`PLATFORMS`.
+        platform: a :data:`REGISTRY` name.
         jobs: parallel compile jobs (``MAX_JOBS``), >= 1.
         build_type: CMake build type, one of :data:`BUILD_TYPES`.
         macos_deployment_target: ``MACOSX_DEPLOYMENT_TARGET`` (macOS only), see :func:`macos_deployment_target`.
-        cuda_arch_list: ``TORCH_CUDA_ARCH_LIST`` (linux-cuda only).
+        cuda_arch_list: the platform's GPU architecture list (``TORCH_CUDA_ARCH_LIST`` on linux-cuda;
+            default :attr:`Platform.arch_list`'s).
         launcher: compiler cache program (``ccache``/``sccache``) for ``CMAKE_<LANG>_COMPILER_LAUNCHER``.
         cross_compile: macos-arm64 only: the build host is not arm64 (:func:`macos_cross_compiling`).
 
@@ -195,26 +267,21 @@ def platform_env(
     Raises:
         UsageError: unknown platform or build type, jobs < 1.
     """
-    if platform not in PLATFORMS:
-        raise UsageError(f"unknown platform {platform!r}", f"choose one of: {', '.join(PLATFORMS)}")
+    spec = platform_spec(platform)
     if build_type not in BUILD_TYPES:
         raise UsageError(f"unknown build type {build_type!r}", f"choose one of: {', '.join(BUILD_TYPES)}")
     if jobs < 1:
         raise UsageError(f"--jobs {jobs} is below 1", "give a positive number of compile jobs")
-    env = {"MAX_JOBS": str(jobs), "CMAKE_BUILD_TYPE": build_type, "BUILD_TEST": "0", "USE_ROCM": "0"}
-    languages = ["C", "CXX"]
-    if platform == "macos-arm64":
-        env.update(USE_MPS="1", USE_CUDA="0", ARCHFLAGS="-arch arm64", MACOSX_DEPLOYMENT_TARGET=macos_deployment_target)
+    env = {"MAX_JOBS": str(jobs), "CMAKE_BUILD_TYPE": build_type, "BUILD_TEST": "0", **spec.env}
+    if spec.macos:
+        env.update(ARCHFLAGS="-arch arm64", MACOSX_DEPLOYMENT_TARGET=macos_deployment_target)
         if cross_compile:
             env["CMAKE_OSX_ARCHITECTURES"] = "arm64"
-        languages += ["OBJC", "OBJCXX"]  # the MPS backend is Objective-C++ (.mm)
-    elif platform == "linux-cpu":
-        env.update(USE_CUDA="0", USE_MPS="0")
-    else:  # linux-cuda
-        env.update(USE_CUDA="1", USE_MPS="0", TORCH_CUDA_ARCH_LIST=cuda_arch_list)
-        languages += ["CUDA"]
+    if spec.arch_list is not None:
+        variable, default = spec.arch_list
+        env[variable] = cuda_arch_list or default
     if launcher:
-        env.update({f"CMAKE_{lang}_COMPILER_LAUNCHER": launcher for lang in languages})
+        env.update({f"CMAKE_{lang}_COMPILER_LAUNCHER": launcher for lang in ("C", "CXX", *spec.languages)})
     return env
 
 
@@ -424,18 +491,25 @@ def cmake_policy_env(source_dir: Path | None) -> tuple[dict[str, str], str]:
     )
 
 
-def compiles_on(path: str, platform: str) -> bool:
-    """Whether ``platform``'s build compiles the upstream file ``path`` (so its markers can be checked).
-
-    Objective-C(++) files (``.mm``/``.m``) and ``/mps/`` sources compile only on macOS; CUDA
-    sources (``.cu``/``.cuh``, ``/cuda/``) only on linux-cuda; other files everywhere.
-    """
+def source_kind(path: str) -> str:
+    """Which builds compile the upstream file ``path``: ``mps`` (Objective-C(++) ``.mm``/``.m``,
+    ``.metal``, ``/mps/``), ``cuda`` (``.cu``/``.cuh``, ``/cuda/``) or ``common`` (every build)."""
     lower = path.lower()
     if lower.endswith((".mm", ".m", ".metal")) or "/mps/" in lower:
-        return platform == "macos-arm64"
+        return "mps"
     if lower.endswith((".cu", ".cuh")) or "/cuda/" in lower:
-        return platform == "linux-cuda"
-    return True
+        return "cuda"
+    return "common"
+
+
+def compiles_on(path: str, platform: str) -> bool:
+    """Whether ``platform``'s build compiles the upstream file ``path`` (so its markers can be checked):
+    its :func:`source_kind` is in the platform's ``compiles``.
+
+    Raises:
+        UsageError: unknown platform.
+    """
+    return source_kind(path) in platform_spec(platform).compiles
 
 
 # --------------------------------------------------------------------------------------------
@@ -470,6 +544,11 @@ def build_requirements(source_dir: Path) -> tuple[str, ...]:
     return tuple(seen)
 
 
+def pip_wheel_command(python: str, source: str, dist_dir: Path) -> tuple[str, ...]:
+    """The PEP 517 build of ``source`` through pip (see :func:`build_command`)."""
+    return (python, "-m", "pip", "wheel", source, "--no-build-isolation", "--no-deps", "-v", "-w", str(dist_dir))
+
+
 def build_command(source_dir: Path, python: str, dist_dir: Path) -> tuple[str, ...]:
     """The base's own wheel-build command.
 
@@ -484,7 +563,7 @@ def build_command(source_dir: Path, python: str, dist_dir: Path) -> tuple[str, .
     """
     root = Path(source_dir)
     if (root / "pyproject.toml").is_file() and "build-system" in tomllib.loads((root / "pyproject.toml").read_text()):
-        return (python, "-m", "pip", "wheel", str(root), "--no-build-isolation", "--no-deps", "-v", "-w", str(dist_dir))
+        return pip_wheel_command(python, str(root), dist_dir)
     if (root / "setup.py").is_file():
         return (python, "setup.py", "bdist_wheel", "-d", str(dist_dir))
     raise BuildError(
@@ -499,7 +578,6 @@ def build_command(source_dir: Path, python: str, dist_dir: Path) -> tuple[str, .
 def missing_submodules(source_dir: Path) -> list[str]:
     """Submodules the source lacks (:func:`harness.upstream.missing_submodules`: ``.gitmodules``, or
     PyTorch's default list for a tree without one, like the Debian tarball)."""
-    from harness.upstream import missing_submodules as upstream_missing
 
     return list(upstream_missing(Path(source_dir)))
 
@@ -522,15 +600,15 @@ def required_free_bytes(source_dir: Path, platform: str) -> tuple[int, str]:
         return int(gib * GIB), f"set by {FREE_GIB_ENV}"
     root = Path(source_dir)
     pytorch = (root / "aten").is_dir() and (root / "torch").is_dir()
-    return disk_estimate(root, platform), ("the PyTorch estimate, harness.build.PYTORCH_DISK_ESTIMATE" if pytorch
+    return disk_estimate(root, platform), ("the PyTorch estimate, harness.build.REGISTRY" if pytorch
                                            else f"{OTHER_DISK_FACTOR}x the source tree's size")
 
 
 def disk_estimate(source_dir: Path, platform: str) -> int:
-    """Free bytes a build of this source needs (see :data:`PYTORCH_DISK_ESTIMATE`, :data:`OTHER_DISK_FACTOR`)."""
+    """Free bytes a build of this source needs (see :attr:`Platform.disk_estimate`, :data:`OTHER_DISK_FACTOR`)."""
     root = Path(source_dir)
     if (root / "aten").is_dir() and (root / "torch").is_dir():
-        return PYTORCH_DISK_ESTIMATE[platform]
+        return platform_spec(platform).disk_estimate
     size = 0
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames[:] = [d for d in dirnames if d not in (".git", "build")]
@@ -621,11 +699,7 @@ def check_compiler(platform: str, path: str, cxx: str | None = None) -> Check:
     found = next((exe for exe in (shutil.which(n, path=path) for n in names) if exe), None)
     if found:
         return Check("compiler", True, found)
-    remedy = (
-        "install the Xcode command line tools: `xcode-select --install`"
-        if platform == "macos-arm64"
-        else "install one: `apt-get install -y build-essential` (Debian/Ubuntu) or `dnf install gcc-c++` (Fedora)"
-    )
+    remedy = platform_spec(platform).install["compiler"]
     error = BuildError(f"no C++ compiler found ({cxx or 'c++, g++, clang++'} not on PATH)", remedy)
     return Check("compiler", False, error.line(), error)
 
@@ -646,7 +720,7 @@ def check_cmake(platform: str, path: str, source_dir: Path | None = None, *, ven
         error = BuildError(
             "cmake not found on PATH or in the build environment",
             "`python -m pip install cmake`, or "
-            + ("`brew install cmake`" if platform == "macos-arm64" else "`apt-get install -y cmake`"),
+            + platform_spec(platform).install["cmake"],
         )
         return Check("cmake", False, error.line(), error)
     version = None
@@ -665,7 +739,7 @@ def check_cmake(platform: str, path: str, source_dir: Path | None = None, *, ven
             f"cmake {version} ({exe}) is older than the {required} this base requires "
             "(cmake_minimum_required in its CMakeLists.txt)",
             f"`python -m pip install 'cmake>={required}'`, or "
-            + ("`brew upgrade cmake`" if platform == "macos-arm64" else "a newer cmake from your package manager"),
+            + platform_spec(platform).install["cmake-upgrade"],
         )
         return Check("cmake", False, error.line(), error)
     detail = f"{exe}: {version or 'version unknown'}" if exe else "not on PATH"
@@ -740,7 +814,7 @@ def preflight_tools(plan: "BuildPlan", path: str, *, cmake: bool = True) -> None
 def toolchain_checks(platform: str, source_dir: Path | None) -> list[tuple[str, bool, str]]:
     """``(item, ok, one-line detail)`` for ``doctor``: compiler, CMake (its version against the base's
     needs when ``source_dir`` is given), the Metal toolchain (macos-arm64 only), free disk (against
-    :func:`required_free_bytes` for the base, else the documented :data:`PYTORCH_DISK_ESTIMATE`).
+    :func:`required_free_bytes` for the base, else the platform's :attr:`Platform.disk_estimate`).
 
     The same checks as a build's preflight (:func:`preflight_tools`), on this process's ``PATH``; a
     missing tool is ``ok=False`` with the remedy in the detail, never an exception.
@@ -748,8 +822,7 @@ def toolchain_checks(platform: str, source_dir: Path | None) -> list[tuple[str, 
     Raises:
         UsageError: unknown platform.
     """
-    if platform not in PLATFORMS:
-        raise UsageError(f"unknown platform {platform!r}", f"choose one of: {', '.join(PLATFORMS)}")
+    spec = platform_spec(platform)
     path = os.environ.get("PATH", "")
     root = Path(source_dir).resolve() if source_dir is not None else None
     checks = [check_compiler(platform, path, os.environ.get("CXX"))]
@@ -758,14 +831,14 @@ def toolchain_checks(platform: str, source_dir: Path | None) -> list[tuple[str, 
     except BuildError:
         venv_installs = False
     checks.append(check_cmake(platform, path, root, venv_installs=venv_installs))
-    if platform == "macos-arm64":
+    if spec.macos:
         checks.append(check_metal(path))
     try:
         if root is not None:
             need, need_source = required_free_bytes(root, platform)
         else:
-            need = PYTORCH_DISK_ESTIMATE[platform]
-            need_source = "the PyTorch estimate, harness.build.PYTORCH_DISK_ESTIMATE"
+            need = platform_spec(platform).disk_estimate
+            need_source = "the PyTorch estimate, harness.build.REGISTRY"
         where = next(p for p in ((root or Path.cwd()), *(root or Path.cwd()).parents) if p.exists())
         checks.append(check_disk(platform, where, need, need_source))
     except UsageError as exc:  # a malformed TORCH_PATCH_HARNESS_BUILD_FREE_GIB
@@ -845,15 +918,13 @@ class BuildPlan:
         lines += [f"# {note}" for note in self.notes]
         lines.append(f"# build venv requirements: {shlex.join(self.requirements) or '(none)'}")
         lines += [f"{key}={shlex.quote(value)}" for key, value in sorted(self.env.items())]
-        python = str(_venv_python(build_venv_path(self.requirements)))
+        python = str(venv_python(build_venv_path(self.requirements)))
         lines.append(shlex.join([python if part == "{python}" else part for part in self.command]))
         return "\n".join(lines)
 
 
 def git_head(source_dir: Path) -> str | None:
     """The commit SHA checked out in ``source_dir`` (40 hex), or None when it is not a git worktree."""
-    from harness.upstream import git_run
-
     if not (Path(source_dir) / ".git").exists():
         return None
     result = git_run(source_dir, "rev-parse", "HEAD", check=False)
@@ -878,7 +949,7 @@ def plan_build(
 
     Args:
         source_dir: root of the tree to build (has version.txt, pyproject.toml/setup.py).
-        platform: one of :data:`PLATFORMS`.
+        platform: a :data:`REGISTRY` name.
         kind: ``stock`` or ``patched`` (patched needs ``series``).
         jobs: ``MAX_JOBS``; default the CPU count.
         env_overrides: ``KEY=VALUE`` strings or a mapping; applied last, over everything.
@@ -920,7 +991,7 @@ def plan_build(
     notes = [
         f"compiler launcher: {launcher}" if launcher else "compiler launcher: none (install ccache to speed rebuilds)"
     ]
-    if platform == "macos-arm64":
+    if platform_spec(platform).macos:
         notes.append(f"MACOSX_DEPLOYMENT_TARGET: {target_note}")
     notes.append(f"{CMAKE_POLICY_ENV}: {policy_note}")
     min_free, free_source = required_free_bytes(source_dir, platform)
@@ -954,10 +1025,6 @@ def shared_configuration(stock: BuildPlan, patched: BuildPlan) -> dict[str, tupl
 
 # --------------------------------------------------------------------------------------------
 # Build venv, toolchain, running
-
-
-def _venv_python(venv: Path) -> Path:
-    return venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
 
 
 #: build-step counters in a build log: ninja's ``[12/345]`` and make's ``[ 45%]``
@@ -1022,7 +1089,7 @@ def ensure_build_venv(requirements: Sequence[str], log_path: Path) -> Path:
             progress.note(f"build venv: creating {venv} ({len(requirements)} requirements)")
             steps = [[sys.executable, "-m", "venv", "--clear", str(venv)]]
             if requirements:
-                steps.append([str(_venv_python(venv)), "-m", "pip", "install", *requirements])
+                steps.append([str(venv_python(venv)), "-m", "pip", "install", *requirements])
             for step in steps:
                 if _run_logged(step, log) != 0:
                     raise BuildFailed("could not create the build environment", log_path)
@@ -1111,8 +1178,6 @@ def find_identical(dist_dir: Path, inputs: dict) -> Path | None:
 
 def _apply_series_in_tree(tree: Path, patches: Sequence[Path], *, reverse: bool = False) -> None:
     """``git apply`` (or ``-R``) the series to the working files of ``tree``, no commit (incremental builds)."""
-    from harness.upstream import git_run
-
     args = ["apply", *(["-R"] if reverse else []), *[str(Path(p).resolve()) for p in patches]]
     result = git_run(tree, *args, check=False)
     if result.rc != 0:
@@ -1120,6 +1185,24 @@ def _apply_series_in_tree(tree: Path, patches: Sequence[Path], *, reverse: bool 
             f"series does not {'revert' if reverse else 'apply'} in {tree}: {result.last_line()}",
             "rebuild the stock tree from a clean worktree (build_stock) and retry",
         )
+
+
+def _build_environment(plan: BuildPlan, venv: Path) -> tuple[dict[str, str], dict[str, str]]:
+    """The build's environment (this process's, the build venv first on PATH, the plan's variables) after
+    the tool preflight on it, and the toolchain versions it finds.
+
+    Raises:
+        BuildError: a tool is missing (see :func:`preflight_tools`).
+    """
+    env = dict(os.environ)
+    env["PATH"] = str(venv / "bin") + os.pathsep + env.get("PATH", "")
+    env["VIRTUAL_ENV"] = str(venv)
+    env.update(plan.env)
+    preflight_tools(plan, env["PATH"])
+    toolchain = toolchain_versions(env)
+    if platform_spec(plan.platform).macos:  # the shader compiler decides what the wheel holds (check_metal)
+        toolchain["metal"] = check_metal(env["PATH"]).detail
+    return env, toolchain
 
 
 def build_wheel(plan: BuildPlan, dist_dir: Path | None = None, *, force: bool = False) -> BuildResult:
@@ -1154,15 +1237,8 @@ def build_wheel(plan: BuildPlan, dist_dir: Path | None = None, *, force: bool = 
         # before the (slow) build venv: a missing compiler or a full disk is said at once
         preflight_tools(plan, os.environ.get("PATH", ""), cmake=not _requires_cmake(plan.requirements))
         venv = ensure_build_venv(plan.requirements, log_path)
-        python = str(_venv_python(venv))
-        env = dict(os.environ)
-        env["PATH"] = str(venv / "bin") + os.pathsep + env.get("PATH", "")
-        env["VIRTUAL_ENV"] = str(venv)
-        env.update(plan.env)
-        preflight_tools(plan, env["PATH"])
-        toolchain = toolchain_versions(env)
-        if plan.platform == "macos-arm64":  # the shader compiler decides what the wheel holds (check_metal)
-            toolchain["metal"] = check_metal(env["PATH"]).detail
+        python = str(venv_python(venv))
+        env, toolchain = _build_environment(plan, venv)
         inputs = plan.inputs(toolchain)
         if not force:
             existing = find_identical(dist_dir, inputs)
@@ -1315,11 +1391,10 @@ def touched_files(series: SeriesRef) -> tuple[str, ...]:
     """The upstream files a series touches: ``[[base]] files`` when listed, else read from its patches."""
     if series.files:
         return series.files
-    from harness.series import paths_in_patch
 
     found: list[str] = []
     for patch in series.patches:
-        for name in paths_in_patch(Path(patch).read_text(encoding="utf-8", errors="surrogateescape")):
+        for name in series_mod.paths_in_patch(Path(patch).read_text(encoding="utf-8", errors="surrogateescape")):
             if name not in found:
                 found.append(name)
     return tuple(found)
@@ -1338,6 +1413,72 @@ def reject_wheel(wheel: Path, dist_dir: Path) -> Path:
     if manifest.is_file():
         os.replace(inside(dist_dir, manifest.name, "build manifest"), target.with_name(target.name + ".build.json"))
     return target
+
+
+def _check_markers(wheel: Path, platform: str, markers: Sequence[str], must_contain: bool | None,
+                   series_files: Sequence[str]) -> tuple[list[str], bool]:
+    """The marker part of :func:`verify_wheel`: its notes, and whether the markers were checked.
+
+    Raises:
+        VerifyError: no markers for a series of compiled code; a marker missing (patched) or present (stock).
+    """
+    notes: list[str] = []
+    markers_checked = False
+    if must_contain is not None and not markers:
+        compiled = [f for f in series_files if f.lower().endswith(COMPILED_SUFFIXES)]
+        if compiled or not series_files:
+            shown = ", ".join(compiled[:3]) if compiled else "files not known"
+            raise VerifyError(
+                f"{wheel.name}: the series changes compiled code ({shown}) but series.toml declares no markers (env)",
+                "add to `env` in series.toml a string the patched code adds (e.g. its environment variable), so "
+                "verification can prove the series is in the patched wheel and absent from stock",
+            )
+        notes.append(f"marker check: the series changes no compiled code ({', '.join(series_files[:3])})")
+    if must_contain is not None and markers:
+        if series_files and not any(compiles_on(f, platform) for f in series_files):
+            notes.append(f"marker check skipped: {platform} does not compile {', '.join(series_files)}")
+        else:
+            hits = marker_hits(wheel, markers)
+            for marker, where in hits.items():
+                if must_contain and not where:
+                    raise VerifyError(
+                        f"{wheel.name}: no compiled library contains the marker {marker!r}",
+                        "the series was not compiled in; rebuild build_patched from the patched worktree",
+                    )
+                if not must_contain and where:
+                    raise VerifyError(
+                        f"{wheel.name}: {where[0]} contains the patched marker {marker!r}",
+                        "the stock wheel was built from a patched tree; rebuild build_stock",
+                    )
+            markers_checked = True
+    return notes, markers_checked
+
+
+def _install_and_probe(wheel: Path, import_name: str, venv_dir: Path | None) -> dict:
+    """Install ``wheel`` into a fresh venv (in ``venv_dir``) and import it there: :data:`_PROBE`'s answer.
+
+    Raises:
+        VerifyError: the install or the import fails.
+    """
+    with tempfile.TemporaryDirectory(prefix="verify-", dir=venv_dir) as tmp:
+        venv = Path(tmp) / "venv"
+        # a venv without its own pip (fast); this interpreter's pip installs into it (pip >= 22.3 --python)
+        for step in (
+            [sys.executable, "-m", "venv", "--without-pip", str(venv)],
+            [sys.executable, "-m", "pip", "--python", str(venv_python(venv)), "install", "--quiet", str(wheel)],
+        ):
+            proc = subprocess.run(step, capture_output=True, text=True)
+            if proc.returncode != 0:
+                last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+                raise VerifyError(f"installing {wheel.name} into a fresh venv failed: {last}", "see pip's message")
+        proc = subprocess.run(
+            [str(venv_python(venv)), "-c", _PROBE, import_name], capture_output=True, text=True, cwd=tmp
+        )
+        if proc.returncode != 0:
+            last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+            raise VerifyError(f"{wheel.name}: `import {import_name}` fails in a fresh venv: {last}", "fix the build")
+        probe = json.loads(proc.stdout.strip().splitlines()[-1])
+    return probe
 
 
 def verify_wheel(
@@ -1375,53 +1516,8 @@ def verify_wheel(
         )
     with zipfile.ZipFile(wheel) as zf:
         import_name = _wheel_top_level(zf)
-    notes: list[str] = []
-    markers_checked = False
-    if must_contain is not None and not markers:
-        compiled = [f for f in series_files if f.lower().endswith(COMPILED_SUFFIXES)]
-        if compiled or not series_files:
-            shown = ", ".join(compiled[:3]) if compiled else "files not known"
-            raise VerifyError(
-                f"{wheel.name}: the series changes compiled code ({shown}) but series.toml declares no markers (env)",
-                "add to `env` in series.toml a string the patched code adds (e.g. its environment variable), so "
-                "verification can prove the series is in the patched wheel and absent from stock",
-            )
-        notes.append(f"marker check: the series changes no compiled code ({', '.join(series_files[:3])})")
-    if must_contain is not None and markers:
-        if series_files and not any(compiles_on(f, platform) for f in series_files):
-            notes.append(f"marker check skipped: {platform} does not compile {', '.join(series_files)}")
-        else:
-            hits = marker_hits(wheel, markers)
-            for marker, where in hits.items():
-                if must_contain and not where:
-                    raise VerifyError(
-                        f"{wheel.name}: no compiled library contains the marker {marker!r}",
-                        "the series was not compiled in; rebuild build_patched from the patched worktree",
-                    )
-                if not must_contain and where:
-                    raise VerifyError(
-                        f"{wheel.name}: {where[0]} contains the patched marker {marker!r}",
-                        "the stock wheel was built from a patched tree; rebuild build_stock",
-                    )
-            markers_checked = True
-    with tempfile.TemporaryDirectory(prefix="verify-", dir=venv_dir) as tmp:
-        venv = Path(tmp) / "venv"
-        # a venv without its own pip (fast); this interpreter's pip installs into it (pip >= 22.3 --python)
-        for step in (
-            [sys.executable, "-m", "venv", "--without-pip", str(venv)],
-            [sys.executable, "-m", "pip", "--python", str(_venv_python(venv)), "install", "--quiet", str(wheel)],
-        ):
-            proc = subprocess.run(step, capture_output=True, text=True)
-            if proc.returncode != 0:
-                last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-                raise VerifyError(f"installing {wheel.name} into a fresh venv failed: {last}", "see pip's message")
-        proc = subprocess.run(
-            [str(_venv_python(venv)), "-c", _PROBE, import_name], capture_output=True, text=True, cwd=tmp
-        )
-        if proc.returncode != 0:
-            last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-            raise VerifyError(f"{wheel.name}: `import {import_name}` fails in a fresh venv: {last}", "fix the build")
-        probe = json.loads(proc.stdout.strip().splitlines()[-1])
+    notes, markers_checked = _check_markers(wheel, platform, markers, must_contain, series_files)
+    probe = _install_and_probe(wheel, import_name, venv_dir)
     try:
         imported_ok = Version(str(probe["version"])) == expected
     except InvalidVersion:  # not PEP 440: certainly not the label we built
@@ -1432,7 +1528,7 @@ def verify_wheel(
             f"the base did not take {VERSION_ENV}; rebuild",
         )
     mps = probe.get("mps_built")
-    if platform == "macos-arm64" and import_name == "torch" and not mps:
+    if platform_spec(platform).macos and import_name == "torch" and not mps:
         raise VerifyError(
             f"{wheel.name}: torch.backends.mps.is_built() is False", "build with USE_MPS=1 on macOS >= 12.3 SDK"
         )
@@ -1440,36 +1536,7 @@ def verify_wheel(
 
 
 # --------------------------------------------------------------------------------------------
-# CLI: python -m harness build --kind stock|patched
-
-
-def add_arguments_build(parser: argparse.ArgumentParser) -> None:
-    """Options of ``python -m harness build`` (plus the common ``--upstream/--base/--series/--workdir``)."""
-    from harness.upstream import add_common_arguments
-
-    parser.add_argument("--kind", choices=KINDS, required=True, help="stock (the base) or patched (base + series)")
-    add_common_arguments(parser)
-    parser.add_argument("--platform", choices=PLATFORMS, default=None, help="build environment (default: this host)")
-    parser.add_argument("--dry-run", action="store_true", help="print the environment and command, build nothing")
-    parser.add_argument("--jobs", type=int, default=None, help="parallel compile jobs, MAX_JOBS (default: CPU count)")
-    parser.add_argument(
-        "--env", action="append", default=[], metavar="KEY=VALUE", help="override a build variable (repeatable)"
-    )
-    parser.add_argument("--build-type", choices=BUILD_TYPES, default="Release")
-    parser.add_argument(
-        "--incremental",
-        action="store_true",
-        help="patched: apply the series in the built stock tree and rebuild only what it touches",
-    )
-    parser.add_argument("--force", action="store_true", help="rebuild even if an identical build exists")
-    parser.add_argument("--no-verify", action="store_true", help="skip verification in a fresh venv")
-    parser.add_argument("--dist", type=Path, default=Path("dist"), help="wheel + manifest directory (default ./dist)")
-    parser.add_argument(
-        "--source",
-        type=Path,
-        default=None,
-        help="build this source tree directly, no worktrees (a patched build of it must be patched already)",
-    )
+# Sources and the whole build (the command ``build`` is harness/commands/build.py)
 
 
 @dataclass(frozen=True)
@@ -1489,11 +1556,13 @@ def series_ref(series, entry) -> SeriesRef:
     return SeriesRef(series.name, tuple(series.patch_paths(entry)), tuple(series.env), tuple(entry.files or ()))
 
 
-def resolve_sources(args: argparse.Namespace) -> Sources:
-    """The trees a CLI build uses, through :mod:`harness.upstream` and :mod:`harness.series`.
+def resolve_sources(kind: str, *, source: Path | None = None, series: str | None = None, base: str | None = None,
+                    upstream: str | None = None, workdir: Path | str = "work", dry_run: bool = False,
+                    incremental: bool = False) -> Sources:
+    """The trees a build of ``kind`` uses, through :mod:`harness.upstream` and :mod:`harness.series`.
 
-    ``--source DIR``: DIR is both trees (``--series`` only names the label and markers).
-    ``--dry-run``: existing worktrees are read, nothing is cloned, imported or applied.
+    ``source``: that directory is both trees (``series`` only names the label and markers).
+    ``dry_run``: existing worktrees are read, nothing is cloned, imported or applied.
     Otherwise: checkout (worktrees at the base), the submodule preflight (one line, before the
     series is applied or anything installed), then ``apply`` of the series into ``patched``
     (a patched, non-incremental build).
@@ -1502,32 +1571,29 @@ def resolve_sources(args: argparse.Namespace) -> Sources:
         SeriesError, UpstreamError: from series/upstream (bad series, unknown base, unreachable upstream).
         BuildError: the source lacks its submodules; the series does not apply.
     """
-    from harness import series as series_mod
-    from harness import upstream as upstream_mod
-
-    if args.source is not None:
-        src = Path(args.source)
+    if source is not None:
+        src = Path(source)
         if not src.is_dir():
             raise BuildError(f"--source {src}: no such directory",
                              "pass the root of a source tree (it holds version.txt and setup.py or pyproject.toml), "
                              "or drop --source to build the worktrees of --base")
         ref = None
-        if args.series:
-            loaded = series_mod.load_series(args.series)
-            ref = series_ref(loaded, loaded.base(args.base))
-        return Sources(src, src, git_head(src), ref, args.base)
-    if args.dry_run and not (args.series or args.base):
+        if series:
+            loaded = series_mod.load_series(series)
+            ref = series_ref(loaded, loaded.base(base))
+        return Sources(src, src, git_head(src), ref, base)
+    if dry_run and not (series or base):
         return Sources(None, None, None, None)
-    ctx = series_mod.resolve_context(args, need_series=args.kind == "patched")
+    ctx = series_mod.resolve_context(series, base, upstream, need_series=kind == "patched")
     ref = series_ref(ctx.series, ctx.entry) if ctx.series is not None else None
-    if args.dry_run:
-        stock, patched = upstream_mod.worktrees(args.workdir, ctx.base)
+    if dry_run:
+        stock, patched = upstream_mod.worktrees(workdir, ctx.base)
         if not stock.is_dir():
             return Sources(None, None, None, ref, ctx.base)
         return Sources(stock, patched, git_head(stock), ref, ctx.base)
-    co = upstream_mod.checkout(ctx.upstream, ctx.base, args.workdir, ctx.series.name if ctx.series else None)
+    co = upstream_mod.checkout(ctx.upstream, ctx.base, workdir, ctx.series.name if ctx.series else None)
     preflight_source(co.stock)
-    if args.kind == "patched" and not args.incremental:
+    if kind == "patched" and not incremental:
         outcome = series_mod.apply_series(ctx.series, ctx.entry, co)
         if outcome is not None and not outcome.ok:
             raise BuildError(
@@ -1537,132 +1603,76 @@ def resolve_sources(args: argparse.Namespace) -> Sources:
     return Sources(co.stock, co.patched, co.commit, ref, ctx.base)
 
 
-def _print_failure(exc: BuildFailed) -> None:
-    for line in exc.tail:
-        print(line, file=sys.stderr)
+def check_markers_declared(series: SeriesRef | None) -> None:
+    """Before a build of hours: a series that changes compiled code must declare markers to verify with.
 
-
-def run_build(args: argparse.Namespace) -> int:
-    """``python -m harness build``: plan (``--dry-run`` prints it), build, verify; 0 or an error."""
-    overrides = parse_env_overrides(args.env)
-    if args.jobs is not None and args.jobs < 1:  # 0 would silently mean "the CPU count"
-        raise UsageError(f"--jobs {args.jobs} is below 1", "give a positive number of compile jobs")
-    platform = args.platform or host_platform()
-    if args.kind == "stock" and args.incremental:
-        raise UsageError("--incremental applies to patched builds only", "drop --incremental for --kind stock")
-    sources = resolve_sources(args)
-    if args.kind == "patched" and sources.series is None and not args.dry_run:
-        raise UsageError("--kind patched needs --series", "pass --series NAME")
-    tree = sources.stock if args.kind == "stock" or args.incremental else sources.patched
-    if tree is None:  # dry run, no worktree yet
-        print(describe_without_source(platform, args, overrides, sources))
-        return 0
-    if not args.dry_run:
-        preflight_source(tree)  # before anything is installed: one line when submodules are missing
-    plan = plan_build(
-        tree,
-        platform,
-        kind=args.kind,
-        series=sources.series,
-        jobs=args.jobs,
-        env_overrides=overrides,
-        build_type=args.build_type,
-        dist_dir=args.dist,
-        base_sha=sources.base_sha,
-        incremental=args.incremental,
-    )
-    if args.dry_run:
-        print(plan.describe())
-        missing = missing_submodules(tree)
-        if missing:
-            print(f"# preflight would refuse: {tree} lacks submodules {', '.join(missing)}")
-        return 0
-    if not args.no_verify and sources.series is not None and not sources.series.markers:
-        compiled = [f for f in touched_files(sources.series) if f.lower().endswith(COMPILED_SUFFIXES)]
-        if compiled:  # said before a build of hours, not after it
-            raise VerifyError(
-                f"series {sources.series.name} changes compiled code ({', '.join(compiled[:3])}) but declares no "
-                "markers (env) to verify the wheels with",
-                "add to `env` in series.toml a string the patched code adds (e.g. its environment variable)",
-            )
-    try:
-        result = build_wheel(plan, force=args.force)
-    except BuildFailed as exc:
-        _print_failure(exc)
-        raise
-    if not args.no_verify:
-        series = sources.series
-        try:
-            verified = verify_wheel(
-                result.wheel,
-                plan.version,
-                platform=platform,
-                markers=series.markers if series else (),
-                must_contain=(args.kind == "patched") if series else None,
-                series_files=touched_files(series) if series else (),
-            )
-        except VerifyError as exc:
-            moved = reject_wheel(result.wheel, plan.dist_dir)
-            raise VerifyError(f"{exc.cause} (moved aside to {moved})", exc.remedy) from None
-        for note in verified.notes:
-            progress.note(note)
-        progress.note(
-            f"verified {result.wheel.name}: imports, version {verified.version}"
-            + (", markers checked" if verified.markers_checked else "")
+    Raises:
+        VerifyError: it changes compiled files and its ``series.toml`` ``env`` is empty.
+    """
+    if series is None or series.markers:
+        return
+    compiled = [f for f in touched_files(series) if f.lower().endswith(COMPILED_SUFFIXES)]
+    if compiled:
+        raise VerifyError(
+            f"series {series.name} changes compiled code ({', '.join(compiled[:3])}) but declares no "
+            "markers (env) to verify the wheels with",
+            "add to `env` in series.toml a string the patched code adds (e.g. its environment variable)",
         )
-    print(result.wheel)
-    return 0
 
 
-def describe_without_source(
-    platform: str, args: argparse.Namespace, overrides: Mapping[str, str], sources: Sources | None = None
-) -> str:
-    """``--dry-run`` with no worktree at hand: the platform environment and command, with ``<...>``
-    placeholders for what only the base's files decide (release, base SHA, requirements)."""
-    env = platform_env(
-        platform,
-        jobs=args.jobs or os.cpu_count() or 1,
-        build_type=args.build_type,
-        launcher=find_launcher(),
-        cross_compile=macos_cross_compiling(),
-    )
+def build_and_verify(plan: BuildPlan, *, force: bool = False,
+                     verify: bool = True) -> tuple[BuildResult, VerifyResult | None]:
+    """:func:`build_wheel`, then (``verify``) :func:`verify_wheel` against the plan's series markers;
+    a wheel that fails verification is moved aside (:func:`reject_wheel`).
+
+    Raises:
+        BuildFailed: the build failed (its log tail in ``tail``). VerifyError: the wheel is wrong.
+    """
+    result = build_wheel(plan, force=force)
+    if not verify:
+        return result, None
+    series = plan.series
+    try:
+        verified = verify_wheel(
+            result.wheel,
+            plan.version,
+            platform=plan.platform,
+            markers=series.markers if series else (),
+            must_contain=(plan.kind == "patched") if series else None,
+            series_files=touched_files(series) if series else (),
+        )
+    except VerifyError as exc:
+        moved = reject_wheel(result.wheel, plan.dist_dir)
+        raise VerifyError(f"{exc.cause} (moved aside to {moved})", exc.remedy) from None
+    return result, verified
+
+
+def describe_without_source(platform: str, kind: str, *, jobs: int | None = None, build_type: str = "Release",
+                            workdir: Path | str = "work", dist_dir: Path = Path("dist"),
+                            overrides: Mapping[str, str] | None = None, sources: Sources | None = None,
+                            series_name: str | None = None) -> str:
+    """``--dry-run`` with no worktree at hand: :meth:`BuildPlan.describe` of a plan whose ``<...>``
+    values only the base's files decide (release, base SHA, requirements)."""
+    env = platform_env(platform, jobs=jobs or os.cpu_count() or 1, build_type=build_type,
+                       launcher=find_launcher(), cross_compile=macos_cross_compiling())
     ref = sources.series if sources else None
-    if args.kind == "stock":
+    if kind == "stock":
         label = "stock.<base sha8>"
     elif ref is not None:
         label = local_version("0", "patched", series=ref).split("+", 1)[1]
     else:
-        label = (re.sub(r"[-_]", ".", args.series) if args.series else "<series>") + ".<series hash8>"
-    env.update({VERSION_ENV: f"<version.txt release>+{label}", BUILD_NUMBER_ENV: "0"})
-    env.update(overrides)
+        label = (re.sub(r"[-_]", ".", series_name) if series_name else "<series>") + ".<series hash8>"
+    version = f"<version.txt release>+{label}"
+    env.update({VERSION_ENV: version, BUILD_NUMBER_ENV: "0"})
+    env.update(overrides or {})
     base = sources.base if sources and sources.base else "<base>"
-    lines = [
-        f"# {args.kind} build, platform {platform}, build type {env.get('CMAKE_BUILD_TYPE')}",
-        f"# no worktree of {base} in {args.workdir} yet: values in <> come from the base's files (run checkout first)",
-    ]
-    if ref is not None:
-        lines.append(f"# series: {ref.name} {ref.hash[:8]} ({len(ref.patches)} patches)")
-    if platform == "macos-arm64":
-        lines.append("# MACOSX_DEPLOYMENT_TARGET: the base's own value raised to the arm64 floor 11.0")
-    lines.append(
-        f"# {CMAKE_POLICY_ENV}={CMAKE_POLICY_MINIMUM} is added unless the base's CMake files set it (CMake 4)"
-    )
-    lines.append("# build venv requirements: <pyproject.toml [build-system] requires + requirements.txt>")
-    lines += [f"{key}={value}" for key, value in sorted(env.items())]
-    lines.append(
-        shlex.join(
-            [
-                "<build venv>/bin/python",
-                "-m",
-                "pip",
-                "wheel",
-                "<source>",
-                "--no-build-isolation",
-                "--no-deps",
-                "-v",
-                "-w",
-                str(Path(args.dist).resolve()),
-            ]
-        )
-    )
-    return "\n".join(lines)
+    notes = [f"no worktree of {base} in {workdir} yet: values in <> come from the base's files (run checkout first)"]
+    if platform_spec(platform).macos:
+        notes.append("MACOSX_DEPLOYMENT_TARGET: the base's own value raised to the arm64 floor 11.0")
+    notes.append(f"{CMAKE_POLICY_ENV}={CMAKE_POLICY_MINIMUM} is added unless the base's CMake files set it (CMake 4)")
+    return BuildPlan(source_dir=Path("<source>"), platform=platform, kind=kind,
+                     build_type=env.get("CMAKE_BUILD_TYPE", build_type), jobs=jobs or os.cpu_count() or 1,
+                     base_sha=None, series=ref, version=version, env=env,
+                     requirements=("<pyproject.toml [build-system] requires + requirements.txt>",),
+                     command=pip_wheel_command("<build venv>/bin/python", "<source>", Path(dist_dir).resolve()),
+                     dist_dir=Path(dist_dir).resolve(), notes=tuple(notes)).describe()

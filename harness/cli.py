@@ -1,10 +1,11 @@
 """Command-line entry point: ``python -m harness <command> [options]``.
 
-Each command lives in the module that owns its noun (``compare`` in
-:mod:`harness.runner`, ``apply`` in :mod:`harness.series` ...). A command module
-exposes ``add_arguments_<command>(parser)`` and ``run_<command>(args) -> int``;
-only the chosen command's module is imported, so ``--help`` stays fast and a
-broken optional dependency of one command cannot break the others.
+Each command lives in the :mod:`harness.commands` module of its noun (``compare`` in
+:mod:`harness.commands.run`, ``apply`` in :mod:`harness.commands.series` ...). A command
+module exposes ``add_arguments_<command>(parser)`` and ``run_<command>(args) -> int``,
+turns the arguments into plain values and calls the library; only the chosen command's
+module is imported, so ``--help`` stays fast and a broken optional dependency of one
+command cannot break the others.
 
 Errors: a :class:`harness.errors.HarnessError` is printed as one line on stderr
 (``error: <cause> -- <remedy>``) and the process exits with its exit code (2);
@@ -24,18 +25,18 @@ from harness.errors import HarnessError, UsageError
 
 #: command -> (module, one-line help). Keep sorted by pipeline order.
 COMMANDS: dict[str, tuple[str, str]] = {
-    "doctor": ("harness.doctor", "two-minute self-test: device, every op under every env config, timer, toolchain"),
-    "checkout": ("harness.upstream", "clone/import the upstream; create stock and patched worktrees at a base ref"),
-    "check": ("harness.series", "does the patch series apply at the base? (worktrees untouched)"),
-    "apply": ("harness.series", "git am --3way the patch series into the patched worktree"),
-    "refresh": ("harness.series", "write the patched worktree's commits back as the patch series"),
-    "rebase": ("harness.series", "carry the patch series onto another base ref (3-way); add a base variant"),
-    "pr": ("harness.pr", "branch with your git identity + PR.md (why, evidence block, reproduce command)"),
-    "build": ("harness.build", "wheel of the stock or patched worktree (--kind), one configuration, verified"),
-    "bench": ("harness.runner", "checks + microbenchmarks of one build under its env configs"),
-    "compare": ("harness.runner", "A/B: checks + microbenchmarks of stock vs patched builds"),
-    "report": ("harness.report", "re-render report.md and its plots from a results directory"),
-    "preview": ("harness.preview", "render report.md as GitHub does (report.html), optionally screenshot it"),
+    "doctor": ("harness.commands.doctor", "two-minute self-test: device, every op under every env config, timer, toolchain"),
+    "checkout": ("harness.commands.checkout", "clone/import the upstream; create stock and patched worktrees at a base ref"),
+    "check": ("harness.commands.series", "does the patch series apply at the base? (worktrees untouched)"),
+    "apply": ("harness.commands.series", "git am --3way the patch series into the patched worktree"),
+    "refresh": ("harness.commands.series", "write the patched worktree's commits back as the patch series"),
+    "rebase": ("harness.commands.series", "carry the patch series onto another base ref (3-way); add a base variant"),
+    "pr": ("harness.commands.pr", "branch with your git identity + PR.md (why, evidence block, reproduce command)"),
+    "build": ("harness.commands.build", "wheel of the stock or patched worktree (--kind), one configuration, verified"),
+    "bench": ("harness.commands.run", "checks + microbenchmarks of one build under its env configs"),
+    "compare": ("harness.commands.run", "A/B: checks + microbenchmarks of stock vs patched builds"),
+    "report": ("harness.commands.report", "re-render report.md and its plots from a results directory"),
+    "preview": ("harness.commands.preview", "render report.md as GitHub does (report.html), optionally screenshot it"),
 }
 
 

@@ -2,8 +2,10 @@
 
 torch reads these variables once per process (at first use of the backend), so
 every config runs in its own worker process whose environment holds exactly the
-config's variables: every other ``PYTORCH_MPS_*``, ``TORCH_*`` and ``ATEN_*``
-variable inherited from the parent is removed (:func:`worker_environment`).
+config's variables: a worker inherits only the variables of an explicit allow-list
+(:data:`INHERITED`, ``LC_*``, and ``--keep-env`` names); everything else is cleared, and every
+torch-, CUDA-, MPS- or OpenMP-related variable that reaches it is recorded (:func:`worker_environment`,
+:func:`snapshot`).
 
 Sources for the variables:
 - MPS: ``PYTORCH_MPS_FAST_MATH`` and ``PYTORCH_MPS_PREFER_METAL`` are read in
@@ -28,8 +30,22 @@ import os
 from dataclasses import dataclass, field
 from typing import Mapping
 
-#: Prefixes of variables that steer torch backends; inherited ones are cleared in workers.
-CLEARED_PREFIXES = ("PYTORCH_MPS_", "TORCH_", "ATEN_")
+#: The variables a worker inherits from the parent (plus ``LC_*`` and ``--keep-env`` names); every
+#: other one is cleared: the process's own (PATH, HOME, USER, LOGNAME, SHELL), the locale, the
+#: temporary folder, the dynamic loader's search path a torch build may need (LD_LIBRARY_PATH,
+#: DYLD_LIBRARY_PATH), Windows' SYSTEMROOT, and the GPU a user chose (CUDA_VISIBLE_DEVICES;
+#: recorded). A variable that steers a backend (e.g. ``NVIDIA_TF32_OVERRIDE``,
+#: ``PYTORCH_CUDA_ALLOC_CONF``) reaches a worker only through ``--keep-env`` or ``--env``.
+INHERITED = ("PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TERM", "TMPDIR", "TEMP", "TMP",
+             "LD_LIBRARY_PATH", "DYLD_LIBRARY_PATH", "SYSTEMROOT", "CUDA_VISIBLE_DEVICES")
+INHERITED_PREFIXES = ("LC_",)
+#: Prefixes of torch-, CUDA-, MPS-, ROCm-, BLAS- and OpenMP-related variables: every one that reaches
+#: a worker is recorded with its results (:func:`snapshot`).
+RECORDED_PREFIXES = ("PYTORCH_", "TORCH_", "ATEN_", "CUDA_", "CUBLAS", "CUDNN_", "NVIDIA_", "NCCL_", "MPS_",
+                     "METAL_", "MTL_", "HIP_", "ROCM_", "HSA_", "OMP_", "GOMP_", "KMP_", "MKL_", "OPENBLAS_",
+                     "DNNL_", "ONEDNN_", "LD_LIBRARY_PATH", "DYLD_LIBRARY_PATH")
+#: The variables a worker is cleared of, as named in messages: everything outside the allow-list.
+CLEARED_PREFIXES = RECORDED_PREFIXES
 
 DEVICES = ("mps", "cuda", "cpu")
 
@@ -125,17 +141,18 @@ def variables(device: str) -> list[str]:
 
 def worker_environment(config: EnvConfig, parent: Mapping[str, str] | None = None,
                        keep: tuple[str, ...] = ()) -> dict[str, str]:
-    """The environment for a worker running ``config``: the parent's, minus every variable with a
-    :data:`CLEARED_PREFIXES` prefix (except the names in ``keep``, e.g. a site's required
-    ``TORCH_SYMM_MEM_DISABLE_MULTICAST``), plus exactly the config's variables."""
+    """The environment for a worker running ``config``: the parent's variables of the allow-list
+    (:data:`INHERITED`, :data:`INHERITED_PREFIXES`) and those named in ``keep`` (``--keep-env``, e.g. a
+    site's required ``TORCH_SYMM_MEM_DISABLE_MULTICAST``), plus exactly the config's variables."""
     parent = os.environ if parent is None else parent
-    env = {k: v for k, v in parent.items() if k in keep or not k.startswith(CLEARED_PREFIXES)}
+    env = {k: v for k, v in parent.items() if k in keep or k in INHERITED or k.startswith(INHERITED_PREFIXES)}
     env.update(config.env)
     return env
 
 
 def snapshot(environ: Mapping[str, str] | None = None, names: tuple[str, ...] | list[str] = ()) -> dict[str, str]:
-    """The raw values of every torch-steering variable a process sees, plus those of ``names``
-    (the run's ``--env`` variables) that are set (recorded with its results)."""
+    """The raw values of every torch-, CUDA-, MPS- or OpenMP-related variable a process sees
+    (:data:`RECORDED_PREFIXES`), plus those of ``names`` (the run's ``--env`` variables) that are set
+    (recorded with its results)."""
     environ = os.environ if environ is None else environ
-    return {k: v for k, v in sorted(environ.items()) if k.startswith(CLEARED_PREFIXES) or k in names}
+    return {k: v for k, v in sorted(environ.items()) if k.startswith(RECORDED_PREFIXES) or k in names}

@@ -6,7 +6,7 @@ On any machine, with the torch the user already has (``--build``, default this i
    the device, a small matmul compared with the CPU, the dtype table. A device that cannot
    produce evidence stops here with one line (``--device mps`` off a Mac, for example).
 2. **every workload op once at a tiny shape under every env config of the device**
-   (:data:`harness.bench.workloads.PROBE_SHAPES`, float16, bfloat16 and float32), each config in a
+   (:attr:`harness.bench.ops.Op.probe_shape`, float16, bfloat16 and float32), each config in a
    fresh worker process, with the correctness check, a hard per-step timeout (``--step-timeout``:
    a worker that finishes no cell for that long is stopped and the cell and step it hung in are
    named) and a whole-process timeout;
@@ -21,7 +21,6 @@ It prints one table (ok / failed / skipped, each with a one-line detail) and wri
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from dataclasses import dataclass
@@ -44,21 +43,6 @@ class Row:
     step: str
     status: str
     detail: str
-
-
-def add_arguments_doctor(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--device", choices=("auto", *cfg.DEVICES), default="auto",
-                        help="device to test (default auto: mps on macOS, else cuda when available, else cpu)")
-    parser.add_argument("--build", default=f"python:{sys.executable}",
-                        help="the torch to test: python:/path, a wheel or a requirement (default: this interpreter)")
-    parser.add_argument("--platform", help="build platform for the toolchain checks (default: this machine's)")
-    parser.add_argument("--source", type=Path, help="an upstream source tree, to check CMake against its base")
-    parser.add_argument("--step-timeout", type=float, default=30.0,
-                        help="seconds a worker may go without finishing a cell (default 30)")
-    parser.add_argument("--out", type=Path, default=Path("results/doctor"), help="where doctor.md goes")
-    parser.add_argument("--keep-env", default="", metavar="NAMES",
-                        help="comma-separated inherited variables of the cleared prefixes to pass through to workers "
-                             "(as compare --keep-env; e.g. a site's TORCH_SYMM_MEM_DISABLE_MULTICAST)")
 
 
 def _auto_device(python: Path) -> str:
@@ -108,24 +92,33 @@ def render(rows: list[Row], header: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def run_doctor(args: argparse.Namespace) -> int:
+def run(build: str, device: str, out: Path, *, step_timeout: float = 30.0, keep: tuple[str, ...] = (),
+        platform: str | None = None, source: Path | None = None) -> list[Row]:
+    """The self-test: ``build`` (python:/path, a wheel or a requirement) on ``device`` (``auto``: see
+    :func:`_auto_device`); writes ``out/doctor.md`` and returns its rows. ``step_timeout``: seconds a
+    worker may go without finishing a cell; ``platform`` (default: this host's) and ``source`` feed
+    :func:`harness.build.toolchain_checks`.
+
+    Raises:
+        UsageError: ``step_timeout`` <= 0. HarnessError: no torch in the build, or the device is unusable.
+    """
     from harness import build as build_mod
     from harness.runner import probe_build, read_jsonl, run_worker
     from harness.venvs import ensure_interpreter, parse_input
 
-    if args.step_timeout <= 0:
-        raise UsageError(f"--step-timeout must be > 0 seconds, got {args.step_timeout:g}", "e.g. --step-timeout 30")
+    if step_timeout <= 0:
+        raise UsageError(f"--step-timeout must be > 0 seconds, got {step_timeout:g}", "e.g. --step-timeout 30")
     started = time.monotonic()
-    python, _ = ensure_interpreter(parse_input(args.build, "build"))
-    device = _auto_device(python) if args.device == "auto" else args.device
-    keep = tuple(n.strip() for n in args.keep_env.split(",") if n.strip())
+    python, _ = ensure_interpreter(parse_input(build, "build"))
+    device = _auto_device(python) if device == "auto" else device
     info = probe_build("build", python, device, keep)  # an unusable device: one line, exit 2
     who = info.get("gpu_name") or info.get("cpu_name")
     header = (f"torch {info['torch_version']} (git {str(info.get('git_version'))[:12]}) on {device} ({who}), "
               f"{info['os'].get('macos_product_version') or info['os']['platform']}, Python {info['python']}")
+    supported = sum(v is None for v in info['dtype_support'].get('float32', {}).values())
     rows = [Row("device health", "ok", f"{device}: a 64x64 matmul agrees with the CPU; "
-                f"{sum(v is None for v in info['dtype_support'].get('float32', {}).values())}/{len(OPS)} ops run in float32")]
-    raw = args.out / "raw"
+                f"{supported}/{len(OPS)} ops run in float32")]
+    raw = out / "raw"
     raw.mkdir(parents=True, exist_ok=True)
     for config in cfg.PROFILES[device]:
         spec = {"device": device, "cells": cells(), "check": True, "reduced_fp32": config.reduced_fp32,
@@ -133,19 +126,12 @@ def run_doctor(args: argparse.Namespace) -> int:
                 "dtype_support": info["dtype_support"], "timer_sanity": True}
         note(f"doctor: ops under {config.name}")
         name = f"doctor-{config.name.replace('+', '_')}"
-        record = run_worker(python, spec, config, raw, name, timeout=max(120.0, 4 * args.step_timeout),
-                            keep=keep, stall=args.step_timeout)
+        record = run_worker(python, spec, config, raw, name, timeout=max(120.0, 4 * step_timeout),
+                            keep=keep, stall=step_timeout)
         sanity = next((r for r in read_jsonl(raw / f"{name}.jsonl") if r.get("type") == "timer_sanity"), None)
         rows += config_row(config, record, sanity)
-    platform = args.platform or build_mod.host_platform()
-    for item, ok, detail in build_mod.toolchain_checks(platform, args.source):
+    for item, ok, detail in build_mod.toolchain_checks(platform or build_mod.host_platform(), source):
         rows.append(Row(f"toolchain: {item}", "ok" if ok else "failed", detail))
     header += f"; {time.monotonic() - started:.0f} s"
-    text = render(rows, header)
-    atomic_write_text(args.out / "doctor.md", text)
-    width = max(len(r.step) for r in rows)
-    for r in rows:
-        print(f"{r.step.ljust(width)}  {r.status.ljust(7)}  {r.detail}")
-    note(f"wrote {args.out / 'doctor.md'}")
-    return 1 if any(r.status == "failed" for r in rows) else 0
-
+    atomic_write_text(out / "doctor.md", render(rows, header))
+    return rows

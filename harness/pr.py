@@ -21,7 +21,6 @@ so ``patched`` stays on its series branch and ``apply``/``refresh`` keep working
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import shlex
@@ -32,8 +31,8 @@ from pathlib import Path
 from harness.errors import ResultsError, SeriesError
 from harness.fsutil import atomic_write_text
 from harness.paths import slug
-from harness.series import FALLBACK_COMMITTER, Series, existing_checkout, resolve_context
-from harness.upstream import add_common_arguments, git_run
+from harness.series import FALLBACK_COMMITTER, Context, Series, existing_checkout
+from harness.upstream import git_run
 
 #: Identities that are the harness's own, never a contributor's.
 _NEUTRAL_EMAILS = (FALLBACK_COMMITTER["GIT_COMMITTER_EMAIL"], "torch-patch-harness@users.noreply.github.com")
@@ -187,31 +186,34 @@ def pr_markdown(series: Series, base: str, base_commit: str, branch: str, commit
     return "\n".join(lines)
 
 
-# -------------------------------------------------------------------------------------------- CLI
-def add_arguments_pr(parser: argparse.ArgumentParser) -> None:
-    """Options of ``pr``."""
-    add_common_arguments(parser, series_required=True)
-    parser.add_argument("--branch", metavar="NAME", help="branch to create (default: pr/<series>/<base>)")
-    parser.add_argument("--results", metavar="DIR", default="results",
-                        help="where results directories live (default: ./results); the newest naming the series "
-                             "is the evidence")
+# ---------------------------------------------------------------------------------------- the PR
+@dataclass(frozen=True)
+class PullRequest:
+    """What :func:`prepare` made: the branch, its commits, whose they are, ``PR.md`` and its evidence."""
+
+    branch: str
+    commits: int
+    who: Identity
+    worktree: Path
+    markdown: Path
+    evidence: Path | None
 
 
-def run_pr(args: argparse.Namespace) -> int:
-    """``pr``: pushable branch with the contributor's identity + PR.md beside the worktrees."""
-    ctx = resolve_context(args)
+def prepare(ctx: Context, workdir: Path | str, branch: str | None, results_root: Path) -> PullRequest:
+    """``pr``: branch ``branch`` (default ``pr/<series>/<base>``) with the contributor's identity, and
+    ``PR.md`` beside the worktrees from the newest results under ``results_root`` naming the series.
+
+    Raises:
+        SeriesError: no patched worktree, no contributor identity, or an invalid branch name.
+    """
     assert ctx.series is not None and ctx.entry is not None
-    co = existing_checkout(ctx, args.workdir)
+    co = existing_checkout(ctx, workdir)
     who = contributor(co.patched)
-    branch = args.branch or f"pr/{ctx.series.name}/{slug(ctx.base)}"
+    branch = branch or f"pr/{ctx.series.name}/{slug(ctx.base)}"
     if git_run(co.patched, "check-ref-format", "--branch", branch, check=False).rc != 0:
         raise SeriesError(f"--branch {branch!r} is not a valid branch name", "pick another name")
     made = make_branch(co.patched, co.commit, co.branch, branch, who)
-    results_root = Path(args.results)
     evidence = newest_evidence(results_root, ctx.series.name)
-    text = pr_markdown(ctx.series, ctx.base, co.commit, branch, len(made), evidence, results_root)
     target = co.patched.parent / "PR.md"
-    atomic_write_text(target, text)
-    print(f"pr: branch {branch} ({len(made)} commit(s) by {who.name} <{who.email}>) in {co.patched}")
-    print(f"pr: {target}" + ("" if evidence else " (no evidence yet: it says how to make it)"))
-    return 0
+    atomic_write_text(target, pr_markdown(ctx.series, ctx.base, co.commit, branch, len(made), evidence, results_root))
+    return PullRequest(branch, len(made), who, co.patched, target, evidence)

@@ -11,7 +11,6 @@ of everything.
 
 from __future__ import annotations
 
-import argparse
 import html
 import re
 import shutil
@@ -20,7 +19,6 @@ from pathlib import Path
 
 from harness.errors import UsageError
 from harness.fsutil import atomic_write_text
-from harness.progress import note
 
 #: GitHub's markdown body is 980 px wide at most; these rules mimic its tables, code and images
 STYLE = """
@@ -38,13 +36,6 @@ details { margin-bottom: 16px; }
 """
 
 CHROMIUM = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
-
-
-def add_arguments_preview(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("directory", type=Path, help="a results directory holding report.md")
-    parser.add_argument("--screenshot", action="store_true", help="also write report.png with headless Chromium")
-    parser.add_argument("--open-details", action="store_true", help="unfold <details> blocks (for a full screenshot)")
-    parser.add_argument("--width", type=int, default=1280, help="screenshot width in pixels (default 1280)")
 
 
 def render_html(markdown: str, title: str, open_details: bool = False) -> str:
@@ -87,14 +78,16 @@ def screenshot(page: Path, png: Path, width: int) -> Path:
     return png
 
 
-def run_preview(args: argparse.Namespace) -> int:
-    directory = args.directory.parent if args.directory.name == "report.md" else args.directory
+def write_html(directory: Path, open_details: bool = False) -> Path:
+    """``directory/report.md`` (or the report.md given) rendered to ``report.html`` beside it; returns its path.
+
+    Raises:
+        UsageError: there is no report.md; cmarkgfm is not installed.
+    """
+    directory = directory.parent if directory.name == "report.md" else directory
     source = directory / "report.md"
     if not source.is_file():
         raise UsageError(f"{source} does not exist", "run `nox -s report -- DIR` (or compare) first")
     page = directory / "report.html"
-    atomic_write_text(page, render_html(source.read_text(), f"report: {directory.name}", args.open_details))
-    note(f"wrote {page}")
-    if args.screenshot:
-        note(f"wrote {screenshot(page, directory / 'report.png', args.width)}")
-    return 0
+    atomic_write_text(page, render_html(source.read_text(), f"report: {directory.name}", open_details))
+    return page

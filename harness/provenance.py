@@ -72,8 +72,8 @@ def strings_in_libraries(libraries: list[Path], names: list[str]) -> dict[str, l
 
 
 def dtype_support(torch, device: str) -> dict[str, dict[str, str | None]]:
-    """dtype -> op -> None when that op runs on ``device`` at a tiny size (16-element dims, the
-    real workload code of :mod:`harness.bench.workloads`), else the reason it does not."""
+    """dtype -> op -> None when that op runs on ``device`` at its tiny :attr:`Op.probe_shape`
+    (every op of :data:`harness.bench.ops.REGISTRY`, the real workload code), else the reason it does not."""
     from harness.bench.workloads import OPS, make_inputs, op_callable, probe_cell
 
     out: dict[str, dict[str, str | None]] = {}
@@ -90,8 +90,15 @@ def dtype_support(torch, device: str) -> dict[str, dict[str, str | None]]:
 
 
 def unsupported_reason(support: dict, dtype: str, op: str) -> str | None:
-    """The reason ``op`` cannot run in ``dtype`` per a :func:`dtype_support` table (None: it can)."""
-    return support.get(dtype, {}).get(op)
+    """The reason ``op`` cannot run in ``dtype`` per a :func:`dtype_support` table (None: it can).
+    An empty table is no table (nothing was probed: None); an op or dtype missing from a table that was
+    probed is not assumed to run, and that is the reason."""
+    if not support:
+        return None
+    row = support.get(dtype, {})
+    if op not in row:
+        return f"not probed by harness.provenance (its table lists {', '.join(row) or 'no op'} in {dtype})"
+    return row[op]
 
 
 def health(torch, device: str) -> str | None:

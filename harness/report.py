@@ -14,7 +14,6 @@ no resampling, no render timestamp), so ``report`` can re-create them from resul
 
 from __future__ import annotations
 
-import argparse
 import math
 import statistics
 import shlex
@@ -28,6 +27,7 @@ from harness import plots
 from harness import results as res
 from harness import stats
 from harness.bench.workloads import Cell
+from harness.errors import ResultsError
 from harness.fsutil import atomic_write_text
 from harness.peaks import peak_tflops
 
@@ -36,18 +36,6 @@ THRESHOLD = 0.02
 #: wide (37 % for GEMM 512³ on an H200); at 4 processes per side the exact test's smallest p
 #: (2/70) put a CI beyond ±2 % in 3 of 109 launch-bound cells of an H200 A/A run (docs/methodology.md)
 LAUNCH_BOUND_THRESHOLD = 0.05
-
-
-def add_arguments_report(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("directory", type=Path, help="a results directory holding results.json")
-
-
-def run_report(args: argparse.Namespace) -> int:
-    data = res.load(args.directory)
-    directory = args.directory.parent if args.directory.name == res.RESULTS else args.directory
-    for path in write(directory, data):
-        print(path)
-    return 0
 
 
 def write(directory: Path, data: dict) -> list[Path]:
@@ -113,6 +101,19 @@ class Analysis:
     families: list[str]
 
 
+def cell_of(key: str) -> Cell:
+    """The cell of a results.json cell key.
+
+    Raises:
+        ResultsError: a key this harness cannot read (e.g. an op a newer harness added).
+    """
+    try:
+        return Cell.from_key(key)
+    except (ValueError, TypeError) as exc:
+        raise ResultsError(f"results.json names cell {key!r}, which this harness cannot read: {exc}",
+                           "render it with the harness version that wrote it") from None
+
+
 def analyse(data: dict) -> Analysis:
     """Per config and cell: medians, IQRs, comparisons; per config: the geometric mean over whole
     processes (:func:`harness.stats.geomean_by_process`); per (build, config): drift."""
@@ -128,7 +129,7 @@ def analyse(data: dict) -> Analysis:
         rows[config] = []
         for key, per_build in per_cell.items():
             medians = {b: res.process_medians(per_build.get(b, [])) for b in builds}
-            row = Row(Cell.from_key(key), medians,
+            row = Row(cell_of(key), medians,
                       {b: (stats.process_median(m) if m else None) for b, m in medians.items()},
                       {b: (stats.iqr(m) if m else None) for b, m in medians.items()},
                       stats.compare(medians["stock"], medians["patched"], threshold=cell_threshold(per_build))
@@ -564,7 +565,7 @@ def _correctness(data: dict, analysis: Analysis) -> list[str]:
                 err = "–" if chk["rel_error"] is None else f"{chk['rel_error']:.2e}"
                 failed += not chk["passed"]
                 cols.append(err if chk["passed"] else f"**{err} NO: {chk['reason']}**")
-            cell = Cell.from_key(key)
+            cell = cell_of(key)
             lines.append(f"| {config} | {cell.op} | {cell.label} | {cell.dtype} | " + " | ".join(cols) + f" | {bound:.1e} |")
     out = ["## Correctness", "", "Relative error ‖out − ref‖/‖ref‖ against a float64 CPU reference (first round), "
            "per config and build, and the bound it must stay under (docs/env-configs.md).", ""]

@@ -20,7 +20,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Iterator
 
-from harness.bench.timer import steady_median
+from harness.bench.timer import Measurement
 from harness.errors import ResultsError
 from harness.fsutil import atomic_write_json
 
@@ -229,6 +229,33 @@ def problem(data: dict) -> str | None:
     return None
 
 
+def new_document(run: dict, builds: dict, configs: dict) -> dict:
+    """A results document with no process yet: ``run`` (the plan, :meth:`harness.runner.Plan.run_json`),
+    ``builds`` (role -> input, interpreter, provenance, build manifest) and ``configs`` (name -> env config)."""
+    import harness
+
+    return {"schema_version": SCHEMA_VERSION, "harness_version": harness.__version__, "run": run,
+            "builds": builds, "configs": configs, "processes": []}
+
+
+#: what must be equal for finished processes of an earlier run to be reused (rounds may grow)
+RESUME_KEYS = ("kind", "builds", "inputs", "torch", "device", "configs", "cells", "seed", "timing", "threads",
+               "keep_env", "extra_env", "plant_k")
+
+
+def resume_plan(data: dict) -> dict:
+    """The part of a document's plan that finished processes depend on (:data:`RESUME_KEYS`), as
+    ``raw/plan.json`` keeps it: the run's values plus each build's input and torch version/commit.
+    ``extra_env`` is None when empty and ``plant_k`` absent when unset (plans written before they
+    existed match)."""
+    run, builds = data["run"], data["builds"]
+    return {**{k: run[k] for k in RESUME_KEYS if k in run and (k != "plant_k" or run[k])},
+            "inputs": {b: builds[b]["input"] for b in run["builds"]},
+            "torch": {b: [builds[b]["provenance"]["torch_version"], builds[b]["provenance"]["git_version"]]
+                      for b in run["builds"]},
+            "extra_env": run.get("extra_env") or None}
+
+
 def save(directory: Path, data: dict) -> Path:
     """Write ``results.json`` atomically; returns its path."""
     path = Path(directory) / RESULTS
@@ -265,17 +292,30 @@ def startup_seconds(process: dict) -> float | None:
     return begun - process["started"] if isinstance(begun, (int, float)) else None
 
 
+def measurement(m: dict) -> Measurement:
+    """A record's ``measurement`` as a :class:`harness.bench.timer.Measurement`, from its raw samples:
+    its median and launch-bound label are recomputed, never read from the stored ``median`` /
+    ``launch_bound`` keys (kept in the JSON for readers of the file only)."""
+    return Measurement(samples=list(m["samples"]), enqueue=list(m.get("enqueue") or [0.0]), number=m.get("number", 1),
+                       overhead_s=m.get("overhead_s", 0.0), method=m.get("method", ""))
+
+
+def median_of(record: dict) -> float:
+    """The per-process median (seconds) of one measured record, recomputed from its raw samples
+    (:func:`harness.bench.timer.steady_median`: the blocks after the warm-up transient)."""
+    return measurement(record["measurement"]).median
+
+
 def launch_bound(records: list[dict]) -> bool:
-    """True when most processes that measured the cell labelled it launch-bound (its time is host
-    latency, not kernel time: docs/timing.md)."""
-    labels = [bool(r["measurement"].get("launch_bound")) for r in records if r.get("measurement")]
+    """True when most processes that measured the cell find it launch-bound (its time is host
+    latency, not kernel time: docs/timing.md), recomputed from each one's raw samples."""
+    labels = [measurement(r["measurement"]).launch_bound for r in records if r.get("measurement")]
     return bool(labels) and 2 * sum(labels) > len(labels)
 
 
 def process_medians(records: list[dict]) -> list[float]:
-    """Per-process medians (seconds) of the records that measured the cell, recomputed from the raw
-    samples (:func:`harness.bench.timer.steady_median`: blocks after the warm-up transient)."""
-    return [steady_median(r["measurement"]["samples"]) for r in records if r.get("status") == "ok" and r.get("measurement")]
+    """Per-process medians (seconds) of the records that measured the cell."""
+    return [median_of(r) for r in records if r.get("status") == "ok" and r.get("measurement")]
 
 
 def process_matrix(per_cell: dict[str, dict[str, list[dict]]], build: str, keys: list[str]) -> list[list[float]]:
@@ -287,7 +327,7 @@ def process_matrix(per_cell: dict[str, dict[str, list[dict]]], build: str, keys:
     for j, key in enumerate(keys):
         for r in per_cell.get(key, {}).get(build, []):
             if r.get("status") == "ok" and r.get("measurement"):
-                rows.setdefault(r["round"], [math.nan] * len(keys))[j] = steady_median(r["measurement"]["samples"])
+                rows.setdefault(r["round"], [math.nan] * len(keys))[j] = median_of(r)
     return [rows[rnd] for rnd in sorted(rows)]
 
 
@@ -302,7 +342,7 @@ def round_series(per_cell: dict[str, dict[str, list[dict]]], build: str) -> list
         records = [r for r in per_build.get(build, []) if r.get("status") == "ok" and r.get("measurement")]
         if not records:
             continue
-        typical = statistics.median(r["measurement"]["median"] for r in records)
+        typical = statistics.median(median_of(r) for r in records)
         for r in records:
-            per_round.setdefault(r["round"], []).append(r["measurement"]["median"] / typical)
+            per_round.setdefault(r["round"], []).append(median_of(r) / typical)
     return [statistics.median(per_round[rnd]) for rnd in sorted(per_round)]

@@ -17,7 +17,6 @@ die with the driver (:func:`_die_with_parent`, :func:`reap_orphans`).
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
@@ -31,11 +30,13 @@ import time
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Iterator
+from dataclasses import dataclass, field, replace
+from typing import Iterator, Mapping, Sequence
 
 import harness
 from harness import configs as cfg
 from harness import results as res
+from harness.bench.ops import key_hint
 from harness.bench.timer import steady_start
 from harness.bench.workloads import DTYPES, ITEMSIZE, Cell, default_cells
 from harness.checks.consistency import MPS_PAIR, PAIRS
@@ -54,12 +55,13 @@ SOURCE_ROOT = str(Path(harness.__file__).resolve().parent.parent)
 #: docs/methodology.md), so each process measures each cell briefly and adaptive rounds add
 #: processes only for the cells whose CI is still wide. min_block_s: a GPU block of >= 10 ms makes
 #: the synchronize before and after it < 0.1 % (docs/timing.md).
-#: min_samples: blocks per cell at least; 5 on cpu, where one half-precision GEMM call can take
-#: 0.2 s and block-to-block noise is small next to the spread between processes.
+#: min_samples: blocks per cell at least; 5 on cpu (3 with --quick), where one half-precision GEMM
+#: call can take 0.2 s and block-to-block noise is small next to the spread between processes, so
+#: the time buys more processes instead.
 TIMING = {
     "full": {"cpu": {"warmup_s": 0.05, "measure_s": 0.2, "min_block_s": 2e-3, "min_samples": 5},
              "gpu": {"warmup_s": 0.03, "measure_s": 0.1, "min_block_s": 1e-2}},
-    "quick": {"cpu": {"warmup_s": 0.02, "measure_s": 0.1, "min_block_s": 1e-3, "min_samples": 5},
+    "quick": {"cpu": {"warmup_s": 0.02, "measure_s": 0.1, "min_block_s": 1e-3, "min_samples": 3},
               "gpu": {"warmup_s": 0.02, "measure_s": 0.1, "min_block_s": 5e-3}},
 }
 #: --target-ci defaults: CI half-width a cell is measured to (kernel-bound / launch-bound cells).
@@ -81,99 +83,33 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-def _common_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--device", required=True, choices=cfg.DEVICES, help="device to measure on")
-    parser.add_argument("--configs", help="comma-separated env configs (default: the device's profile list)")
-    parser.add_argument("--dtypes", help=f"comma-separated dtypes (default: {','.join(DTYPES)}; also {', '.join(d for d in ITEMSIZE if d not in DTYPES)})")
-    parser.add_argument("--cells", help="comma-separated cell keys op/MxNxK/dtype (default: the built-in set)")
-    parser.add_argument("--quick", action="store_true", help="reduced cell set and shorter timing (minutes on a 2-core CPU)")
-    parser.add_argument("--rounds", type=int, help=f"planned fresh processes per (build, config) before adaptive rounds (default {ROUNDS}; "
-                        "6 without adaptive rounds, --quick 4; >= 4 for a verdict)")
-    parser.add_argument("--timeout", type=float, help="seconds one worker process may take (default 900, --quick 300)")
-    parser.add_argument("--stall-timeout", type=float,
-                        help=f"seconds a worker may go without finishing a cell before it is stopped and the cell it "
-                             f"stalled in is named (default {STALL_TIMEOUT['full']:g}, --quick {STALL_TIMEOUT['quick']:g})")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the inputs and of the per-round order")
-    parser.add_argument("--keep-env", default="", metavar="NAMES",
-                        help="comma-separated PYTORCH_MPS_/TORCH_/ATEN_ variables to pass through to workers "
-                             "(all others are cleared; kept ones are recorded in results.json)")
-    parser.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
-                        help="set this variable in every worker of every env config (repeatable; e.g. OMP_NUM_THREADS=4); "
-                             "recorded in results.json; a variable an env config of the device sets is refused")
-    parser.add_argument("--threads", type=int,
-                        help="torch intra-op threads in workers (default: 1 on cpu, where OpenMP threads that share "
-                             "cores with other processes add ms of spin-wait noise; torch's own default elsewhere; 0 = torch's default)")
-    parser.add_argument("--out", type=Path, required=True, help="results directory (resumed if it holds a run)")
-    parser.add_argument("--fresh", action="store_true", help="discard earlier results in --out and start over")
-    parser.add_argument("--retry-failed", action="store_true",
-                        help="run again the finished processes that failed (crashed, killed, timed out); their "
-                             "earlier status files are kept as .retried-<UTC time>")
-
-
-def add_arguments_compare(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--stock", required=True, help="stock build: wheel path, requirement (torch==2.13.0) or python:/path")
-    parser.add_argument("--patched", required=True, help="patched build: wheel path, requirement or python:/path")
-    _common_arguments(parser)
-    parser.add_argument("--target-ci", type=float, default=TARGET_CI, metavar="FRACTION",
-                        help="adaptive sampling: after the planned rounds, add rounds of fresh processes (measuring only "
-                             "the cells not yet there) until every cell's CI half-width is below FRACTION "
-                             f"(default {TARGET_CI:g}; 0 turns adaptive rounds off)")
-    parser.add_argument("--target-ci-launch-bound", type=float, default=TARGET_CI_LAUNCH_BOUND, metavar="FRACTION",
-                        help=f"the target for launch-bound cells, whose time is host latency (default {TARGET_CI_LAUNCH_BOUND:g})")
-    parser.add_argument("--budget-s", type=float,
-                        help=f"wall seconds the worker processes may take in all, planned rounds included: an "
-                             f"adaptive round that would overrun it is not started (default {BUDGET_S['full']:g}, "
-                             f"--quick {BUDGET_S['quick']:g}); cells left wider are reported")
-    parser.add_argument("--plant-k", type=float, metavar="FRACTION",
-                        help="calibration: the patched side runs every GEMM with K grown by at least FRACTION "
-                             "(e.g. 0.05), a known extra cost; kernel-bound GEMM cells must then come out slower "
-                             "(docs/methodology.md)")
-
-
-def add_arguments_bench(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--build", required=True, help="the build: wheel path, requirement or python:/path")
-    _common_arguments(parser)
-
-
-def run_compare(args: argparse.Namespace) -> int:
-    return execute(args, {"stock": args.stock, "patched": args.patched})
-
-
-def run_bench(args: argparse.Namespace) -> int:
-    return execute(args, {"build": args.build})
-
-
-def plan_cells(args: argparse.Namespace) -> list[Cell]:
-    """The cells of this run from --cells / --dtypes / --quick.
+def plan_cells(dtypes: Sequence[str] | None, cells: Sequence[str] | None, quick: bool) -> list[Cell]:
+    """The cells of this run: ``cells`` (keys op/MxNxK/dtype) when given, else the built-in set
+    (reduced with ``quick``) in ``dtypes`` (default :data:`~harness.bench.workloads.DTYPES`).
 
     Raises:
         UsageError: an unknown dtype or a malformed cell key.
     """
-    dtypes = DTYPES
-    if args.dtypes:
-        dtypes = tuple(d.strip() for d in args.dtypes.split(",") if d.strip())
-        unknown = [d for d in dtypes if d not in ITEMSIZE]
-        if unknown or not dtypes:
+    chosen = DTYPES
+    if dtypes is not None:
+        chosen = tuple(d for d in dtypes if d)
+        unknown = [d for d in chosen if d not in ITEMSIZE]
+        if unknown or not chosen:
             raise UsageError(f"unknown dtype {', '.join(unknown) or '(empty)'}", f"choose from {', '.join(ITEMSIZE)}")
-    if args.cells:
-        cells = []
-        for key in args.cells.split(","):
+    if cells:
+        out = []
+        for key in cells:
             try:
-                cells.append(Cell.from_key(key.strip()))
+                out.append(Cell.from_key(key))
             except (ValueError, TypeError) as exc:
-                raise UsageError(f"bad cell {key.strip()!r}: {exc}", cell_example(key.strip())) from None
-        return cells
-    return default_cells(dtypes, quick=args.quick)
+                raise UsageError(f"bad cell {key!r}: {exc}", cell_example(key)) from None
+        return out
+    return default_cells(chosen, quick=quick)
 
 
 def cell_example(key: str) -> str:
-    """How to write a cell key, for the op that ``key`` names (GEMM layout when the op is unknown)."""
-    op = key.split("/")[0]
-    if op.startswith("sdpa"):
-        return f"write {op} cells as {op}/BxHxLxD/dtype (batch, heads, sequence length, head dim), e.g. {op}/1x8x512x64/float16"
-    if op == "bmm":
-        return "write bmm cells as bmm/BxMxNxK/dtype, e.g. bmm/8x512x512x512/float16"
-    return "write cells as op/MxNxK/dtype, e.g. mm/512x512x512/float16 (SDPA: sdpa/BxHxLxD/dtype, e.g. sdpa/1x8x512x64/float16)"
+    """How to write a cell key, for the op that ``key`` names (:func:`harness.bench.ops.key_hint`)."""
+    return key_hint(key.split("/")[0])
 
 
 #: variables --env may not set: the harness sets them for its own workers
@@ -490,7 +426,7 @@ def unconverged_cells(data: dict, target: float, launch_target: float | None = N
     left out; ``only_launch_bound`` True / False keeps only launch-bound / kernel-bound cells."""
     from harness import stats
 
-    need: dict[str, list[str]] = {}
+    comparisons, goals = {}, {}
     for config, per_cell in res.cell_table(data).items():
         for key, per_build in per_cell.items():
             medians = {b: res.process_medians(per_build.get(b, [])) for b in ("stock", "patched")}
@@ -500,9 +436,12 @@ def unconverged_cells(data: dict, target: float, launch_target: float | None = N
             slow_host = res.launch_bound(records)
             if only_launch_bound is not None and slow_host != only_launch_bound:
                 continue
-            goal = launch_target if launch_target is not None and slow_host else target
-            if not stats.converged(stats.compare(medians["stock"], medians["patched"]), goal):
-                need.setdefault(config, []).append(key)
+            comparisons[config, key] = stats.compare(medians["stock"], medians["patched"])
+            goals[config, key] = launch_target if launch_target is not None and slow_host else target
+    todo = stats.unconverged(comparisons, goals)  # the one adaptive rule
+    need: dict[str, list[str]] = {}
+    for config, key in (k for k in comparisons if k in todo):  # plan order
+        need.setdefault(config, []).append(key)
     return need
 
 
@@ -617,9 +556,8 @@ def adaptive_plan(data: dict, need: dict[str, list[str]], base: float) -> dict[s
             for config, keys in need.items()}
 
 
-#: what must be equal for finished processes of an earlier run to be reused (rounds may grow)
-PLAN_KEYS = ("kind", "builds", "inputs", "torch", "device", "configs", "cells", "seed", "timing", "threads", "keep_env",
-             "extra_env", "plant_k")
+#: what must be equal for finished processes of an earlier run to be reused (:func:`harness.results.resume_plan`)
+PLAN_KEYS = res.RESUME_KEYS
 
 
 def finished_rounds(raw: Path) -> int:
@@ -737,192 +675,384 @@ def _remove_if_empty(out: Path, top: Path) -> None:
         pass  # it stays; nothing in it is the user's
 
 
-def execute(args: argparse.Namespace, inputs: dict[str, str]) -> int:
-    """Run a compare (two builds) or bench (one build); write results.json and report.md."""
+
+# ------------------------------------------------------------------------------------- plan
+@dataclass(frozen=True)
+class RunRequest:
+    """What ``compare``/``bench`` were asked, as plain values (:mod:`harness.commands.run` builds it).
+
+    ``inputs``: role -> build (``{"stock": X, "patched": Y}`` or ``{"build": X}``; a wheel path, a
+    requirement or ``python:/path``). ``None`` means the default of :func:`plan`; ``worker_env`` holds the
+    ``KEY=VALUE`` items of ``--env``; ``target_ci`` None (or 0) turns adaptive rounds off.
+    """
+
+    inputs: Mapping[str, str]
+    device: str
+    out: Path
+    configs: str | None = None
+    dtypes: tuple[str, ...] | None = None
+    cells: tuple[str, ...] | None = None
+    quick: bool = False
+    rounds: int | None = None
+    timeout: float | None = None
+    stall_timeout: float | None = None
+    seed: int = 0
+    keep_env: tuple[str, ...] = ()
+    worker_env: tuple[str, ...] = ()
+    threads: int | None = None
+    fresh: bool = False
+    retry_failed: bool = False
+    target_ci: float | None = None
+    target_ci_launch_bound: float | None = None
+    budget_s: float | None = None
+    plant_k: float | None = None
+    command: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A validated run: the one owner of the run plan (:meth:`run_json` is ``results.json``'s ``run``).
+
+    Units: seconds (``timeout``, ``stall``, ``budget``); ``target`` / ``launch_target`` are CI
+    half-widths as fractions (None: adaptive rounds off). ``timing`` is :data:`TIMING`'s entry.
+    """
+
+    kind: str
+    builds: Mapping[str, object]
+    device: str
+    out: Path
+    configs: tuple[cfg.EnvConfig, ...]
+    cells: tuple[Cell, ...]
+    rounds: int
+    timeout: float
+    stall: float
+    seed: int
+    timing: Mapping[str, float]
+    threads: int
+    keep_env: tuple[str, ...]
+    extra_env: Mapping[str, str]
+    quick: bool = False
+    dtypes_given: bool = False
+    fresh: bool = False
+    retry_failed: bool = False
+    target: float | None = None
+    launch_target: float | None = None
+    budget: float = 0.0
+    plant_k: float | None = None
+    command: tuple[str, ...] = ()
+    extra: Mapping[str, object] = field(default_factory=dict)
+
+    def by_config(self) -> dict[str, cfg.EnvConfig]:
+        """config name -> :class:`harness.configs.EnvConfig`."""
+        return {c.name: c for c in self.configs}
+
+    def order(self, rounds: range | None = None) -> list[tuple[int, str, str]]:
+        """The (round, build, config) processes of ``rounds`` (default the planned ones), each round shuffled."""
+        return [e for rnd in (rounds or range(self.rounds)) for e in round_order(self.seed, rnd, self.builds,
+                                                                                   self.configs)]
+
+    def run_json(self) -> dict:
+        """``results.json``'s ``run`` (docs/results-schema.md), before ``started``/``order`` are filled in."""
+        return {"command": list(self.command), "kind": self.kind, "builds": list(self.builds), "device": self.device,
+                "quick": self.quick, "rounds": self.rounds, "seed": self.seed, "timeout_s": self.timeout,
+                "stall_timeout_s": self.stall, "timing": dict(self.timing), "threads": self.threads,
+                "keep_env": list(self.keep_env), "extra_env": dict(self.extra_env),
+                "configs": [c.name for c in self.configs], "plant_k": self.plant_k,
+                "cells": [c.key for c in self.cells],
+                "order": self.order(), "started": _now(), "finished": None, **self.extra}
+
+
+def _positive(flag: str, value: float, example: str) -> None:
+    if value <= 0:
+        raise UsageError(f"{flag} must be > 0 seconds, got {value:g}", f"e.g. {flag} {example}")
+
+
+def plan(request: RunRequest) -> Plan:
+    """Check ``request`` and fill in its defaults (nothing runs, nothing is written).
+
+    Raises:
+        UsageError: an unknown config, dtype or cell; a bound out of range (``rounds`` < 1, a timeout
+            or budget <= 0, a target outside (0, 1), ``threads`` < 0); a ``keep_env`` name that is not
+            cleared anyway; a malformed or conflicting ``worker_env`` item.
+        BuildInputError: a build input that is neither a wheel, a requirement nor ``python:/path``.
+    """
     try:
-        configs = cfg.select(args.device, args.configs)
+        configs = cfg.select(request.device, request.configs)
     except ValueError as exc:
         raise UsageError(str(exc), "see python -m harness compare --help") from None
-    cells = plan_cells(args)
-    target = getattr(args, "target_ci", None) or None  # 0: adaptive rounds off; bench has no CI to aim at
-    rounds = args.rounds if args.rounds is not None else (ROUNDS if args.quick or target is not None else 6)
+    kind = "quick" if request.quick else "full"
+    target = request.target_ci or None  # 0: adaptive rounds off; bench has no CI to aim at
+    rounds = request.rounds if request.rounds is not None else (ROUNDS if request.quick or target is not None else 6)
     if rounds < 1:
         raise UsageError(f"--rounds must be >= 1, got {rounds}",
                          "use --rounds 4 or more: with fewer processes per side no verdict can reach p < 0.05")
-    timeout = args.timeout if args.timeout is not None else (300.0 if args.quick else 900.0)
-    if timeout <= 0:
-        raise UsageError(f"--timeout must be > 0 seconds, got {timeout:g}", "e.g. --timeout 300")
-    stall = args.stall_timeout if args.stall_timeout is not None else STALL_TIMEOUT["quick" if args.quick else "full"]
-    if stall <= 0:
-        raise UsageError(f"--stall-timeout must be > 0 seconds, got {stall:g}", "e.g. --stall-timeout 120")
-    launch_target = getattr(args, "target_ci_launch_bound", None)
-    for flag, value in (("--target-ci", target), ("--target-ci-launch-bound", launch_target)):
+    timeout = request.timeout if request.timeout is not None else (300.0 if request.quick else 900.0)
+    _positive("--timeout", timeout, "300")
+    stall = request.stall_timeout if request.stall_timeout is not None else STALL_TIMEOUT[kind]
+    _positive("--stall-timeout", stall, "120")
+    for flag, value in (("--target-ci", target), ("--target-ci-launch-bound", request.target_ci_launch_bound)):
         if value is not None and not 0 < value < 1:
             raise UsageError(f"{flag} must be a fraction between 0 and 1, got {value:g}", f"e.g. {flag} 0.01 for ±1 %")
-    plant = getattr(args, "plant_k", None)
-    if plant is not None and not 0 < plant < 1:
-        raise UsageError(f"--plant-k must be a fraction between 0 and 1, got {plant:g}", "e.g. --plant-k 0.05 for +5 % K")
-    budget = getattr(args, "budget_s", None)
-    budget = BUDGET_S["quick" if args.quick else "full"] if budget is None else budget
-    if target is not None and budget <= 0:
-        raise UsageError(f"--budget-s must be > 0 seconds, got {budget:g}", "e.g. --budget-s 600")
-    if args.threads is not None and args.threads < 0:
-        raise UsageError(f"--threads must be >= 0, got {args.threads}", "0 keeps torch's default; 1 is the cpu default")
-    keep = tuple(n.strip() for n in args.keep_env.split(",") if n.strip())
-    passed_anyway = [n for n in keep if not n.startswith(cfg.CLEARED_PREFIXES)]
-    if passed_anyway:
-        raise UsageError(f"--keep-env {', '.join(passed_anyway)}: only {'/'.join(p + '*' for p in cfg.CLEARED_PREFIXES)} "
-                         "variables are cleared, every other variable reaches the workers anyway",
-                         "drop it from --keep-env")
-    extra_env = parse_extra_env(args.env, args.device, configs)
-    builds = {name: parse_input(text, name) for name, text in inputs.items()}
-    out: Path = args.out
-    created = [d for d in (out, *out.parents) if not d.exists()]  # out and the parents this run makes
-    with exclusive_lock(out, " ".join(sys.argv)), _removed_on_failure(out, created):
-        raw = out / "raw"
-        if raw.is_symlink():
-            raise ResultsError(f"{raw} is a symbolic link (to {os.readlink(raw)}): results are kept only inside --out",
-                               f"replace it with a folder (move its target's files into {raw}), or use a new --out")
-        raw = inside(out, "raw", "--out folder")
-        reap_orphans(raw)
-        if args.fresh:
-            try:
-                if raw.exists():
-                    shutil.rmtree(raw)
-                inside(out, res.RESULTS, "--out results").unlink(missing_ok=True)
-            except OSError as exc:
-                raise ResultsError(f"--fresh cannot remove {raw}: {exc.strerror or exc}",
-                                   "fix its permissions, or use a new --out") from None
-        elif (out / res.RESULTS).exists():
-            try:
-                res.load(out)  # refuse to resume from (and overwrite) a results.json of another schema version
-            except res.DamagedResults as exc:
-                kept = set_aside(out / res.RESULTS, "damaged")
-                note(f"{exc.cause}: kept it as {kept.name}; rebuilding {res.RESULTS} from raw/")
-        build_info = {}
-        for name, build in builds.items():
-            python, reused = ensure_interpreter(build)
-            note(f"build {name}: {'reusing' if reused else 'created'} {python}")
-            info = probe_build(name, python, args.device, keep)
-            build_info[name] = {"input": build.to_json(), "interpreter": str(python), "provenance": info}
-            manifest = build_manifest(build)
-            if manifest:
-                build_info[name]["build"] = manifest
-        support = next(iter(build_info.values()))["provenance"]["dtype_support"]
-        if args.dtypes:
-            lacking = sorted({(c.dtype, c.op) for c in cells if unsupported_reason(support, c.dtype, c.op)})
-            if lacking:
-                dt = lacking[0][0]
-                ops = ", ".join(op for d, op in lacking if d == dt)
-                ok = [d for d, per_op in support.items() if not any(per_op.values())]
-                raise UsageError(f"{dt} is not supported on {args.device} for {ops}: {unsupported_reason(support, dt, lacking[0][1])}",
-                                 f"drop it from --dtypes (fully supported here: {', '.join(ok)}) or pick --cells without those ops")
+    if request.plant_k is not None and not 0 < request.plant_k < 1:
+        raise UsageError(f"--plant-k must be a fraction between 0 and 1, got {request.plant_k:g}",
+                         "e.g. --plant-k 0.05 for +5 % K")
+    budget = BUDGET_S[kind] if request.budget_s is None else request.budget_s
+    if target is not None:
+        _positive("--budget-s", budget, "600")
+    if request.threads is not None and request.threads < 0:
+        raise UsageError(f"--threads must be >= 0, got {request.threads}",
+                         "0 keeps torch's default; 1 is the cpu default")
+    check_keep_env(request.keep_env)
+    builds = {name: parse_input(text, name) for name, text in request.inputs.items()}
+    return Plan(kind="compare" if "stock" in builds else "bench", builds=builds, device=request.device,
+                out=request.out, configs=tuple(configs),
+                cells=tuple(plan_cells(request.dtypes, request.cells, request.quick)), rounds=rounds,
+                timeout=timeout, stall=stall, seed=request.seed,
+                timing=TIMING[kind]["cpu" if request.device == "cpu" else "gpu"],
+                threads=request.threads if request.threads is not None else (1 if request.device == "cpu" else 0),
+                keep_env=tuple(request.keep_env),
+                extra_env=parse_extra_env(list(request.worker_env), request.device, configs),
+                quick=request.quick, dtypes_given=request.dtypes is not None, fresh=request.fresh,
+                retry_failed=request.retry_failed, target=target, launch_target=request.target_ci_launch_bound,
+                budget=budget, plant_k=request.plant_k, command=tuple(request.command))
 
-        threads = args.threads if args.threads is not None else (1 if args.device == "cpu" else 0)
-        kind = "quick" if args.quick else "full"
-        timing = TIMING[kind]["cpu" if args.device == "cpu" else "gpu"]
-        order = [entry for rnd in range(rounds) for entry in round_order(args.seed, rnd, builds, configs)]
-        data = {
-            "schema_version": res.SCHEMA_VERSION,
-            "harness_version": harness.__version__,
-            "run": {"command": ["python", "-m", "harness", *sys.argv[1:]] if sys.argv[0].endswith(("harness", "__main__.py")) else sys.argv,
-                    "kind": "compare" if "stock" in builds else "bench",
-                    "builds": list(builds), "device": args.device, "quick": args.quick, "rounds": rounds, "seed": args.seed,
-                    "timeout_s": timeout, "stall_timeout_s": stall, "timing": timing, "threads": threads, "keep_env": list(keep),
-                    "extra_env": extra_env, "configs": [c.name for c in configs], "plant_k": plant,
-                    "cells": [c.key for c in cells], "order": order, "started": _now(), "finished": None},
-            "builds": build_info,
-            "configs": {c.name: c.to_json() for c in configs},
-            "processes": [],
-        }
-        raw.mkdir(parents=True, exist_ok=True)
-        check_resumable(raw, {"kind": data["run"]["kind"], "builds": list(builds),
-                               "inputs": {b: build_info[b]["input"] for b in builds},
-                               "torch": {b: [build_info[b]["provenance"]["torch_version"],
-                                             build_info[b]["provenance"]["git_version"]] for b in builds},
-                               "device": args.device,
-                               "configs": data["run"]["configs"], "cells": data["run"]["cells"], "seed": args.seed,
-                               "timing": timing, "threads": threads, "keep_env": list(keep),
-                               "extra_env": extra_env or None, **({"plant_k": plant} if plant else {})},  # None: plans written before --env existed match
-                        rounds, adaptive=target is not None)
-        by_config = {c.name: c for c in configs}
-        failed = 0
-        def process(rnd: int, build: str, config: str, keys: list[str], bar, measure: dict | None = None) -> None:
-            """Run (or keep, when finished earlier) one worker process and record it."""
-            nonlocal failed
-            name = _proc_name(rnd, build, config)
-            record = kept_record(_status_path(raw, name), getattr(args, "retry_failed", False))
-            if record is not None:
-                verb = "kept"
-            else:
-                save = rnd == 0 and config in PAIRS[args.device]
-                spec = {"device": args.device, "cells": keys, "check": rnd == 0,
-                        "save_outputs": str(raw / f"{name}.outputs.pt") if save else None,
-                        "reduced_fp32": by_config[config].reduced_fp32, "routes": dict(by_config[config].routes),
-                        "seed": args.seed, "timing": timing,
-                        "threads": threads, "dtype_support": build_info[build]["provenance"]["dtype_support"],
-                        "record_env": sorted(extra_env), **({"measure_s": measure} if measure else {}),
-                        **({"plant_k": plant} if plant and build == "patched" else {})}
-                record = run_worker(Path(build_info[build]["interpreter"]), spec, by_config[config], raw, name,
-                                    timeout, keep, extra_env, stall)
-                verb = "ran"
-            record.update({"name": name, "round": rnd, "build": build, "config": config,
-                           "slot": len(data["processes"])})
-            data["processes"].append(record)
-            bad = [k for k, v in record["cells"].items() if v["status"] == "failed"]
-            failed += len(bad)
-            note(f"[{len(data['processes'])}/{len(data['run']['order'])}] {verb} {name}: "
-                 f"{len(record['cells']) - len(bad)} cells ok"
-                 + (f", {len(bad)} failed ({record.get('reason') or record['cells'][bad[0]].get('reason')})" if bad else ""))
-            res.save(out, data)
-            saved.append(True)
+
+def check_keep_env(keep: Sequence[str]) -> None:
+    """Refuse ``--keep-env`` names that reach the workers anyway (:data:`harness.configs.INHERITED`) or
+    that are not variable names.
+
+    Raises:
+        UsageError: names the variables.
+    """
+    passed_anyway = [n for n in keep if n in cfg.INHERITED or n.startswith(cfg.INHERITED_PREFIXES)]
+    if passed_anyway:
+        raise UsageError(f"--keep-env {', '.join(passed_anyway)}: every worker inherits it anyway (only "
+                         "variables outside harness.configs.INHERITED are cleared)", "drop it from --keep-env")
+    bad = [n for n in keep if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", n)]
+    if bad:
+        raise UsageError(f"--keep-env {', '.join(bad)}: not an environment variable name",
+                         "give names of letters, digits and _, e.g. --keep-env NVIDIA_TF32_OVERRIDE")
+
+
+# ------------------------------------------------------------------------------- the out folder
+def open_out(plan: Plan) -> Path:
+    """Make ``plan.out/raw`` ready: no symbolic link, orphans of a killed run reaped, ``--fresh``
+    honoured, a damaged results.json set aside. Returns the raw folder (not created yet).
+
+    Raises:
+        ResultsError: ``raw`` is a symbolic link; ``--fresh`` cannot remove it; results.json is of another schema.
+    """
+    out = plan.out
+    raw = out / "raw"
+    if raw.is_symlink():
+        raise ResultsError(f"{raw} is a symbolic link (to {os.readlink(raw)}): results are kept only inside --out",
+                           f"replace it with a folder (move its target's files into {raw}), or use a new --out")
+    raw = inside(out, "raw", "--out folder")
+    reap_orphans(raw)
+    if plan.fresh:
+        try:
+            if raw.exists():
+                shutil.rmtree(raw)
+            inside(out, res.RESULTS, "--out results").unlink(missing_ok=True)
+        except OSError as exc:
+            raise ResultsError(f"--fresh cannot remove {raw}: {exc.strerror or exc}",
+                               "fix its permissions, or use a new --out") from None
+    elif (out / res.RESULTS).exists():
+        try:
+            res.load(out)  # refuse to resume from (and overwrite) a results.json of another schema version
+        except res.DamagedResults as exc:
+            kept = set_aside(out / res.RESULTS, "damaged")
+            note(f"{exc.cause}: kept it as {kept.name}; rebuilding {res.RESULTS} from raw/")
+    return raw
+
+
+def probe_builds(plan: Plan) -> dict[str, dict]:
+    """Each build's interpreter (made when needed), its provenance probe and its build manifest.
+
+    Raises:
+        HarnessError: a build without torch, or an unusable device.
+        UsageError: a dtype named in ``--dtypes`` that the device lacks for some op.
+    """
+    build_info = {}
+    for name, build in plan.builds.items():
+        python, reused = ensure_interpreter(build)
+        note(f"build {name}: {'reusing' if reused else 'created'} {python}")
+        info = probe_build(name, python, plan.device, plan.keep_env)
+        build_info[name] = {"input": build.to_json(), "interpreter": str(python), "provenance": info}
+        manifest = build_manifest(build)
+        if manifest:
+            build_info[name]["build"] = manifest
+    support = next(iter(build_info.values()))["provenance"]["dtype_support"]
+    if plan.dtypes_given:
+        lacking = sorted({(c.dtype, c.op) for c in plan.cells if unsupported_reason(support, c.dtype, c.op)})
+        if lacking:
+            dt = lacking[0][0]
+            ops = ", ".join(op for d, op in lacking if d == dt)
+            ok = [d for d, per_op in support.items() if not any(per_op.values())]
+            raise UsageError(f"{dt} is not supported on {plan.device} for {ops}: "
+                             f"{unsupported_reason(support, dt, lacking[0][1])}",
+                             f"drop it from --dtypes (fully supported here: {', '.join(ok)}) "
+                             "or pick --cells without those ops")
+    return build_info
+
+
+# ------------------------------------------------------------------------------------- record
+class Recorder:
+    """Runs (or keeps) one worker process at a time and records it in the results document, saved
+    after each; counts failed cells."""
+
+    def __init__(self, plan: Plan, data: dict, raw: Path) -> None:
+        self.plan, self.data, self.raw = plan, data, raw
+        self.by_config = plan.by_config()
+        self.failed = 0
+        self.saved = False  # results.json written by this run (a Ctrl-C re-renders the report from it)
+
+    def spec(self, rnd: int, build: str, config: str, keys: list[str], name: str, measure: dict | None = None) -> dict:
+        """The worker's spec (harness.bench.worker) of one process; ``measure``: cell key -> seconds of
+        timed blocks (adaptive rounds), else the plan's timing."""
+        plan, env_config = self.plan, self.by_config[config]
+        save = rnd == 0 and config in PAIRS[plan.device]
+        return {"device": plan.device, "cells": keys, "check": rnd == 0,
+                "save_outputs": str(self.raw / f"{name}.outputs.pt") if save else None,
+                "reduced_fp32": env_config.reduced_fp32, "routes": dict(env_config.routes), "seed": plan.seed,
+                "timing": dict(plan.timing), "threads": plan.threads,
+                "dtype_support": self.data["builds"][build]["provenance"]["dtype_support"],
+                "record_env": sorted(plan.extra_env), **({"measure_s": measure} if measure else {}),
+                **({"plant_k": plan.plant_k} if plan.plant_k and build == "patched" else {})}
+
+    def process(self, rnd: int, build: str, config: str, keys: list[str], measure: dict | None = None) -> None:
+        """Run (or keep, when finished earlier) one worker process and record it."""
+        name = _proc_name(rnd, build, config)
+        record = kept_record(_status_path(self.raw, name), self.plan.retry_failed)
+        verb = "kept"
+        if record is None:
+            python = Path(self.data["builds"][build]["interpreter"])
+            spec = self.spec(rnd, build, config, keys, name, measure)
+            record = run_worker(python, spec, self.by_config[config], self.raw, name, self.plan.timeout,
+                                self.plan.keep_env, dict(self.plan.extra_env), self.plan.stall)
+            verb = "ran"
+        processes = self.data["processes"]
+        record.update({"name": name, "round": rnd, "build": build, "config": config, "slot": len(processes)})
+        processes.append(record)
+        bad = [k for k, v in record["cells"].items() if v["status"] == "failed"]
+        self.failed += len(bad)
+        note(f"[{len(processes)}/{len(self.data['run']['order'])}] {verb} {name}: "
+             f"{len(record['cells']) - len(bad)} cells ok"
+             + (f", {len(bad)} failed ({record.get('reason') or record['cells'][bad[0]].get('reason')})"
+                if bad else ""))
+        res.save(self.plan.out, self.data)
+        self.saved = True
+
+
+# ----------------------------------------------------------------------------------- schedule
+def schedule(plan: Plan, data: dict, run_process, bar=None) -> None:
+    """Run the planned rounds in their interleaved order, then (``plan.target``) adaptive rounds:
+    fresh processes measuring only the cells not converged yet (:func:`next_adaptive_cells`) for the
+    time :func:`adaptive_plan` gives each, while a round's estimated time (:func:`round_seconds`) fits
+    the rest of ``plan.budget`` (counted from the first planned process) and fewer than
+    :data:`MAX_ROUNDS` rounds ran. Records ``data["run"]["adaptive"]``.
+
+    ``run_process(rnd, build, config, keys, measure)`` runs one process (``measure``: cell key ->
+    seconds of timed blocks, or None for the plan's timing) and appends its record to
+    ``data["processes"]``; ``bar`` (optional) is advanced by cells measured.
+    """
+    deadline = time.monotonic() + plan.budget  # the planned rounds count against the budget too
+    all_keys = [c.key for c in plan.cells]
+    for rnd, build, config in data["run"]["order"]:
+        run_process(rnd, build, config, all_keys, None)
+        if bar is not None:
+            bar.advance(len(all_keys))
+    if plan.target is None:
+        return
+    measure: dict[str, dict[str, float]] = {}
+
+    def cost(extra: list[tuple[int, str, str]], need: dict[str, list[str]]) -> float:
+        measure.clear()
+        measure.update(adaptive_plan(data, need, plan.timing["measure_s"]))
+        return round_seconds(data["processes"], [list(measure[e[2]].values()) for e in extra])
+
+    def announce(rnd: int, extra: list[tuple[int, str, str]], need: dict[str, list[str]]) -> None:
+        data["run"]["order"] += extra
+        if bar is not None:
+            bar.update(total=(bar.total or 0) + sum(len(need[e[2]]) for e in extra))
+        note(f"adaptive round {rnd}: {sum(map(len, need.values()))} cells above ±{plan.target:.1%}")
+
+    def run_and_advance(rnd: int, build: str, config: str, keys: list[str]) -> None:
+        run_process(rnd, build, config, keys, measure[config])
+        if bar is not None:
             bar.advance(len(keys))
 
-        all_keys = [c.key for c in cells]
-        saved: list[bool] = []  # results.json written by this run (a Ctrl-C re-renders the report from it)
-        # the bar counts cells measured (processes x cells), the unit a user waits for
-        try:
-            deadline = time.monotonic() + budget  # the planned rounds count against the budget too
-            with task(f"{data['run']['kind']} on {args.device}: cells", total=len(order) * len(all_keys)) as bar:
-                for rnd, build, config in order:
-                    process(rnd, build, config, all_keys, bar)
-                if target is not None:  # adaptive sampling: more rounds for the cells that are not there yet
-                    rnd = rounds
-                    need = next_adaptive_cells(data, target, launch_target)
-                    while need and rnd < MAX_ROUNDS:
-                        extra = [e for e in round_order(args.seed, rnd, builds, configs) if e[2] in need]
-                        measure = adaptive_plan(data, need, timing["measure_s"])
-                        cost = round_seconds(data["processes"], [list(measure[e[2]].values()) for e in extra])
-                        if time.monotonic() + cost > deadline:  # a round that would overrun the budget is not started
-                            break
-                        data["run"]["order"] += extra
-                        bar.update(total=(bar.total or 0) + sum(len(need[e[2]]) for e in extra))
-                        note(f"adaptive round {rnd}: {sum(map(len, need.values()))} cells above ±{target:.1%}")
-                        for r, build, config in extra:
-                            process(r, build, config, need[config], bar, measure[config])
-                        rnd += 1
-                        need = next_adaptive_cells(data, target, launch_target)
-                    need = unconverged_cells(data, target, launch_target)
-                    data["run"]["adaptive"] = {"target": target, "launch_bound_target": launch_target, "budget_s": budget,
-                                               "rounds_added": rnd - rounds,
-                                               "unconverged": {c: keys for c, keys in need.items()}}
-        except KeyboardInterrupt:
-            if saved:
-                from harness import report
+    added = adaptive_rounds(plan.seed, list(plan.builds), plan.configs, plan.rounds, run_and_advance,
+                            lambda: next_adaptive_cells(data, plan.target, plan.launch_target), cost, deadline,
+                            announce)
+    need = unconverged_cells(data, plan.target, plan.launch_target)
+    data["run"]["adaptive"] = {"target": plan.target, "launch_bound_target": plan.launch_target,
+                               "budget_s": plan.budget, "rounds_added": added,
+                               "unconverged": {c: keys for c, keys in need.items()}}
 
+
+def adaptive_rounds(seed: int, builds: Sequence[str], configs: Sequence[cfg.EnvConfig], first: int, run_process,
+                    need, cost, deadline: float, on_round=None) -> int:
+    """Adaptive sampling: rounds ``first``, ``first + 1``, ... of fresh processes in each round's seeded
+    order (:func:`round_order`), each round only for the configs and cells ``need()`` still names
+    (``{config: [cell keys]}``; empty: done), while the round's estimated seconds ``cost(extra, need)``
+    end before ``deadline`` (``time.monotonic()`` seconds) and fewer than :data:`MAX_ROUNDS` rounds ran.
+    ``on_round(rnd, extra, need)`` is told of each round before it runs. Returns the number of rounds added."""
+    rnd = first
+    todo = need()
+    while todo and rnd < MAX_ROUNDS:
+        extra = [e for e in round_order(seed, rnd, builds, configs) if e[2] in todo]
+        if time.monotonic() + cost(extra, todo) > deadline:  # a round that would overrun the budget is not started
+            break
+        if on_round is not None:
+            on_round(rnd, extra, todo)
+        for r, build, config in extra:
+            run_process(r, build, config, todo[config])
+        rnd += 1
+        todo = need()
+    return rnd - first
+
+
+# -------------------------------------------------------------------------------------- execute
+def execute(request: RunRequest) -> int:
+    """Run a compare (two builds) or bench (one build): plan -> schedule -> record; write results.json
+    and report.md. Returns 0, or 1 when cells failed (their reasons are in the report).
+
+    Raises:
+        UsageError, ResultsError, HarnessError: see :func:`plan`, :func:`open_out`, :func:`probe_builds`,
+            :func:`check_resumable`.
+    """
+    from harness import report
+
+    run = plan(request)
+    out = run.out
+    created = [d for d in (out, *out.parents) if not d.exists()]  # out and the parents this run makes
+    with exclusive_lock(out, " ".join(request.command or sys.argv)), _removed_on_failure(out, created):
+        raw = open_out(run)
+        data = res.new_document(run.run_json(), probe_builds(run), {c.name: c.to_json() for c in run.configs})
+        raw.mkdir(parents=True, exist_ok=True)
+        check_resumable(raw, res.resume_plan(data), run.rounds, adaptive=run.target is not None)
+        recorder = Recorder(run, data, raw)
+        try:
+            with task(f"{run.kind} on {run.device}: cells", total=len(data["run"]["order"]) * len(run.cells)) as bar:
+                schedule(run, data, recorder.process, bar)
+        except KeyboardInterrupt:
+            if recorder.saved:
                 report.write(out, res.load(out))  # report.md says the run is incomplete
             raise
-        data["consistency"] = run_consistency(build_info, args.device, by_config, raw)
-        inconsistent = [(b, k) for b, r in data["consistency"]["builds"].items()
-                        for k, v in r.get("cells", {}).items() if not v["passed"]]
-        broken = [b for b, r in data["consistency"]["builds"].items() if "error" in r]
-        failed += len(inconsistent) + len(broken)
+        data["consistency"] = run_consistency(data["builds"], run.device, recorder.by_config, raw)
+        failed = recorder.failed + consistency_failures(data["consistency"])
         data["run"]["finished"] = _now()
         res.save(out, data)
-        from harness import report
-
         written = report.write(out, res.load(out))  # exactly what `report` re-renders
         note(f"wrote {out / res.RESULTS}, " + ", ".join(p.name for p in written))
     if failed:
         note(f"{failed} cell measurements failed; see report.md")
     return 1 if failed else 0
+
+
+def consistency_failures(consistency: dict) -> int:
+    """Cells whose outputs disagree between two configs of a build, plus builds whose check broke."""
+    builds = consistency["builds"]
+    return (sum(not v["passed"] for r in builds.values() for v in r.get("cells", {}).values())
+            + sum("error" in r for r in builds.values()))

@@ -25,7 +25,6 @@ Operations, all on the worktrees of :mod:`harness.upstream`:
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import os
@@ -36,13 +35,14 @@ import tempfile
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterable
 
 from harness import progress
 from harness.errors import HarnessError, SeriesError, UpstreamError
 from harness.fsutil import atomic_write_text, inside
 from harness.paths import slug
-from harness.upstream import (DEFAULT_UPSTREAM, Checkout, Upstream, add_common_arguments, checkout, common_dir,
-                              dirty_files, git_run, patched_branch, resolve_commit, switch_branch, worktrees)
+from harness.upstream import (DEFAULT_UPSTREAM, Checkout, Upstream, checkout, common_dir, dirty_files, open_upstream,
+                              git_run, patched_branch, resolve_commit, switch_branch, worktrees)
 
 #: Folder that holds the series when ``--series`` is a bare name.
 PATCHES_DIR = Path("patches")
@@ -105,30 +105,36 @@ class Series:
         if ref is None:
             if len(self.bases) == 1:
                 return self.bases[0]
-            raise SeriesError(f"{_show(self.manifest)}: {len(self.bases)} [[base]] entries ({refs})",
+            raise SeriesError(f"{shown(self.manifest)}: {len(self.bases)} [[base]] entries ({refs})",
                               "pick one with --base REF")
         for base in self.bases:
             if ref in (base.ref, base.dir, slug(base.ref)):
                 return base
-        raise SeriesError(f"{_show(self.manifest)}: unknown base {ref!r}: no [[base]] with that ref (bases: {refs})",
+        raise SeriesError(f"{shown(self.manifest)}: unknown base {ref!r}: no [[base]] with that ref (bases: {refs})",
                           "pass --base with one of those refs, or `rebase --onto` to add a base variant")
 
     def patch_paths(self, base: Base) -> list[Path]:
         """The base's patch files, in series order (each one inside the base's folder: :func:`inside`)."""
-        folder = inside(self.path, base.dir, f"{_show(self.manifest)}: [[base]] #{base.index} key 'dir'")
-        return [inside(folder, name, f"{_show(self.manifest)}: [[base]] #{base.index} key 'patches':")
+        folder = inside(self.path, base.dir, f"{shown(self.manifest)}: [[base]] #{base.index} key 'dir'")
+        return [inside(folder, name, f"{shown(self.manifest)}: [[base]] #{base.index} key 'patches':")
                 for name in base.patches]
 
 
-def series_hash(series: Series, base: Base) -> str:
-    """sha256 (hex, 64 chars) over the base's patch files' bytes in series order; labels use ``[:8]``."""
+def patches_hash(patches: Iterable[Path]) -> str:
+    """The series hash: sha256 (hex, 64 chars) over the patch files' bytes in series order; labels use ``[:8]``."""
     digest = hashlib.sha256()
-    for path in series.patch_paths(base):
-        digest.update(path.read_bytes())
+    for path in patches:
+        digest.update(Path(path).read_bytes())
     return digest.hexdigest()
 
 
-def _show(path: Path) -> str:
+def series_hash(series: Series, base: Base) -> str:
+    """:func:`patches_hash` of the base's patches."""
+    return patches_hash(series.patch_paths(base))
+
+
+def shown(path: Path) -> str:
+    """``path`` relative to the current folder when it is inside it (for messages), else as given."""
     try:
         return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
     except ValueError:
@@ -189,7 +195,7 @@ def load_series(spec: str | Path) -> Series:
     """
     folder = find_series(spec).resolve()
     manifest = folder / MANIFEST
-    where = _show(manifest)
+    where = shown(manifest)
     try:
         data = tomllib.loads(manifest.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as exc:
@@ -224,11 +230,11 @@ def load_series(spec: str | Path) -> Series:
         inside(folder, directory, f"{label}: key 'dir'")
         for name in patches:
             if Path(name).is_absolute() or ".." in Path(name).parts or len(Path(name).parts) != 1:
-                raise SeriesError(f"{label}: key 'patches': {name!r} is not a file name in {_show(folder / directory)}",
+                raise SeriesError(f"{label}: key 'patches': {name!r} is not a file name in {shown(folder / directory)}",
                                   "list bare patch file names (no folders, no '..', no absolute paths)")
             path = inside(folder / directory, name, f"{label}: key 'patches':")
             if not path.is_file():
-                raise SeriesError(f"{label}: key 'patches': patch file absent: {_show(folder / directory / name)}",
+                raise SeriesError(f"{label}: key 'patches': patch file absent: {shown(folder / directory / name)}",
                                   "add the file, or remove it from 'patches'")
         reads = table.get("read", [])
         for item in reads:
@@ -277,7 +283,7 @@ def set_base_patches(series: Series, base: Base, patches: list[str]) -> None:
     block = text[start:end]
     match = re.search(r"^([ \t]*patches[ \t]*=[ \t]*)\[[^\]]*\]", block, re.M)
     if not match:
-        raise SeriesError(f"{_show(series.manifest)}: [[base]] #{base.index}: cannot locate key 'patches' to update",
+        raise SeriesError(f"{shown(series.manifest)}: [[base]] #{base.index}: cannot locate key 'patches' to update",
                           f"set it by hand to {patches}")
     block = block[:match.start()] + match.group(1) + _toml_list(patches) + block[match.end():]
     _write_manifest(series, text[:start] + block + text[end:])
@@ -304,7 +310,7 @@ def _write_manifest(series: Series, text: str) -> None:
     try:
         tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:  # pragma: no cover - our own edit broke the file
-        raise SeriesError(f"{_show(series.manifest)}: edit would not parse ({exc})", "edit it by hand") from None
+        raise SeriesError(f"{shown(series.manifest)}: edit would not parse ({exc})", "edit it by hand") from None
     atomic_write_text(series.manifest, text)
 
 
@@ -319,24 +325,25 @@ class Context:
     entry: Base | None
 
 
-def resolve_context(args: argparse.Namespace, *, need_series: bool = True) -> Context:
-    """Turn the common options into a :class:`Context` (series loaded and its base entry chosen).
+def resolve_context(series: str | None, base: str | None, upstream: str | None, *,
+                    need_series: bool = True) -> Context:
+    """The series named by ``series`` (a folder under patches/ or a path) loaded, its base entry chosen.
 
-    ``--upstream`` defaults to the series' ``upstream``, else :data:`~harness.upstream.DEFAULT_UPSTREAM`;
-    ``--base`` defaults to the series' only base.
+    ``upstream`` (None) defaults to the series' ``upstream``, else :data:`~harness.upstream.DEFAULT_UPSTREAM`;
+    ``base`` (None) defaults to the series' only base.
 
     Raises:
-        SeriesError: invalid series, unknown base. UpstreamError: no ``--base`` without a series.
+        SeriesError: invalid series, unknown base, or no series when ``need_series``.
+        UpstreamError: no ``base`` without a series.
     """
-    series = load_series(args.series) if args.series else None
-    if need_series and series is None:
+    loaded = load_series(series) if series else None
+    if need_series and loaded is None:
         raise SeriesError("this command needs a patch series", "pass --series NAME (a folder under patches/) or PATH")
-    entry = series.base(args.base) if series else None
-    base = entry.ref if entry else args.base
-    if not base:
+    entry = loaded.base(base) if loaded else None
+    ref = entry.ref if entry else base
+    if not ref:
         raise UpstreamError("no base ref given", "pass --base REF (a tag, branch or SHA), e.g. --base v2.6.0")
-    upstream = args.upstream or (series.upstream if series else DEFAULT_UPSTREAM)
-    return Context(series, upstream, base, entry)
+    return Context(loaded, upstream or (loaded.upstream if loaded else DEFAULT_UPSTREAM), ref, entry)
 
 
 def _check_pin(kind: str, commit: str, entry: Base) -> None:
@@ -477,7 +484,7 @@ def check_series(series: Series, entry: Base, store: Path, commit: str) -> list[
                 extra = sorted(set(touched) - set(entry.files))
                 absent = sorted(set(entry.files) - set(touched))
                 results.append(PatchCheck("files", "failed", (
-                    f"{_show(series.manifest)}: [[base]] #{entry.index} key 'files' does not match the series' "
+                    f"{shown(series.manifest)}: [[base]] #{entry.index} key 'files' does not match the series' "
                     f"diff (touched but not listed: {extra or 'none'}; listed but not touched: {absent or 'none'})",)))
     return results
 
@@ -558,14 +565,15 @@ def _hunks_failing_at_head(worktree: Path, patch: Path) -> list[str]:
         return _failing_hunks(worktree, env, patch, tmp)
 
 
-def _print_conflict(out: AmOutcome, worktree: Path, continue_cmd: list[str]) -> None:
+def conflict_lines(out: AmOutcome, worktree: Path, continue_cmd: list[str]) -> list[str]:
+    """What to tell the user when ``git am`` stopped on a conflict: the files, the hunks without a
+    3-way merge, and the commands to continue or give up."""
     files = ", ".join(out.conflicts) if out.conflicts else f"none marked ({out.reason})"
-    print(f"conflict: {out.stopped_at or 'a patch'} does not apply in {worktree}; conflicted files: {files}")
-    for line in out.hunks:
-        print(f"conflict:   {line} (no 3-way merge: the patch names no blob this repository has)")
-    print(f"resolve them, then `git -C {shlex.quote(str(worktree))} add <files>` and run:")
-    print("  " + shlex.join(continue_cmd))
-    print(f"(or give up: `git -C {shlex.quote(str(worktree))} am --abort`)")
+    lines = [f"conflict: {out.stopped_at or 'a patch'} does not apply in {worktree}; conflicted files: {files}"]
+    lines += [f"conflict:   {line} (no 3-way merge: the patch names no blob this repository has)" for line in out.hunks]
+    return lines + [f"resolve them, then `git -C {shlex.quote(str(worktree))} add <files>` and run:",
+                    "  " + shlex.join(continue_cmd),
+                    f"(or give up: `git -C {shlex.quote(str(worktree))} am --abort`)"]
 
 
 def apply_series(series: Series, entry: Base, co: Checkout, *, force: bool = False) -> AmOutcome | None:
@@ -676,7 +684,7 @@ def refresh_series(series: Series, entry: Base, co: Checkout) -> int:
     if dirty:
         raise SeriesError(f"patched worktree {wt} has uncommitted changes: {', '.join(dirty[:5])}",
                           "commit them (refresh writes commits, not the working tree)")
-    folder = inside(series.path, entry.dir, f"{_show(series.manifest)}: [[base]] #{entry.index} key 'dir'")
+    folder = inside(series.path, entry.dir, f"{shown(series.manifest)}: [[base]] #{entry.index} key 'dir'")
     names, changed = write_patches(wt, co.commit, folder, list(entry.patches))
     if names != list(entry.patches):
         set_base_patches(series, entry, names)
@@ -688,7 +696,7 @@ def _write_variant(series: Series, old: Base, co: Checkout) -> Base:
     directory = slug(co.base)
     folder = inside(series.path, directory, "rebase --onto folder")
     if folder.exists() and any(folder.iterdir()):
-        raise SeriesError(f"{_show(folder)} already exists and is not empty", "move it away, then run again")
+        raise SeriesError(f"{shown(folder)} already exists and is not empty", "move it away, then run again")
     names, _ = write_patches(co.patched, co.commit, folder, [])
     files = None
     if old.files is not None:
@@ -708,7 +716,7 @@ def rebase_series(series: Series, old: Base, co: Checkout, *, resume: bool = Fal
         SeriesError: the series already has that base, or ``patched`` is not at its base.
     """
     if any(b.ref == co.base for b in series.bases):
-        raise SeriesError(f"{_show(series.manifest)}: already has a [[base]] with ref {co.base!r}",
+        raise SeriesError(f"{shown(series.manifest)}: already has a [[base]] with ref {co.base!r}",
                           "use check/apply for it, or remove that [[base]] first")
     wt = co.patched
     if resume:
@@ -730,71 +738,44 @@ def rebase_series(series: Series, old: Base, co: Checkout, *, resume: bool = Fal
             return outcome
     entry = _write_variant(series, old, co)
     progress.note(f"rebase: wrote [[base]] {entry.ref} with {len(entry.patches)} patch(es) in "
-                  f"{_show(series.path / entry.dir)}")
+                  f"{shown(series.path / entry.dir)}")
     return AmOutcome(True)
 
 
-# -------------------------------------------------------------------------------------------- CLI
-def _context_checkout(args: argparse.Namespace) -> tuple[Series, Base, Checkout]:
-    ctx = resolve_context(args)
+# ------------------------------------------------------------------------------ worktrees of a context
+def checkout_context(ctx: Context, workdir: Path | str, ref: str | None = None) -> Checkout:
+    """Worktrees of the series at ``ref`` (default: the context's base) via :func:`harness.upstream.checkout`;
+    at the base, its commit is checked against the series' pin.
+
+    Raises:
+        SeriesError: the base commit differs from the pinned one. UpstreamError: from the checkout.
+    """
     assert ctx.series is not None and ctx.entry is not None
-    co = checkout(ctx.upstream, ctx.base, args.workdir, ctx.series.name)
-    _check_pin(co.upstream.kind, co.commit, ctx.entry)
-    return ctx.series, ctx.entry, co
+    co = checkout(ctx.upstream, ref or ctx.base, workdir, ctx.series.name)
+    if ref is None:
+        _check_pin(co.upstream.kind, co.commit, ctx.entry)
+    return co
 
 
-def add_arguments_check(parser: argparse.ArgumentParser) -> None:
-    """Options of ``check``."""
-    add_common_arguments(parser, series_required=True)
+def check_context(ctx: Context) -> tuple[str, list[PatchCheck]]:
+    """``check``: the base commit and, per patch, whether it applies there (worktrees untouched).
 
-
-def run_check(args: argparse.Namespace) -> int:
-    """``check``: exit 0 when every patch applies at the base, 1 naming each failing file + hunk."""
-    from harness.upstream import open_upstream
-
-    ctx = resolve_context(args)
+    Raises:
+        SeriesError: the base commit differs from the pinned one. UpstreamError: unreachable upstream.
+    """
     assert ctx.series is not None and ctx.entry is not None
     upstream = open_upstream(ctx.upstream, ref=ctx.base)
     commit = resolve_commit(upstream.store, ctx.base, source=ctx.upstream)
     _check_pin(upstream.kind, commit, ctx.entry)
-    results = check_series(ctx.series, ctx.entry, upstream.store, commit)
-    for item in results:
-        note = {"ok": "applies", "3way": "applies only with 3-way merge", "not-checked": "not checked (an earlier "
-                "patch failed)", "failed": "FAILS"}[item.status]
-        print(f"check: {item.patch}: {note}")
-        for line in item.failures:
-            print(f"check:   {line}")
-    bad = [r for r in results if r.status == "failed"]
-    print(f"check: {ctx.series.name} at {ctx.base} ({commit[:12]}): "
-          + ("ok" if not bad else f"{len(bad)} failure(s)"))
-    return 1 if bad else 0
+    return commit, check_series(ctx.series, ctx.entry, upstream.store, commit)
 
 
-def add_arguments_apply(parser: argparse.ArgumentParser) -> None:
-    """Options of ``apply``."""
-    add_common_arguments(parser, series_required=True)
-    parser.add_argument("--force", action="store_true",
-                        help="reset patched to the base first when it carries other commits")
-
-
-def run_apply(args: argparse.Namespace) -> int:
-    """``apply``: checkout, then ``git am --3way`` the series into ``patched``."""
-    series, entry, co = _context_checkout(args)
-    outcome = apply_series(series, entry, co, force=args.force)
-    if outcome is None:
-        print(f"apply: {series.name} is already applied on {co.branch} ({len(entry.patches)} commit(s))")
-        return 0
-    if not outcome.ok:
-        _print_conflict(outcome, co.patched, ["git", "-C", str(co.patched), "am", "--continue"])
-        return 1
-    print(f"apply: {len(entry.patches)} commit(s) on {co.branch} in {co.patched} "
-          f"(series hash {series_hash(series, entry)[:8]})")
-    return 0
-
-
-def add_arguments_refresh(parser: argparse.ArgumentParser) -> None:
-    """Options of ``refresh``."""
-    add_common_arguments(parser, series_required=True)
+def refresh_context(ctx: Context, workdir: Path | str) -> tuple[Path, int]:
+    """``refresh`` offline (:func:`existing_checkout`): the patch folder and how many files changed."""
+    assert ctx.series is not None and ctx.entry is not None
+    co = existing_checkout(ctx, workdir)
+    _check_pin(co.upstream.kind, co.commit, ctx.entry)
+    return ctx.series.path / ctx.entry.dir, refresh_series(ctx.series, ctx.entry, co)
 
 
 def existing_checkout(ctx: Context, workdir: Path | str) -> Checkout:
@@ -819,41 +800,3 @@ def existing_checkout(ctx: Context, workdir: Path | str) -> Checkout:
     switch_branch(patched, branch, commit)
     kind = "archive" if store.parent.name == "imports" else "git"
     return Checkout(Upstream(ctx.upstream, store, kind, created=False), ctx.base, commit, stock, patched, branch, ())
-
-
-def run_refresh(args: argparse.Namespace) -> int:
-    """``refresh``: write ``patched``'s commits back into patches/<series>/<base>/ (offline: the
-    upstream is not opened, see :func:`existing_checkout`)."""
-    ctx = resolve_context(args)
-    assert ctx.series is not None and ctx.entry is not None
-    series, entry, co = ctx.series, ctx.entry, existing_checkout(ctx, args.workdir)
-    _check_pin(co.upstream.kind, co.commit, entry)
-    changed = refresh_series(series, entry, co)
-    folder = _show(series.path / entry.dir)
-    print(f"refresh: {folder}: " + (f"{changed} file(s) written or removed" if changed else "unchanged"))
-    return 0
-
-
-def add_arguments_rebase(parser: argparse.ArgumentParser) -> None:
-    """Options of ``rebase``."""
-    add_common_arguments(parser, series_required=True)
-    parser.add_argument("--onto", metavar="REF", required=True, help="the new base ref (tag, branch or SHA)")
-    parser.add_argument("--continue", dest="resume", action="store_true",
-                        help="continue a rebase stopped by a conflict, after resolving and `git add`")
-
-
-def run_rebase(args: argparse.Namespace) -> int:
-    """``rebase``: carry the series onto ``--onto``; success writes a new [[base]]; conflict exits 1."""
-    ctx = resolve_context(args)
-    assert ctx.series is not None and ctx.entry is not None
-    co = checkout(ctx.upstream, args.onto, args.workdir, ctx.series.name)
-    cmd = [Path(sys.executable).name, "-m", "harness", "rebase", "--series", args.series, "--base", ctx.base,
-           "--onto", args.onto, "--workdir", str(args.workdir)]
-    if args.upstream:
-        cmd += ["--upstream", args.upstream]
-    outcome = rebase_series(ctx.series, ctx.entry, co, resume=args.resume)
-    if not outcome.ok:
-        _print_conflict(outcome, co.patched, cmd + ["--continue"])
-        return 1
-    print(f"rebase: {ctx.series.name} carried from {ctx.base} onto {args.onto} ({co.commit[:12]})")
-    return 0

@@ -6,8 +6,8 @@ Pure functions over numbers (numpy + scipy only): no filesystem, no printing, no
 Data model. One *cell* is build x env config x workload x shape x dtype. Each fresh worker
 process yields raw per-call times in **seconds** (its *samples*); the process's median is the
 per-process statistic (:func:`process_median`). Between processes the spread is larger than
-inside one (``../shared/device_notes.md``: 1-5 % cv on an H200, a 2-3x slow kernel on MPS about
-40 % of the time), so every comparison here treats the **per-process medians** as the
+inside one (docs/methodology.md: 1-5 % cv on an H200; pytorch issue 182815: a 2-3x slow MPSGraph
+kernel in about 40 % of processes), so every comparison here treats the **per-process medians** as the
 independent observations: ``compare(stock_medians, patched_medians)``.
 
 Conventions:
@@ -16,8 +16,8 @@ Conventions:
   :func:`compare`): < 1 means patched is faster; ``speedup = 1 / ratio``.
 - Relative quantities (``threshold``, half-widths, drift) are fractions: 0.02 means 2 %.
 - Nothing here turns an error into a verdict: when a statistic cannot be computed the verdict
-  is ``"undetermined"``, ``cause`` (a :class:`Cause`) says why and ``reason`` gives the numbers (unlike pyperf's ``_compare.py``, see
-  ``../shared/STYLE.md``). Programming errors (wrong types) still raise.
+  is ``"undetermined"``, ``cause`` (a :class:`Cause`) says why and ``reason`` gives the numbers (unlike pyperf's ``_compare.py``,
+  which reports "significant" when its test raises). Programming errors (wrong types) still raise.
 """
 
 from __future__ import annotations
@@ -676,11 +676,13 @@ def converged(comparison: Comparison, target_half_width: float = 0.01) -> bool:
 
 def unconverged(
     comparisons: Mapping[K, Comparison],
-    target_half_width: float = 0.01,
+    target_half_width: float | Mapping[K, float] = 0.01,
     *,
     max_step: int = 64,
 ) -> dict[K, int]:
-    """Cells that need more rounds, with an estimate of extra processes per side.
+    """Cells that need more rounds (the one adaptive rule: not :func:`converged` at their target),
+    with an estimate of extra processes per side. ``target_half_width``: one target for every cell,
+    or one per key (the runner gives launch-bound cells a wider one).
 
     For a cell with a CI, the half-width shrinks like 1/sqrt(n) (the Hodges-Lehmann estimate is
     asymptotically normal, Hodges & Lehmann 1963), so ``n_needed = ceil(n * (half_width / target)^2)``;
@@ -695,12 +697,13 @@ def unconverged(
     """
     out: dict[K, int] = {}
     for key, c in comparisons.items():
-        if converged(c, target_half_width):
+        target = target_half_width[key] if isinstance(target_half_width, Mapping) else target_half_width
+        if converged(c, target):
             continue
         n = min(c.n_stock, c.n_patched)
         hw = c.half_width
         if math.isfinite(hw) and hw > 0:
-            need = max(math.ceil(n * (hw / target_half_width) ** 2) - n, min_processes(c.confidence) - n)
+            need = max(math.ceil(n * (hw / target) ** 2) - n, min_processes(c.confidence) - n)
         else:
             need = min_processes(c.confidence) - n
             if need < 1:

@@ -31,7 +31,6 @@ All git calls go through GitPython (:func:`git_run`), with argument lists only.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import os
 import re
@@ -668,38 +667,3 @@ def switch_branch(worktree: Path, branch: str, commit: str) -> None:
         git_run(worktree, "checkout", "--quiet", branch)
     else:
         git_run(worktree, "checkout", "--quiet", "-b", branch, commit)
-
-
-# ------------------------------------------------------------------------------------------ CLI
-def add_common_arguments(parser: argparse.ArgumentParser, *, series_required: bool = False) -> None:
-    """``--upstream``, ``--base``, ``--series``, ``--workdir``: shared by checkout/check/apply/refresh/rebase."""
-    parser.add_argument("--upstream", metavar="URL|PATH|ARCHIVE",
-                        help=f"git URL, local repository/mirror, or source archive (default: the series' "
-                             f"upstream, else {DEFAULT_UPSTREAM})")
-    parser.add_argument("--base", metavar="REF", help="base ref: tag, branch or SHA (default: the series' only base)")
-    parser.add_argument("--series", metavar="NAME|PATH", required=series_required,
-                        help="patch series: folder under patches/ or a path to it")
-    parser.add_argument("--workdir", metavar="DIR", default="work", help="where worktrees live (default: ./work)")
-
-
-def add_arguments_checkout(parser: argparse.ArgumentParser) -> None:
-    """Options of ``checkout``."""
-    add_common_arguments(parser)
-
-
-def run_checkout(args: argparse.Namespace) -> int:
-    """``checkout``: clone/import the upstream, create ``stock`` and ``patched`` at the base."""
-    from harness.series import resolve_context
-
-    ctx = resolve_context(args, need_series=False)
-    started = time.monotonic()
-    result = checkout(ctx.upstream, ctx.base, args.workdir, ctx.series.name if ctx.series else None)
-    how = "cloned" if result.upstream.kind == "git" else "imported"
-    cache = f"{how} into the cache" if result.upstream.created else f"cache warm, no {'clone' if how == 'cloned' else 'import'}"
-    progress.note(f"checkout: {result.base} = {result.commit[:12]} ({cache}) in {time.monotonic() - started:.1f} s")
-    progress.note(f"checkout: stock   {result.stock} (detached)")
-    progress.note(f"checkout: patched {result.patched} ({f'branch {result.branch}' if result.branch else 'detached'})")
-    line = submodule_report(result.stock)
-    if line:
-        progress.note(line)
-    return 0

@@ -84,7 +84,8 @@ def env_key(build: BuildInput, base_python: str = sys.executable) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _venv_python(root: Path) -> Path:
+def venv_python(root: Path) -> Path:
+    """The interpreter of the virtual environment at ``root`` (``bin/python``; ``Scripts/python.exe`` on Windows)."""
     return root / ("Scripts/python.exe" if sys.platform == "win32" else "bin/python")
 
 
@@ -99,7 +100,7 @@ def ensure_interpreter(build: BuildInput, *, envs_dir: Path | None = None) -> tu
     envs_dir = envs_dir or cache_dir() / "envs"
     name = slug(Path(build.value).name if build.kind == "wheel" else build.value)[:60]
     root = inside(envs_dir, f"{name}-{env_key(build)[:8]}", "environment")
-    python = _venv_python(root)
+    python = venv_python(root)
     if _ready(root, python, build):  # a ready environment needs no lock: it is only read
         return python, True
     # one lock per environment: a compare creating one does not block another that uses ready ones

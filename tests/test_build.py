@@ -127,10 +127,10 @@ def test_env_overrides_parse_and_reject():
 
 
 def test_cli_malformed_env_is_one_line(capsys):
-    rc = main(["build", "--kind", "stock", "--dry-run", "--platform", "linux-cpu", "--env", "MAX_JOBS"])
+    rc = main(["build", "--kind", "stock", "--dry-run", "--platform", "linux-cpu", "--build-env", "MAX_JOBS"])
     err = capsys.readouterr().err
     assert rc == 2
-    assert err.count("\n") == 1 and err.startswith("error: malformed --env 'MAX_JOBS'")
+    assert err.count("\n") == 1 and err.startswith("error: malformed --build-env 'MAX_JOBS'")
 
 
 # ------------------------------------------------------------------ labels and the base's files
@@ -335,11 +335,11 @@ def test_describe_prints_env_and_exact_command(tmp_path):
     [
         (
             "macos-arm64",
-            ["USE_MPS=1", "ARCHFLAGS=-arch arm64", "MACOSX_DEPLOYMENT_TARGET=11.0"],
+            ["USE_MPS=1", "ARCHFLAGS='-arch arm64'", "MACOSX_DEPLOYMENT_TARGET=11.0"],
             ["TORCH_CUDA_ARCH_LIST", "CMAKE_OSX_ARCHITECTURES"],
         ),
         ("linux-cpu", ["USE_CUDA=0", "USE_MPS=0"], ["MACOSX_DEPLOYMENT_TARGET", "TORCH_CUDA_ARCH_LIST"]),
-        ("linux-cuda", ["USE_CUDA=1", "TORCH_CUDA_ARCH_LIST=8.0;8.6;8.9;9.0"], ["MACOSX_DEPLOYMENT_TARGET"]),
+        ("linux-cuda", ["USE_CUDA=1", "TORCH_CUDA_ARCH_LIST='8.0;8.6;8.9;9.0'"], ["MACOSX_DEPLOYMENT_TARGET"]),
     ],
 )
 def test_cli_dry_run_without_source(capsys, platform, present, absent):
@@ -350,7 +350,7 @@ def test_cli_dry_run_without_source(capsys, platform, present, absent):
     for item in present + ["MAX_JOBS=4", "PYTORCH_BUILD_NUMBER=0"]:
         assert item in lines
     assert not any(line.startswith(tuple(absent)) for line in lines)
-    assert "PYTORCH_BUILD_VERSION=<version.txt release>+<series>.<series hash8>" in lines
+    assert "PYTORCH_BUILD_VERSION='<version.txt release>+<series>.<series hash8>'" in lines  # as BuildPlan.describe
     assert "pip wheel '<source>' --no-build-isolation --no-deps -v" in lines[-1]
 
 
@@ -380,7 +380,7 @@ def test_cli_dry_run_with_series_before_checkout(capsys, tmp_path):
     )
     lines = capsys.readouterr().out.splitlines()
     digest = b.SeriesRef("x", (patch,)).hash[:8]
-    assert rc == 0 and f"PYTORCH_BUILD_VERSION=<version.txt release>+mps.gemm.prefer.fast.math.{digest}" in lines
+    assert rc == 0 and f"PYTORCH_BUILD_VERSION='<version.txt release>+mps.gemm.prefer.fast.math.{digest}'" in lines
     assert f"# series: mps-gemm-prefer-fast-math {digest} (1 patches)" in lines
     assert not (tmp_path / "work").exists()
 
@@ -741,3 +741,44 @@ def test_manifest_records_metal_and_can_compile_metal(tmp_path, monkeypatch, iso
     assert data["inputs"]["toolchain"]["metal"] == data["metal"]
     assert b.cmake_cache_value(src, "CAN_COMPILE_METAL_FOUND") == "YES"
     assert b.cmake_cache_value(tmp_path, "CAN_COMPILE_METAL") is None
+
+
+# ------------------------------------------------------------------ platform registry
+
+
+@pytest.mark.parametrize("call", [
+    lambda: b.platform_spec("windows-x64"),
+    lambda: b.platform_env("windows-x64", jobs=2),
+    lambda: b.compiles_on("aten/src/ATen/native/mps/x.mm", "windows-x64"),
+    lambda: b.toolchain_checks("windows-x64", None),
+])
+def test_unknown_platform_is_one_line_error_naming_the_known_ones(call):
+    with pytest.raises(UsageError) as info:
+        call()
+    assert info.value.cause == "unknown platform 'windows-x64'"
+    assert info.value.remedy == "choose one of: macos-arm64, linux-cpu, linux-cuda"
+
+
+def test_every_registered_platform_gives_a_complete_environment(tmp_path):
+    """Each registry entry alone decides its variables, disk estimate and remedies (no default branch)."""
+    pytorch = tmp_path / "src"
+    (pytorch / "aten").mkdir(parents=True)
+    (pytorch / "torch").mkdir()
+    for name, spec in b.REGISTRY.items():
+        env = b.platform_env(name, jobs=2, launcher="ccache")
+        assert {k: env[k] for k in spec.env} == dict(spec.env)
+        assert env["USE_CUDA"] in ("0", "1") and env["USE_ROCM"] in ("0", "1")
+        assert {f"CMAKE_{lang}_COMPILER_LAUNCHER" for lang in ("C", "CXX", *spec.languages)} <= set(env)
+        assert b.disk_estimate(pytorch, name) == spec.disk_estimate
+        assert set(spec.install) == {"compiler", "cmake", "cmake-upgrade"}
+    assert b.disk_estimate(pytorch, "linux-cuda") == 50 * b.GIB
+
+
+def test_build_env_was_renamed_and_the_old_spelling_says_so(capsys):
+    """`build --env` and `compare --env` meant different things under one name."""
+    rc = main(["build", "--kind", "stock", "--dry-run", "--platform", "linux-cpu", "--env", "MAX_JOBS=2"])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1
+    assert err.startswith("error: build --env was renamed --build-env") and "--build-env MAX_JOBS=2" in err
+    assert main(["build", "--kind", "stock", "--dry-run", "--platform", "linux-cpu", "--build-env", "MAX_JOBS=2"]) == 0
+    assert "MAX_JOBS=2" in capsys.readouterr().out.splitlines()

@@ -100,7 +100,7 @@ def test_results_of_another_schema_version_or_incomplete_are_refused_and_kept(tm
     (["--rounds", "0"], "--rounds must be >= 1, got 0"),
     (["--threads", "-1"], "--threads must be >= 0, got -1"),
     (["--timeout", "0"], "--timeout must be > 0 seconds"),
-    (["--keep-env", "PATH"], "--keep-env PATH: only PYTORCH_MPS_*/TORCH_*/ATEN_* variables are cleared"),
+    (["--keep-env", "PATH"], "--keep-env PATH: every worker inherits it anyway"),
 ])
 def test_invalid_numbers_and_names_are_refused_up_front(tmp_path, this_python, extra, fragment):
     proc = run("bench", "--build", this_python, "--device", "cpu", "--out", str(tmp_path / "o"), *extra)
@@ -135,8 +135,10 @@ def test_requirement_typo_is_one_line_without_packagings_caret_diagram(tmp_path,
     ("sdpa/1x8x512/float32", "-- write sdpa cells as sdpa/BxHxLxD/dtype (batch, heads, sequence length, head dim), "
                              "e.g. sdpa/1x8x512x64/float16"),
     ("sdpa_causal/1x8/float16", "e.g. sdpa_causal/1x8x512x64/float16"),
-    ("bmm/8x64x64/float32", "-- write bmm cells as bmm/BxMxNxK/dtype, e.g. bmm/8x512x512x512/float16"),
-    ("mm/64x64/float32", "-- write cells as op/MxNxK/dtype, e.g. mm/512x512x512/float16"),
+    ("bmm/8x64x64/float32", "-- write bmm cells as bmm/BxMxNxK/dtype (batch, rows of the output, columns of the "
+                            "output, inner dimension), e.g. bmm/8x512x512x512/float16"),
+    ("mm/64x64/float32", "-- write mm cells as mm/MxNxK/dtype (rows of the output, columns of the output, "
+                         "inner dimension), e.g. mm/512x512x512/float16"),
     ("mm64x64x64", "a cell key has 3 parts separated by '/', got 1 -- write cells as op/MxNxK/dtype"),
 ])
 def test_bad_cell_remedy_shows_that_ops_layout(tmp_path, this_python, cell, remedy):

@@ -26,5 +26,16 @@ def test_unknown_config_names_the_valid_ones():
         cfg.select("tpu", None)
 
 
+def test_worker_environment_is_an_allow_list_and_everything_torch_related_is_recorded():
+    """issue 16: NVIDIA_TF32_OVERRIDE=0 and PYTORCH_CUDA_ALLOC_CONF from the parent reached workers unrecorded."""
+    parent = {"PATH": "/bin", "HOME": "/h", "LC_ALL": "C", "NVIDIA_TF32_OVERRIDE": "0", "OMP_NUM_THREADS": "3",
+              "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True", "MY_SECRET": "x", "KMP_AFFINITY": "compact"}
+    (config,) = cfg.select("cuda", "default")
+    env = cfg.worker_environment(config, parent, keep=("OMP_NUM_THREADS",))
+    assert env == {"PATH": "/bin", "HOME": "/h", "LC_ALL": "C", "OMP_NUM_THREADS": "3", **config.env}
+    assert cfg.snapshot(parent) == {"KMP_AFFINITY": "compact", "NVIDIA_TF32_OVERRIDE": "0", "OMP_NUM_THREADS": "3",
+                                    "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
+
+
 def test_snapshot_records_raw_values():
     assert cfg.snapshot({"PYTORCH_MPS_PREFER_METAL": "0", "X": "1"}) == {"PYTORCH_MPS_PREFER_METAL": "0"}

@@ -613,7 +613,7 @@ def test_interrupted_build_resumes_compiling_only_what_was_left(tiny_source, tmp
                         f'"$@" || exit $?\nfor a in "$@"; do last="$a"; done\ntouch "{done}/$(basename "$last")"\n')
     launcher.chmod(0o755)
     hold.touch()
-    args = ["--env", f"CMAKE_CXX_COMPILER_LAUNCHER={launcher}"]
+    args = ["--build-env", f"CMAKE_CXX_COMPILER_LAUNCHER={launcher}"]
     environ = {k: v for k, v in os.environ.items() if k != "CXX"}
     environ["TORCH_PATCH_HARNESS_CACHE"] = str(tmp_path / "cache")
     first = subprocess.Popen([sys.executable, "-m", "harness", "build", "--kind", "stock", "--source", str(repo),

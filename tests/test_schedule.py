@@ -9,14 +9,20 @@ from harness.runner import (MAX_CELL_MEASURE_S, TIMING, adaptive_measure_seconds
                             round_seconds, unconverged_cells)
 
 
+def _measured(seconds: float, launch_bound: bool) -> dict:
+    """A raw measurement of one block: its median and launch-bound label follow from samples and enqueue
+    times (the stored ``median`` / ``launch_bound`` keys are never read back)."""
+    return {"samples": [seconds], "enqueue": [seconds if launch_bound else 0.0], "number": 1,
+            "method": "synchronize+perf_counter", "median": -1.0, "launch_bound": not launch_bound}
+
+
 def _data(spread: dict[str, float], launch: dict[str, bool], n: int = 6) -> dict:
     """Synthetic results: per cell, n processes per build with medians 1e-3 s × lognormal(spread)."""
     rng = np.random.default_rng(1)
     processes = []
     for rnd in range(n):
         for build in ("stock", "patched"):
-            cells = {key: {"status": "ok", "measurement": {"samples": [float(1e-3 * np.exp(rng.normal(0, sd)))],
-                                                            "launch_bound": launch[key]}}
+            cells = {key: {"status": "ok", "measurement": _measured(float(1e-3 * np.exp(rng.normal(0, sd))), launch[key])}
                      for key, sd in spread.items()}
             processes.append({"config": "default", "build": build, "round": rnd, "cells": cells})
     return {"run": {"cells": list(spread), "configs": ["default"], "builds": ["stock", "patched"]}, "processes": processes}
@@ -33,7 +39,7 @@ def test_launch_bound_cells_are_held_to_their_own_lower_target():
 
 
 def test_a_cell_is_launch_bound_when_most_processes_say_so():
-    rec = lambda lb: {"measurement": {"launch_bound": lb}}  # noqa: E731
+    rec = lambda lb: {"measurement": _measured(1e-3, lb)}  # noqa: E731
     assert launch_bound([rec(True), rec(True), rec(False)])
     assert not launch_bound([rec(True), rec(False)])
     assert not launch_bound([{"status": "failed"}])
@@ -66,7 +72,7 @@ def test_launch_bound_cells_are_judged_against_a_wider_band():
     from harness.report import LAUNCH_BOUND_THRESHOLD, THRESHOLD, cell_threshold
 
     stock, patched = [12.8e-6, 12.8e-6, 18.6e-6, 13.1e-6], [11.8e-6, 12.5e-6, 11.6e-6, 11.6e-6]
-    rec = lambda t, lb: {"status": "ok", "measurement": {"samples": [t], "launch_bound": lb}}  # noqa: E731
+    rec = lambda t, lb: {"status": "ok", "measurement": _measured(t, lb)}  # noqa: E731
     launch = {"stock": [rec(t, True) for t in stock], "patched": [rec(t, True) for t in patched]}
     kernel = {"stock": [rec(t, False) for t in stock], "patched": [rec(t, False) for t in patched]}
     assert cell_threshold(launch) == LAUNCH_BOUND_THRESHOLD and cell_threshold(kernel) == THRESHOLD

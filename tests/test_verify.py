@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from harness import build as b
+from harness.commands import build as build_command
 
 MARKER = "TINYEXT_PREFER_FAST_PATH"
 
@@ -41,15 +42,16 @@ def test_patched_wheel_without_the_series_fails_when_the_series_declares_no_mark
 
 def _run_build(monkeypatch, tmp_path, wheel: Path, series: b.SeriesRef, kind: str = "patched") -> None:
     """run_build with the slow parts (checkout, compile) replaced: the 'build' yields ``wheel``."""
-    plan = argparse.Namespace(version=wheel.name.split("-")[1], dist_dir=wheel.parent)
-    monkeypatch.setattr(b, "resolve_sources", lambda args: b.Sources(tmp_path, tmp_path, "0" * 40, series, "v1"))
+    plan = argparse.Namespace(version=wheel.name.split("-")[1], dist_dir=wheel.parent, series=series,
+                              platform="linux-cpu", kind=kind)
+    monkeypatch.setattr(b, "resolve_sources", lambda *a, **k: b.Sources(tmp_path, tmp_path, "0" * 40, series, "v1"))
     monkeypatch.setattr(b, "preflight_source", lambda tree: None)
     monkeypatch.setattr(b, "plan_build", lambda *a, **k: plan)
     monkeypatch.setattr(b, "build_wheel", lambda plan, force=False: b.BuildResult(
         wheel, wheel.with_name(wheel.name + ".build.json"), tmp_path / "log", False, 0.0, 0))
     parser = argparse.ArgumentParser()
-    b.add_arguments_build(parser)
-    b.run_build(parser.parse_args(["--kind", kind, "--series", "tiny-fast-path", "--platform", "linux-cpu"]))
+    build_command.add_arguments_build(parser)
+    build_command.run_build(parser.parse_args(["--kind", kind, "--series", "tiny-fast-path", "--platform", "linux-cpu"]))
 
 
 def test_rejected_wheel_and_manifest_are_moved_aside(tmp_path, monkeypatch):

@@ -16,6 +16,7 @@ import pytest
 
 from harness import configs as cfg
 from harness import runner
+from harness.commands import run as run_command
 from harness.errors import ResultsError
 from harness.fsutil import exclusive_lock
 from harness.paths import slug
@@ -62,7 +63,7 @@ def test_signal_kill_names_the_signal_and_the_cell_not_a_warning(tmp_path):
 def test_retry_failed_runs_failed_processes_again_and_keeps_their_records(tmp_path):
     """item 10: killed cells stayed failed on every rerun; --fresh (drop everything) was the only retry."""
     parser = __import__("argparse").ArgumentParser()
-    runner.add_arguments_compare(parser)
+    run_command.add_arguments_compare(parser)
     args = parser.parse_args(["--stock", "a", "--patched", "b", "--device", "cpu", "--out", "x", "--retry-failed"])
     assert args.retry_failed
     status = tmp_path / "r00-stock-default.status.json"
@@ -140,10 +141,10 @@ def test_fresh_with_raw_as_a_symlink_is_refused_not_resumed(tmp_path, this_pytho
     (elsewhere / "r00-stock-default.status.json").write_text("{}")
     (out / "raw").symlink_to(elsewhere)
     parser = __import__("argparse").ArgumentParser()
-    runner.add_arguments_bench(parser)
+    run_command.add_arguments_bench(parser)
     args = parser.parse_args(["--build", this_python, "--device", "cpu", "--out", str(out), "--fresh"])
     with pytest.raises(ResultsError) as info:
-        runner.run_bench(args)
+        run_command.run_bench(args)
     assert info.value.cause.startswith(f"{out / 'raw'} is a symbolic link (to {elsewhere})")
     assert (elsewhere / "r00-stock-default.status.json").read_text() == "{}"
 

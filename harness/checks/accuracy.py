@@ -6,7 +6,8 @@ rounding is not counted: what remains is the backend's accumulation and output r
 
 Bound: ``rel_error <= 2·u_out + 4·u_acc·sqrt(n)``. ``u_out`` is the unit roundoff of the output
 dtype (rounding the result: float16 2⁻¹¹, bfloat16 2⁻⁸, float32 2⁻²⁴); ``n`` is the inner-product
-length (:attr:`Cell.reduction`); ``u_acc`` is the roundoff of the accumulator, which follows the
+length (:attr:`Cell.reduction`, from the op's registry record
+:attr:`harness.bench.ops.Op.reduction`); ``u_acc`` is the roundoff of the accumulator, which follows the
 kernel path the config routes the op to (:attr:`harness.configs.EnvConfig.routes`, :data:`PATHS`):
 
 - ``default``: float32 (2⁻²⁴), because cuBLAS, oneDNN/MKL and MPSGraph accumulate half-precision

@@ -1,0 +1,31 @@
+"""``pr``: a pushable branch with the contributor's identity, and ``PR.md`` (:mod:`harness.pr`)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from harness.commands.common import add_source_arguments, source_context
+from harness.pr import prepare
+
+
+def add_arguments_pr(parser: argparse.ArgumentParser) -> None:
+    """Options of ``pr``."""
+    add_source_arguments(parser, series_required=True)
+    parser.add_argument("--branch", metavar="NAME", help="branch to create (default: pr/<series>/<base>)")
+    parser.add_argument(
+        "--results",
+        metavar="DIR",
+        default="results",
+        help="where results directories live (default: ./results); the newest naming the series " "is the evidence",
+    )
+
+
+def run_pr(args: argparse.Namespace) -> int:
+    """``pr``: :func:`harness.pr.prepare`; prints the branch and where PR.md is."""
+    made = prepare(source_context(args), args.workdir, args.branch, Path(args.results))
+    print(
+        f"pr: branch {made.branch} ({made.commits} commit(s) by {made.who.name} <{made.who.email}>) in {made.worktree}"
+    )
+    print(f"pr: {made.markdown}" + ("" if made.evidence else " (no evidence yet: it says how to make it)"))
+    return 0

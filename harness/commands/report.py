@@ -1,0 +1,23 @@
+"""``report``: re-render report.md and its plots from a results directory (:mod:`harness.report`)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from harness import report
+from harness import results as res
+
+
+def add_arguments_report(parser: argparse.ArgumentParser) -> None:
+    """Options of ``report``."""
+    parser.add_argument("directory", type=Path, help="a results directory holding results.json")
+
+
+def run_report(args: argparse.Namespace) -> int:
+    """``report``: :func:`harness.report.write` from ``results.json`` alone; prints the paths written."""
+    data = res.load(args.directory)
+    directory = args.directory.parent if args.directory.name == res.RESULTS else args.directory
+    for path in report.write(directory, data):
+        print(path)
+    return 0

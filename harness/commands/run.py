@@ -1,0 +1,161 @@
+"""``compare`` (A/B of two builds) and ``bench`` (one build): the command line of :mod:`harness.runner`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from harness import configs as cfg
+from harness.bench.workloads import DTYPES, ITEMSIZE
+from harness.commands import names
+from harness.runner import BUDGET_S, ROUNDS, STALL_TIMEOUT, TARGET_CI, TARGET_CI_LAUNCH_BOUND, RunRequest, execute
+
+
+def _common_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``compare`` and ``bench``."""
+    parser.add_argument("--device", required=True, choices=cfg.DEVICES, help="device to measure on")
+    parser.add_argument("--configs", help="comma-separated env configs (default: the device's profile list)")
+    parser.add_argument(
+        "--dtypes",
+        help=f"comma-separated dtypes (default: {','.join(DTYPES)}; "
+        f"also {', '.join(d for d in ITEMSIZE if d not in DTYPES)})",
+    )
+    parser.add_argument("--cells", help="comma-separated cell keys op/MxNxK/dtype (default: the built-in set)")
+    parser.add_argument(
+        "--quick", action="store_true", help="reduced cell set and shorter timing (minutes on a 2-core CPU)"
+    )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        help=f"planned fresh processes per (build, config) before adaptive rounds "
+        f"(default {ROUNDS}; 6 without adaptive rounds, --quick 4; >= 4 for a verdict)",
+    )
+    parser.add_argument("--timeout", type=float, help="seconds one worker process may take (default 900, --quick 300)")
+    parser.add_argument(
+        "--stall-timeout",
+        type=float,
+        help=f"seconds a worker may go without finishing a cell before it is stopped and the cell it "
+        f"stalled in is named (default {STALL_TIMEOUT['full']:g}, --quick {STALL_TIMEOUT['quick']:g})",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="seed of the inputs and of the per-round order")
+    parser.add_argument(
+        "--keep-env",
+        default="",
+        metavar="NAMES",
+        help="comma-separated inherited variables to pass through to workers (workers inherit only "
+        "PATH, HOME, the locale and a few more: harness.configs.INHERITED; kept ones are "
+        "recorded in results.json)",
+    )
+    parser.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="set this variable in every worker of every env config (repeatable; e.g. OMP_NUM_THREADS=4); "
+        "recorded in results.json; a variable an env config of the device sets is refused",
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        help="torch intra-op threads in workers (default: 1 on cpu, where OpenMP threads that share "
+        "cores with other processes add ms of spin-wait noise; torch's own default elsewhere; 0 = torch's default)",
+    )
+    parser.add_argument("--out", type=Path, required=True, help="results directory (resumed if it holds a run)")
+    parser.add_argument("--fresh", action="store_true", help="discard earlier results in --out and start over")
+    parser.add_argument(
+        "--retry-failed",
+        action="store_true",
+        help="run again the finished processes that failed (crashed, killed, timed out); their "
+        "earlier status files are kept as .retried-<UTC time>",
+    )
+
+
+def add_arguments_compare(parser: argparse.ArgumentParser) -> None:
+    """Options of ``compare``."""
+    parser.add_argument(
+        "--stock", required=True, help="stock build: wheel path, requirement (torch==2.13.0) or python:/path"
+    )
+    parser.add_argument("--patched", required=True, help="patched build: wheel path, requirement or python:/path")
+    _common_arguments(parser)
+    parser.add_argument(
+        "--target-ci",
+        type=float,
+        default=TARGET_CI,
+        metavar="FRACTION",
+        help="adaptive sampling: after the planned rounds, add rounds of fresh processes (measuring only "
+        "the cells not yet there) until every cell's CI half-width is below FRACTION "
+        f"(default {TARGET_CI:g}; 0 turns adaptive rounds off)",
+    )
+    parser.add_argument(
+        "--target-ci-launch-bound",
+        type=float,
+        default=TARGET_CI_LAUNCH_BOUND,
+        metavar="FRACTION",
+        help=f"the target for launch-bound cells, whose time is host latency (default {TARGET_CI_LAUNCH_BOUND:g})",
+    )
+    parser.add_argument(
+        "--budget-s",
+        type=float,
+        help=f"wall seconds the worker processes may take in all, planned rounds included: an "
+        f"adaptive round that would overrun it is not started (default {BUDGET_S['full']:g}, "
+        f"--quick {BUDGET_S['quick']:g}); cells left wider are reported",
+    )
+    parser.add_argument(
+        "--plant-k",
+        type=float,
+        metavar="FRACTION",
+        help="calibration: the patched side runs every GEMM with K grown by at least FRACTION "
+        "(e.g. 0.05), a known extra cost; kernel-bound GEMM cells must then come out slower "
+        "(docs/methodology.md)",
+    )
+
+
+def add_arguments_bench(parser: argparse.ArgumentParser) -> None:
+    """Options of ``bench``."""
+    parser.add_argument("--build", required=True, help="the build: wheel path, requirement or python:/path")
+    _common_arguments(parser)
+
+
+def _command() -> tuple[str, ...]:
+    """The command line that reproduces this run (recorded in results.json)."""
+    if sys.argv[0].endswith(("harness", "__main__.py")):
+        return ("python", "-m", "harness", *sys.argv[1:])
+    return tuple(sys.argv)
+
+
+def request(args: argparse.Namespace, inputs: dict[str, str]) -> RunRequest:
+    """The :class:`harness.runner.RunRequest` of parsed ``compare``/``bench`` arguments."""
+    return RunRequest(
+        inputs=inputs,
+        device=args.device,
+        out=args.out,
+        configs=args.configs,
+        dtypes=tuple(d.strip() for d in args.dtypes.split(",")) if args.dtypes else None,
+        cells=tuple(k.strip() for k in args.cells.split(",")) if args.cells else None,
+        quick=args.quick,
+        rounds=args.rounds,
+        timeout=args.timeout,
+        stall_timeout=args.stall_timeout,
+        seed=args.seed,
+        keep_env=names(args.keep_env),
+        worker_env=tuple(args.env),
+        threads=args.threads,
+        fresh=args.fresh,
+        retry_failed=args.retry_failed,
+        target_ci=getattr(args, "target_ci", None),
+        target_ci_launch_bound=getattr(args, "target_ci_launch_bound", None),
+        budget_s=getattr(args, "budget_s", None),
+        plant_k=getattr(args, "plant_k", None),
+        command=_command(),
+    )
+
+
+def run_compare(args: argparse.Namespace) -> int:
+    """``compare``: :func:`harness.runner.execute` of stock vs patched."""
+    return execute(request(args, {"stock": args.stock, "patched": args.patched}))
+
+
+def run_bench(args: argparse.Namespace) -> int:
+    """``bench``: :func:`harness.runner.execute` of one build."""
+    return execute(request(args, {"build": args.build}))
