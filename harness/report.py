@@ -24,7 +24,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from harness import configs as cfg
 from harness import plots
+from harness import prbody
 from harness import results as res
 from harness import stats
 from harness.bench.workloads import Cell
@@ -211,13 +213,14 @@ def _what_was_compared(data: dict) -> list[str]:
     builds = data["run"]["builds"]
     prov = {b: data["builds"][b]["provenance"] for b in builds}
     notes = []
-    marker_hits = {b: {k: bool(v) for k, v in prov[b]["variables_in_libraries"].items() if k.startswith("PYTORCH_MPS_GEMM")}
+    markers = series_markers(data)
+    marker_hits = {b: {k: bool(v) for k, v in prov[b]["variables_in_libraries"].items() if k in markers}
                    for b in builds}
     for marker in sorted({k for hits in marker_hits.values() for k in hits}):
         where = [b for b in builds if marker_hits[b].get(marker)]
         if not where:
             notes.append(f"> **Note:** neither build's libraries contain `{marker}`, so this run compares two torch "
-                         "builds, not the patch series (on Linux the MPS code is not compiled at all).")
+                         "builds, not the patch series (or the code that reads it is not compiled for this platform).")
         elif where != ["patched"]:
             notes.append(f"> **Note:** `{marker}` is found in: {', '.join(where)} (expected: patched only).")
     if len(builds) == 2 and same_identity(data, *builds):
@@ -238,6 +241,17 @@ def _what_was_compared(data: dict) -> list[str]:
         notes.append("> **Note:** the builds are different variants (" + ", ".join(f"{b}: {v}" for b, v in variants.items())
                      + "); differences may come from that, not from a patch.")
     return [line for note in notes for line in (note, "")]  # one blockquote each
+
+
+def series_markers(data: dict) -> list[str]:
+    """The series' markers: recorded in results.json ``evidence``; for runs before it was recorded, the
+    variables looked for in the libraries that no generic config of the device sets."""
+    recorded = (data.get("evidence") or {}).get("markers")
+    if recorded is not None:
+        return list(recorded)
+    generic = set(cfg.variables(data["run"]["device"]))
+    looked = {k for b in data["run"]["builds"] for k in data["builds"][b]["provenance"]["variables_in_libraries"]}
+    return sorted(looked - generic)
 
 
 def tree_identity(build: dict) -> tuple | None:
@@ -298,6 +312,8 @@ def _consistency(section: dict | None, builds: list[str]) -> list[str]:
     """The cross-config consistency section (harness.checks.consistency)."""
     if not section:
         return []
+    if not section.get("pair"):
+        return ["## Config consistency", "", f"- skipped: {section.get('skipped') or 'no pair'}", ""]
     a, b = section["pair"]
     lines = ["## Config consistency", "",
              f"GEMM outputs under `{a}` against `{b}` in the same build (first round), relative difference "
@@ -344,14 +360,18 @@ def _provenance(data: dict) -> list[str]:
     row("git hash", lambda b: f"`{b['provenance'].get('git_version') or 'unknown'}`")
     row("input", lambda b: f"`{b['input']['value']}`")
     row("wheel sha256", lambda b: f"`{(b['input'].get('sha256') or '–')[:16]}`")
+    markers = series_markers(data)
     row("series marker in libraries", lambda b: ", ".join(
         f"{k}: {'yes' if v else 'no'}" for k, v in b["provenance"]["variables_in_libraries"].items()
-        if k.startswith("PYTORCH_MPS_GEMM")) or "–")
+        if k in markers) or "–")
     row("MPS built / available", lambda b: f"{b['provenance']['mps_built']} / {b['provenance']['mps_available']}")
     row("CUDA available", lambda b: b["provenance"]["cuda_available"])
     row("GPU", lambda b: b["provenance"].get("gpu_name") or "–")
     row("CPU", lambda b: b["provenance"]["cpu_name"])
     row("OS", lambda b: b["provenance"]["os"].get("macos_product_version") or b["provenance"]["os"]["platform"])
+    if any(data["builds"][b]["provenance"].get("mac") for b in names):
+        row("Mac model / power / Low Power Mode", lambda b: " / ".join(
+            str(b["provenance"].get("mac", {}).get(k)) for k in ("model", "power_source", "low_power_mode")))
     row("Python", lambda b: b["provenance"]["python"])
     row("torch default threads (workers used: see below)", lambda b: b["provenance"]["num_threads"])
     timing = run["timing"]
@@ -509,10 +529,16 @@ def render(data: dict, analysis: Analysis | None = None) -> str:
         sections += ["", "</details>", ""]
 
     drifted = [f"`{c}` {b}" for (b, c), d in analysis.drifts.items() if d.verdict == "drift"]
+    contrasts = prbody.evaluate_all(data, THRESHOLD, LAUNCH_BOUND_THRESHOLD)
+    out += prbody.render_block(data, contrasts, _what_was_compared(data))
+    if drifted:
+        out += [f"> **Drift:** {', '.join(drifted)} changed over the run (see Drift in the details).", ""]
+    out += ["<details><summary><b>Details</b>: per-config summary, every cell, correctness, consistency, drift, "
+            "failures, provenance</summary>", ""]
     if ab:
         n = run["rounds"]
         floor = stats.min_processes()
-        out += ["## Summary", ""] + _what_was_compared(data) + [
+        out += ["## Stock vs patched per config", "", 
             f"Speedup = stock time / patched time (> 1: patched faster), the Hodges-Lehmann estimate over the "
             f"per-process medians with its exact 95% (Moses) confidence interval; verdict threshold ±{THRESHOLD:.0%}: "
             f"faster/slower when the whole CI lies beyond it, equivalent when inside. {n} fresh processes per build "
@@ -522,19 +548,19 @@ def render(data: dict, analysis: Analysis | None = None) -> str:
             + " The geometric mean per config compares each process's geometric-mean time over the cells (a process "
             "moves all its cells), with the same rule.",
             ""] + _adaptive_text(run) + summaries + [""]
-        if drifted:
-            out += [f"> **Drift:** {', '.join(drifted)} changed over the run (see Drift below).", ""]
         out += [f"![speedup per cell with 95% CI]({SPEEDUP_PNG})", ""]
     out += ["## Cells", "",
             f"Medians of the per-process medians, ±half their interquartile range; {unit} = FLOP per call / median "
             "(GEMM 2·M·N·K, SDPA 4·B·H·L²·D, halved when causal); % of peak against the device's dense datasheet "
             "peak where known (harness/peaks.py).", ""] + sections
     out += [f"![latency vs size: {f}]({latency_png_name(f)})" for f in analysis.families] + [""]
+    out += prbody.details_tables(contrasts, data)
     out += _correctness(data, analysis)
     out += _consistency(data.get("consistency"), builds)
     out += _drift_lines(analysis, run["configs"])
     out += ["## Failures and skips", ""] + (problems or ["None."]) + [""]
-    out += ["## Provenance", ""] + _provenance(data) + [""]
+    out += ["## Provenance", ""] + _provenance(data) + [""] + prbody.collect_env_lines(data)
+    out += ["</details>", ""]
     return "\n".join(out)
 
 

@@ -36,15 +36,13 @@ import harness
 from harness import configs as cfg
 from harness import results as res
 from harness.bench.workloads import DTYPES, ITEMSIZE, Cell, default_cells
-from harness.checks.consistency import MPS_PAIR, PAIRS
+from harness import evidence as ev
 from harness.errors import HarnessError, ResultsError, UsageError
 from harness.fsutil import atomic_write_json, exclusive_lock, inside
 from harness.progress import note, task
 from harness.provenance import unsupported_reason
 from harness.venvs import ensure_interpreter, parse_input
 
-#: variables the patch series introduces; looked for in every build's libraries (provenance)
-SERIES_MARKERS = ("PYTORCH_MPS_GEMM_PREFER_FAST_MATH",)
 SOURCE_ROOT = str(Path(harness.__file__).resolve().parent.parent)
 
 #: Per-process timing. Short: precision comes from the number of fresh processes, not from long
@@ -92,6 +90,15 @@ def _common_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=int,
                         help="torch intra-op threads in workers (default: 1 on cpu, where OpenMP threads that share "
                              "cores with other processes add ms of spin-wait noise; torch's own default elsewhere; 0 = torch's default)")
+    parser.add_argument("--series", help="patch series whose series.toml [evidence] drives the run (configs, markers, "
+                                          "routing, contrasts, tests; default: the series named by the wheels' manifests)")
+    parser.add_argument("--contrast", action="append", default=[], metavar="'A vs B : OPS : CLAIM'",
+                        help="a contrast to judge, e.g. 'stock/tf32_override vs stock/default : mm/float32 : faster' "
+                             "(A, B: BUILD/CONFIG; OPS: op or op/dtype items, empty = all; CLAIM: "
+                             f"{'|'.join(ev.CLAIMS)}; repeatable; adds to the series' contrasts)")
+    parser.add_argument("--tests-source", type=Path, metavar="DIR",
+                        help="source tree whose test files the series' [[evidence.test]] name (the patched worktree, "
+                             "e.g. work/<base>/patched); run with each build's interpreter")
     parser.add_argument("--out", type=Path, required=True, help="results directory (resumed if it holds a run)")
     parser.add_argument("--fresh", action="store_true", help="discard earlier results in --out and start over")
     parser.add_argument("--retry-failed", action="store_true",
@@ -164,7 +171,8 @@ def cell_example(key: str) -> str:
 RESERVED_ENV = ("PYTHONPATH",)
 
 
-def parse_extra_env(items: list[str], device: str, configs: list[cfg.EnvConfig]) -> dict[str, str]:
+def parse_extra_env(items: list[str], device: str, configs: list[cfg.EnvConfig],
+                    profiles: tuple[cfg.EnvConfig, ...] | None = None) -> dict[str, str]:
     """``--env KEY=VALUE`` items -> {KEY: VALUE}: variables set in every worker of every env config.
 
     Raises:
@@ -173,7 +181,8 @@ def parse_extra_env(items: list[str], device: str, configs: list[cfg.EnvConfig])
             config of ``device`` sets (the configs own those: --env would relabel them).
     """
     extra: dict[str, str] = {}
-    owned = set(cfg.variables(device))
+    profiles = profiles or cfg.PROFILES[device]
+    owned = set(cfg.variables(device, profiles))
     for item in items:
         key, sep, value = item.partition("=")
         if not sep:
@@ -186,7 +195,7 @@ def parse_extra_env(items: list[str], device: str, configs: list[cfg.EnvConfig])
         if key in RESERVED_ENV:
             raise UsageError(f"--env {key}: the harness sets {key} for its workers", f"drop {key} from --env")
         if key in owned:
-            setters = [c.name for c in configs if key in c.env] or [c.name for c in cfg.PROFILES[device] if key in c.env]
+            setters = [c.name for c in configs if key in c.env] or [c.name for c in profiles if key in c.env]
             raise UsageError(f"--env {key} conflicts with the {device} env configs, which set it themselves "
                              f"({', '.join(setters)})",
                              f"drop {key} from --env and choose the configs that set it with --configs")
@@ -194,17 +203,21 @@ def parse_extra_env(items: list[str], device: str, configs: list[cfg.EnvConfig])
     return extra
 
 
-def probe_build(name: str, python: Path, device: str, keep: tuple[str, ...] = ()) -> dict:
+def probe_build(name: str, python: Path, device: str, keep: tuple[str, ...] = (), names: tuple[str, ...] = (),
+                with_collect_env: bool = False) -> dict:
     """Run :mod:`harness.provenance` in ``python``; raise when the device cannot produce evidence.
-    ``keep``: inherited variables passed through (--keep-env), as in the workers.
+    ``keep``: inherited variables passed through (--keep-env), as in the workers; ``names``: variables
+    and series markers looked for in the build's libraries (default: the device's generic variables);
+    ``with_collect_env``: add ``python -m torch.utils.collect_env`` (a few seconds).
 
     Raises:
         HarnessError: the interpreter has no torch, or the device is missing/unhealthy in this build.
     """
-    names = sorted(set(cfg.variables(device)) | set(SERIES_MARKERS))
+    names = sorted(set(cfg.variables(device)) | set(names))
     env = cfg.worker_environment(cfg.EnvConfig("probe"), keep=keep)
     env["PYTHONPATH"] = SOURCE_ROOT
-    proc = subprocess.run([str(python), "-m", "harness.provenance", "--device", device, "--vars", ",".join(names)],
+    proc = subprocess.run([str(python), "-m", "harness.provenance", "--device", device, "--vars", ",".join(names),
+                           *(["--collect-env"] if with_collect_env else [])],
                           capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
@@ -398,14 +411,21 @@ def run_worker(python: Path, spec: dict, config: cfg.EnvConfig, raw: Path, name:
     return record
 
 
-def run_consistency(build_info: dict, device: str, configs: dict[str, cfg.EnvConfig], raw: Path) -> dict:
-    """Compare the first-round GEMM outputs of the device's config pair in each build
-    (:mod:`harness.checks.consistency`); results are kept in ``raw/consistency-<build>.json``."""
-    pair = PAIRS[device]
-    mps_note = None if device == "mps" else (
-        f"MPS-only check ({MPS_PAIR[0]} vs {MPS_PAIR[1]} GEMM results) skipped: this run is on {device}; "
-        "it needs --device mps on an Apple-silicon Mac")
-    result = {"pair": list(pair), "mps_check_skipped": mps_note, "skipped": None, "builds": {}}
+def run_consistency(build_info: dict, device: str, configs: dict[str, cfg.EnvConfig], raw: Path,
+                    evidence: ev.Evidence | None = None) -> dict:
+    """Compare the first-round GEMM outputs of the run's config pair in each build
+    (:mod:`harness.checks.consistency`; the pair: :meth:`harness.evidence.Evidence.consistency_pair`);
+    results are kept in ``raw/consistency-<build>.json``."""
+    evidence = evidence or ev.Evidence()
+    pair = evidence.consistency_pair(device)
+    elsewhere = [f"{d}: {p[0]} vs {p[1]}" for d, t in evidence.device.items() if d != device
+                 and (p := t.get("consistency"))]
+    other_note = (f"the series' consistency check on another device ({'; '.join(elsewhere)}) is skipped: this run is "
+                  f"on {device}") if elsewhere else None
+    result = {"pair": list(pair or ()), "mps_check_skipped": other_note, "skipped": None, "builds": {}}
+    if pair is None:
+        result["skipped"] = f"no consistency pair on {device} (a series names one in [evidence.{device}] consistency)"
+        return result
     if not all(c in configs for c in pair):
         result["skipped"] = f"configs {pair[0]} and {pair[1]} are not both in this run (see --configs)"
         return result
@@ -431,6 +451,25 @@ def run_consistency(build_info: dict, device: str, configs: dict[str, cfg.EnvCon
         atomic_write_json(kept, result["builds"][build])
         for f in files:
             f.unlink()  # the numbers are kept; the tensors are large
+    return result
+
+
+def run_series_tests(evidence: ev.Evidence, build_info: dict, args: argparse.Namespace, keep: tuple[str, ...],
+                     raw: Path) -> dict:
+    """The series' ``[[evidence.test]]`` selections on every build (:mod:`harness.seriestests`); {} when none."""
+    if not evidence.tests:
+        return {}
+    from harness import seriestests
+
+    source = getattr(args, "tests_source", None)
+    note(f"series tests: {len(evidence.tests)} selection(s) x {len(build_info)} build(s)"
+         + (f" from {source}" if source else " (no --tests-source: not run)"))
+    result = seriestests.run_all(evidence.tests, {b: i["interpreter"] for b, i in build_info.items()},
+                                 source.resolve() if source else None, raw / "tests", keep)
+    for test in result.get("tests", []):
+        for build, record in test.get("builds", {}).items():
+            if record.get("as_expected") is False:
+                note(f"series test {test['name']!r} on {build}: {record['outcome']}, expected {record['expected']}")
     return result
 
 
@@ -633,8 +672,12 @@ def _remove_if_empty(out: Path, top: Path) -> None:
 
 def execute(args: argparse.Namespace, inputs: dict[str, str]) -> int:
     """Run a compare (two builds) or bench (one build); write results.json and report.md."""
+    builds = {name: parse_input(text, name) for name, text in inputs.items()}
+    evidence = ev.for_run(getattr(args, "series", None), {n: build_manifest(b) for n, b in builds.items()},
+                          getattr(args, "contrast", []))
+    profiles = evidence.profiles(args.device)
     try:
-        configs = cfg.select(args.device, args.configs)
+        configs = cfg.select(args.device, args.configs, profiles, evidence.default_configs(args.device))
     except ValueError as exc:
         raise UsageError(str(exc), "see python -m harness compare --help") from None
     cells = plan_cells(args)
@@ -665,8 +708,7 @@ def execute(args: argparse.Namespace, inputs: dict[str, str]) -> int:
         raise UsageError(f"--keep-env {', '.join(passed_anyway)}: only {'/'.join(p + '*' for p in cfg.CLEARED_PREFIXES)} "
                          "variables are cleared, every other variable reaches the workers anyway",
                          "drop it from --keep-env")
-    extra_env = parse_extra_env(args.env, args.device, configs)
-    builds = {name: parse_input(text, name) for name, text in inputs.items()}
+    extra_env = parse_extra_env(args.env, args.device, configs, profiles)
     out: Path = args.out
     created = [d for d in (out, *out.parents) if not d.exists()]  # out and the parents this run makes
     with exclusive_lock(out, " ".join(sys.argv)), _removed_on_failure(out, created):
@@ -694,7 +736,8 @@ def execute(args: argparse.Namespace, inputs: dict[str, str]) -> int:
         for name, build in builds.items():
             python, reused = ensure_interpreter(build)
             note(f"build {name}: {'reusing' if reused else 'created'} {python}")
-            info = probe_build(name, python, args.device, keep)
+            info = probe_build(name, python, args.device, keep,
+                               tuple(cfg.variables(args.device, profiles)) + evidence.markers, with_collect_env=True)
             build_info[name] = {"input": build.to_json(), "interpreter": str(python), "provenance": info}
             manifest = build_manifest(build)
             if manifest:
@@ -724,6 +767,7 @@ def execute(args: argparse.Namespace, inputs: dict[str, str]) -> int:
                     "cells": [c.key for c in cells], "order": order, "started": _now(), "finished": None},
             "builds": build_info,
             "configs": {c.name: c.to_json() for c in configs},
+            "evidence": evidence.to_json(),
             "processes": [],
         }
         raw.mkdir(parents=True, exist_ok=True)
@@ -746,7 +790,7 @@ def execute(args: argparse.Namespace, inputs: dict[str, str]) -> int:
             if record is not None:
                 verb = "kept"
             else:
-                save = rnd == 0 and config in PAIRS[args.device]
+                save = rnd == 0 and config in (evidence.consistency_pair(args.device) or ())
                 spec = {"device": args.device, "cells": keys, "check": rnd == 0,
                         "save_outputs": str(raw / f"{name}.outputs.pt") if save else None,
                         "reduced_fp32": by_config[config].reduced_fp32, "routes": dict(by_config[config].routes),
@@ -800,7 +844,8 @@ def execute(args: argparse.Namespace, inputs: dict[str, str]) -> int:
 
                 report.write(out, res.load(out))  # report.md says the run is incomplete
             raise
-        data["consistency"] = run_consistency(build_info, args.device, by_config, raw)
+        data["consistency"] = run_consistency(build_info, args.device, by_config, raw, evidence)
+        data["series_tests"] = run_series_tests(evidence, build_info, args, keep, raw)
         inconsistent = [(b, k) for b, r in data["consistency"]["builds"].items()
                         for k, v in r.get("cells", {}).items() if not v["passed"]]
         broken = [b for b, r in data["consistency"]["builds"].items() if "error" in r]
