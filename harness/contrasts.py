@@ -138,13 +138,15 @@ def evaluate(data: dict, contrast: Contrast, threshold: float, launch_threshold:
     counts = {v: verdicts.count(v) for v in stats.VERDICTS if verdicts.count(v)}
     tally = ", ".join(f"{n} {v}" for v, n in counts.items())
     ratios = [r.cmp.speedup for r in found if math.isfinite(r.cmp.speedup)]
-    span = f"; speedups {min(ratios):.3f}-{max(ratios):.3f}×" if ratios else ""
+    span = ("" if not ratios else f"; speedup {ratios[0]:.3f}×" if len(ratios) == 1
+            else f"; speedups {min(ratios):.3f}-{max(ratios):.3f}×")
+    cells = f"{len(found)} cell" + ("" if len(found) == 1 else "s")
     if contrast.claim in EQUIVALENCE_CLAIMS and outcome == SHOWN:
-        why = f"equivalent within {_band(thresholds)} on all {len(found)} cells{span}"
+        why = f"equivalent within {_band(thresholds)} on all {cells}{span}"
     elif contrast.claim in EQUIVALENCE_CLAIMS:
-        why = f"equivalence within {_band(thresholds)} {outcome}: {tally} of {len(found)} cells{span}"
+        why = f"equivalence within {_band(thresholds)} {outcome}: {tally} of {cells}{span}"
     elif contrast.claim == "faster":
-        why = f"faster beyond {_band(thresholds)} {outcome}: {tally} of {len(found)} cells{span}"
+        why = f"faster beyond {_band(thresholds)} {outcome}: {tally} of {cells}{span}"
     else:
-        why = f"{tally} of {len(found)} cells{span}"
+        why = f"{tally} of {cells}{span}"
     return ContrastResult(contrast, tuple(found), outcome, why, tuple(sorted(set(thresholds))))
