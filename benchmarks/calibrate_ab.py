@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 from harness import stats
-from harness.bench.workloads import Cell
+from harness.bench.workloads import planted, Cell
 from harness.configs import EnvConfig
 from harness.runner import MAX_ROUNDS, run_worker
 
@@ -51,19 +51,6 @@ CPU_CELLS = [Cell(op, shape, dt) for dt in ("float32", "bfloat16") for op, shape
     ("mm", (1024, 64, 1024)), ("addmm", (256, 256, 256)), ("bmm", (4, 128, 128, 128)), ("bmm", (16, 64, 64, 64)),
     ("linear", (256, 512, 256)), ("linear", (64, 1024, 1024)), ("sdpa", (1, 4, 256, 64)), ("sdpa_causal", (1, 4, 256, 64)),
 ]]
-
-
-def planted(cell: Cell, plant: float) -> Cell:
-    """``cell`` with its reduction dimension K grown by at least ``plant`` (a fraction), keeping K's
-    alignment class: ``gcd(K', 16) == gcd(K, 16)`` (16 elements: at least the 16-byte row alignment
-    tensor-core GEMMs need). Alignment matters more than FLOPs: on an H200,
-    K = 2048 -> 2109 (unaligned rows) made cuBLAS 4-5x slower, not 3 %."""
-    *rest, k = cell.shape
-    align = math.gcd(k, 16)
-    new = math.ceil(k * (1 + plant) / align) * align
-    while math.gcd(new, 16) != align:
-        new += align
-    return Cell(cell.op, (*rest, new), cell.dtype)
 
 
 def main() -> int:

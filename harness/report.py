@@ -190,7 +190,7 @@ def _adaptive_text(run: dict) -> list[str]:
     target = (f"±{adaptive['target']:.1%} (launch-bound cells ±{launch:.1%})" if launch
               else f"±{adaptive['target']:.1%}")
     return [f"Adaptive sampling to a CI half-width of {target}: {adaptive['rounds_added']} round(s) "
-            f"added within a budget of {adaptive['budget_s']:g} s; "
+            f"added; the worker processes had a budget of {adaptive['budget_s']:g} s in all; "
             + (f"**{left} cell(s) did not converge** (marked in the tables)." if left else "every cell converged."), ""]
 
 
@@ -223,6 +223,10 @@ def _what_was_compared(data: dict) -> list[str]:
                          "builds, not the patch series (or the code that reads it is not compiled for this platform).")
         elif where != ["patched"]:
             notes.append(f"> **Note:** `{marker}` is found in: {', '.join(where)} (expected: patched only).")
+    if data["run"].get("plant_k"):
+        notes.append(f"> **Calibration:** the patched side ran every GEMM with K grown by at least "
+                     f"{data['run']['plant_k']:.0%} (a known extra cost; `--plant-k`): every kernel-bound GEMM cell "
+                     "should come out slower, and a GEMM cell that does not is a miss of the method, not a finding.")
     if len(builds) == 2 and same_identity(data, *builds):
         inputs = [data["builds"][b]["input"] for b in builds]
         if inputs[0].get("sha256") == inputs[1].get("sha256"):

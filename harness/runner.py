@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import random
 import re
@@ -50,10 +51,12 @@ SOURCE_ROOT = str(Path(harness.__file__).resolve().parent.parent)
 #: docs/methodology.md), so each process measures each cell briefly and adaptive rounds add
 #: processes only for the cells whose CI is still wide. min_block_s: a GPU block of >= 10 ms makes
 #: the synchronize before and after it < 0.1 % (docs/timing.md).
+#: min_samples: blocks per cell at least; 5 on cpu, where one half-precision GEMM call can take
+#: 0.2 s and block-to-block noise is small next to the spread between processes.
 TIMING = {
-    "full": {"cpu": {"warmup_s": 0.05, "measure_s": 0.3, "min_block_s": 2e-3},
-             "gpu": {"warmup_s": 0.05, "measure_s": 0.15, "min_block_s": 1e-2}},
-    "quick": {"cpu": {"warmup_s": 0.02, "measure_s": 0.1, "min_block_s": 1e-3},
+    "full": {"cpu": {"warmup_s": 0.05, "measure_s": 0.2, "min_block_s": 2e-3, "min_samples": 5},
+             "gpu": {"warmup_s": 0.03, "measure_s": 0.1, "min_block_s": 1e-2}},
+    "quick": {"cpu": {"warmup_s": 0.02, "measure_s": 0.1, "min_block_s": 1e-3, "min_samples": 5},
               "gpu": {"warmup_s": 0.02, "measure_s": 0.1, "min_block_s": 5e-3}},
 }
 #: --target-ci defaults: CI half-width a cell is measured to (kernel-bound / launch-bound cells).
@@ -61,8 +64,14 @@ TIMING = {
 #: docs/methodology.md) get a lower target so they never hold the whole run hostage.
 TARGET_CI = 0.01
 TARGET_CI_LAUNCH_BOUND = 0.05
-#: --budget-s defaults: seconds the adaptive rounds may take after the planned ones
-BUDGET_S = {"full": 600.0, "quick": 120.0}
+#: --budget-s defaults: wall seconds of worker processes in all (planned rounds included); an
+#: adaptive round that would overrun it is not started. 540 s keeps the default cuda matrix under
+#: 10 minutes on an H200 with probes, consistency and report (docs/methodology.md); 360 s keeps the
+#: README's --quick cpu command under 10 minutes on 2 cores with the venvs created.
+BUDGET_S = {"full": 540.0, "quick": 360.0}
+#: planned rounds (fresh processes per build and config) before adaptive ones: the floor at which
+#: the exact test can give a verdict (harness.stats.min_processes)
+ROUNDS = 4
 
 
 def _now() -> str:
@@ -75,7 +84,8 @@ def _common_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dtypes", help=f"comma-separated dtypes (default: {','.join(DTYPES)}; also {', '.join(d for d in ITEMSIZE if d not in DTYPES)})")
     parser.add_argument("--cells", help="comma-separated cell keys op/MxNxK/dtype (default: the built-in set)")
     parser.add_argument("--quick", action="store_true", help="reduced cell set and shorter timing (minutes on a 2-core CPU)")
-    parser.add_argument("--rounds", type=int, help="fresh processes per (build, config) (default 6, --quick 4; >= 4 for a verdict)")
+    parser.add_argument("--rounds", type=int, help=f"planned fresh processes per (build, config) before adaptive rounds (default {ROUNDS}; "
+                        "6 without adaptive rounds, --quick 4; >= 4 for a verdict)")
     parser.add_argument("--timeout", type=float, help="seconds one worker process may take (default 900, --quick 300)")
     parser.add_argument("--stall-timeout", type=float,
                         help=f"seconds a worker may go without finishing a cell before it is stopped and the cell it "
@@ -117,8 +127,13 @@ def add_arguments_compare(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--target-ci-launch-bound", type=float, default=TARGET_CI_LAUNCH_BOUND, metavar="FRACTION",
                         help=f"the target for launch-bound cells, whose time is host latency (default {TARGET_CI_LAUNCH_BOUND:g})")
     parser.add_argument("--budget-s", type=float,
-                        help=f"seconds the adaptive rounds may take in all (default {BUDGET_S['full']:g}, --quick "
-                             f"{BUDGET_S['quick']:g}); cells left wider are reported")
+                        help=f"wall seconds the worker processes may take in all, planned rounds included: an "
+                             f"adaptive round that would overrun it is not started (default {BUDGET_S['full']:g}, "
+                             f"--quick {BUDGET_S['quick']:g}); cells left wider are reported")
+    parser.add_argument("--plant-k", type=float, metavar="FRACTION",
+                        help="calibration: the patched side runs every GEMM with K grown by at least FRACTION "
+                             "(e.g. 0.05), a known extra cost; kernel-bound GEMM cells must then come out slower "
+                             "(docs/methodology.md)")
 
 
 def add_arguments_bench(parser: argparse.ArgumentParser) -> None:
@@ -537,22 +552,102 @@ def next_adaptive_cells(data: dict, target: float, launch_target: float | None =
             or unconverged_cells(data, target, launch_target, only_launch_bound=True))
 
 
-def round_seconds(processes: list[dict], cells_per_process: list[int]) -> float:
-    """Estimated seconds of a round of processes measuring ``cells_per_process`` cells each: the
-    median start-up plus the median seconds per cell of the processes run so far (0 before any)."""
+#: the longest measurement (seconds of timed blocks) an adaptive round gives one cell in one process
+MAX_CELL_MEASURE_S = 1.0
+
+
+def _measured_seconds(measurement: dict) -> float:
+    """Seconds of timed blocks behind one cell's measurement (samples are seconds per call)."""
+    return sum(measurement["samples"]) * measurement["number"]
+
+
+def cell_costs(processes: list[dict]) -> tuple[float, float]:
+    """(start-up, per-cell overhead) in seconds, medians over the processes run so far: start-up is
+    interpreter + ``import torch`` (:func:`harness.results.startup_seconds`); the per-cell overhead is
+    what a cell costs besides its timed blocks (inputs, warm-up, block sizing, checks, lazy device
+    initialisation), so that a round with longer measurement can be estimated. (0, 0) before any."""
     import statistics
 
     timed = [p for p in processes if res.startup_seconds(p) is not None and p.get("cells")]
     if not timed:
-        return 0.0
+        return 0.0, 0.0
     startup = statistics.median(res.startup_seconds(p) for p in timed)
-    per_cell = statistics.median((p["finished"] - p["worker_started"]) / len(p["cells"]) for p in timed)
-    return sum(startup + per_cell * n for n in cells_per_process)
+    overhead = []
+    for p in timed:
+        measured = sum(_measured_seconds(c["measurement"]) for c in p["cells"].values() if c.get("measurement"))
+        overhead.append(max(0.0, p["finished"] - p["worker_started"] - measured) / len(p["cells"]))
+    return startup, statistics.median(overhead)
+
+
+def round_seconds(processes: list[dict], measure_s: list[list[float]]) -> float:
+    """Estimated seconds of a round of processes, one per entry of ``measure_s`` (the seconds of timed
+    blocks each of its cells gets): start-up, plus per cell the overhead and its measurement
+    (:func:`cell_costs`); 0 before any process has run."""
+    startup, overhead = cell_costs(processes)
+    if not startup and not overhead:
+        return 0.0
+    return sum(startup + sum(overhead + t for t in cells) for cells in measure_s)
+
+
+def adaptive_measure_seconds(per_build: dict[str, list[dict]], base: float, fixed_s: float,
+                             cap: float = MAX_CELL_MEASURE_S) -> float:
+    """Seconds of timed blocks one cell gets in each process of the next adaptive round.
+
+    A process's median (log seconds) varies by σ_b² between processes (the process's own state:
+    allocation, algorithm choice, clocks) plus σ_w²/T within (block-to-block noise over T seconds of
+    blocks); each process costs the cell ``fixed_s`` besides T (its share of the start-up plus its
+    overhead). The variance of the mean over processes per second spent, (σ_b² + σ_w²/T)·(fixed + T),
+    is smallest at T* = (σ_w/σ_b)·√fixed: the optimal subsample size of two-stage sampling
+    (W. G. Cochran, *Sampling Techniques*, 3rd ed., 1977, §10.6). σ_w² is estimated per process
+    from its blocks (the median's variance, (1.2533·IQR/1.349)²/n, times the seconds measured),
+    σ_b² as the spread of process medians around each build's mean less the within part, floored at
+    a tenth of that spread (never assumed zero). On an H200, GEMM 4096³ shows blocks 2-7 % apart in
+    one process (boost clock) while SDPA L512 fp32 differs 1-3 % between processes and 0.1 % inside
+    one (docs/methodology.md): the first gets longer measurement, the second more processes.
+
+    ``per_build``: build -> the cell's records so far. Returns ``base`` when fewer than 3 processes
+    measured it; otherwise T* clamped to [base, cap] (seconds)."""
+    import statistics
+
+    within, centred, seconds, groups = [], [], [], 0
+    for records in per_build.values():
+        logs = []
+        for r in records:
+            m = r.get("measurement")
+            if r.get("status") != "ok" or not m or len(m["samples"]) < 4:
+                continue
+            x = sorted(math.log(v) for v in m["samples"])
+            q1, _, q3 = statistics.quantiles(x, n=4)
+            t = _measured_seconds(m)
+            within.append((1.2533 * (q3 - q1) / 1.349) ** 2 / len(x) * t)
+            seconds.append(t)
+            logs.append(statistics.median(x))
+        if len(logs) >= 2:
+            groups += 1
+            mean = statistics.fmean(logs)
+            centred += [v - mean for v in logs]
+    if len(centred) - groups < 2:
+        return base
+    spread = sum(v * v for v in centred) / (len(centred) - groups)
+    sw2 = statistics.median(within)
+    sb2 = max(spread - sw2 / statistics.median(seconds), 0.1 * spread, 1e-12)
+    return min(cap, max(base, math.sqrt(sw2 * max(fixed_s, 0.0) / sb2)))
+
+
+def adaptive_plan(data: dict, need: dict[str, list[str]], base: float) -> dict[str, dict[str, float]]:
+    """config -> {cell key: measure seconds} for the next adaptive round over ``need``
+    (:func:`adaptive_measure_seconds`; each cell's fixed cost is the start-up shared by the cells of
+    its process plus the per-cell overhead, :func:`cell_costs`)."""
+    startup, overhead = cell_costs(data["processes"])
+    table = res.cell_table(data)
+    return {config: {key: round(adaptive_measure_seconds(table[config][key], base, startup / len(keys) + overhead), 3)
+                     for key in keys}
+            for config, keys in need.items()}
 
 
 #: what must be equal for finished processes of an earlier run to be reused (rounds may grow)
 PLAN_KEYS = ("kind", "builds", "inputs", "torch", "device", "configs", "cells", "seed", "timing", "threads", "keep_env",
-             "extra_env")
+             "extra_env", "plant_k")
 
 
 def finished_rounds(raw: Path) -> int:
@@ -681,7 +776,8 @@ def execute(args: argparse.Namespace, inputs: dict[str, str]) -> int:
     except ValueError as exc:
         raise UsageError(str(exc), "see python -m harness compare --help") from None
     cells = plan_cells(args)
-    rounds = args.rounds if args.rounds is not None else (4 if args.quick else 6)
+    target = getattr(args, "target_ci", None) or None  # 0: adaptive rounds off; bench has no CI to aim at
+    rounds = args.rounds if args.rounds is not None else (ROUNDS if args.quick or target is not None else 6)
     if rounds < 1:
         raise UsageError(f"--rounds must be >= 1, got {rounds}",
                          "use --rounds 4 or more: with fewer processes per side no verdict can reach p < 0.05")
@@ -691,11 +787,13 @@ def execute(args: argparse.Namespace, inputs: dict[str, str]) -> int:
     stall = args.stall_timeout if args.stall_timeout is not None else STALL_TIMEOUT["quick" if args.quick else "full"]
     if stall <= 0:
         raise UsageError(f"--stall-timeout must be > 0 seconds, got {stall:g}", "e.g. --stall-timeout 120")
-    target = getattr(args, "target_ci", None) or None  # 0: adaptive rounds off; bench has no CI to aim at
     launch_target = getattr(args, "target_ci_launch_bound", None)
     for flag, value in (("--target-ci", target), ("--target-ci-launch-bound", launch_target)):
         if value is not None and not 0 < value < 1:
             raise UsageError(f"{flag} must be a fraction between 0 and 1, got {value:g}", f"e.g. {flag} 0.01 for ±1 %")
+    plant = getattr(args, "plant_k", None)
+    if plant is not None and not 0 < plant < 1:
+        raise UsageError(f"--plant-k must be a fraction between 0 and 1, got {plant:g}", "e.g. --plant-k 0.05 for +5 % K")
     budget = getattr(args, "budget_s", None)
     budget = BUDGET_S["quick" if args.quick else "full"] if budget is None else budget
     if target is not None and budget <= 0:
@@ -763,7 +861,7 @@ def execute(args: argparse.Namespace, inputs: dict[str, str]) -> int:
                     "kind": "compare" if "stock" in builds else "bench",
                     "builds": list(builds), "device": args.device, "quick": args.quick, "rounds": rounds, "seed": args.seed,
                     "timeout_s": timeout, "stall_timeout_s": stall, "timing": timing, "threads": threads, "keep_env": list(keep),
-                    "extra_env": extra_env, "configs": [c.name for c in configs],
+                    "extra_env": extra_env, "configs": [c.name for c in configs], "plant_k": plant,
                     "cells": [c.key for c in cells], "order": order, "started": _now(), "finished": None},
             "builds": build_info,
             "configs": {c.name: c.to_json() for c in configs},
@@ -778,11 +876,11 @@ def execute(args: argparse.Namespace, inputs: dict[str, str]) -> int:
                                "device": args.device,
                                "configs": data["run"]["configs"], "cells": data["run"]["cells"], "seed": args.seed,
                                "timing": timing, "threads": threads, "keep_env": list(keep),
-                               "extra_env": extra_env or None},  # None: plans written before --env existed match
+                               "extra_env": extra_env or None, **({"plant_k": plant} if plant else {})},  # None: plans written before --env existed match
                         rounds, adaptive=target is not None)
         by_config = {c.name: c for c in configs}
         failed = 0
-        def process(rnd: int, build: str, config: str, keys: list[str], bar) -> None:
+        def process(rnd: int, build: str, config: str, keys: list[str], bar, measure: dict | None = None) -> None:
             """Run (or keep, when finished earlier) one worker process and record it."""
             nonlocal failed
             name = _proc_name(rnd, build, config)
@@ -796,7 +894,8 @@ def execute(args: argparse.Namespace, inputs: dict[str, str]) -> int:
                         "reduced_fp32": by_config[config].reduced_fp32, "routes": dict(by_config[config].routes),
                         "seed": args.seed, "timing": timing,
                         "threads": threads, "dtype_support": build_info[build]["provenance"]["dtype_support"],
-                        "record_env": sorted(extra_env)}
+                        "record_env": sorted(extra_env), **({"measure_s": measure} if measure else {}),
+                        **({"plant_k": plant} if plant and build == "patched" else {})}
                 record = run_worker(Path(build_info[build]["interpreter"]), spec, by_config[config], raw, name,
                                     timeout, keep, extra_env, stall)
                 verb = "ran"
@@ -816,22 +915,24 @@ def execute(args: argparse.Namespace, inputs: dict[str, str]) -> int:
         saved: list[bool] = []  # results.json written by this run (a Ctrl-C re-renders the report from it)
         # the bar counts cells measured (processes x cells), the unit a user waits for
         try:
+            deadline = time.monotonic() + budget  # the planned rounds count against the budget too
             with task(f"{data['run']['kind']} on {args.device}: cells", total=len(order) * len(all_keys)) as bar:
                 for rnd, build, config in order:
                     process(rnd, build, config, all_keys, bar)
                 if target is not None:  # adaptive sampling: more rounds for the cells that are not there yet
-                    deadline, rnd = time.monotonic() + budget, rounds
+                    rnd = rounds
                     need = next_adaptive_cells(data, target, launch_target)
                     while need and rnd < MAX_ROUNDS:
                         extra = [e for e in round_order(args.seed, rnd, builds, configs) if e[2] in need]
-                        cost = round_seconds(data["processes"], [len(need[e[2]]) for e in extra])
+                        measure = adaptive_plan(data, need, timing["measure_s"])
+                        cost = round_seconds(data["processes"], [list(measure[e[2]].values()) for e in extra])
                         if time.monotonic() + cost > deadline:  # a round that would overrun the budget is not started
                             break
                         data["run"]["order"] += extra
                         bar.update(total=(bar.total or 0) + sum(len(need[e[2]]) for e in extra))
                         note(f"adaptive round {rnd}: {sum(map(len, need.values()))} cells above ±{target:.1%}")
                         for r, build, config in extra:
-                            process(r, build, config, need[config], bar)
+                            process(r, build, config, need[config], bar, measure[config])
                         rnd += 1
                         need = next_adaptive_cells(data, target, launch_target)
                     need = unconverged_cells(data, target, launch_target)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from harness.results import launch_bound, startup_seconds
-from harness.runner import TIMING, next_adaptive_cells, round_seconds, unconverged_cells
+from harness.runner import (MAX_CELL_MEASURE_S, TIMING, adaptive_measure_seconds, cell_costs, next_adaptive_cells,
+                            round_seconds, unconverged_cells)
 
 
 def _data(spread: dict[str, float], launch: dict[str, bool], n: int = 6) -> dict:
@@ -74,8 +75,40 @@ def test_launch_bound_cells_are_judged_against_a_wider_band():
 
 
 def test_a_round_is_estimated_from_the_processes_so_far():
+    timed = {"status": "ok", "measurement": {"samples": [0.01] * 10, "number": 2}}  # 0.2 s of timed blocks
     done = [{"started": 0.0, "worker_started": 3.0, "finished": 13.0, "cells": {str(i): {} for i in range(10)}},
-            {"started": 20.0, "worker_started": 23.0, "finished": 43.0, "cells": {str(i): {} for i in range(20)}}]
-    # start-up 3 s, 1 s per cell: two processes of 5 cells each
-    assert round_seconds(done, [5, 5]) == 16.0
-    assert round_seconds([], [5]) == 0.0
+            {"started": 20.0, "worker_started": 23.0, "finished": 43.0, "cells": {str(i): {} for i in range(20)}},
+            {"started": 50.0, "worker_started": 54.0, "finished": 66.0, "cells": {str(i): timed for i in range(10)}}]
+    # start-up 3 s (median of 3, 3, 4); per cell 1 s besides its timed blocks (10/10, 20/20, (12 - 2)/10)
+    assert cell_costs(done) == (3.0, 1.0)
+    # two processes of 5 cells, with no timed blocks / with 0.5 s of them per cell
+    assert round_seconds(done, [[0.0] * 5, [0.0] * 5]) == 16.0
+    assert round_seconds(done, [[0.5] * 5, [0.5] * 5]) == 21.0
+    assert round_seconds([], [[0.1] * 5]) == 0.0
+
+
+def _records(rng, n: int, between: float, within: float, blocks: int = 10, block_s: float = 0.01) -> list[dict]:
+    """n processes of one build: process log-median ~ N(0, between), blocks ~ N(that, within)."""
+    out = []
+    for _ in range(n):
+        centre = rng.normal(0, between)
+        samples = np.exp(centre + rng.normal(0, within, blocks)) * 1e-4
+        out.append({"status": "ok", "measurement": {"samples": samples.tolist(), "number": int(block_s / 1e-4)}})
+    return out
+
+
+def test_cells_noisy_inside_a_process_get_longer_measurement_and_cells_noisy_between_processes_do_not():
+    """Two-stage sampling (Cochran §10.6): T* = (σ_w/σ_b)·√fixed. An H200 GEMM 4096³ has blocks 2-7 %
+    apart inside a process and process medians ~0.3 % apart: measure it longer. An SDPA whose processes
+    differ 1.3 % and blocks 0.1 %: more processes, not longer ones (the base time)."""
+    rng = np.random.default_rng(3)
+    base = TIMING["full"]["gpu"]["measure_s"]
+    noisy_inside = {b: _records(rng, 6, between=0.003, within=0.05) for b in ("stock", "patched")}
+    noisy_between = {b: _records(rng, 6, between=0.013, within=0.001) for b in ("stock", "patched")}
+    long = adaptive_measure_seconds(noisy_inside, base, fixed_s=0.5)
+    assert long == MAX_CELL_MEASURE_S  # σ_w ≈ 5 %·√0.1 s per √s, σ_b ≈ 0.3 %: T* ≈ 3.7 s, capped
+    assert adaptive_measure_seconds(noisy_between, base, fixed_s=0.5) == base
+    # a cheaper process (less start-up to share) makes long measurement less worth it
+    assert base < adaptive_measure_seconds(noisy_inside, base, fixed_s=0.01) < long
+    # too few processes to tell the two spreads apart: the base time
+    assert adaptive_measure_seconds({b: r[:1] for b, r in noisy_inside.items()}, base, fixed_s=0.5) == base

@@ -10,7 +10,9 @@ SPEC (written by :mod:`harness.runner`)::
      "record_env": ["OMP_NUM_THREADS"],                      # optional: --env names to record
      "emulate": null,                                        # or {"macos": [13, 5]}: harness.bench.conformance
      "timer_sanity": false,                                  # doctor: a timer_sanity record at the end
-     "timing": {"warmup_s": 0.05, "measure_s": 0.5, "min_block_s": 0.001}}
+     "timing": {"warmup_s": 0.05, "measure_s": 0.5, "min_block_s": 0.001},
+     "measure_s": {"mm/512x512x512/float32": 0.8},              # optional: per-cell measure_s (adaptive rounds)
+     "plant_k": null}                                        # or 0.05: GEMMs run with K grown (compare --plant-k)
 
 OUT gets one JSON object per line, flushed and fsynced as each is written, so a crash keeps every
 finished cell: a ``start`` record (pid, torch version, the raw torch-steering variables this
@@ -38,7 +40,7 @@ from contextlib import ExitStack
 
 from harness.bench import devices
 from harness.bench.timer import BlockTimer
-from harness.bench.workloads import Cell, make_inputs, op_callable, reference
+from harness.bench.workloads import Cell, make_inputs, op_callable, planted, reference
 from harness.checks.accuracy import check
 from harness.configs import snapshot
 from harness.provenance import dtype_support, unsupported_reason
@@ -61,28 +63,34 @@ def run_cell(torch, timer: BlockTimer, device: devices.DeviceProfile, cell: Cell
     why = unsupported_reason(unsupported, cell.dtype, cell.op)
     if why:
         return {**record, "status": "skipped", "reason": f"{cell.op} in {cell.dtype} unsupported on {spec['device']}: {why}"}
+    if spec.get("plant_k") and cell.family == "gemm":  # a calibration run: this side does a known extra cost
+        cell = planted(cell, spec["plant_k"])
+        record["planted_shape"] = list(cell.shape)
     free = device.free_bytes()
     need = cell.peak_bytes() + (cell.peak_bytes() * 2 if spec.get("check") else 0)
     if free is not None and need > 0.8 * free:
         return {**record, "status": "skipped",
                 "reason": f"needs about {need / 2**30:.2f} GiB, {free / 2**30:.2f} GiB free on {spec['device']}"}
     try:
-        step(cell.key, "inputs")
+        step(record["key"], "inputs")
         inputs = make_inputs(cell, device.torch_device, seed=spec.get("seed", 0))
         fn = op_callable(cell, inputs)
         keep = outputs is not None and cell.family == "gemm"
         if spec.get("check") or keep:
-            step(cell.key, "check")
+            step(record["key"], "check")
             out = fn()
             if keep:
-                outputs[cell.key] = out.detach().cpu()
+                outputs[record["key"]] = out.detach().cpu()
             if spec.get("check"):
                 path = spec.get("routes", {}).get(cell.op, "default")
                 result = check(cell, out, reference(cell, inputs), spec.get("reduced_fp32", False), path)
                 record["check"] = result.to_json()
             del out
-        step(cell.key, "measure")
-        m = timer.measure(fn, **spec.get("timing", {}))
+        step(record["key"], "measure")
+        timing = {**spec.get("timing", {})}
+        if record["key"] in spec.get("measure_s", {}):
+            timing["measure_s"] = spec["measure_s"][record["key"]]
+        m = timer.measure(fn, **timing)
     except Exception as exc:  # the op's own failure is the cell's result, recorded with its words
         return {**record, "status": "failed", "reason": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"}
     bad = [s for s in m.samples if not (math.isfinite(s) and s > 0)]

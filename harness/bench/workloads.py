@@ -15,6 +15,8 @@ The seed PR's "GTokens/s" (B·H·L·D / s) counts tensor elements, not work; we 
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass
 from typing import Callable
 
@@ -235,3 +237,23 @@ def reference(cell: Cell, inputs):
         mask = torch.ones(n, n, dtype=torch.bool).triu(1)
         scores = scores.masked_fill(mask, float("-inf"))
     return torch.softmax(scores, dim=-1) @ v
+
+
+def planted(cell: Cell, plant: float) -> Cell:
+    """``cell`` with its reduction dimension K (the last size of a GEMM cell) grown by at least
+    ``plant`` (a fraction), keeping K's alignment class: ``gcd(K', 16) == gcd(K, 16)`` (16 elements:
+    at least the 16-byte row alignment tensor-core GEMMs need). Used by ``compare --plant-k`` and
+    benchmarks/calibrate_ab.py to plant a known extra cost of ``K'/K - 1`` FLOP. Alignment matters
+    more than FLOPs: on an H200, K = 2048 -> 2109 (unaligned rows) made cuBLAS 4-5x slower, not 3 %.
+
+    Raises:
+        ValueError: ``cell`` is not a GEMM, or ``plant`` is not positive.
+    """
+    if cell.family != "gemm" or not plant > 0:
+        raise ValueError(f"only a GEMM's K can be planted with a positive fraction, got {cell.key} and {plant!r}")
+    *rest, k = cell.shape
+    align = math.gcd(k, 16)
+    new = math.ceil(k * (1 + plant) / align) * align
+    while math.gcd(new, 16) != align:
+        new += align
+    return Cell(cell.op, (*rest, new), cell.dtype)
