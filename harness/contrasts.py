@@ -33,7 +33,8 @@ from harness.bench.workloads import Cell
 from harness.evidence import EQUIVALENCE_CLAIMS, Contrast, Side
 
 #: a claim's outcome
-SHOWN, NOT_SHOWN, CONTRADICTED, NO_CLAIM, NOT_MEASURED = "shown", "not shown", "contradicted", "no claim", "not measured"
+SHOWN, NOT_SHOWN, CONTRADICTED = "shown", "not shown", "contradicted"
+NO_CLAIM, NOT_MEASURED = "no claim", "not measured"
 
 
 @dataclass(frozen=True)

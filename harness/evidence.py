@@ -183,7 +183,8 @@ def _plain(x):
 
 def _type(where: str, value, kind: type) -> None:
     if not isinstance(value, kind):
-        raise EvidenceError(f"{where} must be a {'table' if kind is dict else kind.__name__}, not {type(value).__name__}")
+        wanted = "table" if kind is dict else kind.__name__
+        raise EvidenceError(f"{where} must be a {wanted}, not {type(value).__name__}")
 
 
 def _strings(where: str, value) -> tuple[str, ...]:
@@ -239,7 +240,8 @@ def _test_from_table(table: dict, where: str) -> SeriesTest:
                             f"{' | '.join(repr(o) for o in OUTCOMES)}, e.g. {{ stock = \"fail\", patched = \"pass\" }}")
     file = table["file"]
     if file.startswith("/") or ".." in file.split("/"):
-        raise EvidenceError(f"{where} key 'file': {file!r} must be a path inside the source tree (e.g. test/test_mps.py)")
+        raise EvidenceError(f"{where} key 'file': {file!r} must be a path inside the source tree "
+                            "(e.g. test/test_mps.py)")
     env = table.get("env", {})
     if not all(isinstance(v, str) for v in env.values()):
         raise EvidenceError(f"{where} key 'env': values must be strings (e.g. {{ PYTORCH_MPS_PREFER_METAL = \"1\" }})")

@@ -56,12 +56,14 @@ def _verdict(cmp: stats.Comparison) -> str:
 def contrast_table(result: con.ContrastResult, unit: str, scale: float) -> list[str]:
     """Rows per shape and dtype of one evaluated contrast."""
     a, b = result.contrast.a.label, result.contrast.b.label
-    lines = [f"| cell | dtype | {a} µs | {b} µs | {a} {unit} | speedup [95% CI] | verdict |", "|---|---|---|---|---|---|---|"]
+    lines = [f"| cell | dtype | {a} µs | {b} µs | {a} {unit} | speedup [95% CI] | verdict |",
+             "|---|---|---|---|---|---|---|"]
     for r in result.rows:
         mid = r.a_median
         rate = "–" if not mid else f"{r.cell.flop / mid / scale:.3g}"
         note = " (launch-bound)" if r.launch_bound else ""
-        lines.append(f"| {r.cell.op} {r.cell.label} | {r.cell.dtype} | {_us(r.a_median)} | {_us(r.b_median)} | {rate} | "
+        lines.append(f"| {r.cell.op} {r.cell.label} | {r.cell.dtype} | {_us(r.a_median)} | {_us(r.b_median)} "
+                     f"| {rate} | "
                      f"{speedup_ci(r.cmp)} | {_verdict(r.cmp)}{note} |")
     return lines
 
@@ -147,6 +149,9 @@ def tests_table(section: dict | None, builds: list[str]) -> list[str]:
                 continue
             counts = ", ".join(f"{rec[k]} {k}" for k in ("passed", "failed", "errors", "skipped") if rec.get(k))
             text = rec["outcome"] + (f" ({counts})" if counts else "")
+            why = rec.get("reason") or (rec.get("skips") or [""])[0] if rec["outcome"] in ("skip", "error") else ""
+            if why:  # pytest's skip reason, or why pytest could not run; shortened to keep the row one line
+                text += f": {why[:120].replace('|', '/')}"
             if rec.get("expected"):
                 text += " ✓" if rec.get("as_expected") else f" **✗ expected {rec['expected']}**"
             cells.append(text)

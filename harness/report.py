@@ -465,6 +465,45 @@ def _build_rows(data: dict) -> list[str]:
     return lines
 
 
+def _cell_rows(data: dict, analysis: Analysis, config: str, scale: float) -> tuple[list[list[str]], list[str]]:
+    """One config's table rows (cells) and its failed/skipped lines for "Failures and skips"."""
+    run, builds, ab = data["run"], analysis.builds, analysis.ab
+    problems: list[str] = []
+    lines = []
+    for r in analysis.rows[config]:
+        cell, notes = r.cell, list(r.notes)
+        base = [f"{cell.op} {cell.label}", cell.dtype]
+        if ab:
+            cmp = r.cmp
+            ci = _ratio_ci(cmp.ratio, cmp.ci_low, cmp.ci_high)
+            p = f"{cmp.p_value:.2g}" if math.isfinite(cmp.p_value) else "–"
+            verdict = f"**{cmp.verdict}**" if cmp.verdict in (stats.FASTER, stats.SLOWER) else cmp.verdict
+            if cmp.verdict == stats.UNDETERMINED:
+                notes.insert(0, _cause_words(cmp.cause, cmp.threshold, cmp.confidence))
+            if cmp.bimodal:
+                notes.append("bimodal: " + _modes_text(cmp))
+            if cell.key in run.get("adaptive", {}).get("unconverged", {}).get(config, []):
+                hw, adaptive = cmp.half_width, run["adaptive"]
+                goal = (adaptive.get("launch_bound_target") if "launch-bound" in r.notes else None) or adaptive["target"]
+                notes.append(f"unconverged: CI half-width {hw:.1%} > target ±{goal:.1%}"
+                             if math.isfinite(hw) else "unconverged: no CI yet")
+            peak = _peak_text(data, config, cell, r.mid["patched"])
+            lines.append(base + [_median_spread(r.mid["stock"], r.spread["stock"]),
+                                 _median_spread(r.mid["patched"], r.spread["patched"]),
+                                 _throughput(cell, r.mid["patched"], scale) + ("" if peak == "–" else f" ({peak})"),
+                                 ci, p, verdict, "; ".join(notes)])
+        else:
+            b = builds[0]
+            peak = _peak_text(data, config, cell, r.mid[b])
+            lines.append(base + [_median_spread(r.mid[b], r.spread[b]),
+                                 _throughput(cell, r.mid[b], scale) + ("" if peak == "–" else f" ({peak})"),
+                                 str(len(r.medians[b])), "; ".join(notes)])
+        for note in notes:
+            if note.startswith(("failed: ", "skipped: ")):
+                problems.append(f"- `{config}` {cell.op} {cell.label} {cell.dtype}: {note}")
+    return lines, problems
+
+
 def render(data: dict, analysis: Analysis | None = None) -> str:
     """The markdown report of one run (see module docstring). Deterministic for the same data."""
     analysis = analysis or analyse(data)
@@ -484,38 +523,8 @@ def render(data: dict, analysis: Analysis | None = None) -> str:
     for config in run["configs"]:
         env = data["configs"][config]["env"]
         env_text = " ".join(f"{k}={v}" for k, v in env.items()) or "no variables"
-        lines = []
-        for r in analysis.rows[config]:
-            cell, notes = r.cell, list(r.notes)
-            base = [f"{cell.op} {cell.label}", cell.dtype]
-            if ab:
-                cmp = r.cmp
-                ci = _ratio_ci(cmp.ratio, cmp.ci_low, cmp.ci_high)
-                p = f"{cmp.p_value:.2g}" if math.isfinite(cmp.p_value) else "–"
-                verdict = f"**{cmp.verdict}**" if cmp.verdict in (stats.FASTER, stats.SLOWER) else cmp.verdict
-                if cmp.verdict == stats.UNDETERMINED:
-                    notes.insert(0, _cause_words(cmp.cause, cmp.threshold, cmp.confidence))
-                if cmp.bimodal:
-                    notes.append("bimodal: " + _modes_text(cmp))
-                if cell.key in run.get("adaptive", {}).get("unconverged", {}).get(config, []):
-                    hw, adaptive = cmp.half_width, run["adaptive"]
-                    goal = (adaptive.get("launch_bound_target") if "launch-bound" in r.notes else None) or adaptive["target"]
-                    notes.append(f"unconverged: CI half-width {hw:.1%} > target ±{goal:.1%}"
-                                 if math.isfinite(hw) else "unconverged: no CI yet")
-                peak = _peak_text(data, config, cell, r.mid["patched"])
-                lines.append(base + [_median_spread(r.mid["stock"], r.spread["stock"]),
-                                     _median_spread(r.mid["patched"], r.spread["patched"]),
-                                     _throughput(cell, r.mid["patched"], scale) + ("" if peak == "–" else f" ({peak})"),
-                                     ci, p, verdict, "; ".join(notes)])
-            else:
-                b = builds[0]
-                peak = _peak_text(data, config, cell, r.mid[b])
-                lines.append(base + [_median_spread(r.mid[b], r.spread[b]),
-                                     _throughput(cell, r.mid[b], scale) + ("" if peak == "–" else f" ({peak})"),
-                                     str(len(r.medians[b])), "; ".join(notes)])
-            for note in notes:
-                if note.startswith(("failed: ", "skipped: ")):
-                    problems.append(f"- `{config}` {cell.op} {cell.label} {cell.dtype}: {note}")
+        lines, found = _cell_rows(data, analysis, config, scale)
+        problems += found
         if ab:
             gm = analysis.geomeans[config]
             if not math.isfinite(gm.gm):

@@ -89,8 +89,10 @@ def run_one(python: str, test: SeriesTest, source: Path, junit: Path, keep: tupl
         return {"outcome": "error", "reason": f"timed out after {TIMEOUT_S:g} s", "returncode": None}
     tail = ((proc.stderr or proc.stdout).strip().splitlines() or [""])[-1][:300]
     if not junit.is_file():
+        fix = (f"; install it: {python} -m pip install pytest expecttest hypothesis" if "No module named pytest" in tail
+               else "")
         return {"outcome": "error", "returncode": proc.returncode,
-                "reason": f"pytest did not run (exit status {proc.returncode}): {tail}"}
+                "reason": f"pytest did not run (exit status {proc.returncode}): {tail}{fix}"}
     record = {**junit_outcome(junit), "returncode": proc.returncode, "junit": junit.name}
     record["reason"] = f"no test selected (exit status {proc.returncode})" if record["outcome"] == "error" else ""
     return record

@@ -192,3 +192,17 @@ def test_junit_outcomes(tmp_path):
     assert junit_outcome(xml)["outcome"] == "skip"
     xml.write_text("<testsuite/>")
     assert junit_outcome(xml)["outcome"] == "error"
+
+
+def test_tests_table_shows_outcomes_against_expectations_and_skip_reasons():
+    section = {"source": "/src", "tests": [{"name": "new", "file": "test/test_mps.py", "k": "TestX", "env": {"A": "1"},
+                                            "expect": {"stock": "fail", "patched": "pass"}, "builds": {
+        "stock": {"outcome": "skip", "skipped": 2, "skips": ["t.a: MPS not available"], "expected": "fail",
+                  "as_expected": False, "reason": ""},
+        "patched": {"outcome": "error", "reason": "pytest did not run (exit status 1): No module named pytest",
+                    "expected": "pass", "as_expected": False}}}]}
+    (row,) = [line for line in prbody.tests_table(section, ["stock", "patched"]) if line.startswith("| new")]
+    assert row == ("| new | `test/test_mps.py` `-k TestX` `A=1` | skip (2 skipped): t.a: MPS not available **✗ expected fail** "
+                   "| error: pytest did not run (exit status 1): No module named pytest **✗ expected pass** |")
+    assert prbody.tests_table({"skipped": "no source tree given", "tests": []}, ["stock"])[2] == \
+        "- not run: no source tree given"
