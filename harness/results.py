@@ -20,6 +20,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Iterator
 
+from harness.bench.timer import steady_median
 from harness.errors import ResultsError
 from harness.fsutil import atomic_write_json
 
@@ -272,8 +273,9 @@ def launch_bound(records: list[dict]) -> bool:
 
 
 def process_medians(records: list[dict]) -> list[float]:
-    """Per-process medians (seconds) of the records that measured the cell."""
-    return [r["measurement"]["median"] for r in records if r.get("status") == "ok" and r.get("measurement")]
+    """Per-process medians (seconds) of the records that measured the cell, recomputed from the raw
+    samples (:func:`harness.bench.timer.steady_median`: blocks after the warm-up transient)."""
+    return [steady_median(r["measurement"]["samples"]) for r in records if r.get("status") == "ok" and r.get("measurement")]
 
 
 def process_matrix(per_cell: dict[str, dict[str, list[dict]]], build: str, keys: list[str]) -> list[list[float]]:
@@ -285,7 +287,7 @@ def process_matrix(per_cell: dict[str, dict[str, list[dict]]], build: str, keys:
     for j, key in enumerate(keys):
         for r in per_cell.get(key, {}).get(build, []):
             if r.get("status") == "ok" and r.get("measurement"):
-                rows.setdefault(r["round"], [math.nan] * len(keys))[j] = r["measurement"]["median"]
+                rows.setdefault(r["round"], [math.nan] * len(keys))[j] = steady_median(r["measurement"]["samples"])
     return [rows[rnd] for rnd in sorted(rows)]
 
 

@@ -36,6 +36,7 @@ from typing import Iterator
 import harness
 from harness import configs as cfg
 from harness import results as res
+from harness.bench.timer import steady_start
 from harness.bench.workloads import DTYPES, ITEMSIZE, Cell, default_cells
 from harness import evidence as ev
 from harness.errors import HarnessError, ResultsError, UsageError
@@ -561,6 +562,17 @@ def _measured_seconds(measurement: dict) -> float:
     return sum(measurement["samples"]) * measurement["number"]
 
 
+def median_se(x: list[float]) -> float:
+    """Standard error of the median of the sorted values ``x``, from the distribution-free 95 %
+    order-statistic interval of a median (ranks n/2 ∓ 0.98·√n; W. J. Conover, *Practical
+    Nonparametric Statistics*, 3rd ed., 1999, §3.2): its width / 3.92. Unlike a normal-theory
+    estimate it stays wide when the blocks fall into two clusters and the median sits between them."""
+    n = len(x)
+    lo = max(0, int(n / 2 - 0.98 * math.sqrt(n)))
+    hi = min(n - 1, math.ceil(n / 2 + 0.98 * math.sqrt(n)) - 1)
+    return (x[hi] - x[lo]) / 3.92
+
+
 def cell_costs(processes: list[dict]) -> tuple[float, float]:
     """(start-up, per-cell overhead) in seconds, medians over the processes run so far: start-up is
     interpreter + ``import torch`` (:func:`harness.results.startup_seconds`); the per-cell overhead is
@@ -599,7 +611,7 @@ def adaptive_measure_seconds(per_build: dict[str, list[dict]], base: float, fixe
     overhead). The variance of the mean over processes per second spent, (σ_b² + σ_w²/T)·(fixed + T),
     is smallest at T* = (σ_w/σ_b)·√fixed: the optimal subsample size of two-stage sampling
     (W. G. Cochran, *Sampling Techniques*, 3rd ed., 1977, §10.6). σ_w² is estimated per process
-    from its blocks (the median's variance, (1.2533·IQR/1.349)²/n, times the seconds measured),
+    from its blocks after the warm-up transient (:func:`median_se` squared, times the seconds measured),
     σ_b² as the spread of process medians around each build's mean less the within part, floored at
     a tenth of that spread (never assumed zero). On an H200, GEMM 4096³ shows blocks 2-7 % apart in
     one process (boost clock) while SDPA L512 fp32 differs 1-3 % between processes and 0.1 % inside
@@ -616,10 +628,9 @@ def adaptive_measure_seconds(per_build: dict[str, list[dict]], base: float, fixe
             m = r.get("measurement")
             if r.get("status") != "ok" or not m or len(m["samples"]) < 4:
                 continue
-            x = sorted(math.log(v) for v in m["samples"])
-            q1, _, q3 = statistics.quantiles(x, n=4)
+            x = sorted(math.log(v) for v in m["samples"][steady_start(m["samples"]):])
             t = _measured_seconds(m)
-            within.append((1.2533 * (q3 - q1) / 1.349) ** 2 / len(x) * t)
+            within.append(median_se(x) ** 2 * t)
             seconds.append(t)
             logs.append(statistics.median(x))
         if len(logs) >= 2:

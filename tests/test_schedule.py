@@ -15,7 +15,7 @@ def _data(spread: dict[str, float], launch: dict[str, bool], n: int = 6) -> dict
     processes = []
     for rnd in range(n):
         for build in ("stock", "patched"):
-            cells = {key: {"status": "ok", "measurement": {"median": float(1e-3 * np.exp(rng.normal(0, sd))),
+            cells = {key: {"status": "ok", "measurement": {"samples": [float(1e-3 * np.exp(rng.normal(0, sd)))],
                                                             "launch_bound": launch[key]}}
                      for key, sd in spread.items()}
             processes.append({"config": "default", "build": build, "round": rnd, "cells": cells})
@@ -66,7 +66,7 @@ def test_launch_bound_cells_are_judged_against_a_wider_band():
     from harness.report import LAUNCH_BOUND_THRESHOLD, THRESHOLD, cell_threshold
 
     stock, patched = [12.8e-6, 12.8e-6, 18.6e-6, 13.1e-6], [11.8e-6, 12.5e-6, 11.6e-6, 11.6e-6]
-    rec = lambda t, lb: {"status": "ok", "measurement": {"median": t, "launch_bound": lb}}  # noqa: E731
+    rec = lambda t, lb: {"status": "ok", "measurement": {"samples": [t], "launch_bound": lb}}  # noqa: E731
     launch = {"stock": [rec(t, True) for t in stock], "patched": [rec(t, True) for t in patched]}
     kernel = {"stock": [rec(t, False) for t in stock], "patched": [rec(t, False) for t in patched]}
     assert cell_threshold(launch) == LAUNCH_BOUND_THRESHOLD and cell_threshold(kernel) == THRESHOLD

@@ -1,12 +1,14 @@
-"""``compare --plant-k``: the patched side's GEMMs run with a known extra cost (calibration)."""
+"""Per-process precision: the warm-up transient is cut (MSER), and ``compare --plant-k`` calibration."""
 
 from __future__ import annotations
+
+import statistics
 
 import pytest
 import torch
 
 from harness.bench import devices
-from harness.bench.timer import BlockTimer
+from harness.bench.timer import BlockTimer, Measurement, steady_median, steady_start
 from harness.bench.worker import run_cell
 from harness.bench.workloads import Cell, planted
 
@@ -29,3 +31,18 @@ def test_a_planted_worker_times_the_grown_gemm_under_the_cell_s_own_key():
     assert record["planted_shape"] == [32, 32, 336] and record["check"]["passed"]
     sdpa = run_cell(torch, BlockTimer(device), device, Cell("sdpa", (1, 2, 16, 8), "float32"), spec, {})
     assert sdpa["status"] == "ok" and "planted_shape" not in sdpa  # only GEMMs have a K to grow
+
+
+def test_the_boost_clock_transient_at_the_start_of_a_cell_is_cut_and_plain_noise_is_not():
+    # an H200 TF32 GEMM 4096³ process (µs per call, blocks in order): two fast blocks, then steady
+    boost = [349, 349, 387, 403, 407, 406, 400, 400, 401, 400]
+    # MSER also drops the three settling blocks (403-407): what is kept is the calmest tail
+    assert steady_start(boost) == 5 and steady_median(boost) == 400
+    assert Measurement(samples=[v * 1e-6 for v in boost], enqueue=[1e-6] * 10, method="synchronize+perf_counter").to_json()["median"] == pytest.approx(400e-6)
+    half = [349, 349, 352, 350, 351, 400, 401, 399, 400, 402]  # half the blocks fast: the median flips
+    assert steady_median(half) == 400 and statistics.median(half) == 375.5
+    flat = [100.2, 99.1, 100.8, 99.7, 100.0, 100.4, 99.5, 100.9, 99.8, 100.1]
+    assert steady_start(flat) == 0 and steady_median(flat) == statistics.median(flat)
+    # never more than half the blocks, and nothing to cut with fewer than 4
+    assert steady_start([1.0, 1.0, 1.0, 1.0, 1.0, 2.0, 2.0, 2.0, 2.0, 2.0]) <= 5
+    assert steady_start([1.0, 2.0, 2.0]) == 0
