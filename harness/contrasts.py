@@ -70,8 +70,8 @@ class ContrastResult:
 
 def _paired(records_a: list[dict], records_b: list[dict]) -> tuple[tuple[int, ...], list[float], list[float]]:
     """Per-process medians of both sides in the rounds where both measured the cell, in round order."""
-    a = {r["round"]: r["measurement"]["median"] for r in records_a if r.get("status") == "ok" and r.get("measurement")}
-    b = {r["round"]: r["measurement"]["median"] for r in records_b if r.get("status") == "ok" and r.get("measurement")}
+    a = {r["round"]: m for r in records_a for m in res.process_medians([r])}  # recomputed from the raw samples
+    b = {r["round"]: m for r in records_b for m in res.process_medians([r])}
     rounds = tuple(sorted(set(a) & set(b)))
     return rounds, [a[r] for r in rounds], [b[r] for r in rounds]
 
