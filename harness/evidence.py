@@ -22,7 +22,7 @@ Everything that is a fact about one patch series lives in its ``series.toml`` (d
     [[evidence.test]]                       # an upstream test selection run on both builds
     name = "new test"
     file = "test/test_mps.py"
-    k = "test_gemm_prefer_fast_math"        # optional pytest -k expression
+    k = "TestMyVariable"                    # optional pytest -k expression
     env = { PYTORCH_MPS_PREFER_METAL = "1" } # optional
     expect = { stock = "fail", patched = "pass" }
 
