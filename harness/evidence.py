@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 from harness import configs as cfg
-from harness.errors import UsageError
+from harness.errors import HarnessError, UsageError
 
 #: what a contrast claims about A against B (speedup = B time / A time)
 CLAIMS = ("faster", "unchanged", "equivalent", "none")
@@ -248,8 +248,13 @@ def _test_from_table(table: dict, where: str) -> SeriesTest:
     return SeriesTest(table["name"], file, table.get("k", ""), dict(env), dict(expect))
 
 
-def _device_table(where: str, table: dict) -> dict:
+def _device_table(where: str, table: dict, device: str) -> dict:
     _keys(where, table, _DEVICE_KEYS)
+    generic = [c.name for c in cfg.PROFILES[device]]
+    taken = [name for name in table.get("env", {}) if name in generic]
+    if taken:
+        raise EvidenceError(f"{where}.env.{taken[0]}: {taken[0]!r} is a generic {device} config "
+                            f"({', '.join(generic)}); give the series' config its own name")
     for key in ("configs", "consistency"):
         if key in table:
             _strings(f"{where} key {key!r}", table[key])
@@ -282,7 +287,7 @@ def validate(table: Mapping, env: tuple[str, ...] = (), series: str | None = Non
             if isinstance(value, list):  # the short form: device = [configs]
                 value = {"configs": value}
             _type(f"[evidence.{device}]", value, dict)
-            devices[device] = _device_table(f"[evidence.{device}]", value)
+            devices[device] = _device_table(f"[evidence.{device}]", value, device)
     markers = _strings("[evidence] key 'markers'", table["markers"]) if "markers" in table else tuple(env)
     contrasts = tuple(contrast_from_table(t, f"[[evidence.contrast]] #{i}") if isinstance(t, dict) else
                       _fail(f"[[evidence.contrast]] #{i} must be a table")
@@ -364,7 +369,7 @@ def for_run(series: str | None, manifests: Mapping[str, Mapping | None], contras
     elif len(named) == 1:
         try:
             found = load_series(next(iter(named)))
-        except Exception:  # a wheel built elsewhere: its series is not in this checkout
+        except HarnessError:  # a wheel built elsewhere: its series is not in this checkout
             found = None
     base = validate(found.evidence, found.env, found.name) if found else Evidence()
     extra = tuple(parse_contrast(text) for text in contrasts)

@@ -51,6 +51,7 @@ def test_the_mps_series_declares_configs_markers_routing_contrasts_and_tests():
     ({"test": [{"name": "t", "file": "../t.py", "expect": {"stock": "pass"}}]}, "must be a path inside the source tree"),
     ({"mps": {"consistency": ["all"]}}, "must name two configs"),
     ({"tpu": ["x"]}, "unknown key 'tpu'"),
+    ({"cpu": {"env": {"default": {"X": "1"}}}}, "[evidence.cpu].env.default: 'default' is a generic cpu config"),
 ])
 def test_malformed_evidence_names_the_key(table, message):
     with pytest.raises(EvidenceError) as info:
