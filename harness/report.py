@@ -225,9 +225,10 @@ def _what_was_compared(data: dict) -> list[str]:
             notes.append(f"> **Note:** `{marker}` is found in: {', '.join(where)} (expected: patched only).")
     if data["run"].get("plant_k"):
         notes.append(f"> **Calibration:** the patched side ran every GEMM with K grown by at least "
-                     f"{data['run']['plant_k']:.0%} (a known extra cost; `--plant-k`): every kernel-bound GEMM cell "
-                     "should come out slower, and a GEMM cell that does not is a miss of the method, not a finding.")
-    if len(builds) == 2 and same_identity(data, *builds):
+                     f"{data['run']['plant_k']:.0%} (`--plant-k`; both sides are otherwise the same torch): every "
+                     "kernel-bound GEMM cell whose grown K really costs more than the band should come out slower "
+                     "(what K' costs on the device: benchmarks/planted_cost.py); SDPA cells are unchanged.")
+    elif len(builds) == 2 and same_identity(data, *builds):
         inputs = [data["builds"][b]["input"] for b in builds]
         if inputs[0].get("sha256") == inputs[1].get("sha256"):
             notes.append("> **Note:** both builds are the same torch (version, git hash, wheel): an A/A run; "

@@ -52,12 +52,13 @@ SOURCE_ROOT = str(Path(harness.__file__).resolve().parent.parent)
 #: docs/methodology.md), so each process measures each cell briefly and adaptive rounds add
 #: processes only for the cells whose CI is still wide. min_block_s: a GPU block of >= 10 ms makes
 #: the synchronize before and after it < 0.1 % (docs/timing.md).
-#: min_samples: blocks per cell at least; 5 on cpu, where one half-precision GEMM call can take
-#: 0.2 s and block-to-block noise is small next to the spread between processes.
+#: min_samples: blocks per cell at least; 5 on cpu (3 with --quick), where one half-precision GEMM
+#: call can take 0.2 s and block-to-block noise is small next to the spread between processes, so
+#: the time buys more processes instead.
 TIMING = {
     "full": {"cpu": {"warmup_s": 0.05, "measure_s": 0.2, "min_block_s": 2e-3, "min_samples": 5},
              "gpu": {"warmup_s": 0.03, "measure_s": 0.1, "min_block_s": 1e-2}},
-    "quick": {"cpu": {"warmup_s": 0.02, "measure_s": 0.1, "min_block_s": 1e-3, "min_samples": 5},
+    "quick": {"cpu": {"warmup_s": 0.02, "measure_s": 0.1, "min_block_s": 1e-3, "min_samples": 3},
               "gpu": {"warmup_s": 0.02, "measure_s": 0.1, "min_block_s": 5e-3}},
 }
 #: --target-ci defaults: CI half-width a cell is measured to (kernel-bound / launch-bound cells).
