@@ -863,14 +863,14 @@ def series_of_run(series: str | None, manifests: Mapping[str, Mapping | None]):
     Raises:
         SeriesError: ``series`` names no loadable series.
     """
+    named = {m["series"]["name"] for m in manifests.values() if m and isinstance(m.get("series"), dict)
+             and m["series"].get("name")}
+    if not series and len(named) != 1:
+        return None  # (series.py needs GitPython, which a measuring machine need not have)
     from harness.series import load_series  # series.toml loading has one owner
 
     if series:
         return load_series(series)
-    named = {m["series"]["name"] for m in manifests.values() if m and isinstance(m.get("series"), dict)
-             and m["series"].get("name")}
-    if len(named) != 1:
-        return None
     try:
         return load_series(next(iter(named)))
     except HarnessError:
