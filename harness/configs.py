@@ -11,12 +11,14 @@ Sources for the variables:
 - MPS: ``PYTORCH_MPS_FAST_MATH`` and ``PYTORCH_MPS_PREFER_METAL`` are read in
   ``aten/src/ATen/native/mps/operations/LinearAlgebra.mm`` and the MPS graph code
   (upstream reads PREFER_METAL by *presence*: ``std::getenv(...) != nullptr``, so
-  ``PYTORCH_MPS_PREFER_METAL=0`` also turns it on). ``PYTORCH_MPS_GEMM_PREFER_FAST_MATH``
-  is the variable this project's patch series adds (docs/mps-gemm-prefer-fast-math.md).
+  ``PYTORCH_MPS_PREFER_METAL=0`` also turns it on).
 - CUDA: ``TORCH_BLAS_PREFER_CUBLASLT`` (aten/src/ATen/Context.cpp, prefer cuBLASLt for GEMM)
   and ``TORCH_ALLOW_TF32_CUBLAS_OVERRIDE`` (aten/src/ATen/Context.cpp, TF32 for fp32 GEMM).
 - CPU: ``ATEN_CPU_CAPABILITY`` (aten/src/ATen/native/DispatchStub.cpp; ``default`` disables
   the vectorised ATen kernels; BLAS/oneDNN GEMM kernels do not consult it).
+
+Nothing here is about one patch series: a series adds its own variables, the configs that set
+them, their routing and consistency pair in its ``series.toml`` ``[evidence]`` (:mod:`harness.evidence`).
 
 Whether the build under test really reads a variable is checked per build, not
 assumed: :mod:`harness.provenance` looks for the name in the build's shared libraries.
@@ -79,11 +81,6 @@ class EnvConfig:
 
 _FAST = {"PYTORCH_MPS_FAST_MATH": "1"}
 _METAL = {"PYTORCH_MPS_PREFER_METAL": "1"}
-_GEMM = {"PYTORCH_MPS_GEMM_PREFER_FAST_MATH": "1"}
-#: GEMMs PYTORCH_MPS_PREFER_METAL sends to PyTorch's own Metal kernels: mm on v2.6.0, mm and addmm
-#: on main (docs/mps-gemm-prefer-fast-math.md, routing tables). Under ``all`` stock still does
-#: (it lacks the series' variable) while patched takes MPSGraph: the looser path is named.
-_METAL_ROUTES = {"mm": "metal", "addmm": "metal"}
 
 PROFILES: dict[str, tuple[EnvConfig, ...]] = {
     "mps": (
@@ -92,12 +89,8 @@ PROFILES: dict[str, tuple[EnvConfig, ...]] = {
         # (MetalShaderLibrary::compileLibrary, aten/src/ATen/native/mps/OperationUtils.mm, v2.6.0
         # lines 820-838), never by MPSGraph: it does not loosen any bound here.
         EnvConfig("fast_math", {**_FAST}, "MPSGraph; fast math reaches only run-time-compiled Metal shaders"),
-        EnvConfig("prefer_metal", {**_METAL}, "GEMM that use_metal_mm routes goes to PyTorch's Metal kernels",
-                  routes=_METAL_ROUTES),
-        EnvConfig("fast_math+prefer_metal", {**_FAST, **_METAL}, "both: GEMM on Metal under fast math, the seed's slow GEMM case",
-                  routes=_METAL_ROUTES),
-        EnvConfig("all", {**_FAST, **_METAL, **_GEMM}, "the patch's case: GEMM back on MPSGraph, every other PREFER_METAL effect kept",
-                  routes=_METAL_ROUTES),
+        EnvConfig("prefer_metal", {**_METAL}, "GEMM that use_metal_mm routes goes to PyTorch's Metal kernels"),
+        EnvConfig("fast_math+prefer_metal", {**_FAST, **_METAL}, "both: GEMM on Metal under fast math"),
     ),
     "cuda": (
         EnvConfig("default", {}, "cuBLAS heuristics, TF32 off for fp32 GEMM (torch default)"),
@@ -110,21 +103,27 @@ PROFILES: dict[str, tuple[EnvConfig, ...]] = {
     ),
 }
 
+#: device -> (config A, config B) whose GEMM outputs of one build must agree, when the series names no
+#: pair of its own (harness.checks.consistency); mps has none without a series.
+CONSISTENCY_PAIRS = {"cpu": ("no_vec", "default"), "cuda": ("tf32_override", "default")}
+
 #: Configs a plain `compare` runs per device when --configs is not given.
 DEFAULT_CONFIGS = {device: tuple(c.name for c in profiles) for device, profiles in PROFILES.items()}
-DEFAULT_CONFIGS["mps"] = ("vanilla", "fast_math+prefer_metal", "all")
 
 
-def select(device: str, names: str | None) -> list[EnvConfig]:
-    """Resolve ``--configs a,b`` (or the device default when ``names`` is None).
+def select(device: str, names: str | None, profiles: tuple[EnvConfig, ...] | None = None,
+           default: tuple[str, ...] | None = None) -> list[EnvConfig]:
+    """Resolve ``--configs a,b`` (or the default list when ``names`` is None) among ``profiles``
+    (default: :data:`PROFILES` of the device; a series adds its own: :meth:`harness.evidence.Evidence.profiles`).
 
     Raises:
         ValueError: an unknown device or config name; the message lists the valid ones.
     """
     if device not in PROFILES:
         raise ValueError(f"unknown device {device!r}; choose one of {', '.join(DEVICES)}")
-    by_name = {c.name: c for c in PROFILES[device]}
-    wanted = DEFAULT_CONFIGS[device] if names is None else [n.strip() for n in names.split(",") if n.strip()]
+    by_name = {c.name: c for c in (profiles or PROFILES[device])}
+    default = default or DEFAULT_CONFIGS[device]
+    wanted = default if names is None else [n.strip() for n in names.split(",") if n.strip()]
     unknown = [n for n in wanted if n not in by_name]
     if unknown or not wanted:
         raise ValueError(
@@ -134,9 +133,9 @@ def select(device: str, names: str | None) -> list[EnvConfig]:
     return [by_name[n] for n in wanted]
 
 
-def variables(device: str) -> list[str]:
-    """Every variable any profile of ``device`` sets (sorted), for the read-by-build check."""
-    return sorted({k for c in PROFILES[device] for k in c.env})
+def variables(device: str, profiles: tuple[EnvConfig, ...] | None = None) -> list[str]:
+    """Every variable any profile of ``device`` (or of ``profiles``) sets (sorted), for the read-by-build check."""
+    return sorted({k for c in (profiles or PROFILES[device]) for k in c.env})
 
 
 def worker_environment(config: EnvConfig, parent: Mapping[str, str] | None = None,

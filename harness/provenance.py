@@ -119,9 +119,40 @@ def health(torch, device: str) -> str | None:
     return None
 
 
-def probe(device: str, variables: list[str]) -> dict:
+def _run_text(args: list[str], timeout: float = 30.0) -> str | None:
+    """stdout of a short program (argument list), or None when it is absent, fails or hangs."""
+    try:
+        out = subprocess.run(args, capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout if out.returncode == 0 else None
+
+
+def mac_facts() -> dict:
+    """On macOS: the Mac's model identifier (``sysctl -n hw.model``, sysctl(3) ``HW_MODEL``), the macOS
+    build (``sw_vers -buildVersion``, sw_vers(1)), the power source (``pmset -g batt``'s "Now drawing
+    from 'AC Power'") and Low Power Mode (``pmset -g``'s ``lowpowermode`` line; pmset(1) and Apple's
+    "Use Low Power Mode on your Mac", support.apple.com/101613). Values not readable are None; {} elsewhere."""
+    if sys.platform != "darwin":
+        return {}
+    model = (_run_text(["sysctl", "-n", "hw.model"]) or "").strip() or None
+    build = (_run_text(["sw_vers", "-buildVersion"]) or "").strip() or None
+    batt = _run_text(["pmset", "-g", "batt"]) or ""
+    power = next((line.split("'")[1] for line in batt.splitlines() if "drawing from '" in line), None)
+    low = next((line.split()[-1] for line in (_run_text(["pmset", "-g"]) or "").splitlines()
+                if line.split()[:1] == ["lowpowermode"]), None)
+    return {"model": model, "macos_build": build, "power_source": power,
+            "low_power_mode": None if low is None else low == "1"}
+
+
+def collect_env() -> str | None:
+    """``python -m torch.utils.collect_env`` of this interpreter (torch's own environment report), or None."""
+    return _run_text([sys.executable, "-m", "torch.utils.collect_env"], timeout=180.0)
+
+
+def probe(device: str, variables: list[str], with_collect_env: bool = False) -> dict:
     """Collect the provenance dict (see module docstring). ``variables`` are looked for in the
-    build's libraries."""
+    build's libraries; ``with_collect_env`` adds torch's ``collect_env`` report (seconds)."""
     import torch
 
     torch_dir = Path(torch.__file__).parent
@@ -146,6 +177,8 @@ def probe(device: str, variables: list[str]) -> dict:
         "torch_dir": str(torch_dir),
         "num_threads": torch.get_num_threads(),
         "variables_in_libraries": strings_in_libraries(torch_libraries(torch_dir), variables),
+        "mac": mac_facts(),
+        "collect_env": collect_env() if with_collect_env else None,
     }
     ready = {"cpu": True, "cuda": cuda_available, "mps": mps_available}[device]
     info["device"] = device
@@ -166,9 +199,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness.provenance")
     parser.add_argument("--device", required=True, choices=("cpu", "cuda", "mps"))
     parser.add_argument("--vars", default="", help="comma-separated env variable names to look for")
+    parser.add_argument("--collect-env", action="store_true", help="add python -m torch.utils.collect_env's report")
     args = parser.parse_args(argv)
     names = [v for v in args.vars.split(",") if v]
-    json.dump(probe(args.device, names), sys.stdout)
+    json.dump(probe(args.device, names, args.collect_env), sys.stdout)
     return 0
 
 

@@ -23,7 +23,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from harness import configs as cfg
 from harness import plots
+from harness import prbody
 from harness import results as res
 from harness import stats
 from harness.bench.workloads import Cell
@@ -212,13 +214,14 @@ def _what_was_compared(data: dict) -> list[str]:
     builds = data["run"]["builds"]
     prov = {b: data["builds"][b]["provenance"] for b in builds}
     notes = []
-    marker_hits = {b: {k: bool(v) for k, v in prov[b]["variables_in_libraries"].items() if k.startswith("PYTORCH_MPS_GEMM")}
+    markers = series_markers(data)
+    marker_hits = {b: {k: bool(v) for k, v in prov[b]["variables_in_libraries"].items() if k in markers}
                    for b in builds}
     for marker in sorted({k for hits in marker_hits.values() for k in hits}):
         where = [b for b in builds if marker_hits[b].get(marker)]
         if not where:
             notes.append(f"> **Note:** neither build's libraries contain `{marker}`, so this run compares two torch "
-                         "builds, not the patch series (on Linux the MPS code is not compiled at all).")
+                         "builds, not the patch series (or the code that reads it is not compiled for this platform).")
         elif where != ["patched"]:
             notes.append(f"> **Note:** `{marker}` is found in: {', '.join(where)} (expected: patched only).")
     if data["run"].get("plant_k"):
@@ -244,6 +247,17 @@ def _what_was_compared(data: dict) -> list[str]:
         notes.append("> **Note:** the builds are different variants (" + ", ".join(f"{b}: {v}" for b, v in variants.items())
                      + "); differences may come from that, not from a patch.")
     return [line for note in notes for line in (note, "")]  # one blockquote each
+
+
+def series_markers(data: dict) -> list[str]:
+    """The series' markers: recorded in results.json ``evidence``; for runs before it was recorded, the
+    variables looked for in the libraries that no generic config of the device sets."""
+    recorded = (data.get("evidence") or {}).get("markers")
+    if recorded is not None:
+        return list(recorded)
+    generic = set(cfg.variables(data["run"]["device"]))
+    looked = {k for b in data["run"]["builds"] for k in data["builds"][b]["provenance"]["variables_in_libraries"]}
+    return sorted(looked - generic)
 
 
 def tree_identity(build: dict) -> tuple | None:
@@ -304,6 +318,8 @@ def _consistency(section: dict | None, builds: list[str]) -> list[str]:
     """The cross-config consistency section (harness.checks.consistency)."""
     if not section:
         return []
+    if not section.get("pair"):
+        return ["## Config consistency", "", f"- skipped: {section.get('skipped') or 'no pair'}", ""]
     a, b = section["pair"]
     lines = ["## Config consistency", "",
              f"GEMM outputs under `{a}` against `{b}` in the same build (first round), relative difference "
@@ -350,14 +366,18 @@ def _provenance(data: dict) -> list[str]:
     row("git hash", lambda b: f"`{b['provenance'].get('git_version') or 'unknown'}`")
     row("input", lambda b: f"`{b['input']['value']}`")
     row("wheel sha256", lambda b: f"`{(b['input'].get('sha256') or '–')[:16]}`")
+    markers = series_markers(data)
     row("series marker in libraries", lambda b: ", ".join(
         f"{k}: {'yes' if v else 'no'}" for k, v in b["provenance"]["variables_in_libraries"].items()
-        if k.startswith("PYTORCH_MPS_GEMM")) or "–")
+        if k in markers) or "–")
     row("MPS built / available", lambda b: f"{b['provenance']['mps_built']} / {b['provenance']['mps_available']}")
     row("CUDA available", lambda b: b["provenance"]["cuda_available"])
     row("GPU", lambda b: b["provenance"].get("gpu_name") or "–")
     row("CPU", lambda b: b["provenance"]["cpu_name"])
     row("OS", lambda b: b["provenance"]["os"].get("macos_product_version") or b["provenance"]["os"]["platform"])
+    if any(data["builds"][b]["provenance"].get("mac") for b in names):
+        row("Mac model / power / Low Power Mode", lambda b: " / ".join(
+            str(b["provenance"].get("mac", {}).get(k)) for k in ("model", "power_source", "low_power_mode")))
     row("Python", lambda b: b["provenance"]["python"])
     row("torch default threads (workers used: see below)", lambda b: b["provenance"]["num_threads"])
     timing = run["timing"]
@@ -447,6 +467,45 @@ def _build_rows(data: dict) -> list[str]:
     return lines
 
 
+def _cell_rows(data: dict, analysis: Analysis, config: str, scale: float) -> tuple[list[list[str]], list[str]]:
+    """One config's table rows (cells) and its failed/skipped lines for "Failures and skips"."""
+    run, builds, ab = data["run"], analysis.builds, analysis.ab
+    problems: list[str] = []
+    lines = []
+    for r in analysis.rows[config]:
+        cell, notes = r.cell, list(r.notes)
+        base = [f"{cell.op} {cell.label}", cell.dtype]
+        if ab:
+            cmp = r.cmp
+            ci = _ratio_ci(cmp.ratio, cmp.ci_low, cmp.ci_high)
+            p = f"{cmp.p_value:.2g}" if math.isfinite(cmp.p_value) else "–"
+            verdict = f"**{cmp.verdict}**" if cmp.verdict in (stats.FASTER, stats.SLOWER) else cmp.verdict
+            if cmp.verdict == stats.UNDETERMINED:
+                notes.insert(0, _cause_words(cmp.cause, cmp.threshold, cmp.confidence))
+            if cmp.bimodal:
+                notes.append("bimodal: " + _modes_text(cmp))
+            if cell.key in run.get("adaptive", {}).get("unconverged", {}).get(config, []):
+                hw, adaptive = cmp.half_width, run["adaptive"]
+                goal = (adaptive.get("launch_bound_target") if "launch-bound" in r.notes else None) or adaptive["target"]
+                notes.append(f"unconverged: CI half-width {hw:.1%} > target ±{goal:.1%}"
+                             if math.isfinite(hw) else "unconverged: no CI yet")
+            peak = _peak_text(data, config, cell, r.mid["patched"])
+            lines.append(base + [_median_spread(r.mid["stock"], r.spread["stock"]),
+                                 _median_spread(r.mid["patched"], r.spread["patched"]),
+                                 _throughput(cell, r.mid["patched"], scale) + ("" if peak == "–" else f" ({peak})"),
+                                 ci, p, verdict, "; ".join(notes)])
+        else:
+            b = builds[0]
+            peak = _peak_text(data, config, cell, r.mid[b])
+            lines.append(base + [_median_spread(r.mid[b], r.spread[b]),
+                                 _throughput(cell, r.mid[b], scale) + ("" if peak == "–" else f" ({peak})"),
+                                 str(len(r.medians[b])), "; ".join(notes)])
+        for note in notes:
+            if note.startswith(("failed: ", "skipped: ")):
+                problems.append(f"- `{config}` {cell.op} {cell.label} {cell.dtype}: {note}")
+    return lines, problems
+
+
 def render(data: dict, analysis: Analysis | None = None) -> str:
     """The markdown report of one run (see module docstring). Deterministic for the same data."""
     analysis = analysis or analyse(data)
@@ -466,38 +525,8 @@ def render(data: dict, analysis: Analysis | None = None) -> str:
     for config in run["configs"]:
         env = data["configs"][config]["env"]
         env_text = " ".join(f"{k}={v}" for k, v in env.items()) or "no variables"
-        lines = []
-        for r in analysis.rows[config]:
-            cell, notes = r.cell, list(r.notes)
-            base = [f"{cell.op} {cell.label}", cell.dtype]
-            if ab:
-                cmp = r.cmp
-                ci = _ratio_ci(cmp.ratio, cmp.ci_low, cmp.ci_high)
-                p = f"{cmp.p_value:.2g}" if math.isfinite(cmp.p_value) else "–"
-                verdict = f"**{cmp.verdict}**" if cmp.verdict in (stats.FASTER, stats.SLOWER) else cmp.verdict
-                if cmp.verdict == stats.UNDETERMINED:
-                    notes.insert(0, _cause_words(cmp.cause, cmp.threshold, cmp.confidence))
-                if cmp.bimodal:
-                    notes.append("bimodal: " + _modes_text(cmp))
-                if cell.key in run.get("adaptive", {}).get("unconverged", {}).get(config, []):
-                    hw, adaptive = cmp.half_width, run["adaptive"]
-                    goal = (adaptive.get("launch_bound_target") if "launch-bound" in r.notes else None) or adaptive["target"]
-                    notes.append(f"unconverged: CI half-width {hw:.1%} > target ±{goal:.1%}"
-                                 if math.isfinite(hw) else "unconverged: no CI yet")
-                peak = _peak_text(data, config, cell, r.mid["patched"])
-                lines.append(base + [_median_spread(r.mid["stock"], r.spread["stock"]),
-                                     _median_spread(r.mid["patched"], r.spread["patched"]),
-                                     _throughput(cell, r.mid["patched"], scale) + ("" if peak == "–" else f" ({peak})"),
-                                     ci, p, verdict, "; ".join(notes)])
-            else:
-                b = builds[0]
-                peak = _peak_text(data, config, cell, r.mid[b])
-                lines.append(base + [_median_spread(r.mid[b], r.spread[b]),
-                                     _throughput(cell, r.mid[b], scale) + ("" if peak == "–" else f" ({peak})"),
-                                     str(len(r.medians[b])), "; ".join(notes)])
-            for note in notes:
-                if note.startswith(("failed: ", "skipped: ")):
-                    problems.append(f"- `{config}` {cell.op} {cell.label} {cell.dtype}: {note}")
+        lines, found = _cell_rows(data, analysis, config, scale)
+        problems += found
         if ab:
             gm = analysis.geomeans[config]
             if not math.isfinite(gm.gm):
@@ -515,10 +544,16 @@ def render(data: dict, analysis: Analysis | None = None) -> str:
         sections += ["", "</details>", ""]
 
     drifted = [f"`{c}` {b}" for (b, c), d in analysis.drifts.items() if d.verdict == "drift"]
+    contrasts = prbody.evaluate_all(data, THRESHOLD, LAUNCH_BOUND_THRESHOLD)
+    out += prbody.render_block(data, contrasts, _what_was_compared(data))
+    if drifted:
+        out += [f"> **Drift:** {', '.join(drifted)} changed over the run (see Drift in the details).", ""]
+    out += ["<details><summary><b>Details</b>: per-config summary, every cell, correctness, consistency, drift, "
+            "failures, provenance</summary>", ""]
     if ab:
         n = run["rounds"]
         floor = stats.min_processes()
-        out += ["## Summary", ""] + _what_was_compared(data) + [
+        out += ["## Stock vs patched per config", "", 
             f"Speedup = stock time / patched time (> 1: patched faster), the Hodges-Lehmann estimate over the "
             f"per-process medians with its exact 95% (Moses) confidence interval; verdict threshold ±{THRESHOLD:.0%}: "
             f"faster/slower when the whole CI lies beyond it, equivalent when inside. {n} fresh processes per build "
@@ -528,19 +563,19 @@ def render(data: dict, analysis: Analysis | None = None) -> str:
             + " The geometric mean per config compares each process's geometric-mean time over the cells (a process "
             "moves all its cells), with the same rule.",
             ""] + _adaptive_text(run) + summaries + [""]
-        if drifted:
-            out += [f"> **Drift:** {', '.join(drifted)} changed over the run (see Drift below).", ""]
         out += [f"![speedup per cell with 95% CI]({SPEEDUP_PNG})", ""]
     out += ["## Cells", "",
             f"Medians of the per-process medians, ±half their interquartile range; {unit} = FLOP per call / median "
             "(GEMM 2·M·N·K, SDPA 4·B·H·L²·D, halved when causal); % of peak against the device's dense datasheet "
             "peak where known (harness/peaks.py).", ""] + sections
     out += [f"![latency vs size: {f}]({latency_png_name(f)})" for f in analysis.families] + [""]
+    out += prbody.details_tables(contrasts, data)
     out += _correctness(data, analysis)
     out += _consistency(data.get("consistency"), builds)
     out += _drift_lines(analysis, run["configs"])
     out += ["## Failures and skips", ""] + (problems or ["None."]) + [""]
-    out += ["## Provenance", ""] + _provenance(data) + [""]
+    out += ["## Provenance", ""] + _provenance(data) + [""] + prbody.collect_env_lines(data)
+    out += ["</details>", ""]
     return "\n".join(out)
 
 

@@ -30,7 +30,7 @@ import time
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Iterator, Mapping, Sequence
 
 import harness
@@ -39,15 +39,13 @@ from harness import results as res
 from harness.bench.ops import key_hint
 from harness.bench.timer import steady_start
 from harness.bench.workloads import DTYPES, ITEMSIZE, Cell, default_cells
-from harness.checks.consistency import MPS_PAIR, PAIRS
+from harness import evidence as ev
 from harness.errors import HarnessError, ResultsError, UsageError
 from harness.fsutil import atomic_write_json, exclusive_lock, inside
 from harness.progress import note, task
 from harness.provenance import unsupported_reason
 from harness.venvs import ensure_interpreter, parse_input
 
-#: variables the patch series introduces; looked for in every build's libraries (provenance)
-SERIES_MARKERS = ("PYTORCH_MPS_GEMM_PREFER_FAST_MATH",)
 SOURCE_ROOT = str(Path(harness.__file__).resolve().parent.parent)
 
 #: Per-process timing. Short: precision comes from the number of fresh processes, not from long
@@ -116,7 +114,8 @@ def cell_example(key: str) -> str:
 RESERVED_ENV = ("PYTHONPATH",)
 
 
-def parse_extra_env(items: list[str], device: str, configs: list[cfg.EnvConfig]) -> dict[str, str]:
+def parse_extra_env(items: list[str], device: str, configs: list[cfg.EnvConfig],
+                    profiles: tuple[cfg.EnvConfig, ...] | None = None) -> dict[str, str]:
     """``--env KEY=VALUE`` items -> {KEY: VALUE}: variables set in every worker of every env config.
 
     Raises:
@@ -125,7 +124,8 @@ def parse_extra_env(items: list[str], device: str, configs: list[cfg.EnvConfig])
             config of ``device`` sets (the configs own those: --env would relabel them).
     """
     extra: dict[str, str] = {}
-    owned = set(cfg.variables(device))
+    profiles = profiles or cfg.PROFILES[device]
+    owned = set(cfg.variables(device, profiles))
     for item in items:
         key, sep, value = item.partition("=")
         if not sep:
@@ -138,7 +138,7 @@ def parse_extra_env(items: list[str], device: str, configs: list[cfg.EnvConfig])
         if key in RESERVED_ENV:
             raise UsageError(f"--env {key}: the harness sets {key} for its workers", f"drop {key} from --env")
         if key in owned:
-            setters = [c.name for c in configs if key in c.env] or [c.name for c in cfg.PROFILES[device] if key in c.env]
+            setters = [c.name for c in configs if key in c.env] or [c.name for c in profiles if key in c.env]
             raise UsageError(f"--env {key} conflicts with the {device} env configs, which set it themselves "
                              f"({', '.join(setters)})",
                              f"drop {key} from --env and choose the configs that set it with --configs")
@@ -146,17 +146,21 @@ def parse_extra_env(items: list[str], device: str, configs: list[cfg.EnvConfig])
     return extra
 
 
-def probe_build(name: str, python: Path, device: str, keep: tuple[str, ...] = ()) -> dict:
+def probe_build(name: str, python: Path, device: str, keep: tuple[str, ...] = (), names: tuple[str, ...] = (),
+                with_collect_env: bool = False) -> dict:
     """Run :mod:`harness.provenance` in ``python``; raise when the device cannot produce evidence.
-    ``keep``: inherited variables passed through (--keep-env), as in the workers.
+    ``keep``: inherited variables passed through (--keep-env), as in the workers; ``names``: variables
+    and series markers looked for in the build's libraries (default: the device's generic variables);
+    ``with_collect_env``: add ``python -m torch.utils.collect_env`` (a few seconds).
 
     Raises:
         HarnessError: the interpreter has no torch, or the device is missing/unhealthy in this build.
     """
-    names = sorted(set(cfg.variables(device)) | set(SERIES_MARKERS))
+    names = sorted(set(cfg.variables(device)) | set(names))
     env = cfg.worker_environment(cfg.EnvConfig("probe"), keep=keep)
     env["PYTHONPATH"] = SOURCE_ROOT
-    proc = subprocess.run([str(python), "-m", "harness.provenance", "--device", device, "--vars", ",".join(names)],
+    proc = subprocess.run([str(python), "-m", "harness.provenance", "--device", device, "--vars", ",".join(names),
+                           *(["--collect-env"] if with_collect_env else [])],
                           capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
@@ -350,14 +354,21 @@ def run_worker(python: Path, spec: dict, config: cfg.EnvConfig, raw: Path, name:
     return record
 
 
-def run_consistency(build_info: dict, device: str, configs: dict[str, cfg.EnvConfig], raw: Path) -> dict:
-    """Compare the first-round GEMM outputs of the device's config pair in each build
-    (:mod:`harness.checks.consistency`); results are kept in ``raw/consistency-<build>.json``."""
-    pair = PAIRS[device]
-    mps_note = None if device == "mps" else (
-        f"MPS-only check ({MPS_PAIR[0]} vs {MPS_PAIR[1]} GEMM results) skipped: this run is on {device}; "
-        "it needs --device mps on an Apple-silicon Mac")
-    result = {"pair": list(pair), "mps_check_skipped": mps_note, "skipped": None, "builds": {}}
+def run_consistency(build_info: dict, device: str, configs: dict[str, cfg.EnvConfig], raw: Path,
+                    evidence: ev.Evidence | None = None) -> dict:
+    """Compare the first-round GEMM outputs of the run's config pair in each build
+    (:mod:`harness.checks.consistency`; the pair: :meth:`harness.evidence.Evidence.consistency_pair`);
+    results are kept in ``raw/consistency-<build>.json``."""
+    evidence = evidence or ev.Evidence()
+    pair = evidence.consistency_pair(device)
+    elsewhere = [f"{d}: {p[0]} vs {p[1]}" for d, t in evidence.device.items() if d != device
+                 and (p := t.get("consistency"))]
+    other_note = (f"the series' consistency check on another device ({'; '.join(elsewhere)}) is skipped: this run is "
+                  f"on {device}") if elsewhere else None
+    result = {"pair": list(pair or ()), "mps_check_skipped": other_note, "skipped": None, "builds": {}}
+    if pair is None:
+        result["skipped"] = f"no consistency pair on {device} (a series names one in [evidence.{device}] consistency)"
+        return result
     if not all(c in configs for c in pair):
         result["skipped"] = f"configs {pair[0]} and {pair[1]} are not both in this run (see --configs)"
         return result
@@ -383,6 +394,24 @@ def run_consistency(build_info: dict, device: str, configs: dict[str, cfg.EnvCon
         atomic_write_json(kept, result["builds"][build])
         for f in files:
             f.unlink()  # the numbers are kept; the tensors are large
+    return result
+
+
+def run_series_tests(evidence: ev.Evidence, build_info: dict, source: Path | None, keep: tuple[str, ...],
+                     raw: Path) -> dict:
+    """The series' ``[[evidence.test]]`` selections on every build (:mod:`harness.seriestests`); {} when none."""
+    if not evidence.tests:
+        return {}
+    from harness import seriestests
+
+    note(f"series tests: {len(evidence.tests)} selection(s) x {len(build_info)} build(s)"
+         + (f" from {source}" if source else " (no --tests-source: not run)"))
+    result = seriestests.run_all(evidence.tests, {b: i["interpreter"] for b, i in build_info.items()},
+                                 source.resolve() if source else None, raw / "tests", keep)
+    for test in result.get("tests", []):
+        for build, record in test.get("builds", {}).items():
+            if record.get("as_expected") is False:
+                note(f"series test {test['name']!r} on {build}: {record['outcome']}, expected {record['expected']}")
     return result
 
 
@@ -706,6 +735,9 @@ class RunRequest:
     target_ci_launch_bound: float | None = None
     budget_s: float | None = None
     plant_k: float | None = None
+    series: str | None = None
+    contrasts: tuple[str, ...] = ()
+    tests_source: Path | None = None
     command: tuple[str, ...] = ()
 
 
@@ -739,6 +771,8 @@ class Plan:
     launch_target: float | None = None
     budget: float = 0.0
     plant_k: float | None = None
+    evidence: ev.Evidence = field(default_factory=ev.Evidence)
+    tests_source: Path | None = None
     command: tuple[str, ...] = ()
     extra: Mapping[str, object] = field(default_factory=dict)
 
@@ -776,8 +810,12 @@ def plan(request: RunRequest) -> Plan:
             cleared anyway; a malformed or conflicting ``worker_env`` item.
         BuildInputError: a build input that is neither a wheel, a requirement nor ``python:/path``.
     """
+    builds = {name: parse_input(text, name) for name, text in request.inputs.items()}
+    evidence = ev.for_run(series_of_run(request.series, {n: build_manifest(b) for n, b in builds.items()}),
+                          list(request.contrasts))
+    profiles = evidence.profiles(request.device)
     try:
-        configs = cfg.select(request.device, request.configs)
+        configs = cfg.select(request.device, request.configs, profiles, evidence.default_configs(request.device))
     except ValueError as exc:
         raise UsageError(str(exc), "see python -m harness compare --help") from None
     kind = "quick" if request.quick else "full"
@@ -803,7 +841,6 @@ def plan(request: RunRequest) -> Plan:
         raise UsageError(f"--threads must be >= 0, got {request.threads}",
                          "0 keeps torch's default; 1 is the cpu default")
     check_keep_env(request.keep_env)
-    builds = {name: parse_input(text, name) for name, text in request.inputs.items()}
     return Plan(kind="compare" if "stock" in builds else "bench", builds=builds, device=request.device,
                 out=request.out, configs=tuple(configs),
                 cells=tuple(plan_cells(request.dtypes, request.cells, request.quick)), rounds=rounds,
@@ -811,11 +848,33 @@ def plan(request: RunRequest) -> Plan:
                 timing=TIMING[kind]["cpu" if request.device == "cpu" else "gpu"],
                 threads=request.threads if request.threads is not None else (1 if request.device == "cpu" else 0),
                 keep_env=tuple(request.keep_env),
-                extra_env=parse_extra_env(list(request.worker_env), request.device, configs),
+                extra_env=parse_extra_env(list(request.worker_env), request.device, configs, profiles),
                 quick=request.quick, dtypes_given=request.dtypes is not None, fresh=request.fresh,
                 retry_failed=request.retry_failed, target=target, launch_target=request.target_ci_launch_bound,
-                budget=budget, plant_k=request.plant_k, command=tuple(request.command))
+                budget=budget, plant_k=request.plant_k, evidence=evidence, tests_source=request.tests_source,
+                command=tuple(request.command))
 
+
+def series_of_run(series: str | None, manifests: Mapping[str, Mapping | None]):
+    """The patch series whose ``[evidence]`` drives a run: ``--series NAME``, else the one series the
+    builds' manifests name when it is found under ``patches/`` (a wheel built elsewhere may name a
+    series this checkout lacks: then None), else None.
+
+    Raises:
+        SeriesError: ``series`` names no loadable series.
+    """
+    named = {m["series"]["name"] for m in manifests.values() if m and isinstance(m.get("series"), dict)
+             and m["series"].get("name")}
+    if not series and len(named) != 1:
+        return None  # (series.py needs GitPython, which a measuring machine need not have)
+    from harness.series import load_series  # series.toml loading has one owner
+
+    if series:
+        return load_series(series)
+    try:
+        return load_series(next(iter(named)))
+    except HarnessError:
+        return None
 
 def check_keep_env(keep: Sequence[str]) -> None:
     """Refuse ``--keep-env`` names that reach the workers anyway (:data:`harness.configs.INHERITED`) or
@@ -877,7 +936,8 @@ def probe_builds(plan: Plan) -> dict[str, dict]:
     for name, build in plan.builds.items():
         python, reused = ensure_interpreter(build)
         note(f"build {name}: {'reusing' if reused else 'created'} {python}")
-        info = probe_build(name, python, plan.device, plan.keep_env)
+        names = tuple(cfg.variables(plan.device, plan.evidence.profiles(plan.device))) + plan.evidence.markers
+        info = probe_build(name, python, plan.device, plan.keep_env, names, with_collect_env=True)
         build_info[name] = {"input": build.to_json(), "interpreter": str(python), "provenance": info}
         manifest = build_manifest(build)
         if manifest:
@@ -911,7 +971,7 @@ class Recorder:
         """The worker's spec (harness.bench.worker) of one process; ``measure``: cell key -> seconds of
         timed blocks (adaptive rounds), else the plan's timing."""
         plan, env_config = self.plan, self.by_config[config]
-        save = rnd == 0 and config in PAIRS[plan.device]
+        save = rnd == 0 and config in (plan.evidence.consistency_pair(plan.device) or ())
         return {"device": plan.device, "cells": keys, "check": rnd == 0,
                 "save_outputs": str(self.raw / f"{name}.outputs.pt") if save else None,
                 "reduced_fp32": env_config.reduced_fp32, "routes": dict(env_config.routes), "seed": plan.seed,
@@ -1030,6 +1090,7 @@ def execute(request: RunRequest) -> int:
     with exclusive_lock(out, " ".join(request.command or sys.argv)), _removed_on_failure(out, created):
         raw = open_out(run)
         data = res.new_document(run.run_json(), probe_builds(run), {c.name: c.to_json() for c in run.configs})
+        data["evidence"] = run.evidence.to_json()
         raw.mkdir(parents=True, exist_ok=True)
         check_resumable(raw, res.resume_plan(data), run.rounds, adaptive=run.target is not None)
         recorder = Recorder(run, data, raw)
@@ -1040,7 +1101,8 @@ def execute(request: RunRequest) -> int:
             if recorder.saved:
                 report.write(out, res.load(out))  # report.md says the run is incomplete
             raise
-        data["consistency"] = run_consistency(data["builds"], run.device, recorder.by_config, raw)
+        data["consistency"] = run_consistency(data["builds"], run.device, recorder.by_config, raw, run.evidence)
+        data["series_tests"] = run_series_tests(run.evidence, data["builds"], run.tests_source, run.keep_env, raw)
         failed = recorder.failed + consistency_failures(data["consistency"])
         data["run"]["finished"] = _now()
         res.save(out, data)

@@ -39,6 +39,8 @@ from typing import Iterable
 
 from harness import progress
 from harness.errors import HarnessError, SeriesError, UpstreamError
+from harness.evidence import EvidenceError
+from harness.evidence import validate as validate_evidence
 from harness.fsutil import atomic_write_text, inside
 from harness.paths import slug
 from harness.upstream import (DEFAULT_UPSTREAM, Checkout, Upstream, checkout, common_dir, dirty_files, open_upstream,
@@ -207,8 +209,10 @@ def load_series(spec: str | Path) -> Series:
     related = _strings(where, "related", data.get("related", []))
     env = _strings(where, "env", data.get("env", []))
     evidence = data.get("evidence", {})
-    for device, configs in evidence.items():
-        _strings(f"{where}: [evidence]", device, configs if isinstance(configs, list) else [None])
+    try:
+        validate_evidence(evidence, env, data["name"])
+    except EvidenceError as exc:
+        raise SeriesError(f"{where}: {exc}", "fix that key (docs/new-series.md lists every [evidence] key)") from None
     if not data["base"] or not all(isinstance(b, dict) for b in data["base"]):
         raise SeriesError(f"{where}: key 'base' must be one or more [[base]] tables", "add a [[base]] table")
     bases: list[Base] = []

@@ -359,3 +359,66 @@ def make_pytorch_like(root: Path, flavour: str) -> Path:
     _git(repo, "add", "-A")
     _git(repo, "commit", "-q", "-m", f"pytorch-like {flavour}")
     return repo
+
+
+# ------------------------------------------------------------------ a second series with its own [evidence]
+EVIDENCE_SERIES = "tiny-fast-path-evidence"
+#: the upstream test the second series adds: it fails on a build whose library ignores the variable
+_FAST_PATH_TEST = '''\
+import os
+
+import tinyext
+
+
+def test_prefer_fast_path_follows_the_variable():
+    assert tinyext.prefer_fast_path() is (os.environ.get("TINYEXT_PREFER_FAST_PATH") == "1")
+'''
+_EVIDENCE = '''
+[evidence]
+markers = ["{marker}"]
+
+[evidence.cpu]
+configs = ["default", "no_vec"]
+
+[[evidence.contrast]]
+name = "no regression in GEMM"
+a = "patched/default"
+b = "stock/default"
+ops = ["mm"]
+claim = "unchanged"
+
+[[evidence.contrast]]
+a = "stock/default"
+b = "stock/no_vec"
+ops = ["sdpa"]
+
+[[evidence.test]]
+name = "the fast path follows the variable"
+file = "test/test_fast_path.py"
+env = {{ {marker} = "1" }}
+expect = {{ stock = "fail", patched = "pass" }}
+'''
+
+
+def make_evidence_series(repo: Path, patches_root: Path) -> Path:
+    """Write ``patches_root/tiny-fast-path-evidence/``: the variable of :func:`make_series` plus an upstream
+    test (``test/test_fast_path.py``) in one format-patch for v1.4.0, and ``[evidence]`` declaring its
+    contrasts and that test (fail on stock, pass on patched); return the series folder."""
+    series_dir = Path(patches_root) / EVIDENCE_SERIES
+    base_dir = series_dir / "v1.4.0"
+    base_dir.mkdir(parents=True)
+    _git(repo, "checkout", "-q", "-b", "fast-path-evidence", "v1.4.0")
+    (repo / PATCHED_FILE).write_text(_PATCHED_CONFIG)
+    (repo / "test").mkdir(exist_ok=True)
+    (repo / "test" / "test_fast_path.py").write_text(_FAST_PATH_TEST)
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-q", "-m", f"config: {MARKER}=1 prefers the fast path, with a test\n\nWhy: opt in at run time.")
+    out = _git(repo, "format-patch", "-1", "-o", str(base_dir), "HEAD")
+    patch = Path(out.strip().splitlines()[-1])
+    _git(repo, "checkout", "-q", "main")
+    _git(repo, "branch", "-q", "-D", "fast-path-evidence")
+    (series_dir / "series.toml").write_text(
+        f'name = "{EVIDENCE_SERIES}"\ntitle = "tinyext: {MARKER} with a test"\nupstream = "{repo.as_posix()}"\n'
+        f'env = ["{MARKER}"]\n\n[[base]]\nref = "v1.4.0"\ndir = "v1.4.0"\npatches = ["{patch.name}"]\n'
+        f'files = ["{PATCHED_FILE}", "test/test_fast_path.py"]\n' + _EVIDENCE.format(marker=MARKER))
+    return series_dir

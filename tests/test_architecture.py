@@ -103,14 +103,9 @@ def long_functions() -> list[str]:
     return found
 
 
-#: functions over the limit that another change is rewriting; each must still be long (remove it when fixed)
-PENDING = {"harness.report.render"}  # report.py's renderer, rewritten by the PR-body work of issue 14
-
-
 def test_no_function_in_harness_is_over_80_lines():
     found = long_functions()
-    assert [f for f in found if f.split(" (")[0] not in PENDING] == []
-    assert {f.split(" (")[0] for f in found} == PENDING, "a PENDING function is short now: drop it from PENDING"
+    assert found == []
 
 
 # ------------------------------------------------------------------ plan -> schedule -> record, in-process

@@ -11,12 +11,21 @@ def test_worker_environment_clears_inherited_torch_variables_and_sets_exactly_th
     assert env == {"PATH": "/bin", "HOME": "/root", "PYTORCH_MPS_PREFER_METAL": "1"}
 
 
-def test_mps_profiles_are_the_documented_five():
+def test_mps_profiles_are_the_four_upstream_ones_and_the_series_adds_its_own():
     names = [c.name for c in cfg.PROFILES["mps"]]
-    assert names == ["vanilla", "fast_math", "prefer_metal", "fast_math+prefer_metal", "all"]
-    (all_,) = cfg.select("mps", "all")
+    assert names == ["vanilla", "fast_math", "prefer_metal", "fast_math+prefer_metal"]
+    with pytest.raises(ValueError, match="unknown env config 'all'"):
+        cfg.select("mps", "all")  # the series' config is the series' (series.toml [evidence])
+    from harness.evidence import validate
+    from harness.series import load_series
+
+    series = load_series("mps-gemm-prefer-fast-math")
+    evidence = validate(series.evidence, series.env, series.name)
+    (all_,) = cfg.select("mps", "all", evidence.profiles("mps"))
     assert dict(all_.env) == {"PYTORCH_MPS_FAST_MATH": "1", "PYTORCH_MPS_PREFER_METAL": "1",
                               "PYTORCH_MPS_GEMM_PREFER_FAST_MATH": "1"}
+    assert [c.name for c in cfg.select("mps", None, evidence.profiles("mps"), evidence.default_configs("mps"))] == [
+        "vanilla", "prefer_metal", "fast_math+prefer_metal", "all"]
 
 
 def test_unknown_config_names_the_valid_ones():

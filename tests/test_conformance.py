@@ -20,9 +20,13 @@ from harness.bench.timer import MAX_BLOCK_CALLS, BlockTimer
 from harness.bench.worker import run_cell
 from harness.bench.workloads import Cell, default_cells, make_inputs, op_callable
 from harness.checks.consistency import compare_outputs
+from harness.evidence import validate as validate_evidence
+from harness.series import load_series
 from harness.provenance import dtype_support
 
 ROOT = Path(__file__).resolve().parent.parent
+#: the mps configs a run of the MPS series has: the four upstream ones and the series' ``all`` (series.toml)
+MPS_PROFILES = validate_evidence((_S := load_series("mps-gemm-prefer-fast-math")).evidence, _S.env).profiles("mps")
 TINY = {"warmup_s": 0.0, "measure_s": 0.0, "min_block_s": 1e-4, "min_samples": 2}
 
 
@@ -122,7 +126,7 @@ def test_consistency_of_outputs_with_no_cell_in_common_is_an_error():
 def _worker(spec: dict, tmp: Path, name: str) -> list[dict]:
     spec_path, out_path = tmp / f"{name}.json", tmp / f"{name}.jsonl"
     spec_path.write_text(json.dumps(spec))
-    env = cfg.worker_environment(next(c for c in cfg.PROFILES["mps"] if c.name == name))
+    env = cfg.worker_environment(next(c for c in MPS_PROFILES if c.name == name))
     env["PYTHONPATH"] = str(ROOT)
     proc = subprocess.run([sys.executable, "-m", "harness.bench.worker", str(spec_path), str(out_path)],
                           env=env, capture_output=True, text=True, timeout=600)
@@ -135,7 +139,7 @@ def test_real_worker_runs_the_quick_cells_under_every_mps_config_in_conformance_
     process, every quick cell ok under the MPS rules; then the real consistency check."""
     cells = [c.key for c in default_cells(workloads.DTYPES, quick=True)]
     outputs = {}
-    for config in cfg.PROFILES["mps"]:
+    for config in MPS_PROFILES:
         save = tmp_path / f"{config.name}.outputs.pt"
         spec = {"device": "mps", "cells": cells, "check": True, "reduced_fp32": config.reduced_fp32,
                 "routes": dict(config.routes), "seed": 0, "threads": 1, "save_outputs": str(save),
@@ -151,8 +155,8 @@ def test_real_worker_runs_the_quick_cells_under_every_mps_config_in_conformance_
         assert steps[:3] == [(cells[0], "inputs"), (cells[0], "check"), (cells[0], "measure")]
         outputs[config.name] = save
     proc = subprocess.run([sys.executable, "-m", "harness.checks.consistency", str(outputs["all"]),
-                           str(outputs["vanilla"]), json.dumps(cfg.PROFILES["mps"][4].to_json()),
-                           json.dumps(cfg.PROFILES["mps"][0].to_json())],
+                           str(outputs["vanilla"]), json.dumps(MPS_PROFILES[4].to_json()),
+                           json.dumps(MPS_PROFILES[0].to_json())],
                           env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     agree = json.loads(proc.stdout)
@@ -178,10 +182,10 @@ def test_finding4_metal_accumulation_needs_the_routed_bound():
     err = np.linalg.norm(acc.astype(np.float64) - ref) / np.linalg.norm(ref)
     assert bound("float16", k) < err < bound("float16", k, path="metal")
     assert 1e-3 < err < 1e-2
-    routes = {c.name: dict(c.routes) for c in cfg.PROFILES["mps"]}
+    routes = {c.name: dict(c.routes) for c in MPS_PROFILES}
     assert routes["prefer_metal"] == routes["fast_math+prefer_metal"] == routes["all"] == {"mm": "metal", "addmm": "metal"}
     assert routes["vanilla"] == routes["fast_math"] == {}
-    assert not any(c.reduced_fp32 for c in cfg.PROFILES["mps"])  # FAST_MATH never reaches MPSGraph
+    assert not any(c.reduced_fp32 for c in MPS_PROFILES)  # FAST_MATH never reaches MPSGraph
 
 
 def test_a_worker_hung_in_a_cell_is_stopped_after_the_stall_timeout_with_the_cells_name(tmp_path):

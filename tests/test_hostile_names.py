@@ -136,6 +136,7 @@ WRITE_SITES = {
     "runner.reap_orphans": "raw/*.worker.json globbed in the raw/ folder open_out resolved",
     "runner.run_worker": "raw/<process>: raw/ resolved by open_out, process names from validated config names",
     "runner.run_consistency": "raw/<process>: as run_worker",
+    "seriestests.run_one": "raw/tests/<n>-<build>.xml (pytest's junit XML): raw/ resolved by execute, n a number",
     "runner.check_resumable": "raw/plan.json",
     "runner.set_aside": "renames a file of raw/ or --out beside itself",
     "runner.kept_record": "set_aside of a raw/ status file",

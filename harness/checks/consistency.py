@@ -15,9 +15,10 @@ inequality). Two output files with no cell in common are an error (exit status 2
 stderr), never an empty "all agree": the workers save every GEMM output they compute, whether or
 not they check it.
 
-Pairs per device (:data:`PAIRS`): on MPS ``all`` vs ``vanilla`` (the patch's config must give
-the MPSGraph results within float tolerance); on CPU ``no_vec`` vs ``default``; on CUDA
-``tf32_override`` vs ``default``. Standard library + torch only.
+The pair is chosen by the run: a series names its own per device in ``series.toml``
+(``[evidence.<device>] consistency``, :mod:`harness.evidence`); otherwise the device's generic pair
+(:data:`harness.configs.CONSISTENCY_PAIRS`: cpu ``no_vec`` vs ``default``, cuda ``tf32_override`` vs
+``default``). Standard library + torch only.
 """
 
 from __future__ import annotations
@@ -27,11 +28,6 @@ import sys
 
 from harness.bench.workloads import Cell
 from harness.checks.accuracy import bound
-
-#: device -> (config A, config B) whose GEMM outputs must agree
-PAIRS = {"mps": ("all", "vanilla"), "cpu": ("no_vec", "default"), "cuda": ("tf32_override", "default")}
-#: the MPS check the patch series needs (others are the same mechanism on other devices)
-MPS_PAIR = PAIRS["mps"]
 
 
 def config_bound(cell: Cell, config: dict) -> float:

@@ -1,0 +1,364 @@
+"""The evidence a run gathers: ``[evidence]`` of a series' ``series.toml``, ``--contrast`` options, device defaults.
+
+Everything that is a fact about one patch series lives in its ``series.toml`` (docs/new-series.md)::
+
+    [evidence]
+    markers = ["MY_NEW_VARIABLE"]           # in the patched libraries, absent from stock (default: top-level env)
+
+    [evidence.mps]                          # one table per device
+    configs = ["vanilla", "all"]            # the configs compare runs by default on this device
+    consistency = ["all", "vanilla"]        # GEMM outputs of these two configs of one build must agree
+    routes = { all = { mm = "metal" } }     # config -> op -> kernel path (accuracy bounds)
+    [evidence.mps.env.all]                  # configs the series adds to the device's generic ones
+    PYTORCH_MPS_PREFER_METAL = "1"
+    MY_NEW_VARIABLE = "1"
+
+    [[evidence.contrast]]                   # (build, config) vs (build, config) over ops, with a claim
+    a = "patched/all"
+    b = "stock/vanilla"
+    ops = ["mm", "addmm"]                   # optional; dtypes = [...] optional
+    claim = "equivalent"                    # faster | unchanged | equivalent | none
+
+    [[evidence.test]]                       # an upstream test selection run on both builds
+    name = "new test"
+    file = "test/test_mps.py"
+    k = "TestMyVariable"                    # optional pytest -k expression
+    env = { PYTORCH_MPS_PREFER_METAL = "1" } # optional
+    expect = { stock = "fail", patched = "pass" }
+
+The same contrast on the command line: ``--contrast 'patched/all vs stock/vanilla : mm,addmm : equivalent'``
+(:func:`parse_contrast`). This module is pure data (no torch, no filesystem): :mod:`harness.series`
+calls :func:`validate` while loading a manifest, :mod:`harness.runner` builds an :class:`Evidence`
+and records :meth:`Evidence.to_json` in ``results.json``, and :mod:`harness.report` reads it back
+from there only.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from harness import configs as cfg
+from harness.errors import UsageError
+
+#: what a contrast claims about A against B (speedup = B time / A time)
+CLAIMS = ("faster", "unchanged", "equivalent", "none")
+#: claims tested as equivalence: every cell's CI inside the ±band (stats.judge's INSIDE_BAND rule)
+EQUIVALENCE_CLAIMS = ("unchanged", "equivalent")
+#: outcomes a series test may be expected to have on a build (pytest's junit results)
+OUTCOMES = ("pass", "fail", "skip")
+
+_DEVICE_KEYS = {"configs": list, "consistency": list, "routes": dict, "env": dict, "about": dict}
+_CONTRAST_KEYS = {"a": str, "b": str, "ops": list, "dtypes": list, "claim": str, "name": str}
+_TEST_KEYS = {"name": str, "file": str, "k": str, "env": dict, "expect": dict}
+_TOP_KEYS = ("markers", "contrast", "test", *cfg.DEVICES)
+
+
+class EvidenceError(ValueError):
+    """A malformed ``[evidence]`` entry or ``--contrast``: ``str(exc)`` names the key and what is wrong."""
+
+
+@dataclass(frozen=True)
+class Side:
+    """One side of a contrast: a build (``stock``, ``patched``, ``build``) under one env config."""
+
+    build: str
+    config: str
+
+    @property
+    def label(self) -> str:
+        return f"{self.build}/{self.config}"
+
+
+@dataclass(frozen=True)
+class Contrast:
+    """A vs B over the cells of ``ops`` (all when empty) and ``dtypes`` (all when empty).
+
+    ``claim``: ``faster`` (A faster than B, every cell's CI beyond the band), ``unchanged`` (same
+    config, two builds) or ``equivalent`` (any two sides): every cell's CI inside the band; ``none``:
+    the numbers only. Speedup = B time / A time (> 1: A faster).
+    """
+
+    a: Side
+    b: Side
+    ops: tuple[str, ...] = ()
+    dtypes: tuple[str, ...] = ()
+    claim: str = "none"
+    name: str = ""
+
+    @property
+    def label(self) -> str:
+        return self.name or f"{self.a.label} vs {self.b.label}"
+
+    def covers(self, op: str, dtype: str) -> bool:
+        return (not self.ops or op in self.ops) and (not self.dtypes or dtype in self.dtypes)
+
+    def to_json(self) -> dict:
+        return {"a": self.a.label, "b": self.b.label, "ops": list(self.ops), "dtypes": list(self.dtypes),
+                "claim": self.claim, "name": self.name}
+
+    @classmethod
+    def from_json(cls, d: Mapping) -> "Contrast":
+        return contrast_from_table(dict(d), "contrast")
+
+
+@dataclass(frozen=True)
+class SeriesTest:
+    """An upstream test selection (pytest ``file`` [``-k k``]) with variables ``env`` and the outcome
+    expected on each build (``pass``/``fail``/``skip``)."""
+
+    name: str
+    file: str
+    k: str = ""
+    env: Mapping[str, str] = field(default_factory=dict)
+    expect: Mapping[str, str] = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "file": self.file, "k": self.k, "env": dict(self.env), "expect": dict(self.expect)}
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What one run gathers beyond the device's generic configs (see the module docstring).
+
+    Attributes:
+        series: the series' name, or None (a run without ``--series`` or series-built wheels).
+        markers: strings the patched libraries contain and stock's lack.
+        device: device -> its ``[evidence.<device>]`` table, validated (configs, consistency, routes, env, about).
+        contrasts: declared contrasts (series and ``--contrast``), in order.
+        tests: the series' upstream test selections.
+    """
+
+    series: str | None = None
+    markers: tuple[str, ...] = ()
+    device: Mapping[str, Mapping] = field(default_factory=dict)
+    contrasts: tuple[Contrast, ...] = ()
+    tests: tuple[SeriesTest, ...] = ()
+
+    def profiles(self, device: str) -> tuple[cfg.EnvConfig, ...]:
+        """The device's env configs: the generic ones (:data:`harness.configs.PROFILES`) and the series'
+        own, each with the series' routes for it."""
+        table = self.device.get(device, {})
+        routes = table.get("routes", {})
+        about = table.get("about", {})
+        out = [cfg.EnvConfig(c.name, c.env, c.about, c.reduced_fp32, routes.get(c.name, c.routes))
+               for c in cfg.PROFILES[device]]
+        for name, env in table.get("env", {}).items():
+            out.append(cfg.EnvConfig(name, dict(env), about.get(name, "declared by the series"),
+                                     routes=routes.get(name, {})))
+        return tuple(out)
+
+    def default_configs(self, device: str) -> tuple[str, ...]:
+        """Configs a compare runs when ``--configs`` is not given: the series' list, else every profile."""
+        return tuple(self.device.get(device, {}).get("configs") or (c.name for c in self.profiles(device)))
+
+    def consistency_pair(self, device: str) -> tuple[str, str] | None:
+        pair = self.device.get(device, {}).get("consistency")
+        return tuple(pair) if pair else cfg.CONSISTENCY_PAIRS.get(device)
+
+    def to_json(self) -> dict:
+        return {"series": self.series, "markers": list(self.markers),
+                "device": {d: _plain(t) for d, t in self.device.items()},
+                "contrasts": [c.to_json() for c in self.contrasts], "tests": [t.to_json() for t in self.tests]}
+
+    @classmethod
+    def from_json(cls, d: Mapping | None) -> "Evidence":
+        """The evidence a results.json recorded (``{}``/None: none, as in runs before it existed)."""
+        if not d:
+            return cls()
+        return cls(d.get("series"), tuple(d.get("markers", ())), dict(d.get("device", {})),
+                   tuple(Contrast.from_json(c) for c in d.get("contrasts", ())),
+                   tuple(SeriesTest(t["name"], t["file"], t.get("k", ""), t.get("env", {}), t.get("expect", {}))
+                         for t in d.get("tests", ())))
+
+
+def _plain(x):
+    if isinstance(x, Mapping):
+        return {k: _plain(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_plain(v) for v in x]
+    return x
+
+
+def _type(where: str, value, kind: type) -> None:
+    if not isinstance(value, kind):
+        wanted = "table" if kind is dict else kind.__name__
+        raise EvidenceError(f"{where} must be a {wanted}, not {type(value).__name__}")
+
+
+def _strings(where: str, value) -> tuple[str, ...]:
+    _type(where, value, list)
+    if not all(isinstance(v, str) and v for v in value):
+        raise EvidenceError(f"{where} must list non-empty strings")
+    return tuple(value)
+
+
+def _keys(where: str, table: dict, allowed: Mapping[str, type], required: tuple[str, ...] = ()) -> None:
+    unknown = sorted(set(table) - set(allowed))
+    if unknown:
+        raise EvidenceError(f"{where}: unknown key {unknown[0]!r} (keys: {', '.join(allowed)})")
+    missing = [k for k in required if k not in table]
+    if missing:
+        raise EvidenceError(f"{where}: key {missing[0]!r} is missing")
+    for key, kind in allowed.items():
+        if key in table:
+            _type(f"{where} key {key!r}", table[key], kind)
+
+
+def _side(where: str, text: str) -> Side:
+    build, sep, config = text.strip().partition("/")
+    if not sep or not build.strip() or not config.strip():
+        raise EvidenceError(f"{where}: {text!r} is not BUILD/CONFIG (e.g. patched/all, stock/vanilla)")
+    return Side(build.strip(), config.strip())
+
+
+def contrast_from_table(table: dict, where: str) -> Contrast:
+    """One ``[[evidence.contrast]]`` table (or its JSON) -> :class:`Contrast`.
+
+    Raises:
+        EvidenceError: unknown/missing key, a side that is not BUILD/CONFIG, an unknown claim, A == B.
+    """
+    _keys(where, table, _CONTRAST_KEYS, ("a", "b"))
+    claim = table.get("claim", "none")
+    if claim not in CLAIMS:
+        raise EvidenceError(f"{where}: claim {claim!r} is not one of {', '.join(CLAIMS)}")
+    a, b = _side(f"{where} key 'a'", table["a"]), _side(f"{where} key 'b'", table["b"])
+    if a == b:
+        raise EvidenceError(f"{where}: both sides are {a.label}; a contrast compares two different (build, config)")
+    ops = _strings(f"{where} key 'ops'", table.get("ops", []))
+    dtypes = _strings(f"{where} key 'dtypes'", table.get("dtypes", []))
+    return Contrast(a, b, ops, dtypes, claim, table.get("name", ""))
+
+
+def _test_from_table(table: dict, where: str) -> SeriesTest:
+    _keys(where, table, _TEST_KEYS, ("name", "file", "expect"))
+    expect = table["expect"]
+    bad = [f"{b} = {o!r}" for b, o in expect.items() if o not in OUTCOMES]
+    if bad or not expect:
+        raise EvidenceError(f"{where} key 'expect': {', '.join(bad) or 'empty'}; write build = "
+                            f"{' | '.join(repr(o) for o in OUTCOMES)}, e.g. {{ stock = \"fail\", patched = \"pass\" }}")
+    file = table["file"]
+    if file.startswith("/") or ".." in file.split("/"):
+        raise EvidenceError(f"{where} key 'file': {file!r} must be a path inside the source tree "
+                            "(e.g. test/test_mps.py)")
+    env = table.get("env", {})
+    if not all(isinstance(v, str) for v in env.values()):
+        raise EvidenceError(f"{where} key 'env': values must be strings (e.g. {{ PYTORCH_MPS_PREFER_METAL = \"1\" }})")
+    return SeriesTest(table["name"], file, table.get("k", ""), dict(env), dict(expect))
+
+
+def _device_table(where: str, table: dict, device: str) -> dict:
+    _keys(where, table, _DEVICE_KEYS)
+    generic = [c.name for c in cfg.PROFILES[device]]
+    taken = [name for name in table.get("env", {}) if name in generic]
+    if taken:
+        raise EvidenceError(f"{where}.env.{taken[0]}: {taken[0]!r} is a generic {device} config "
+                            f"({', '.join(generic)}); give the series' config its own name")
+    for key in ("configs", "consistency"):
+        if key in table:
+            _strings(f"{where} key {key!r}", table[key])
+    if "consistency" in table and len(table["consistency"]) != 2:
+        raise EvidenceError(f"{where} key 'consistency' must name two configs, e.g. [\"all\", \"vanilla\"]")
+    for name, env in table.get("env", {}).items():
+        _type(f"{where}.env.{name}", env, dict)
+        if not all(isinstance(v, str) for v in env.values()):
+            raise EvidenceError(f"{where}.env.{name}: values must be strings")
+    for name, per_op in table.get("routes", {}).items():
+        _type(f"{where}.routes.{name}", per_op, dict)
+    return table
+
+
+def validate(table: Mapping, env: tuple[str, ...] = (), series: str | None = None) -> Evidence:
+    """``[evidence]`` of a manifest -> :class:`Evidence` (``env``: the manifest's top-level ``env``,
+    the default markers).
+
+    Raises:
+        EvidenceError: the first malformed key, named by its path (e.g. ``[[evidence.contrast]] #2 key 'claim'``).
+    """
+    table = dict(table)
+    unknown = sorted(set(table) - set(_TOP_KEYS))
+    if unknown:
+        raise EvidenceError(f"[evidence]: unknown key {unknown[0]!r} (keys: {', '.join(_TOP_KEYS)})")
+    devices = {}
+    for device in cfg.DEVICES:
+        if device in table:
+            value = table[device]
+            if isinstance(value, list):  # the short form: device = [configs]
+                value = {"configs": value}
+            _type(f"[evidence.{device}]", value, dict)
+            devices[device] = _device_table(f"[evidence.{device}]", value, device)
+    markers = _strings("[evidence] key 'markers'", table["markers"]) if "markers" in table else tuple(env)
+    contrasts = tuple(contrast_from_table(t, f"[[evidence.contrast]] #{i}") if isinstance(t, dict) else
+                      _fail(f"[[evidence.contrast]] #{i} must be a table")
+                      for i, t in enumerate(table.get("contrast", []), start=1))
+    tests = tuple(_test_from_table(t, f"[[evidence.test]] #{i}") if isinstance(t, dict) else
+                  _fail(f"[[evidence.test]] #{i} must be a table")
+                  for i, t in enumerate(table.get("test", []), start=1))
+    return Evidence(series, markers, devices, contrasts, tests)
+
+
+def _fail(text: str):
+    raise EvidenceError(text)
+
+
+_CONTRAST_TEXT = re.compile(r"^\s*(?P<a>\S+)\s+vs\s+(?P<b>\S+)\s*(?::(?P<sel>[^:]*))?(?::(?P<claim>[^:]*))?$")
+
+
+def parse_contrast(text: str) -> Contrast:
+    """``--contrast 'A vs B [: SELECTION [: CLAIM]]'`` -> :class:`Contrast`.
+
+    A, B: ``BUILD/CONFIG`` (``stock/tf32_override``); SELECTION: comma-separated ``op`` or
+    ``op/dtype`` or ``*/dtype`` items (empty: every cell); CLAIM: one of :data:`CLAIMS` (default none).
+    Example: ``stock/tf32_override vs stock/default : mm/float32,addmm/float32 : faster``.
+
+    Raises:
+        UsageError: the text does not have that shape, or names an unknown claim.
+    """
+    match = _CONTRAST_TEXT.match(text)
+    example = "e.g. --contrast 'stock/tf32_override vs stock/default : mm/float32 : faster'"
+    if not match:
+        raise UsageError(f"--contrast {text!r} is not 'A vs B [: ops [: claim]]'", example)
+    ops, dtypes = [], []
+    for item in filter(None, (s.strip() for s in (match["sel"] or "").split(","))):
+        op, _, dtype = item.partition("/")
+        if op and op != "*" and op not in ops:
+            ops.append(op)
+        if dtype and dtype not in dtypes:
+            dtypes.append(dtype)
+    table = {"a": match["a"], "b": match["b"], "ops": ops, "dtypes": dtypes,
+             "claim": (match["claim"] or "none").strip() or "none"}
+    try:
+        return contrast_from_table(table, f"--contrast {text!r}")
+    except EvidenceError as exc:
+        raise UsageError(str(exc), example) from None
+
+
+def default_contrasts(builds: list[str], configs: list[str]) -> tuple[Contrast, ...]:
+    """The contrast family of a run that declares none: patched/C vs stock/C for every config C (no claim)."""
+    if builds != ["stock", "patched"]:
+        return ()
+    return tuple(Contrast(Side("patched", c), Side("stock", c)) for c in configs)
+
+
+def check_against_run(evidence: Evidence, builds: list[str], configs: list[str]) -> list[str]:
+    """Contrasts and tests that cannot be evaluated in a run of ``builds`` x ``configs``: one line each
+    (the report shows them; nothing is dropped silently)."""
+    out = []
+    for c in evidence.contrasts:
+        absent = [s.label for s in (c.a, c.b) if s.build not in builds or s.config not in configs]
+        if absent:
+            out.append(f"{c.label}: not measured in this run ({', '.join(absent)} not in the run; see --configs)")
+    return out
+
+
+def for_run(found, contrasts: list[str]) -> Evidence:
+    """The evidence of a ``compare``/``bench`` run: the ``[evidence]`` of ``found`` (a loaded
+    :class:`harness.series.Series`, or None for a run without a series) plus the ``--contrast`` texts.
+
+    Raises:
+        UsageError: a malformed ``--contrast``; EvidenceError: a malformed ``[evidence]``.
+    """
+    base = validate(found.evidence, found.env, found.name) if found else Evidence()
+    extra = tuple(parse_contrast(text) for text in contrasts)
+    return Evidence(base.series, base.markers, base.device, base.contrasts + extra, base.tests)
