@@ -103,11 +103,11 @@ def probe_once() -> Iterator[None]:
 
     real, seen = runner.probe_build, {}
 
-    def probe(name: str, python: Path, device: str, keep: tuple[str, ...] = ()) -> dict:
+    def probe(name: str, python: Path, device: str, keep: tuple[str, ...] = (), *args, **kwargs) -> dict:
         env = cfg.worker_environment(cfg.EnvConfig("probe"), keep=keep)
-        key = (str(python), device, tuple(keep), tuple(sorted(env.items())))
+        key = (str(python), device, tuple(keep), repr(args), repr(sorted(kwargs.items())), tuple(sorted(env.items())))
         if key not in seen:
-            seen[key] = real(name, python, device, keep)
+            seen[key] = real(name, python, device, keep, *args, **kwargs)
         return copy.deepcopy(seen[key])
 
     with pytest.MonkeyPatch.context() as patch:
