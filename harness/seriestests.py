@@ -67,8 +67,17 @@ def junit_outcome(path: Path) -> dict:
 
 def command(python: str, test: SeriesTest, junit: Path) -> list[str]:
     """The argument list that runs ``test`` in ``python`` (from the test file's folder)."""
-    cmd = [python, "-m", "pytest", PurePosixPath(test.file).name, "-q", "-p", "no:cacheprovider",
-           "--junitxml", str(junit)]
+    cmd = [
+        python,
+        "-m",
+        "pytest",
+        PurePosixPath(test.file).name,
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "--junitxml",
+        str(junit),
+    ]
     return cmd + (["-k", test.k] if test.k else [])
 
 
@@ -83,31 +92,47 @@ def run_one(python: str, test: SeriesTest, source: Path, junit: Path, keep: tupl
     env = cfg.worker_environment(cfg.EnvConfig(f"test {test.name}", dict(test.env)), keep=keep)
     env.pop("PYTHONPATH", None)
     try:
-        proc = subprocess.run(command(python, test, junit), cwd=folder, env=env, capture_output=True, text=True,
-                              timeout=TIMEOUT_S)
+        proc = subprocess.run(
+            command(python, test, junit), cwd=folder, env=env, capture_output=True, text=True, timeout=TIMEOUT_S
+        )
     except subprocess.TimeoutExpired:
         return {"outcome": "error", "reason": f"timed out after {TIMEOUT_S:g} s", "returncode": None}
     tail = ((proc.stderr or proc.stdout).strip().splitlines() or [""])[-1][:300]
     if not junit.is_file():
-        fix = (f"; install it: {python} -m pip install pytest expecttest hypothesis" if "No module named pytest" in tail
-               else "")
-        return {"outcome": "error", "returncode": proc.returncode,
-                "reason": f"pytest did not run (exit status {proc.returncode}): {tail}{fix}"}
+        fix = (
+            f"; install it: {python} -m pip install pytest expecttest hypothesis"
+            if "No module named pytest" in tail
+            else ""
+        )
+        return {
+            "outcome": "error",
+            "returncode": proc.returncode,
+            "reason": f"pytest did not run (exit status {proc.returncode}): {tail}{fix}",
+        }
     record = {**junit_outcome(junit), "returncode": proc.returncode, "junit": junit.name}
     record["reason"] = f"no test selected (exit status {proc.returncode})" if record["outcome"] == "error" else ""
     return record
 
 
-def run_all(tests: tuple[SeriesTest, ...], interpreters: dict[str, str], source: Path | None, folder: Path,
-            keep: tuple[str, ...] = ()) -> dict:
+def run_all(
+    tests: tuple[SeriesTest, ...],
+    interpreters: dict[str, str],
+    source: Path | None,
+    folder: Path,
+    keep: tuple[str, ...] = (),
+) -> dict:
     """Every test on every build -> ``{"source": str, "tests": [{name, file, k, env, expect, builds:
     {build: record with "expected" and "as_expected"}}]}`` (recorded as results.json ``series_tests``).
     ``source`` None: nothing runs, and the record says why."""
     if not tests:
         return {}
     if source is None:
-        return {"source": None, "skipped": "no source tree given: pass --tests-source DIR (the patched worktree, "
-                                           "e.g. work/<base>/patched)", "tests": [t.to_json() for t in tests]}
+        return {
+            "source": None,
+            "skipped": "no source tree given: pass --tests-source DIR (the patched worktree, "
+            "e.g. work/<base>/patched)",
+            "tests": [t.to_json() for t in tests],
+        }
     out = []
     for number, test in enumerate(tests, start=1):
         per_build = {}

@@ -16,9 +16,9 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
@@ -30,15 +30,21 @@ REPO = Path(__file__).resolve().parent.parent
 #: the harness cache outside the tests (the user's): read once, for Debian's source tarball only
 OUTER_CACHE = Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "torch-patch-harness")
 
-AUTHOR = {"GIT_AUTHOR_NAME": "Patch Author", "GIT_AUTHOR_EMAIL": "author@example.org",
-          "GIT_AUTHOR_DATE": "1700000000 +0000", "GIT_COMMITTER_NAME": "Test Committer",
-          "GIT_COMMITTER_EMAIL": "committer@example.org", "GIT_COMMITTER_DATE": "1700000000 +0000"}
+AUTHOR = {
+    "GIT_AUTHOR_NAME": "Patch Author",
+    "GIT_AUTHOR_EMAIL": "author@example.org",
+    "GIT_AUTHOR_DATE": "1700000000 +0000",
+    "GIT_COMMITTER_NAME": "Test Committer",
+    "GIT_COMMITTER_EMAIL": "committer@example.org",
+    "GIT_COMMITTER_DATE": "1700000000 +0000",
+}
 
 
 def git(cwd: Path, *args: str, env: dict | None = None, check: bool = True) -> str:
     """Run git in ``cwd`` for test set-up (argument list; author/committer fixed); return stdout."""
-    result = subprocess.run(["git", *args], cwd=cwd, env={**os.environ, **AUTHOR, **(env or {})},
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        ["git", *args], cwd=cwd, env={**os.environ, **AUTHOR, **(env or {})}, capture_output=True, text=True
+    )
     if check and result.returncode != 0:
         raise AssertionError(f"git {' '.join(args)} failed: {result.stderr}")
     return result.stdout
@@ -163,8 +169,9 @@ def tiny_upstream(tmp_path) -> Path:
     (repo / "a.txt").write_text(_lines(40).replace("line 35\n", "line 35 upstream\n"))
     git(repo, "commit", "-q", "-am", "v2: upstream moves")
     git(repo, "tag", "v2")
-    (repo / "a.txt").write_text(_lines(40).replace("line 35\n", "line 35 upstream\n")
-                                .replace("line 5\n", "line 5 rewritten upstream\n"))
+    (repo / "a.txt").write_text(
+        _lines(40).replace("line 35\n", "line 35 upstream\n").replace("line 5\n", "line 5 rewritten upstream\n")
+    )
     git(repo, "commit", "-q", "-am", "v3: upstream rewrites line 5")
     git(repo, "tag", "v3")
     git(repo, "checkout", "-q", "-b", "context", "v1")
@@ -175,8 +182,9 @@ def tiny_upstream(tmp_path) -> Path:
     return repo
 
 
-def export_series(upstream: Path, project: Path, name: str = "demo", base: str = "v1",
-                  rev_range: str = "v1..feature", extra: str = "") -> Path:
+def export_series(
+    upstream: Path, project: Path, name: str = "demo", base: str = "v1", rev_range: str = "v1..feature", extra: str = ""
+) -> Path:
     """Write ``patches/<name>/series.toml`` + ``<base>/*.patch`` from ``rev_range`` of ``upstream``.
 
     The patches come from plain ``git format-patch`` (numbered, with signature): what a user has.
@@ -189,7 +197,8 @@ def export_series(upstream: Path, project: Path, name: str = "demo", base: str =
     listed = ", ".join(f'"{p}"' for p in patches)
     (folder / "series.toml").write_text(
         f'name = "{name}"\ntitle = "Demo series"\nupstream = "{upstream}"\n'
-        f'env = ["DEMO_ENV"]\n\n[[base]]\nref = "{base}"\npatches = [{listed}]\n{extra}')
+        f'env = ["DEMO_ENV"]\n\n[[base]]\nref = "{base}"\npatches = [{listed}]\n{extra}'
+    )
     git(project, "add", "-A")
     git(project, "commit", "-q", "-m", "series")
     return folder

@@ -33,8 +33,8 @@ from pathlib import Path
 
 import git
 import pytest
-
 from conftest import seed_import
+
 from harness.paths import CACHE_ENV
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -56,7 +56,7 @@ def _manifest() -> dict:
 
 
 def _base(ref: str) -> dict:
-    (base,) = [b for b in _manifest()["base"] if b["ref"] == ref]
+    (base,) = (b for b in _manifest()["base"] if b["ref"] == ref)
     return base
 
 
@@ -120,9 +120,26 @@ def patched_tree(debian_tarball, debian_import, tmp_path_factory) -> tuple[git.R
     workdir = tmp_path_factory.mktemp("work")
     cache = tmp_path_factory.mktemp("cache")
     seed_import(cache, debian_import)
-    proc = subprocess.run([sys.executable, "-m", "harness", "apply", "--upstream", str(debian_tarball),
-                           "--base", "v2.6.0", "--series", SERIES, "--workdir", str(workdir)],
-                          cwd=REPO_ROOT, capture_output=True, text=True, env={**os.environ, CACHE_ENV: str(cache)})
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "harness",
+            "apply",
+            "--upstream",
+            str(debian_tarball),
+            "--base",
+            "v2.6.0",
+            "--series",
+            SERIES,
+            "--workdir",
+            str(workdir),
+        ],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, CACHE_ENV: str(cache)},
+    )
     assert proc.returncode == 0, proc.stderr
     repo = git.Repo(workdir / "v2.6.0" / "patched")
     base = git.Repo(workdir / "v2.6.0" / "stock").head.commit.hexsha
@@ -235,8 +252,18 @@ def _lint(tree: Path, path: str) -> list[tuple[int, str]]:
     findings = []
     commands = [
         [sys.executable, "-m", "flake8", "--config", ".flake8", path],
-        [sys.executable, "-m", "ruff", "check", "--no-cache", "--config", "pyproject.toml",
-         "--output-format", "concise", path],
+        [
+            sys.executable,
+            "-m",
+            "ruff",
+            "check",
+            "--no-cache",
+            "--config",
+            "pyproject.toml",
+            "--output-format",
+            "concise",
+            path,
+        ],
     ]
     for command in commands:
         result = subprocess.run(command, capture_output=True, text=True, cwd=tree)

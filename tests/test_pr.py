@@ -7,11 +7,11 @@ import os
 from pathlib import Path
 
 import pytest
-
 from conftest import git
+from small_upstream import SERIES_NAME, make_series, make_upstream
+
 from harness import cli
 from harness.upstream import patched_branch, worktrees
-from small_upstream import SERIES_NAME, make_series, make_upstream
 
 
 @pytest.fixture
@@ -85,9 +85,13 @@ def test_pr_refuses_the_harness_identity(applied, identity, capsys):
 def _results(root: Path, name: str, series: str, finished: str, report: str) -> Path:
     folder = root / name
     folder.mkdir(parents=True)
-    data = {"run": {"command": ["python", "-m", "harness", "compare", "--out", str(folder)], "finished": finished},
-            "builds": {"stock": {"build": {"series": None}},
-                       "patched": {"build": {"series": {"name": series, "hash": "0" * 64}}}}}
+    data = {
+        "run": {"command": ["python", "-m", "harness", "compare", "--out", str(folder)], "finished": finished},
+        "builds": {
+            "stock": {"build": {"series": None}},
+            "patched": {"build": {"series": {"name": series, "hash": "0" * 64}}},
+        },
+    }
     (folder / "results.json").write_text(json.dumps(data))
     (folder / "report.md").write_text(report)
     return folder
@@ -99,8 +103,13 @@ def test_pr_md_quotes_the_newest_report_of_the_series(applied, project, identity
     _results(root, "old", SERIES_NAME, "2026-01-01T00:00:00Z", "## old verdict\n")
     _results(root, "other", "another-series", "2026-12-31T00:00:00Z", "## not ours\n")
     block = "## Verdict: 1.25x faster (95% CI 1.20-1.31)\n\n"
-    newest = _results(root, "new", SERIES_NAME, "2026-06-01T00:00:00Z",
-                      block + "<details><summary>all cells</summary>\nx\n</details>\n")
+    newest = _results(
+        root,
+        "new",
+        SERIES_NAME,
+        "2026-06-01T00:00:00Z",
+        block + "<details><summary>all cells</summary>\nx\n</details>\n",
+    )
     (root / "broken").mkdir()
     (root / "broken" / "results.json").write_text("{not json")
     rc, _, err = _pr(capsys)

@@ -28,8 +28,14 @@ def harness(*args: str, env: dict | None = None):
 
 def harness_process(*args: str) -> subprocess.CompletedProcess:
     """``python -m harness *args`` as a real subprocess (the end-to-end path)."""
-    return subprocess.run([sys.executable, "-m", "harness", *fixed_rounds(args)], capture_output=True, text=True,
-                          cwd=REPO, env=dict(os.environ), timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "harness", *fixed_rounds(args)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=dict(os.environ),
+        timeout=600,
+    )
 
 
 def fake_python(tmp_path: Path, worker_code: str) -> str:
@@ -38,7 +44,8 @@ def fake_python(tmp_path: Path, worker_code: str) -> str:
     script.write_text(
         "#!/bin/sh\n"
         f'if [ "$2" = harness.bench.worker ]; then exec {sys.executable} -c "{worker_code}"; fi\n'
-        f'exec {sys.executable} "$@"\n')
+        f'exec {sys.executable} "$@"\n'
+    )
     script.chmod(script.stat().st_mode | stat.S_IEXEC)
     return f"python:{script}"
 
@@ -46,8 +53,23 @@ def fake_python(tmp_path: Path, worker_code: str) -> str:
 @pytest.fixture(scope="module")
 def ab_run(tmp_path_factory, this_python):
     out = tmp_path_factory.mktemp("ab") / "run"
-    args = ["compare", "--stock", this_python, "--patched", this_python, "--device", "cpu", "--configs", "default",
-            "--cells", CELLS, "--rounds", "4", "--out", str(out)]
+    args = [
+        "compare",
+        "--stock",
+        this_python,
+        "--patched",
+        this_python,
+        "--device",
+        "cpu",
+        "--configs",
+        "default",
+        "--cells",
+        CELLS,
+        "--rounds",
+        "4",
+        "--out",
+        str(out),
+    ]
     first = harness_process(*args)
     return out, args, first
 
@@ -130,8 +152,23 @@ def test_report_command_re_renders_report_and_plots_byte_for_byte(ab_run, tmp_pa
 
 def test_crashing_worker_marks_its_cells_failed_and_the_run_continues(tmp_path, this_python):
     crash = fake_python(tmp_path, "import os; os.abort()")
-    proc = harness("compare", "--stock", this_python, "--patched", crash, "--device", "cpu", "--configs", "default",
-                   "--cells", CELLS, "--rounds", "1", "--out", str(tmp_path / "out"))
+    proc = harness(
+        "compare",
+        "--stock",
+        this_python,
+        "--patched",
+        crash,
+        "--device",
+        "cpu",
+        "--configs",
+        "default",
+        "--cells",
+        CELLS,
+        "--rounds",
+        "1",
+        "--out",
+        str(tmp_path / "out"),
+    )
     assert proc.returncode == 1
     data = json.loads((tmp_path / "out" / "results.json").read_text())
     by_build = {p["build"]: p for p in data["processes"]}
@@ -146,8 +183,25 @@ def test_crashing_worker_marks_its_cells_failed_and_the_run_continues(tmp_path, 
 
 def test_hanging_worker_times_out(tmp_path, this_python):
     hang = fake_python(tmp_path, "import time; time.sleep(60)")
-    proc = harness("compare", "--stock", hang, "--patched", this_python, "--device", "cpu", "--configs", "default",
-                   "--cells", CELLS, "--rounds", "1", "--timeout", "3", "--out", str(tmp_path / "out"))
+    proc = harness(
+        "compare",
+        "--stock",
+        hang,
+        "--patched",
+        this_python,
+        "--device",
+        "cpu",
+        "--configs",
+        "default",
+        "--cells",
+        CELLS,
+        "--rounds",
+        "1",
+        "--timeout",
+        "3",
+        "--out",
+        str(tmp_path / "out"),
+    )
     assert proc.returncode == 1
     data = json.loads((tmp_path / "out" / "results.json").read_text())
     stock = next(p for p in data["processes"] if p["build"] == "stock")
@@ -157,8 +211,19 @@ def test_hanging_worker_times_out(tmp_path, this_python):
 def test_config_consistency_compares_gemm_outputs_across_processes(tmp_path, this_python):
     """The device's config pair (cpu: no_vec vs default; mps: all vs vanilla) is compared on real outputs."""
     out = tmp_path / "out"
-    proc = harness("bench", "--build", this_python, "--device", "cpu", "--cells", CELLS + ",addmm/32x48x64/float16",
-                   "--rounds", "1", "--out", str(out))
+    proc = harness(
+        "bench",
+        "--build",
+        this_python,
+        "--device",
+        "cpu",
+        "--cells",
+        CELLS + ",addmm/32x48x64/float16",
+        "--rounds",
+        "1",
+        "--out",
+        str(out),
+    )
     assert proc.returncode == 0, proc.stderr
     data = json.loads((out / "results.json").read_text())
     section = data["consistency"]
@@ -196,8 +261,10 @@ def test_resume_refuses_a_run_measured_with_other_builds_or_cells(ab_run, tmp_pa
     assert proc.returncode == 2
     assert f"{out} holds a run measured with different cells -- pass --fresh" in proc.stderr
     fake = fake_python(tmp_path, "import os; os.abort()")  # another interpreter: a different build input
-    other_build = [fake if a == args[args.index("--patched") + 1] and i == args.index("--patched") + 1 else a
-                   for i, a in enumerate(args)]
+    other_build = [
+        fake if a == args[args.index("--patched") + 1] and i == args.index("--patched") + 1 else a
+        for i, a in enumerate(args)
+    ]
     proc = harness(*other_build)
     assert proc.returncode == 2 and "different inputs" in proc.stderr
     assert (out / "results.json").read_text() == before  # nothing relabelled
@@ -212,7 +279,7 @@ def test_more_rounds_extend_a_finished_run(ab_run, tmp_path):
     run, args, _ = ab_run
     out = _copy(run, tmp_path)
     rounds = args.index("--rounds") + 1
-    more = harness(*_on(out, run, [*args[:rounds], "5", *args[rounds + 1:]]))
+    more = harness(*_on(out, run, [*args[:rounds], "5", *args[rounds + 1 :]]))
     assert more.returncode == 0, more.stderr
     kept = sum(more.stderr.count(f" kept r0{r}") for r in range(4))
     assert kept == 8 and more.stderr.count(" ran r04") == 2 == more.stderr.count(" ran r")
@@ -239,8 +306,25 @@ def test_adaptive_sampling_adds_rounds_only_for_unconverged_cells(ab_run, tmp_pa
 
 def test_adaptive_sampling_stops_when_every_cell_converged(tmp_path, this_python):
     out = tmp_path / "out"
-    proc = harness("compare", "--stock", this_python, "--patched", this_python, "--device", "cpu", "--configs", "default",
-                   "--cells", "mm/64x64x64/float32", "--rounds", "4", "--target-ci", "0.9", "--out", str(out))
+    proc = harness(
+        "compare",
+        "--stock",
+        this_python,
+        "--patched",
+        this_python,
+        "--device",
+        "cpu",
+        "--configs",
+        "default",
+        "--cells",
+        "mm/64x64x64/float32",
+        "--rounds",
+        "4",
+        "--target-ci",
+        "0.9",
+        "--out",
+        str(out),
+    )
     assert proc.returncode == 0, proc.stderr
     data = json.loads((out / "results.json").read_text())
     # at 4 + 4 processes the exact CI is the whole range of the differences, so one slow process of a
@@ -258,17 +342,26 @@ def test_report_shows_build_manifests_flags_and_datasheet_peaks(ab_run):
     env = {"USE_MPS": "1", "MAX_JOBS": "8", "PYTORCH_BUILD_VERSION": "2.6.0+stock.94a97a2f"}
     for b in ("stock", "patched"):
         data["builds"][b]["build"] = {
-            "base_sha": "94a97a2f7acd", "series": None if b == "stock" else {"name": "mps-gemm", "hash": "24198fd8"},
-            "environment": {**env, "PYTORCH_BUILD_VERSION": f"2.6.0+{b}"}, "compiler": "clang 16", "cmake": "3.31",
-            "platform": "macos-arm64", "build_type": "Release", "version": f"2.6.0+{b}"}
+            "base_sha": "94a97a2f7acd",
+            "series": None if b == "stock" else {"name": "mps-gemm", "hash": "24198fd8"},
+            "environment": {**env, "PYTORCH_BUILD_VERSION": f"2.6.0+{b}"},
+            "compiler": "clang 16",
+            "cmake": "3.31",
+            "platform": "macos-arm64",
+            "build_type": "Release",
+            "version": f"2.6.0+{b}",
+        }
     text = report.render(data)
     assert "| series | – | mps-gemm `24198fd8` |" in text
     assert "Build flags: **identical** apart from the version label." in text
     data["builds"]["patched"]["build"]["environment"]["USE_MPS"] = "0"
     assert "Build flags: **differ** in `USE_MPS`." in report.render(data)
     # % of peak: only where the device has a datasheet peak (here: pretend the run was on an H200)
-    rows = [line.split(" | ") for line in text.split("## Cells")[1].split("## Correctness")[0].splitlines()
-            if line.startswith(("| mm ", "| sdpa"))]
+    rows = [
+        line.split(" | ")
+        for line in text.split("## Cells")[1].split("## Correctness")[0].splitlines()
+        if line.startswith(("| mm ", "| sdpa"))
+    ]
     assert "patched GFLOP/s (% of peak)" in text and rows and not any("%)" in row[4] for row in rows)
     data["run"]["device"] = "cuda"
     data["builds"]["stock"]["provenance"]["gpu_name"] = "NVIDIA H200"
@@ -277,6 +370,6 @@ def test_report_shows_build_manifests_flags_and_datasheet_peaks(ab_run):
     import numpy as np
 
     median = float(np.median(res.process_medians(res.cell_table(data)["default"]["mm/64x64x64/float32"]["patched"])))
-    tflops = 2 * 64 ** 3 / median / 1e12
+    tflops = 2 * 64**3 / median / 1e12
     assert row.split(" | ")[4] == f"{tflops:.3g} ({tflops / 67.0:.0%})"  # FP32 peak of the H200: 67 TFLOP/s
     assert "patched TFLOP/s (% of peak)" in report.render(data)

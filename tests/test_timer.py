@@ -37,8 +37,9 @@ def fake_timer(clock: FakeClock, method: str = "synchronize+perf_counter") -> Bl
 
 
 def test_real_clock_never_reports_less_than_a_real_sleep():
-    m = BlockTimer(devices.profile("cpu", torch)).measure(lambda: time.sleep(0.002), warmup_s=0.0, measure_s=0.0,
-                                                          min_samples=3)
+    m = BlockTimer(devices.profile("cpu", torch)).measure(
+        lambda: time.sleep(0.002), warmup_s=0.0, measure_s=0.0, min_samples=3
+    )
     assert m.method == "perf_counter" and m.number == 1  # one 2 ms call already exceeds the 1 ms block
     assert len(m.samples) == len(m.enqueue) == 3
     assert min(m.samples) >= 0.002  # sleep never returns early (no upper bound: a loaded machine is slower)
@@ -64,8 +65,9 @@ def test_fast_calls_are_grouped_into_blocks_of_bounded_size():
 def test_blocks_grow_until_they_reach_the_overhead_threshold():
     # an empty block holds its final synchronize, 50 µs: a block must last 50 µs / 1 % = 5 ms (not 1 ms)
     clock = FakeClock(call_ns=20_000, sync_ns=50_000)
-    m = fake_timer(clock).measure(clock.call, warmup_s=0.0, warmup_calls=1, measure_s=0.0, min_block_s=1e-3,
-                                  min_samples=3)
+    m = fake_timer(clock).measure(
+        clock.call, warmup_s=0.0, warmup_calls=1, measure_s=0.0, min_block_s=1e-3, min_samples=3
+    )
     assert m.overhead_s == pytest.approx(50e-6)
     # 1 call: 70 µs -> 78 calls: 1.61 ms -> 266 calls: 5.37 ms >= 5 ms (grown x 1.1 towards the target)
     assert m.number == 266
@@ -84,7 +86,7 @@ def test_warmup_and_blocks_never_enqueue_more_than_the_bound_between_syncs():
     assert longest == MAX_BLOCK_CALLS  # the 1 s block target is capped by the call bound
     # warm-up: one call per synchronize, bounded in calls however short the calls are
     first = clock.trace.index("call")
-    assert clock.trace[first:first + 2 * WARMUP_CALLS + 1] == ["call", "sync"] * WARMUP_CALLS + ["sync"]
+    assert clock.trace[first : first + 2 * WARMUP_CALLS + 1] == ["call", "sync"] * WARMUP_CALLS + ["sync"]
 
 
 def test_warmup_stops_at_its_deadline():

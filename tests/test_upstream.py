@@ -11,15 +11,14 @@ from pathlib import Path
 
 import git as gitpython
 import pytest
-
 from conftest import git
+
 from harness import cli
 from harness.errors import UpstreamError
 from harness.upstream import checkout, import_archive, missing_submodules, patched_branch, worktrees
 
 
-def test_checkout_creates_worktrees_and_warm_cache_does_no_clone(tiny_upstream, isolated_cache, tmp_path,
-                                                                  monkeypatch):
+def test_checkout_creates_worktrees_and_warm_cache_does_no_clone(tiny_upstream, isolated_cache, tmp_path, monkeypatch):
     work = tmp_path / "work"
     first = checkout(str(tiny_upstream), "v1", work, "demo")
     assert first.upstream.created and first.upstream.kind == "git"
@@ -167,14 +166,19 @@ def test_missing_submodules(tmp_path):
     (declared / ".gitmodules").write_text(
         '[submodule "a"]\n\tpath = third_party/present\n\turl = x\n'
         '[submodule "b"]\n\tpath = third_party/empty\n\turl = x\n'
-        '[submodule "c"]\n\tpath = third_party/absent\n\turl = x\n')
+        '[submodule "c"]\n\tpath = third_party/absent\n\turl = x\n'
+    )
     assert missing_submodules(declared) == ["third_party/empty", "third_party/absent"]
     stripped = tmp_path / "stripped"
     (stripped / "third_party" / "gloo").mkdir(parents=True)
     (stripped / "third_party" / "gloo" / "CMakeLists.txt").write_text("")
     (stripped / "setup.py").write_text("")
-    assert missing_submodules(stripped) == ["third_party/cpuinfo", "third_party/onnx", "third_party/fbgemm",
-                                            "third_party/cutlass"]
+    assert missing_submodules(stripped) == [
+        "third_party/cpuinfo",
+        "third_party/onnx",
+        "third_party/fbgemm",
+        "third_party/cutlass",
+    ]
 
 
 def test_submodules_are_initialised_recursively(tmp_path, isolated_cache, monkeypatch):
@@ -217,8 +221,13 @@ def test_debian_checkout_reports_no_submodules_and_warm_cache(debian_archive, tm
     assert (patched / mm).read_bytes() == (stock / mm).read_bytes()
     assert (stock / "version.txt").read_text().strip() == "2.6.0a0"
     assert "no submodules" in err and "third_party/gloo" in err
-    assert missing_submodules(patched) == ["third_party/gloo", "third_party/cpuinfo", "third_party/onnx",
-                                           "third_party/fbgemm", "third_party/cutlass"]
+    assert missing_submodules(patched) == [
+        "third_party/gloo",
+        "third_party/cpuinfo",
+        "third_party/onnx",
+        "third_party/fbgemm",
+        "third_party/cutlass",
+    ]
     assert git(stock, "status", "--porcelain") == ""
     started = time.monotonic()
     assert cli.main(args[:-1] + [str(tmp_path / "work2")]) == 0
@@ -226,5 +235,7 @@ def test_debian_checkout_reports_no_submodules_and_warm_cache(debian_archive, tm
     err = capsys.readouterr().err
     assert "cache warm, no import" in err and "importing" not in err
     print(f"debian checkout: first {first_s:.1f} s (import if cold + 2 worktrees), warm cache {warm_s:.1f} s")
-    assert os.path.samefile(git(tmp_path / "work2" / "v2.6.0" / "stock", "rev-parse", "--git-common-dir").strip(),
-                            git(stock, "rev-parse", "--git-common-dir").strip())
+    assert os.path.samefile(
+        git(tmp_path / "work2" / "v2.6.0" / "stock", "rev-parse", "--git-common-dir").strip(),
+        git(stock, "rev-parse", "--git-common-dir").strip(),
+    )

@@ -15,14 +15,21 @@ def test_parse_inputs(tmp_path):
     wheel.write_bytes(b"not really a wheel")
     parsed = parse_input(str(wheel), "patched")
     import hashlib
+
     assert parsed.kind == "wheel" and parsed.sha256 == hashlib.sha256(b"not really a wheel").hexdigest()
 
 
-@pytest.mark.parametrize("text, cause", [
-    ("/nonexistent/torch-2.6.0-cp311-cp311-linux_x86_64.whl", "--stock: wheel /nonexistent/torch-2.6.0-cp311-cp311-linux_x86_64.whl does not exist"),
-    ("python:/nonexistent/python", "--stock: interpreter /nonexistent/python does not exist"),
-    ("torch===", "--stock: 'torch===' is neither a wheel path nor a requirement"),
-])
+@pytest.mark.parametrize(
+    "text, cause",
+    [
+        (
+            "/nonexistent/torch-2.6.0-cp311-cp311-linux_x86_64.whl",
+            "--stock: wheel /nonexistent/torch-2.6.0-cp311-cp311-linux_x86_64.whl does not exist",
+        ),
+        ("python:/nonexistent/python", "--stock: interpreter /nonexistent/python does not exist"),
+        ("torch===", "--stock: 'torch===' is neither a wheel path nor a requirement"),
+    ],
+)
 def test_bad_inputs_name_the_cause(text, cause):
     with pytest.raises(BuildInputError) as info:
         parse_input(text, "stock")
@@ -52,8 +59,9 @@ def test_requirement_gets_a_venv_created_once_and_reused(tmp_path, monkeypatch):
     build = parse_input("torch==2.13.0", "stock")
     python, reused = ensure_interpreter(build, envs_dir=envs)
     assert not reused and python.parent.parent.parent == envs
-    version = subprocess.run([str(python), "-c", "import torch; print(torch.__version__)"],
-                             capture_output=True, text=True, check=True).stdout.strip()
+    version = subprocess.run(
+        [str(python), "-c", "import torch; print(torch.__version__)"], capture_output=True, text=True, check=True
+    ).stdout.strip()
     assert version == "2.13.0"
     with pytest.MonkeyPatch.context() as patch:  # reused: no venv is created and pip does not run
         patch.setattr(venvs.venv.EnvBuilder, "create", lambda *a, **k: pytest.fail("venv created again"))
@@ -77,10 +85,14 @@ def test_unsatisfiable_requirement_quotes_pip(tmp_path, monkeypatch):
 def test_pip_cause_names_a_full_disk_and_skips_pips_bare_exception_line():
     from harness.venvs import _pip_cause
 
-    full = ("ERROR: Exception:\nTraceback (most recent call last):\n  File \"download.py\", line 147, in __call__\n"
-            "pip._vendor.urllib3.exceptions.ProtocolError: (\"Connection broken: OSError(28, 'No space left on "
-            "device')\", OSError(28, 'No space left on device'))\n")  # pip 24 on a full disk, as seen here
+    full = (
+        'ERROR: Exception:\nTraceback (most recent call last):\n  File "download.py", line 147, in __call__\n'
+        "pip._vendor.urllib3.exceptions.ProtocolError: (\"Connection broken: OSError(28, 'No space left on "
+        "device')\", OSError(28, 'No space left on device'))\n"
+    )  # pip 24 on a full disk, as seen here
     assert _pip_cause(full).startswith("no space left on device")
     assert _pip_cause("ERROR: Exception:\nTraceback\nValueError: boom\n") == "ValueError: boom"
-    assert _pip_cause("x\nERROR: No matching distribution found for torch==0.0.1\n") == \
-        "ERROR: No matching distribution found for torch==0.0.1"
+    assert (
+        _pip_cause("x\nERROR: No matching distribution found for torch==0.0.1\n")
+        == "ERROR: No matching distribution found for torch==0.0.1"
+    )

@@ -42,8 +42,8 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Callable
 
 #: host-enqueue / block time per call above which a cell is labelled launch-bound
 LAUNCH_BOUND_RATIO = 0.5
@@ -91,7 +91,7 @@ def steady_start(samples: list[float]) -> int:
 
 def steady_median(samples: list[float]) -> float:
     """Median of the blocks from :func:`steady_start` on (seconds per call)."""
-    return statistics.median(samples[steady_start(samples):])
+    return statistics.median(samples[steady_start(samples) :])
 
 
 @dataclass
@@ -174,8 +174,12 @@ class BlockTimer:
         block, _ = self.time_block(fn, number)
         self.sync()
         outer = (self.clock() - t0) * 1e-9
-        return {"block_s": block, "outer_s": outer, "overhead_s": overhead,
-                "passed": 0.0 <= outer - block <= 2 * overhead + 1e-3}
+        return {
+            "block_s": block,
+            "outer_s": outer,
+            "overhead_s": overhead,
+            "passed": 0.0 <= outer - block <= 2 * overhead + 1e-3,
+        }
 
     def warmup(self, fn: Callable[[], object], warmup_s: float, max_calls: int = WARMUP_CALLS) -> int:
         """Untimed calls, each synchronized, until ``warmup_s`` seconds or ``max_calls`` calls
