@@ -455,6 +455,12 @@ def _provenance(data: dict) -> list[str]:
         )
     row("Python", lambda b: b["provenance"]["python"])
     row("torch default threads (workers used: see below)", lambda b: b["provenance"]["num_threads"])
+    return lines + _run_lines(data) + _build_rows(data) + _config_show(data)
+
+
+def _run_lines(data: dict) -> list[str]:
+    """How the run was made: harness, timing, start-up, threads, the command to reproduce it, variables."""
+    run = data["run"]
     timing = run["timing"]
     timing_text = (
         f"warm-up {timing.get('warmup_s')} s, measurement {timing.get('measure_s')} s per cell per process, "
@@ -466,7 +472,7 @@ def _provenance(data: dict) -> list[str]:
             f"; process start-up (interpreter + import torch) median {statistics.median(startups):.1f} s, "
             f"{startups[0]:.1f}-{startups[-1]:.1f} s over {len(startups)} processes"
         )
-    lines += [
+    lines = [
         "",
         f"Harness {data['harness_version']}, device `{run['device']}`, {run['rounds']} rounds of fresh "
         f"processes per (build, config), order shuffled per round (seed {run['seed']}); timing: {timing_text}; "
@@ -488,8 +494,13 @@ def _provenance(data: dict) -> list[str]:
         ]
     if run.get("keep_env"):
         lines += ["", "Inherited variables kept (`--keep-env`): " + ", ".join(f"`{k}`" for k in run["keep_env"]) + "."]
-    lines += _build_rows(data)
-    for b in names:
+    return lines
+
+
+def _config_show(data: dict) -> list[str]:
+    """Each build's ``torch.__config__.show()``, folded."""
+    lines = []
+    for b in data["run"]["builds"]:
         show = data["builds"][b]["provenance"].get("config_show")
         if show:
             lines += [
@@ -650,31 +661,15 @@ def _cell_rows(data: dict, analysis: Analysis, config: str, scale: float) -> tup
     return lines, problems
 
 
-def render(data: dict, analysis: Analysis | None = None) -> str:
-    """The markdown report of one run (see module docstring). Deterministic for the same data."""
-    analysis = analysis or analyse(data)
-    run = data["run"]
-    builds = analysis.builds
-    ab = analysis.ab
-    gpu = run["device"] != "cpu"
-    unit, scale = ("TFLOP/s", 1e12) if gpu else ("GFLOP/s", 1e9)
-    names = " vs ".join(f"{b} (torch {data['builds'][b]['provenance']['torch_version']})" for b in builds)
-    out = [f"# {'A/B' if ab else 'Benchmark'}: {names} on `{run['device']}`", ""]
-
-    if not run.get("finished"):
-        done, planned = len(data["processes"]), len(run.get("order", []))
-        out += [
-            f"> **Incomplete run:** {done} of {planned} planned worker processes finished before it was "
-            "interrupted; the numbers below use those. Run the same command again to resume.",
-            "",
-        ]
+def _config_sections(data: dict, analysis: Analysis, unit: str, scale: float) -> tuple[list, list, list]:
+    """(per-config summary lines, per-config cell tables, failure/skip lines) of every config."""
     summaries, sections, problems = [], [], []
-    for config in run["configs"]:
+    for config in data["run"]["configs"]:
         env = data["configs"][config]["env"]
         env_text = " ".join(f"{k}={v}" for k, v in env.items()) or "no variables"
         lines, found = _cell_rows(data, analysis, config, scale)
         problems += found
-        if ab:
+        if analysis.ab:
             gm = analysis.geomeans[config]
             if not math.isfinite(gm.gm):
                 summaries.append(f"- **{config}** ({env_text}): no geometric mean ({gm.reason})")
@@ -683,17 +678,8 @@ def render(data: dict, analysis: Analysis | None = None) -> str:
                     f"- **{config}** ({env_text}): geometric-mean speedup over "
                     f"{_plural(gm.n_cells, 'cell')} **{_ratio_ci(gm.gm, gm.lo, gm.hi)}**: {_in_words(gm)}"
                 )
-            head = [
-                "cell",
-                "dtype",
-                "stock µs ±IQR/2",
-                "patched µs ±IQR/2",
-                f"patched {unit} (% of peak)",
-                "speedup [95% CI]",
-                "p (U test)",
-                "verdict",
-                "notes",
-            ]
+            head = ["cell", "dtype", "stock µs ±IQR/2", "patched µs ±IQR/2", f"patched {unit} (% of peak)"]
+            head += ["speedup [95% CI]", "p (U test)", "verdict", "notes"]
         else:
             head = ["cell", "dtype", "median µs ±IQR/2", f"{unit} (% of peak)", "processes", "notes"]
         sections += [
@@ -704,7 +690,43 @@ def render(data: dict, analysis: Analysis | None = None) -> str:
         ]
         sections += ["| " + " | ".join(x) + " |" for x in lines]
         sections += ["", "</details>", ""]
+    return summaries, sections, problems
 
+
+def _per_config_summary(run: dict, summaries: list[str]) -> list[str]:
+    """The stock-vs-patched-per-config section: the rule, the adaptive sampling line, the summaries."""
+    n, floor = run["rounds"], stats.min_processes()
+    enough = (
+        f" (a verdict needs at least {floor})."
+        if n >= floor
+        else f"; a verdict needs at least {floor} per side, so every verdict is undetermined (use --rounds {floor} "
+        "or more)."
+    )
+    rule = (
+        "Speedup = stock time / patched time (> 1: patched faster), the Hodges-Lehmann estimate over the "
+        f"per-process medians with its exact 95% (Moses) confidence interval; verdict threshold ±{THRESHOLD:.0%}: "
+        f"faster/slower when the whole CI lies beyond it, equivalent when inside. {n} fresh processes per build "
+        f"and config{enough} The geometric mean per config compares each process's geometric-mean time over the "
+        "cells (a process moves all its cells), with the same rule."
+    )
+    return ["## Stock vs patched per config", "", rule, ""] + _adaptive_text(run) + summaries + [""]
+
+
+def render(data: dict, analysis: Analysis | None = None) -> str:
+    """The markdown report of one run (see module docstring). Deterministic for the same data."""
+    analysis = analysis or analyse(data)
+    run = data["run"]
+    unit, scale = ("TFLOP/s", 1e12) if run["device"] != "cpu" else ("GFLOP/s", 1e9)
+    names = " vs ".join(f"{b} (torch {data['builds'][b]['provenance']['torch_version']})" for b in analysis.builds)
+    out = [f"# {'A/B' if analysis.ab else 'Benchmark'}: {names} on `{run['device']}`", ""]
+    if not run.get("finished"):
+        done, planned = len(data["processes"]), len(run.get("order", []))
+        out += [
+            f"> **Incomplete run:** {done} of {planned} planned worker processes finished before it was "
+            "interrupted; the numbers below use those. Run the same command again to resume.",
+            "",
+        ]
+    summaries, sections, problems = _config_sections(data, analysis, unit, scale)
     drifted = [f"`{c}` {b}" for (b, c), d in analysis.drifts.items() if d.verdict == "drift"]
     contrasts = prbody.evaluate_all(data, THRESHOLD, LAUNCH_BOUND_THRESHOLD)
     out += prbody.render_block(data, contrasts, _what_was_compared(data))
@@ -715,36 +737,8 @@ def render(data: dict, analysis: Analysis | None = None) -> str:
         "failures, provenance</summary>",
         "",
     ]
-    if ab:
-        n = run["rounds"]
-        floor = stats.min_processes()
-        out += (
-            [
-                "## Stock vs patched per config",
-                "",
-                f"Speedup = stock time / patched time (> 1: patched faster), the Hodges-Lehmann estimate over the "
-                "per-process medians with its exact 95% (Moses) confidence interval; verdict threshold "
-                f"±{THRESHOLD:.0%}: "
-                f"faster/slower when the whole CI lies beyond it, equivalent when inside. {n} fresh "
-                "processes per build "
-                f"and config"
-                + (
-                    f"; a verdict needs at least {floor} per side, so every verdict is undetermined (use "
-                    f"--rounds {floor} "
-                    "or more)."
-                    if n < floor
-                    else f" (a verdict needs at least {floor})."
-                )
-                + " The geometric mean per config compares each process's geometric-mean time over the cells "
-                "(a process "
-                "moves all its cells), with the same rule.",
-                "",
-            ]
-            + _adaptive_text(run)
-            + summaries
-            + [""]
-        )
-        out += [f"![speedup per cell with 95% CI]({SPEEDUP_PNG})", ""]
+    if analysis.ab:
+        out += _per_config_summary(run, summaries) + [f"![speedup per cell with 95% CI]({SPEEDUP_PNG})", ""]
     out += [
         "## Cells",
         "",
@@ -756,7 +750,7 @@ def render(data: dict, analysis: Analysis | None = None) -> str:
     out += [f"![latency vs size: {f}]({latency_png_name(f)})" for f in analysis.families] + [""]
     out += prbody.details_tables(contrasts, data)
     out += _correctness(data, analysis)
-    out += _consistency(data.get("consistency"), builds)
+    out += _consistency(data.get("consistency"), analysis.builds)
     out += _drift_lines(analysis, run["configs"])
     out += ["## Failures and skips", ""] + (problems or ["None."]) + [""]
     out += ["## Provenance", ""] + _provenance(data) + [""] + prbody.collect_env_lines(data)

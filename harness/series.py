@@ -218,6 +218,72 @@ def _strings(where: str, key: str, value: list) -> tuple[str, ...]:
     return tuple(value)
 
 
+def _load_base(where: str, folder: Path, number: int, table: dict) -> Base:
+    """One ``[[base]]`` table of ``series.toml``, checked (see :func:`load_series`).
+
+    Raises:
+        SeriesError: a missing or mistyped key, a bad SHA, a folder or patch file outside the series, a
+            patch file absent.
+    """
+    ref_note = f" (ref {table['ref']!r})" if isinstance(table.get("ref"), str) else ""
+    label = f"{where}: [[base]] #{number}{ref_note}"
+    _check_keys(
+        label,
+        table,
+        _BASE_KEYS,
+        _BASE_REQUIRED,
+        "add `{key} = ...` to that [[base]] (patches: ordered format-patch file names)",
+    )
+    if "commit" in table and not _SHA.fullmatch(table["commit"]):
+        raise SeriesError(
+            f"{label}: key 'commit' is not a 40-hex SHA: {table['commit']!r}",
+            "pin the full commit SHA, or drop the key",
+        )
+    patches = _strings(label, "patches", table["patches"])
+    if not patches:
+        raise SeriesError(f"{label}: key 'patches' is empty", "list the patch files in order")
+    directory = table.get("dir", table["ref"])
+    if Path(directory).is_absolute() or ".." in Path(directory).parts:
+        raise SeriesError(
+            f"{label}: key 'dir' must be a folder inside {folder}: {directory!r}", "use a relative folder name"
+        )
+    inside(folder, directory, f"{label}: key 'dir'")
+    for name in patches:
+        if Path(name).is_absolute() or ".." in Path(name).parts or len(Path(name).parts) != 1:
+            raise SeriesError(
+                f"{label}: key 'patches': {name!r} is not a file name in {shown(folder / directory)}",
+                "list bare patch file names (no folders, no '..', no absolute paths)",
+            )
+        path = inside(folder / directory, name, f"{label}: key 'patches':")
+        if not path.is_file():
+            raise SeriesError(
+                f"{label}: key 'patches': patch file absent: {shown(folder / directory / name)}",
+                "add the file, or remove it from 'patches'",
+            )
+    reads = table.get("read", [])
+    for item in reads:
+        if not isinstance(item, dict):
+            raise SeriesError(f"{label}: [[base.read]] must be tables", "use [[base.read]] path/commit")
+        _check_keys(
+            f"{label} [[base.read]]",
+            item,
+            _READ_KEYS,
+            ("path", "commit"),
+            "add `{key} = ...` to that [[base.read]]",
+        )
+    files = _strings(label, "files", table["files"]) if "files" in table else None
+    return Base(
+        number,
+        table["ref"],
+        directory,
+        patches,
+        table.get("commit"),
+        files,
+        table.get("notes", ""),
+        tuple(reads),
+    )
+
+
 def load_series(spec: str | Path) -> Series:
     """Load and validate ``series.toml``; every patch file named must exist.
 
@@ -248,67 +314,13 @@ def load_series(spec: str | Path) -> Series:
         raise SeriesError(f"{where}: key 'base' must be one or more [[base]] tables", "add a [[base]] table")
     bases: list[Base] = []
     for number, table in enumerate(data["base"], start=1):
-        ref_note = f" (ref {table['ref']!r})" if isinstance(table.get("ref"), str) else ""
-        label = f"{where}: [[base]] #{number}{ref_note}"
-        _check_keys(
-            label,
-            table,
-            _BASE_KEYS,
-            _BASE_REQUIRED,
-            "add `{key} = ...` to that [[base]] (patches: ordered format-patch file names)",
-        )
-        if "commit" in table and not _SHA.fullmatch(table["commit"]):
+        base = _load_base(where, folder, number, table)
+        if any(b.ref == base.ref for b in bases):
             raise SeriesError(
-                f"{label}: key 'commit' is not a 40-hex SHA: {table['commit']!r}",
-                "pin the full commit SHA, or drop the key",
+                f"{where}: [[base]] #{number} (ref {base.ref!r}): key 'ref': duplicate base ref {base.ref!r}",
+                "keep one [[base]] per ref",
             )
-        patches = _strings(label, "patches", table["patches"])
-        if not patches:
-            raise SeriesError(f"{label}: key 'patches' is empty", "list the patch files in order")
-        directory = table.get("dir", table["ref"])
-        if Path(directory).is_absolute() or ".." in Path(directory).parts:
-            raise SeriesError(
-                f"{label}: key 'dir' must be a folder inside {folder}: {directory!r}", "use a relative folder name"
-            )
-        inside(folder, directory, f"{label}: key 'dir'")
-        for name in patches:
-            if Path(name).is_absolute() or ".." in Path(name).parts or len(Path(name).parts) != 1:
-                raise SeriesError(
-                    f"{label}: key 'patches': {name!r} is not a file name in {shown(folder / directory)}",
-                    "list bare patch file names (no folders, no '..', no absolute paths)",
-                )
-            path = inside(folder / directory, name, f"{label}: key 'patches':")
-            if not path.is_file():
-                raise SeriesError(
-                    f"{label}: key 'patches': patch file absent: {shown(folder / directory / name)}",
-                    "add the file, or remove it from 'patches'",
-                )
-        reads = table.get("read", [])
-        for item in reads:
-            if not isinstance(item, dict):
-                raise SeriesError(f"{label}: [[base.read]] must be tables", "use [[base.read]] path/commit")
-            _check_keys(
-                f"{label} [[base.read]]",
-                item,
-                _READ_KEYS,
-                ("path", "commit"),
-                "add `{key} = ...` to that [[base.read]]",
-            )
-        if any(b.ref == table["ref"] for b in bases):
-            raise SeriesError(f"{label}: key 'ref': duplicate base ref {table['ref']!r}", "keep one [[base]] per ref")
-        files = _strings(label, "files", table["files"]) if "files" in table else None
-        bases.append(
-            Base(
-                number,
-                table["ref"],
-                directory,
-                patches,
-                table.get("commit"),
-                files,
-                table.get("notes", ""),
-                tuple(reads),
-            )
-        )
+        bases.append(base)
     return Series(folder, data["name"], data["title"], data["upstream"], tuple(bases), related, env, evidence)
 
 
