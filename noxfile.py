@@ -29,8 +29,10 @@ def _harness(session: nox.Session, command: str, *args: str, extra: str = "") ->
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """The toolkit's own tests (pytest)."""
+    """The toolkit's own tests: ruff (lint and format, configured in pyproject.toml), then pytest."""
     session.install("-e", ".[test]", TEST_TORCH)
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
     session.run("python", "-m", "pytest", *(session.posargs or ["-q"]))
 
 

@@ -5,7 +5,8 @@
 
 Every number is recomputed from the file's per-cell rows, never copied from its ``summary``. Where a
 row stores the per-process medians of both sides (``stock_medians``/``patched_medians``, written by
-calibrate_ab.py since the exact Moses CI replaced the bootstrap), its ratio, CI, verdict and half-width are recomputed with the
+calibrate_ab.py since the exact Moses CI replaced the bootstrap), its ratio, CI, verdict and half-width are
+recomputed with the
 current :func:`harness.stats.compare`; where it does not (older files), the stored
 values are used: those come from the percentile-bootstrap CI of the ratio of medians that the harness
 used then, and the output says so (``estimator: stored bootstrap``).
@@ -37,9 +38,18 @@ def rows(data: dict) -> tuple[list[dict], bool]:
     for r in stored:
         c = stats.compare(r["stock_medians"], r["patched_medians"], threshold=threshold)
         hw = c.half_width
-        out.append({**r, "ratio": c.ratio, "ci": [c.ci_low, c.ci_high], "p": c.p_value, "verdict": c.verdict,
-                    "half_width": hw, "n": [c.n_stock, c.n_patched],
-                    "s_to_1pct": r["measured_s"] * (hw / 0.01) ** 2 if math.isfinite(hw) else None})
+        out.append(
+            {
+                **r,
+                "ratio": c.ratio,
+                "ci": [c.ci_low, c.ci_high],
+                "p": c.p_value,
+                "verdict": c.verdict,
+                "half_width": hw,
+                "n": [c.n_stock, c.n_patched],
+                "s_to_1pct": r["measured_s"] * (hw / 0.01) ** 2 if math.isfinite(hw) else None,
+            }
+        )
     return out, True
 
 
@@ -80,41 +90,71 @@ def summary_line(path: Path) -> str:
     fp = "–" if s["false_positives"] is None else f"{s['false_positives']}"
     det = "–" if s["detected"] is None else f"{s['detected']} / {s['eligible']}"
     est = "exact (recomputed)" if s["recomputed"] else "stored bootstrap"
-    return (f"| `{path.name}` | {s['cells']} | {s['n']} | {fp} | {s['undetermined']} | {det} | "
-            f"{_f(s['median_half_width'], '.2%')} | {_f(s['median_s_to_1pct'], '.3g')} | {est} |")
+    return (
+        f"| `{path.name}` | {s['cells']} | {s['n']} | {fp} | {s['undetermined']} | {det} | "
+        f"{_f(s['median_half_width'], '.2%')} | {_f(s['median_s_to_1pct'], '.3g')} | {est} |"
+    )
 
 
-SUMMARY_HEAD = ["| file | cells | processes per side | false positives | undetermined | detected / eligible | "
-                "median CI half-width | median s to ±1 % | estimator |", "|---|---|---|---|---|---|---|---|---|"]
+SUMMARY_HEAD = [
+    "| file | cells | processes per side | false positives | undetermined | detected / eligible | "
+    "median CI half-width | median s to ±1 % | estimator |",
+    "|---|---|---|---|---|---|---|---|---|",
+]
 
 
 def render(path: Path) -> str:
     data = json.loads(path.read_text())
     s = data["summary"]
     rs, recomputed = rows(data)
-    head = (f"**{path.name}**: {s['device']}, {s['mode']}, set {s.get('set', 'default')}, {s['rounds']} fresh processes per "
-            f"side"
-            + (f" + {s['rounds_added']} adaptive rounds (target ±{s['target_ci']:.1%}, {s['unconverged']} cells left "
-               "unconverged)" if s.get("target_ci") else "")
-            + f", threshold ±{s['threshold']:.0%}, measure {s['timing']['measure_s']} s per cell per process; "
-            f"{len(rs)} cells; "
-            + ("ratios and CIs recomputed from the stored per-process medians (Hodges-Lehmann, exact CI)"
-               if recomputed else "**stored** ratios and CIs (percentile bootstrap of the ratio of medians; the file "
-                                  "has no per-process medians to recompute them)"))
-    lines = [head, "", "| cell | expected | ratio [95% CI] | verdict | CI half-width | measured s | s to ±1% | notes |",
-             "|---|---|---|---|---|---|---|---|"]
+    head = (
+        f"**{path.name}**: {s['device']}, {s['mode']}, set {s.get('set', 'default')}, {s['rounds']} fresh "
+        "processes per "
+        f"side"
+        + (
+            f" + {s['rounds_added']} adaptive rounds (target ±{s['target_ci']:.1%}, {s['unconverged']} cells left "
+            "unconverged)"
+            if s.get("target_ci")
+            else ""
+        )
+        + f", threshold ±{s['threshold']:.0%}, measure {s['timing']['measure_s']} s per cell per process; "
+        f"{len(rs)} cells; "
+        + (
+            "ratios and CIs recomputed from the stored per-process medians (Hodges-Lehmann, exact CI)"
+            if recomputed
+            else "**stored** ratios and CIs (percentile bootstrap of the ratio of medians; the file "
+            "has no per-process medians to recompute them)"
+        )
+    )
+    lines = [
+        head,
+        "",
+        "| cell | expected | ratio [95% CI] | verdict | CI half-width | measured s | s to ±1% | notes |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for r in rs:
-        notes = ", ".join(n for n, on in (("launch-bound", r.get("launch_bound")), ("bimodal", r.get("bimodal")),
-                                          ("unconverged", r.get("converged") is False)) if on)
-        lines.append(f"| {r['cell']} | {r['expected_ratio']:.4f} | {_f(r['ratio'], '.4f')} [{_f(r['ci'][0], '.4f')}, "
-                     f"{_f(r['ci'][1], '.4f')}] | {r['verdict']} | {_f(r['half_width'], '.2%')} | "
-                     f"{r['measured_s']:.2f} | {_f(r['s_to_1pct'], '.1f')} | {notes} |")
+        notes = ", ".join(
+            n
+            for n, on in (
+                ("launch-bound", r.get("launch_bound")),
+                ("bimodal", r.get("bimodal")),
+                ("unconverged", r.get("converged") is False),
+            )
+            if on
+        )
+        lines.append(
+            f"| {r['cell']} | {r['expected_ratio']:.4f} | {_f(r['ratio'], '.4f')} [{_f(r['ci'][0], '.4f')}, "
+            f"{_f(r['ci'][1], '.4f')}] | {r['verdict']} | {_f(r['half_width'], '.2%')} | "
+            f"{r['measured_s']:.2f} | {_f(r['s_to_1pct'], '.1f')} | {notes} |"
+        )
     return "\n".join(lines) + "\n"
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--summary", action="store_true", help="one methodology.md row per file instead of per-cell tables")
+    parser.add_argument(
+        "--summary", action="store_true", help="one methodology.md row per file instead of per-cell tables"
+    )
     parser.add_argument("files", nargs="+", type=Path)
     args = parser.parse_args()
     if args.summary:

@@ -33,12 +33,17 @@ from harness.bench.timer import BlockTimer
 from harness.bench.workloads import Cell, make_inputs, op_callable
 
 CELLS = [
-    Cell("mm", (512, 512, 512), "float16"), Cell("mm", (1024, 1024, 1024), "float16"),
-    Cell("mm", (2048, 2048, 2048), "float16"), Cell("mm", (4096, 4096, 4096), "float16"),
-    Cell("mm", (8192, 8192, 8192), "bfloat16"), Cell("mm", (1, 1024, 1024), "float16"),
-    Cell("linear", (2048, 2048, 2048), "float16"), Cell("bmm", (4, 1024, 1024, 1024), "float16"),
+    Cell("mm", (512, 512, 512), "float16"),
+    Cell("mm", (1024, 1024, 1024), "float16"),
+    Cell("mm", (2048, 2048, 2048), "float16"),
+    Cell("mm", (4096, 4096, 4096), "float16"),
+    Cell("mm", (8192, 8192, 8192), "bfloat16"),
+    Cell("mm", (1, 1024, 1024), "float16"),
+    Cell("linear", (2048, 2048, 2048), "float16"),
+    Cell("bmm", (4, 1024, 1024, 1024), "float16"),
     Cell("mm", (4096, 4096, 4096), "float32"),
-    Cell("sdpa", (1, 8, 512, 64), "float16"), Cell("sdpa", (2, 16, 1024, 64), "float16"),
+    Cell("sdpa", (1, 8, 512, 64), "float16"),
+    Cell("sdpa", (2, 16, 1024, 64), "float16"),
     Cell("sdpa", (4, 32, 4096, 128), "bfloat16"),
 ]
 KERNEL_BOUND_S = 50e-6
@@ -109,32 +114,55 @@ def main() -> int:
     for cell in CELLS:
         fn = op_callable(cell, make_inputs(cell, "cuda"))
         m = timer.measure(fn, warmup_s=0.2, measure_s=1.0, min_block_s=1e-2)
-        row = {"cell": cell.key, "label": f"{cell.op} {cell.label} {cell.dtype}", "flop": cell.flop,
-               "harness_s": m.median, "harness_enqueue_s": statistics.median(m.enqueue), "number": m.number,
-               "launch_bound": m.launch_bound, "samples": len(m.samples),
-               "do_bench_s": triton.testing.do_bench(fn, warmup=25, rep=200, return_mode="median") * 1e-3,
-               "graph_s": graph_replay(fn, replays=20 if m.median < 2e-4 else 3), "events_s": event_blocks(fn, m.number), "seed_s": seed_method(fn),
-               "overhead_s": m.overhead_s}
+        row = {
+            "cell": cell.key,
+            "label": f"{cell.op} {cell.label} {cell.dtype}",
+            "flop": cell.flop,
+            "harness_s": m.median,
+            "harness_enqueue_s": statistics.median(m.enqueue),
+            "number": m.number,
+            "launch_bound": m.launch_bound,
+            "samples": len(m.samples),
+            "do_bench_s": triton.testing.do_bench(fn, warmup=25, rep=200, return_mode="median") * 1e-3,
+            "graph_s": graph_replay(fn, replays=20 if m.median < 2e-4 else 3),
+            "events_s": event_blocks(fn, m.number),
+            "seed_s": seed_method(fn),
+            "overhead_s": m.overhead_s,
+        }
         row["harness_vs_graph"] = row["harness_s"] / row["graph_s"] - 1
         row["harness_vs_events"] = row["harness_s"] / row["events_s"] - 1
         row["kernel_bound"] = row["graph_s"] >= KERNEL_BOUND_S
         rows.append(row)
         print(json.dumps(row), file=sys.stderr, flush=True)
-    meta = {"torch": torch.__version__, "git": torch.version.git_version, "gpu": torch.cuda.get_device_name(0),
-            "triton": triton.__version__}
+    meta = {
+        "torch": torch.__version__,
+        "git": torch.version.git_version,
+        "gpu": torch.cuda.get_device_name(0),
+        "triton": triton.__version__,
+    }
     args.out.with_suffix(".json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
-    lines = [f"GPU {meta['gpu']}, torch {meta['torch']} ({meta['git'][:12]}), triton {meta['triton']}", "",
-             "| cell | graph replay µs | harness µs | harness vs graph | harness vs events | harness label | do_bench µs | "
-             "seed method µs | harness TFLOP/s | graph TFLOP/s |", "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"GPU {meta['gpu']}, torch {meta['torch']} ({meta['git'][:12]}), triton {meta['triton']}",
+        "",
+        "| cell | graph replay µs | harness µs | harness vs graph | harness vs events | harness label | do_bench µs | "
+        "seed method µs | harness TFLOP/s | graph TFLOP/s |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         label = "launch-bound" if r["launch_bound"] else "device-bound"
-        lines.append(f"| {r['label']} | {r['graph_s'] * 1e6:.1f} | {r['harness_s'] * 1e6:.1f} | "
-                     f"{r['harness_vs_graph']:+.1%} | {r['harness_vs_events']:+.1%} | {label} | {r['do_bench_s'] * 1e6:.1f} | {r['seed_s'] * 1e6:.1f} | "
-                     f"{r['flop'] / r['harness_s'] / 1e12:.1f} | {r['flop'] / r['graph_s'] / 1e12:.1f} |")
+        lines.append(
+            f"| {r['label']} | {r['graph_s'] * 1e6:.1f} | {r['harness_s'] * 1e6:.1f} | "
+            f"{r['harness_vs_graph']:+.1%} | {r['harness_vs_events']:+.1%} | {label} | "
+            f"{r['do_bench_s'] * 1e6:.1f} | {r['seed_s'] * 1e6:.1f} | "
+            f"{r['flop'] / r['harness_s'] / 1e12:.1f} | {r['flop'] / r['graph_s'] / 1e12:.1f} |"
+        )
     ok = all(abs(r["harness_vs_graph"]) <= 0.05 for r in rows if r["kernel_bound"])
     labelled = all(r["launch_bound"] for r in rows if not r["kernel_bound"])
-    lines += ["", f"kernel-bound cells (graph >= 50 µs) within 5 % of graph replay: {ok}; "
-              f"cells below 50 µs labelled launch-bound: {labelled}"]
+    lines += [
+        "",
+        f"kernel-bound cells (graph >= 50 µs) within 5 % of graph replay: {ok}; "
+        f"cells below 50 µs labelled launch-bound: {labelled}",
+    ]
     args.out.with_suffix(".md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0

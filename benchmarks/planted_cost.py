@@ -45,13 +45,35 @@ def main() -> int:
             fn = op_callable(c, make_inputs(c, "cuda", seed=0))
             first = graph_replay(fn, calls=10, replays=3, repeats=3)  # a rough time, to size the replay
             times.append(graph_replay(fn, calls=50, replays=20 if first < 2e-4 else 3, repeats=7))
-        rows.append({"key": cell.key, "k": cell.shape[-1], "k_planted": planted(cell, args.plant).shape[-1],
-                     "graph_s": times[0], "graph_planted_s": times[1], "cost": times[1] / times[0] - 1})
-        print(f"{cell.key:34s} K {rows[-1]['k']:5d} -> {rows[-1]['k_planted']:5d}: {times[0] * 1e6:9.1f} µs -> "
-              f"{times[1] * 1e6:9.1f} µs ({rows[-1]['cost']:+.1%})", flush=True)
+        rows.append(
+            {
+                "key": cell.key,
+                "k": cell.shape[-1],
+                "k_planted": planted(cell, args.plant).shape[-1],
+                "graph_s": times[0],
+                "graph_planted_s": times[1],
+                "cost": times[1] / times[0] - 1,
+            }
+        )
+        print(
+            f"{cell.key:34s} K {rows[-1]['k']:5d} -> {rows[-1]['k_planted']:5d}: {times[0] * 1e6:9.1f} µs -> "
+            f"{times[1] * 1e6:9.1f} µs ({rows[-1]['cost']:+.1%})",
+            flush=True,
+        )
     env = {k: v for k, v in os.environ.items() if k.startswith(("TORCH_", "NVIDIA_"))}
-    args.out.write_text(json.dumps({"device": torch.cuda.get_device_name(), "torch": torch.__version__,
-                                    "plant": args.plant, "env": env, "rows": rows}, indent=1) + "\n")
+    args.out.write_text(
+        json.dumps(
+            {
+                "device": torch.cuda.get_device_name(),
+                "torch": torch.__version__,
+                "plant": args.plant,
+                "env": env,
+                "rows": rows,
+            },
+            indent=1,
+        )
+        + "\n"
+    )
     return 0
 
 

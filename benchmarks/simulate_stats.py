@@ -82,27 +82,41 @@ def simulate(model: str, n: int, factor: float, cells: int, seed: int) -> Rates:
     covered = with_ci = 0
     for _ in range(cells):
         s, p = draw(model, rng, n, 1.0), draw(model, rng, n, factor)
-        c = stats.geomean_by_process(s, p, threshold=THRESHOLD).comparison if model == "summary" else \
-            stats.compare(s, p, threshold=THRESHOLD)
+        c = (
+            stats.geomean_by_process(s, p, threshold=THRESHOLD).comparison
+            if model == "summary"
+            else stats.compare(s, p, threshold=THRESHOLD)
+        )
         counts[c.verdict] += 1
         with_ci += c.has_ci
         covered += bool(c.ci_low <= factor <= c.ci_high)
-    return Rates(model, n, factor, cells, covered / with_ci if with_ci else float("nan"),
-                 *(counts[v] / cells for v in stats.VERDICTS))
+    return Rates(
+        model,
+        n,
+        factor,
+        cells,
+        covered / with_ci if with_ci else float("nan"),
+        *(counts[v] / cells for v in stats.VERDICTS),
+    )
 
 
 def table(ns: list[int], cells: int, seed: int, models=MODELS) -> list[str]:
     """Markdown rows: per model and n, coverage at factor 1 / 1.05 / 1.10 (the lowest), false
     faster+slower at factor 1, equivalent at factor 1, power (slower) at +5 % and +10 %."""
-    lines = ["| noise model | n per side | coverage (min of 1, +5 %, +10 %) | false faster/slower at 1 | equivalent at 1 "
-             "| power +5 % | power +10 % |", "|---|---|---|---|---|---|---|"]
+    lines = [
+        "| noise model | n per side | coverage (min of 1, +5 %, +10 %) | false faster/slower at 1 | equivalent at 1 "
+        "| power +5 % | power +10 % |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for model in models:
         for n in ns:
             r = {f: simulate(model, n, f, cells, seed) for f in FACTORS}
             cov = min(x.coverage for x in r.values())
-            lines.append(f"| {model} | {n} | {'no CI' if cov != cov else format(cov, '.1%')} | "
-                         f"{r[1.0].faster + r[1.0].slower:.1%} | {r[1.0].equivalent:.1%} | {r[1.05].slower:.1%} | "
-                         f"{r[1.10].slower:.1%} |")
+            lines.append(
+                f"| {model} | {n} | {'no CI' if cov != cov else format(cov, '.1%')} | "
+                f"{r[1.0].faster + r[1.0].slower:.1%} | {r[1.0].equivalent:.1%} | {r[1.05].slower:.1%} | "
+                f"{r[1.10].slower:.1%} |"
+            )
             print(lines[-1], file=sys.stderr, flush=True)
     return lines
 

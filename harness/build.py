@@ -49,16 +49,16 @@ import tempfile
 import time
 import tomllib
 import zipfile
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Mapping, Sequence
 
 from harness import progress
+from harness import series as series_mod
+from harness import upstream as upstream_mod
 from harness.errors import BuildError, UsageError
 from harness.fsutil import atomic_write_json, exclusive_lock, inside, sha256_file
 from harness.paths import cache_dir, slug
-from harness import series as series_mod
-from harness import upstream as upstream_mod
 from harness.series import patches_hash
 from harness.upstream import git_run
 from harness.upstream import missing_submodules as upstream_missing
@@ -134,13 +134,30 @@ MACOS_INSTALL = {
 #: archs), plus headroom for the wheel, the build venv and the compiler cache. :data:`FREE_GIB_ENV`
 #: overrides them. macos-arm64 follows ``.ci/wheel/mac/`` and ``.ci/pytorch/macos-build.sh`` (see
 #: :func:`platform_env`).
-REGISTRY: dict[str, Platform] = {p.name: p for p in (
-    Platform("macos-arm64", {"USE_MPS": "1", "USE_CUDA": "0", "USE_ROCM": "0"}, ("OBJC", "OBJCXX"), 20 * GIB,
-             frozenset({"common", "mps"}), macos=True, wheel_tag="macosx_<floor>_arm64", install=MACOS_INSTALL),
-    Platform("linux-cpu", {"USE_CUDA": "0", "USE_MPS": "0", "USE_ROCM": "0"}, (), 20 * GIB),
-    Platform("linux-cuda", {"USE_CUDA": "1", "USE_MPS": "0", "USE_ROCM": "0"}, ("CUDA",), 50 * GIB,
-             frozenset({"common", "cuda"}), arch_list=("TORCH_CUDA_ARCH_LIST", DEFAULT_CUDA_ARCH_LIST)),
-)}
+REGISTRY: dict[str, Platform] = {
+    p.name: p
+    for p in (
+        Platform(
+            "macos-arm64",
+            {"USE_MPS": "1", "USE_CUDA": "0", "USE_ROCM": "0"},
+            ("OBJC", "OBJCXX"),
+            20 * GIB,
+            frozenset({"common", "mps"}),
+            macos=True,
+            wheel_tag="macosx_<floor>_arm64",
+            install=MACOS_INSTALL,
+        ),
+        Platform("linux-cpu", {"USE_CUDA": "0", "USE_MPS": "0", "USE_ROCM": "0"}, (), 20 * GIB),
+        Platform(
+            "linux-cuda",
+            {"USE_CUDA": "1", "USE_MPS": "0", "USE_ROCM": "0"},
+            ("CUDA",),
+            50 * GIB,
+            frozenset({"common", "cuda"}),
+            arch_list=("TORCH_CUDA_ARCH_LIST", DEFAULT_CUDA_ARCH_LIST),
+        ),
+    )
+}
 PLATFORMS = tuple(REGISTRY)
 
 
@@ -154,6 +171,7 @@ def platform_spec(name: str) -> Platform:
         return REGISTRY[name]
     except KeyError:
         raise UsageError(f"unknown platform {name!r}", f"choose one of: {', '.join(REGISTRY)}") from None
+
 
 #: For other bases: this many times the source tree's size, at least 512 MiB.
 OTHER_DISK_FACTOR = 20
@@ -222,8 +240,9 @@ def parse_env_overrides(items: Iterable[str]) -> dict[str, str]:
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not _ENV_KEY.match(key):
-            raise UsageError(f"malformed --build-env {item!r}",
-                             "write --build-env KEY=VALUE, KEY a shell variable name")
+            raise UsageError(
+                f"malformed --build-env {item!r}", "write --build-env KEY=VALUE, KEY a shell variable name"
+            )
         out[key] = value
     return out
 
@@ -600,8 +619,9 @@ def required_free_bytes(source_dir: Path, platform: str) -> tuple[int, str]:
         return int(gib * GIB), f"set by {FREE_GIB_ENV}"
     root = Path(source_dir)
     pytorch = (root / "aten").is_dir() and (root / "torch").is_dir()
-    return disk_estimate(root, platform), ("the PyTorch estimate, harness.build.REGISTRY" if pytorch
-                                           else f"{OTHER_DISK_FACTOR}x the source tree's size")
+    return disk_estimate(root, platform), (
+        "the PyTorch estimate, harness.build.REGISTRY" if pytorch else f"{OTHER_DISK_FACTOR}x the source tree's size"
+    )
 
 
 def disk_estimate(source_dir: Path, platform: str) -> int:
@@ -669,9 +689,7 @@ class Check:
     error: BuildError | None = None
 
 
-_CMAKE_MIN_RE = re.compile(
-    r"^\s*cmake_minimum_required\s*\(\s*VERSION\s+(\d+(?:\.\d+)*)", re.IGNORECASE | re.MULTILINE
-)
+_CMAKE_MIN_RE = re.compile(r"^\s*cmake_minimum_required\s*\(\s*VERSION\s+(\d+(?:\.\d+)*)", re.IGNORECASE | re.MULTILINE)
 _CMAKE_VERSION_RE = re.compile(r"cmake version (\d+(?:\.\d+)*)")
 
 
@@ -719,8 +737,7 @@ def check_cmake(platform: str, path: str, source_dir: Path | None = None, *, ven
     if exe is None and not venv_installs:
         error = BuildError(
             "cmake not found on PATH or in the build environment",
-            "`python -m pip install cmake`, or "
-            + platform_spec(platform).install["cmake"],
+            "`python -m pip install cmake`, or " + platform_spec(platform).install["cmake"],
         )
         return Check("cmake", False, error.line(), error)
     version = None
@@ -738,8 +755,7 @@ def check_cmake(platform: str, path: str, source_dir: Path | None = None, *, ven
         error = BuildError(
             f"cmake {version} ({exe}) is older than the {required} this base requires "
             "(cmake_minimum_required in its CMakeLists.txt)",
-            f"`python -m pip install 'cmake>={required}'`, or "
-            + platform_spec(platform).install["cmake-upgrade"],
+            f"`python -m pip install 'cmake>={required}'`, or " + platform_spec(platform).install["cmake-upgrade"],
         )
         return Check("cmake", False, error.line(), error)
     detail = f"{exe}: {version or 'version unknown'}" if exe else "not on PATH"
@@ -749,8 +765,11 @@ def check_cmake(platform: str, path: str, source_dir: Path | None = None, *, ven
         detail += "; the build uses the build venv's own (the base's build requirements list cmake)"
     if source_dir is not None and (cmake4 or venv_installs):
         policy, _ = cmake_policy_env(source_dir)
-        detail += (f"; CMake 4: the build sets {CMAKE_POLICY_ENV}={CMAKE_POLICY_MINIMUM}" if policy
-                   else "; CMake 4: the base handles it")
+        detail += (
+            f"; CMake 4: the build sets {CMAKE_POLICY_ENV}={CMAKE_POLICY_MINIMUM}"
+            if policy
+            else "; CMake 4: the base handles it"
+        )
     return Check("cmake", True, detail)
 
 
@@ -758,8 +777,12 @@ def check_disk(platform: str, where: Path, need: int, need_source: str) -> Check
     """At least ``need`` bytes free at ``where`` (``shutil.disk_usage``)."""
     free = shutil.disk_usage(where).free
     if free >= need:
-        return Check("disk", True, f"{free / GIB:.1f} GiB free at {where}; a {platform} build of this base needs "
-                                   f"about {need / GIB:.1f} GiB ({need_source})")
+        return Check(
+            "disk",
+            True,
+            f"{free / GIB:.1f} GiB free at {where}; a {platform} build of this base needs "
+            f"about {need / GIB:.1f} GiB ({need_source})",
+        )
     error = BuildError(
         f"only {free / GIB:.1f} GiB free at {where}; a {platform} build of this base needs about "
         f"{need / GIB:.1f} GiB ({need_source})",
@@ -781,15 +804,18 @@ def check_metal(path: str) -> Check:
     build still succeeds, with the shaders compiled at run time, so it never stops a build."""
     xcrun = shutil.which("xcrun", path=path)
     if xcrun is None:
-        return Check("metal", False, "xcrun not found (no Xcode command line tools) -- "
-                                     "`xcode-select --install`, then: " + METAL_REMEDY)
+        return Check(
+            "metal",
+            False,
+            "xcrun not found (no Xcode command line tools) -- " "`xcode-select --install`, then: " + METAL_REMEDY,
+        )
     rc, line = _first_line([xcrun, "metal", "--version"])
     if rc == 0:
         return Check("metal", True, line)
     return Check("metal", False, f"`xcrun metal --version` fails ({line}) -- {METAL_REMEDY}")
 
 
-def preflight_tools(plan: "BuildPlan", path: str, *, cmake: bool = True) -> None:
+def preflight_tools(plan: BuildPlan, path: str, *, cmake: bool = True) -> None:
     """Refuse to start without a C++ compiler, CMake (on ``path``, at least the base's
     ``cmake_minimum_required``) or the estimated free disk (:attr:`BuildPlan.min_free_bytes`,
     checked with ``shutil.disk_usage`` where the build writes).
@@ -1231,7 +1257,7 @@ def build_wheel(plan: BuildPlan, dist_dir: Path | None = None, *, force: bool = 
         )
     preflight_source(plan.source_dir)
     logs = dist_dir / "logs"
-    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    stamp = _dt.datetime.now(_dt.UTC).strftime("%Y%m%dT%H%M%SZ")
     log_path = logs / f"{plan.kind}-{slug(plan.version)}-{stamp}.log"
     with exclusive_lock(cache_dir() / "locks" / slug(str(plan.source_dir)), f"build {plan.kind} {plan.source_dir}"):
         # before the (slow) build venv: a missing compiler or a full disk is said at once
@@ -1259,7 +1285,7 @@ def build_wheel(plan: BuildPlan, dist_dir: Path | None = None, *, force: bool = 
         logs.mkdir(parents=True, exist_ok=True)
         before = {p.name: p.stat().st_mtime_ns for p in dist_dir.glob("*.whl")}
         applied = False
-        started = _dt.datetime.now(_dt.timezone.utc)
+        started = _dt.datetime.now(_dt.UTC)
         t0 = time.monotonic()
         try:
             if plan.incremental:
@@ -1273,7 +1299,7 @@ def build_wheel(plan: BuildPlan, dist_dir: Path | None = None, *, force: bool = 
             if applied:
                 _apply_series_in_tree(plan.source_dir, plan.series.patches, reverse=True)
         duration = time.monotonic() - t0
-        ended = _dt.datetime.now(_dt.timezone.utc)
+        ended = _dt.datetime.now(_dt.UTC)
         if rc != 0:
             raise BuildFailed(f"{plan.kind} build failed (exit {rc})", log_path)
         new = [p for p in dist_dir.glob("*.whl") if before.get(p.name) != p.stat().st_mtime_ns]
@@ -1383,8 +1409,25 @@ class VerifyResult:
 
 
 #: upstream files whose change reaches the compiled libraries (a series touching one needs markers)
-COMPILED_SUFFIXES = (".c", ".cc", ".cpp", ".cxx", ".cu", ".cuh", ".h", ".hh", ".hpp", ".hxx", ".m", ".mm",
-                     ".metal", ".s", ".inl", ".cmake", "cmakelists.txt")
+COMPILED_SUFFIXES = (
+    ".c",
+    ".cc",
+    ".cpp",
+    ".cxx",
+    ".cu",
+    ".cuh",
+    ".h",
+    ".hh",
+    ".hpp",
+    ".hxx",
+    ".m",
+    ".mm",
+    ".metal",
+    ".s",
+    ".inl",
+    ".cmake",
+    "cmakelists.txt",
+)
 
 
 def touched_files(series: SeriesRef) -> tuple[str, ...]:
@@ -1406,7 +1449,7 @@ def reject_wheel(wheel: Path, dist_dir: Path) -> Path:
     dist_dir = Path(dist_dir).resolve()
     folder = inside(dist_dir, "rejected", "--dist rejected folder")
     folder.mkdir(parents=True, exist_ok=True)
-    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    stamp = _dt.datetime.now(_dt.UTC).strftime("%Y%m%dT%H%M%SZ")
     target = inside(folder, f"{stamp}-{wheel.name}", "rejected wheel")
     manifest = wheel.with_name(wheel.name + ".build.json")
     os.replace(inside(dist_dir, wheel.name, "wheel"), target)
@@ -1415,8 +1458,9 @@ def reject_wheel(wheel: Path, dist_dir: Path) -> Path:
     return target
 
 
-def _check_markers(wheel: Path, platform: str, markers: Sequence[str], must_contain: bool | None,
-                   series_files: Sequence[str]) -> tuple[list[str], bool]:
+def _check_markers(
+    wheel: Path, platform: str, markers: Sequence[str], must_contain: bool | None, series_files: Sequence[str]
+) -> tuple[list[str], bool]:
     """The marker part of :func:`verify_wheel`: its notes, and whether the markers were checked.
 
     Raises:
@@ -1556,9 +1600,17 @@ def series_ref(series, entry) -> SeriesRef:
     return SeriesRef(series.name, tuple(series.patch_paths(entry)), tuple(series.env), tuple(entry.files or ()))
 
 
-def resolve_sources(kind: str, *, source: Path | None = None, series: str | None = None, base: str | None = None,
-                    upstream: str | None = None, workdir: Path | str = "work", dry_run: bool = False,
-                    incremental: bool = False) -> Sources:
+def resolve_sources(
+    kind: str,
+    *,
+    source: Path | None = None,
+    series: str | None = None,
+    base: str | None = None,
+    upstream: str | None = None,
+    workdir: Path | str = "work",
+    dry_run: bool = False,
+    incremental: bool = False,
+) -> Sources:
     """The trees a build of ``kind`` uses, through :mod:`harness.upstream` and :mod:`harness.series`.
 
     ``source``: that directory is both trees (``series`` only names the label and markers).
@@ -1574,9 +1626,11 @@ def resolve_sources(kind: str, *, source: Path | None = None, series: str | None
     if source is not None:
         src = Path(source)
         if not src.is_dir():
-            raise BuildError(f"--source {src}: no such directory",
-                             "pass the root of a source tree (it holds version.txt and setup.py or pyproject.toml), "
-                             "or drop --source to build the worktrees of --base")
+            raise BuildError(
+                f"--source {src}: no such directory",
+                "pass the root of a source tree (it holds version.txt and setup.py or pyproject.toml), "
+                "or drop --source to build the worktrees of --base",
+            )
         ref = None
         if series:
             loaded = series_mod.load_series(series)
@@ -1620,8 +1674,9 @@ def check_markers_declared(series: SeriesRef | None) -> None:
         )
 
 
-def build_and_verify(plan: BuildPlan, *, force: bool = False,
-                     verify: bool = True) -> tuple[BuildResult, VerifyResult | None]:
+def build_and_verify(
+    plan: BuildPlan, *, force: bool = False, verify: bool = True
+) -> tuple[BuildResult, VerifyResult | None]:
     """:func:`build_wheel`, then (``verify``) :func:`verify_wheel` against the plan's series markers;
     a wheel that fails verification is moved aside (:func:`reject_wheel`).
 
@@ -1647,14 +1702,27 @@ def build_and_verify(plan: BuildPlan, *, force: bool = False,
     return result, verified
 
 
-def describe_without_source(platform: str, kind: str, *, jobs: int | None = None, build_type: str = "Release",
-                            workdir: Path | str = "work", dist_dir: Path = Path("dist"),
-                            overrides: Mapping[str, str] | None = None, sources: Sources | None = None,
-                            series_name: str | None = None) -> str:
+def describe_without_source(
+    platform: str,
+    kind: str,
+    *,
+    jobs: int | None = None,
+    build_type: str = "Release",
+    workdir: Path | str = "work",
+    dist_dir: Path = Path("dist"),
+    overrides: Mapping[str, str] | None = None,
+    sources: Sources | None = None,
+    series_name: str | None = None,
+) -> str:
     """``--dry-run`` with no worktree at hand: :meth:`BuildPlan.describe` of a plan whose ``<...>``
     values only the base's files decide (release, base SHA, requirements)."""
-    env = platform_env(platform, jobs=jobs or os.cpu_count() or 1, build_type=build_type,
-                       launcher=find_launcher(), cross_compile=macos_cross_compiling())
+    env = platform_env(
+        platform,
+        jobs=jobs or os.cpu_count() or 1,
+        build_type=build_type,
+        launcher=find_launcher(),
+        cross_compile=macos_cross_compiling(),
+    )
     ref = sources.series if sources else None
     if kind == "stock":
         label = "stock.<base sha8>"
@@ -1670,9 +1738,18 @@ def describe_without_source(platform: str, kind: str, *, jobs: int | None = None
     if platform_spec(platform).macos:
         notes.append("MACOSX_DEPLOYMENT_TARGET: the base's own value raised to the arm64 floor 11.0")
     notes.append(f"{CMAKE_POLICY_ENV}={CMAKE_POLICY_MINIMUM} is added unless the base's CMake files set it (CMake 4)")
-    return BuildPlan(source_dir=Path("<source>"), platform=platform, kind=kind,
-                     build_type=env.get("CMAKE_BUILD_TYPE", build_type), jobs=jobs or os.cpu_count() or 1,
-                     base_sha=None, series=ref, version=version, env=env,
-                     requirements=("<pyproject.toml [build-system] requires + requirements.txt>",),
-                     command=pip_wheel_command("<build venv>/bin/python", "<source>", Path(dist_dir).resolve()),
-                     dist_dir=Path(dist_dir).resolve(), notes=tuple(notes)).describe()
+    return BuildPlan(
+        source_dir=Path("<source>"),
+        platform=platform,
+        kind=kind,
+        build_type=env.get("CMAKE_BUILD_TYPE", build_type),
+        jobs=jobs or os.cpu_count() or 1,
+        base_sha=None,
+        series=ref,
+        version=version,
+        env=env,
+        requirements=("<pyproject.toml [build-system] requires + requirements.txt>",),
+        command=pip_wheel_command("<build venv>/bin/python", "<source>", Path(dist_dir).resolve()),
+        dist_dir=Path(dist_dir).resolve(),
+        notes=tuple(notes),
+    ).describe()

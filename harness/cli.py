@@ -18,15 +18,22 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-from typing import NoReturn, Sequence
+from collections.abc import Sequence
+from typing import NoReturn
 
 from harness import __version__
 from harness.errors import HarnessError, UsageError
 
 #: command -> (module, one-line help). Keep sorted by pipeline order.
 COMMANDS: dict[str, tuple[str, str]] = {
-    "doctor": ("harness.commands.doctor", "two-minute self-test: device, every op under every env config, timer, toolchain"),
-    "checkout": ("harness.commands.checkout", "clone/import the upstream; create stock and patched worktrees at a base ref"),
+    "doctor": (
+        "harness.commands.doctor",
+        "two-minute self-test: device, every op under every env config, timer, toolchain",
+    ),
+    "checkout": (
+        "harness.commands.checkout",
+        "clone/import the upstream; create stock and patched worktrees at a base ref",
+    ),
     "check": ("harness.commands.series", "does the patch series apply at the base? (worktrees untouched)"),
     "apply": ("harness.commands.series", "git am --3way the patch series into the patched worktree"),
     "refresh": ("harness.commands.series", "write the patched worktree's commits back as the patch series"),
@@ -88,8 +95,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.exit_code
     except OSError as exc:  # the file system said no (a path that is a file, no permission, disk full)
         where = f" ({exc.filename})" if exc.filename else ""
-        print(f"error: {exc.strerror or exc}{where} -- check that the path exists, is a directory where one is "
-              "expected, is writable, and that the disk has space", file=sys.stderr)
+        print(
+            f"error: {exc.strerror or exc}{where} -- check that the path exists, is a directory where one is "
+            "expected, is writable, and that the disk has space",
+            file=sys.stderr,
+        )
         return 2
     except KeyboardInterrupt:
         print("interrupted: finished results are on disk; run the same command again to resume", file=sys.stderr)

@@ -29,8 +29,8 @@ This module runs inside build interpreters: standard library only.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
 #: The variables a worker inherits from the parent (plus ``LC_*`` and ``--keep-env`` names); every
 #: other one is cleared: the process's own (PATH, HOME, USER, LOGNAME, SHELL), the locale, the
@@ -38,14 +38,51 @@ from typing import Mapping
 #: DYLD_LIBRARY_PATH), Windows' SYSTEMROOT, and the GPU a user chose (CUDA_VISIBLE_DEVICES;
 #: recorded). A variable that steers a backend (e.g. ``NVIDIA_TF32_OVERRIDE``,
 #: ``PYTORCH_CUDA_ALLOC_CONF``) reaches a worker only through ``--keep-env`` or ``--env``.
-INHERITED = ("PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TERM", "TMPDIR", "TEMP", "TMP",
-             "LD_LIBRARY_PATH", "DYLD_LIBRARY_PATH", "SYSTEMROOT", "CUDA_VISIBLE_DEVICES")
+INHERITED = (
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "SHELL",
+    "LANG",
+    "LANGUAGE",
+    "TERM",
+    "TMPDIR",
+    "TEMP",
+    "TMP",
+    "LD_LIBRARY_PATH",
+    "DYLD_LIBRARY_PATH",
+    "SYSTEMROOT",
+    "CUDA_VISIBLE_DEVICES",
+)
 INHERITED_PREFIXES = ("LC_",)
 #: Prefixes of torch-, CUDA-, MPS-, ROCm-, BLAS- and OpenMP-related variables: every one that reaches
 #: a worker is recorded with its results (:func:`snapshot`).
-RECORDED_PREFIXES = ("PYTORCH_", "TORCH_", "ATEN_", "CUDA_", "CUBLAS", "CUDNN_", "NVIDIA_", "NCCL_", "MPS_",
-                     "METAL_", "MTL_", "HIP_", "ROCM_", "HSA_", "OMP_", "GOMP_", "KMP_", "MKL_", "OPENBLAS_",
-                     "DNNL_", "ONEDNN_", "LD_LIBRARY_PATH", "DYLD_LIBRARY_PATH")
+RECORDED_PREFIXES = (
+    "PYTORCH_",
+    "TORCH_",
+    "ATEN_",
+    "CUDA_",
+    "CUBLAS",
+    "CUDNN_",
+    "NVIDIA_",
+    "NCCL_",
+    "MPS_",
+    "METAL_",
+    "MTL_",
+    "HIP_",
+    "ROCM_",
+    "HSA_",
+    "OMP_",
+    "GOMP_",
+    "KMP_",
+    "MKL_",
+    "OPENBLAS_",
+    "DNNL_",
+    "ONEDNN_",
+    "LD_LIBRARY_PATH",
+    "DYLD_LIBRARY_PATH",
+)
 #: The variables a worker is cleared of, as named in messages: everything outside the allow-list.
 CLEARED_PREFIXES = RECORDED_PREFIXES
 
@@ -75,8 +112,13 @@ class EnvConfig:
     routes: Mapping[str, str] = field(default_factory=dict)
 
     def to_json(self) -> dict:
-        return {"name": self.name, "env": dict(self.env), "about": self.about, "reduced_fp32": self.reduced_fp32,
-                "routes": dict(self.routes)}
+        return {
+            "name": self.name,
+            "env": dict(self.env),
+            "about": self.about,
+            "reduced_fp32": self.reduced_fp32,
+            "routes": dict(self.routes),
+        }
 
 
 _FAST = {"PYTORCH_MPS_FAST_MATH": "1"}
@@ -111,8 +153,12 @@ CONSISTENCY_PAIRS = {"cpu": ("no_vec", "default"), "cuda": ("tf32_override", "de
 DEFAULT_CONFIGS = {device: tuple(c.name for c in profiles) for device, profiles in PROFILES.items()}
 
 
-def select(device: str, names: str | None, profiles: tuple[EnvConfig, ...] | None = None,
-           default: tuple[str, ...] | None = None) -> list[EnvConfig]:
+def select(
+    device: str,
+    names: str | None,
+    profiles: tuple[EnvConfig, ...] | None = None,
+    default: tuple[str, ...] | None = None,
+) -> list[EnvConfig]:
     """Resolve ``--configs a,b`` (or the default list when ``names`` is None) among ``profiles``
     (default: :data:`PROFILES` of the device; a series adds its own: :meth:`harness.evidence.Evidence.profiles`).
 
@@ -138,8 +184,9 @@ def variables(device: str, profiles: tuple[EnvConfig, ...] | None = None) -> lis
     return sorted({k for c in (profiles or PROFILES[device]) for k in c.env})
 
 
-def worker_environment(config: EnvConfig, parent: Mapping[str, str] | None = None,
-                       keep: tuple[str, ...] = ()) -> dict[str, str]:
+def worker_environment(
+    config: EnvConfig, parent: Mapping[str, str] | None = None, keep: tuple[str, ...] = ()
+) -> dict[str, str]:
     """The environment for a worker running ``config``: the parent's variables of the allow-list
     (:data:`INHERITED`, :data:`INHERITED_PREFIXES`) and those named in ``keep`` (``--keep-env``, e.g. a
     site's required ``TORCH_SYMM_MEM_DISABLE_MULTICAST``), plus exactly the config's variables."""

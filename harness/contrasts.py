@@ -124,12 +124,17 @@ def _band(thresholds: list[float]) -> str:
 def evaluate(data: dict, contrast: Contrast, threshold: float, launch_threshold: float) -> ContrastResult:
     """Evaluate one contrast on a run (see the module docstring): rows, outcome, a one-line why."""
     run = data["run"]
-    absent = [s.label for s in (contrast.a, contrast.b)
-              if s.build not in run["builds"] or s.config not in run["configs"]]
+    absent = [
+        s.label for s in (contrast.a, contrast.b) if s.build not in run["builds"] or s.config not in run["configs"]
+    ]
     if absent:
-        return ContrastResult(contrast, (), NOT_MEASURED,
-                              f"{' and '.join(absent)} not in this run (builds {', '.join(run['builds'])}; "
-                              f"configs {', '.join(run['configs'])})")
+        return ContrastResult(
+            contrast,
+            (),
+            NOT_MEASURED,
+            f"{' and '.join(absent)} not in this run (builds {', '.join(run['builds'])}; "
+            f"configs {', '.join(run['configs'])})",
+        )
     found = rows(data, contrast, threshold, launch_threshold)
     if not found:
         return ContrastResult(contrast, (), NOT_MEASURED, "no cell of this run is covered (ops/dtypes)")
@@ -139,8 +144,13 @@ def evaluate(data: dict, contrast: Contrast, threshold: float, launch_threshold:
     counts = {v: verdicts.count(v) for v in stats.VERDICTS if verdicts.count(v)}
     tally = ", ".join(f"{n} {v}" for v, n in counts.items())
     ratios = [r.cmp.speedup for r in found if math.isfinite(r.cmp.speedup)]
-    span = ("" if not ratios else f"; speedup {ratios[0]:.3f}×" if len(ratios) == 1
-            else f"; speedups {min(ratios):.3f}-{max(ratios):.3f}×")
+    span = (
+        ""
+        if not ratios
+        else f"; speedup {ratios[0]:.3f}×"
+        if len(ratios) == 1
+        else f"; speedups {min(ratios):.3f}-{max(ratios):.3f}×"
+    )
     cells = f"{len(found)} cell" + ("" if len(found) == 1 else "s")
     if contrast.claim in EQUIVALENCE_CLAIMS and outcome == SHOWN:
         why = f"equivalent within {_band(thresholds)} on all {cells}{span}"

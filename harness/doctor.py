@@ -70,14 +70,25 @@ def config_row(config: cfg.EnvConfig, record: dict, sanity: dict | None) -> list
         key, why = next(iter(failed.items()))
         rows = [Row(f"ops under {config.name}", "failed", f"{len(failed)} of {len(cells_)} cells failed; {key}: {why}")]
     else:
-        worst = max((v["check"]["rel_error"] / v["check"]["bound"] for v in cells_.values()
-                     if v.get("check") and v["check"].get("rel_error") is not None), default=None)
+        worst = max(
+            (
+                v["check"]["rel_error"] / v["check"]["bound"]
+                for v in cells_.values()
+                if v.get("check") and v["check"].get("rel_error") is not None
+            ),
+            default=None,
+        )
         margin = f"; worst error {worst:.0%} of its bound" if worst is not None else ""
         rows = [Row(f"ops under {config.name}", "ok", f"{ok} cells ok, {skipped} skipped (unsupported dtype){margin}")]
     if sanity is not None:
-        rows.append(Row(f"timer under {config.name}", "ok" if sanity["passed"] else "failed",
-                        f"block {sanity['block_s'] * 1e6:.0f} µs, host clock around it {sanity['outer_s'] * 1e6:.0f} µs, "
-                        f"overhead {sanity['overhead_s'] * 1e6:.0f} µs"))
+        rows.append(
+            Row(
+                f"timer under {config.name}",
+                "ok" if sanity["passed"] else "failed",
+                f"block {sanity['block_s'] * 1e6:.0f} µs, host clock around it {sanity['outer_s'] * 1e6:.0f} µs, "
+                f"overhead {sanity['overhead_s'] * 1e6:.0f} µs",
+            )
+        )
     elif not failed:
         rows.append(Row(f"timer under {config.name}", "failed", "the worker wrote no timer-sanity record"))
     return rows
@@ -92,8 +103,16 @@ def render(rows: list[Row], header: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def run(build: str, device: str, out: Path, *, step_timeout: float = 30.0, keep: tuple[str, ...] = (),
-        platform: str | None = None, source: Path | None = None) -> list[Row]:
+def run(
+    build: str,
+    device: str,
+    out: Path,
+    *,
+    step_timeout: float = 30.0,
+    keep: tuple[str, ...] = (),
+    platform: str | None = None,
+    source: Path | None = None,
+) -> list[Row]:
     """The self-test: ``build`` (python:/path, a wheel or a requirement) on ``device`` (``auto``: see
     :func:`_auto_device`); writes ``out/doctor.md`` and returns its rows. ``step_timeout``: seconds a
     worker may go without finishing a cell; ``platform`` (default: this host's) and ``source`` feed
@@ -113,21 +132,38 @@ def run(build: str, device: str, out: Path, *, step_timeout: float = 30.0, keep:
     device = _auto_device(python) if device == "auto" else device
     info = probe_build("build", python, device, keep)  # an unusable device: one line, exit 2
     who = info.get("gpu_name") or info.get("cpu_name")
-    header = (f"torch {info['torch_version']} (git {str(info.get('git_version'))[:12]}) on {device} ({who}), "
-              f"{info['os'].get('macos_product_version') or info['os']['platform']}, Python {info['python']}")
-    supported = sum(v is None for v in info['dtype_support'].get('float32', {}).values())
-    rows = [Row("device health", "ok", f"{device}: a 64x64 matmul agrees with the CPU; "
-                f"{supported}/{len(OPS)} ops run in float32")]
+    header = (
+        f"torch {info['torch_version']} (git {str(info.get('git_version'))[:12]}) on {device} ({who}), "
+        f"{info['os'].get('macos_product_version') or info['os']['platform']}, Python {info['python']}"
+    )
+    supported = sum(v is None for v in info["dtype_support"].get("float32", {}).values())
+    rows = [
+        Row(
+            "device health",
+            "ok",
+            f"{device}: a 64x64 matmul agrees with the CPU; " f"{supported}/{len(OPS)} ops run in float32",
+        )
+    ]
     raw = out / "raw"
     raw.mkdir(parents=True, exist_ok=True)
     for config in cfg.PROFILES[device]:
-        spec = {"device": device, "cells": cells(), "check": True, "reduced_fp32": config.reduced_fp32,
-                "routes": dict(config.routes), "seed": 0, "threads": 1 if device == "cpu" else 0, "timing": TIMING,
-                "dtype_support": info["dtype_support"], "timer_sanity": True}
+        spec = {
+            "device": device,
+            "cells": cells(),
+            "check": True,
+            "reduced_fp32": config.reduced_fp32,
+            "routes": dict(config.routes),
+            "seed": 0,
+            "threads": 1 if device == "cpu" else 0,
+            "timing": TIMING,
+            "dtype_support": info["dtype_support"],
+            "timer_sanity": True,
+        }
         note(f"doctor: ops under {config.name}")
         name = f"doctor-{config.name.replace('+', '_')}"
-        record = run_worker(python, spec, config, raw, name, timeout=max(120.0, 4 * step_timeout),
-                            keep=keep, stall=step_timeout)
+        record = run_worker(
+            python, spec, config, raw, name, timeout=max(120.0, 4 * step_timeout), keep=keep, stall=step_timeout
+        )
         sanity = next((r for r in read_jsonl(raw / f"{name}.jsonl") if r.get("type") == "timer_sanity"), None)
         rows += config_row(config, record, sanity)
     for item, ok, detail in build_mod.toolchain_checks(platform or build_mod.host_platform(), source):

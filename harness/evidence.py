@@ -37,8 +37,8 @@ from there only.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
 from packaging.requirements import InvalidRequirement, Requirement
 
@@ -98,11 +98,17 @@ class Contrast:
         return (not self.ops or op in self.ops) and (not self.dtypes or dtype in self.dtypes)
 
     def to_json(self) -> dict:
-        return {"a": self.a.label, "b": self.b.label, "ops": list(self.ops), "dtypes": list(self.dtypes),
-                "claim": self.claim, "name": self.name}
+        return {
+            "a": self.a.label,
+            "b": self.b.label,
+            "ops": list(self.ops),
+            "dtypes": list(self.dtypes),
+            "claim": self.claim,
+            "name": self.name,
+        }
 
     @classmethod
-    def from_json(cls, d: Mapping) -> "Contrast":
+    def from_json(cls, d: Mapping) -> Contrast:
         return contrast_from_table(dict(d), "contrast")
 
 
@@ -147,11 +153,14 @@ class Evidence:
         table = self.device.get(device, {})
         routes = table.get("routes", {})
         about = table.get("about", {})
-        out = [cfg.EnvConfig(c.name, c.env, c.about, c.reduced_fp32, routes.get(c.name, c.routes))
-               for c in cfg.PROFILES[device]]
+        out = [
+            cfg.EnvConfig(c.name, c.env, c.about, c.reduced_fp32, routes.get(c.name, c.routes))
+            for c in cfg.PROFILES[device]
+        ]
         for name, env in table.get("env", {}).items():
-            out.append(cfg.EnvConfig(name, dict(env), about.get(name, "declared by the series"),
-                                     routes=routes.get(name, {})))
+            out.append(
+                cfg.EnvConfig(name, dict(env), about.get(name, "declared by the series"), routes=routes.get(name, {}))
+            )
         return tuple(out)
 
     def default_configs(self, device: str) -> tuple[str, ...]:
@@ -163,21 +172,31 @@ class Evidence:
         return tuple(pair) if pair else cfg.CONSISTENCY_PAIRS.get(device)
 
     def to_json(self) -> dict:
-        return {"series": self.series, "markers": list(self.markers),
-                "device": {d: _plain(t) for d, t in self.device.items()},
-                "contrasts": [c.to_json() for c in self.contrasts], "tests": [t.to_json() for t in self.tests],
-                "test_requirements": list(self.test_requirements)}
+        return {
+            "series": self.series,
+            "markers": list(self.markers),
+            "device": {d: _plain(t) for d, t in self.device.items()},
+            "contrasts": [c.to_json() for c in self.contrasts],
+            "tests": [t.to_json() for t in self.tests],
+            "test_requirements": list(self.test_requirements),
+        }
 
     @classmethod
-    def from_json(cls, d: Mapping | None) -> "Evidence":
+    def from_json(cls, d: Mapping | None) -> Evidence:
         """The evidence a results.json recorded (``{}``/None: none, as in runs before it existed)."""
         if not d:
             return cls()
-        return cls(d.get("series"), tuple(d.get("markers", ())), dict(d.get("device", {})),
-                   tuple(Contrast.from_json(c) for c in d.get("contrasts", ())),
-                   tuple(SeriesTest(t["name"], t["file"], t.get("k", ""), t.get("env", {}), t.get("expect", {}))
-                         for t in d.get("tests", ())),
-                   tuple(d.get("test_requirements", ())))
+        return cls(
+            d.get("series"),
+            tuple(d.get("markers", ())),
+            dict(d.get("device", {})),
+            tuple(Contrast.from_json(c) for c in d.get("contrasts", ())),
+            tuple(
+                SeriesTest(t["name"], t["file"], t.get("k", ""), t.get("env", {}), t.get("expect", {}))
+                for t in d.get("tests", ())
+            ),
+            tuple(d.get("test_requirements", ())),
+        )
 
 
 def _plain(x):
@@ -251,12 +270,15 @@ def _test_from_table(table: dict, where: str) -> SeriesTest:
     expect = table["expect"]
     bad = [f"{b} = {o!r}" for b, o in expect.items() if o not in OUTCOMES]
     if bad or not expect:
-        raise EvidenceError(f"{where} key 'expect': {', '.join(bad) or 'empty'}; write build = "
-                            f"{' | '.join(repr(o) for o in OUTCOMES)}, e.g. {{ stock = \"fail\", patched = \"pass\" }}")
+        raise EvidenceError(
+            f"{where} key 'expect': {', '.join(bad) or 'empty'}; write build = "
+            f"{' | '.join(repr(o) for o in OUTCOMES)}, e.g. {{ stock = \"fail\", patched = \"pass\" }}"
+        )
     file = table["file"]
     if file.startswith("/") or ".." in file.split("/"):
-        raise EvidenceError(f"{where} key 'file': {file!r} must be a path inside the source tree "
-                            "(e.g. test/test_mps.py)")
+        raise EvidenceError(
+            f"{where} key 'file': {file!r} must be a path inside the source tree " "(e.g. test/test_mps.py)"
+        )
     env = table.get("env", {})
     if not all(isinstance(v, str) for v in env.values()):
         raise EvidenceError(f"{where} key 'env': values must be strings (e.g. {{ PYTORCH_MPS_PREFER_METAL = \"1\" }})")
@@ -268,13 +290,15 @@ def _device_table(where: str, table: dict, device: str) -> dict:
     generic = [c.name for c in cfg.PROFILES[device]]
     taken = [name for name in table.get("env", {}) if name in generic]
     if taken:
-        raise EvidenceError(f"{where}.env.{taken[0]}: {taken[0]!r} is a generic {device} config "
-                            f"({', '.join(generic)}); give the series' config its own name")
+        raise EvidenceError(
+            f"{where}.env.{taken[0]}: {taken[0]!r} is a generic {device} config "
+            f"({', '.join(generic)}); give the series' config its own name"
+        )
     for key in ("configs", "consistency"):
         if key in table:
             _strings(f"{where} key {key!r}", table[key])
     if "consistency" in table and len(table["consistency"]) != 2:
-        raise EvidenceError(f"{where} key 'consistency' must name two configs, e.g. [\"all\", \"vanilla\"]")
+        raise EvidenceError(f'{where} key \'consistency\' must name two configs, e.g. ["all", "vanilla"]')
     for name, env in table.get("env", {}).items():
         _type(f"{where}.env.{name}", env, dict)
         if not all(isinstance(v, str) for v in env.values()):
@@ -304,17 +328,24 @@ def validate(table: Mapping, env: tuple[str, ...] = (), series: str | None = Non
             _type(f"[evidence.{device}]", value, dict)
             devices[device] = _device_table(f"[evidence.{device}]", value, device)
     markers = _strings("[evidence] key 'markers'", table["markers"]) if "markers" in table else tuple(env)
-    contrasts = tuple(contrast_from_table(t, f"[[evidence.contrast]] #{i}") if isinstance(t, dict) else
-                      _fail(f"[[evidence.contrast]] #{i} must be a table")
-                      for i, t in enumerate(table.get("contrast", []), start=1))
-    tests = tuple(_test_from_table(t, f"[[evidence.test]] #{i}") if isinstance(t, dict) else
-                  _fail(f"[[evidence.test]] #{i} must be a table")
-                  for i, t in enumerate(table.get("test", []), start=1))
+    contrasts = tuple(
+        contrast_from_table(t, f"[[evidence.contrast]] #{i}")
+        if isinstance(t, dict)
+        else _fail(f"[[evidence.contrast]] #{i} must be a table")
+        for i, t in enumerate(table.get("contrast", []), start=1)
+    )
+    tests = tuple(
+        _test_from_table(t, f"[[evidence.test]] #{i}")
+        if isinstance(t, dict)
+        else _fail(f"[[evidence.test]] #{i} must be a table")
+        for i, t in enumerate(table.get("test", []), start=1)
+    )
     requirements = _strings("[evidence] key 'test_requirements'", table.get("test_requirements", []))
     bad = [r for r in requirements if not _is_requirement(r)]
     if bad:
-        raise EvidenceError(f"[evidence] key 'test_requirements': {bad[0]!r} is not a pip requirement "
-                            "(e.g. \"pytest<9\")")
+        raise EvidenceError(
+            f"[evidence] key 'test_requirements': {bad[0]!r} is not a pip requirement (e.g. \"pytest<9\")"
+        )
     return Evidence(series, markers, devices, contrasts, tests, requirements)
 
 
@@ -346,8 +377,13 @@ def parse_contrast(text: str) -> Contrast:
             ops.append(op)
         if dtype and dtype not in dtypes:
             dtypes.append(dtype)
-    table = {"a": match["a"], "b": match["b"], "ops": ops, "dtypes": dtypes,
-             "claim": (match["claim"] or "none").strip() or "none"}
+    table = {
+        "a": match["a"],
+        "b": match["b"],
+        "ops": ops,
+        "dtypes": dtypes,
+        "claim": (match["claim"] or "none").strip() or "none",
+    }
     try:
         return contrast_from_table(table, f"--contrast {text!r}")
     except EvidenceError as exc:

@@ -12,9 +12,10 @@ import json
 import os
 import socket
 import tempfile
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from harness.errors import HarnessError
 
@@ -47,16 +48,19 @@ def inside(root: Path | str, name: Path | str, what: str) -> Path:
     if "\0" in text or "\0" in os.fspath(root):
         raise OutsideFolder(f"{what} {text!r} contains a NUL byte", "use an ordinary file name")
     if any(len(part.encode("utf-8", "surrogateescape")) > _NAME_MAX for part in Path(text).parts):
-        raise OutsideFolder(f"{what} {text[:80]!r}... has a name longer than {_NAME_MAX} bytes",
-                            "use a shorter file name")
+        raise OutsideFolder(
+            f"{what} {text[:80]!r}... has a name longer than {_NAME_MAX} bytes", "use a shorter file name"
+        )
     base = Path(root).resolve()
     try:
         target = (base / text).resolve()
     except (OSError, RuntimeError) as exc:  # a symlink loop
         raise OutsideFolder(f"{what} {text!r} cannot be resolved ({exc})", "use an ordinary file name") from None
     if target != base and not target.is_relative_to(base):
-        raise OutsideFolder(f"{what} {text!r} resolves to {target}, outside {base}",
-                            f"name a path inside {base} (no absolute paths, no '..', no links that lead out)")
+        raise OutsideFolder(
+            f"{what} {text!r} resolves to {target}, outside {base}",
+            f"name a path inside {base} (no absolute paths, no '..', no links that lead out)",
+        )
     return target
 
 

@@ -21,12 +21,37 @@ from __future__ import annotations
 
 #: (substring of torch.cuda.get_device_name(), {dtype or "tf32": dense TFLOP/s}, source)
 TABLE: tuple[tuple[str, dict[str, float], str], ...] = (
-    ("H200", {"float16": 989.5, "bfloat16": 989.5, "tf32": 494.5, "float32": 67.0, "float64": 34.0,
-              "float8_e4m3fn": 1979.0, "float8_e5m2": 1979.0}, "NVIDIA H200 datasheet, SXM, dense"),
-    ("H100 80GB HBM3", {"float16": 989.5, "bfloat16": 989.5, "tf32": 494.5, "float32": 67.0, "float64": 34.0,
-                        "float8_e4m3fn": 1979.0, "float8_e5m2": 1979.0}, "NVIDIA H100 datasheet, SXM, dense"),
-    ("A100", {"float16": 312.0, "bfloat16": 312.0, "tf32": 156.0, "float32": 19.5, "float64": 9.7},
-     "NVIDIA A100 datasheet, SXM, dense"),
+    (
+        "H200",
+        {
+            "float16": 989.5,
+            "bfloat16": 989.5,
+            "tf32": 494.5,
+            "float32": 67.0,
+            "float64": 34.0,
+            "float8_e4m3fn": 1979.0,
+            "float8_e5m2": 1979.0,
+        },
+        "NVIDIA H200 datasheet, SXM, dense",
+    ),
+    (
+        "H100 80GB HBM3",
+        {
+            "float16": 989.5,
+            "bfloat16": 989.5,
+            "tf32": 494.5,
+            "float32": 67.0,
+            "float64": 34.0,
+            "float8_e4m3fn": 1979.0,
+            "float8_e5m2": 1979.0,
+        },
+        "NVIDIA H100 datasheet, SXM, dense",
+    ),
+    (
+        "A100",
+        {"float16": 312.0, "bfloat16": 312.0, "tf32": 156.0, "float32": 19.5, "float64": 9.7},
+        "NVIDIA A100 datasheet, SXM, dense",
+    ),
 )
 
 

@@ -115,16 +115,26 @@ def latency_png(path: Path, points: Sequence[LatencyPoint], family: str, unit_no
     for ax, dtype in zip(axes, dtypes):
         for i, name in enumerate(series):
             for j, op in enumerate(ops):
-                mine = sorted((p for p in points if p.dtype == dtype and p.series == name and p.op == op),
-                              key=lambda p: p.flop)
+                mine = sorted(
+                    (p for p in points if p.dtype == dtype and p.series == name and p.op == op), key=lambda p: p.flop
+                )
                 if not mine:
                     continue
                 # a small offset per series keeps markers of one cell apart; colour = series, marker = op
                 xs = [p.flop * (1.05 ** (i - (len(series) - 1) / 2)) for p in mine]
                 ys = [p.median * 1e6 for p in mine]
                 err = [[(p.median - p.q1) * 1e6 for p in mine], [(p.q3 - p.median) * 1e6 for p in mine]]
-                ax.errorbar(xs, ys, yerr=err, fmt=MARKERS[j % len(MARKERS)], color=colours[i], ms=4, capsize=2,
-                            lw=0.8, mfc="none" if j % 2 else colours[i])
+                ax.errorbar(
+                    xs,
+                    ys,
+                    yerr=err,
+                    fmt=MARKERS[j % len(MARKERS)],
+                    color=colours[i],
+                    ms=4,
+                    capsize=2,
+                    lw=0.8,
+                    mfc="none" if j % 2 else colours[i],
+                )
         ax.set_xscale("log")
         ax.set_yscale("log")
         panel = [p for p in points if p.dtype == dtype]
@@ -145,8 +155,18 @@ def latency_png(path: Path, points: Sequence[LatencyPoint], family: str, unit_no
         ax.tick_params(labelsize=7)
         ax.grid(which="both", lw=0.3)
     handles = [Line2D([], [], color=colours[i], lw=2, label=name) for i, name in enumerate(series)]
-    handles += [Line2D([], [], color="#57606a", ls="none", marker=MARKERS[j % len(MARKERS)],
-                       mfc="none" if j % 2 else "#57606a", label=op) for j, op in enumerate(ops)]
+    handles += [
+        Line2D(
+            [],
+            [],
+            color="#57606a",
+            ls="none",
+            marker=MARKERS[j % len(MARKERS)],
+            mfc="none" if j % 2 else "#57606a",
+            label=op,
+        )
+        for j, op in enumerate(ops)
+    ]
     if handles:
         fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 6), fontsize=7, frameon=False)
     return _save(fig, path)

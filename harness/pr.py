@@ -2,8 +2,9 @@
 
 After ``apply`` (and ``compare`` for the evidence), ``python -m harness pr --series NAME --base REF``
 
-- re-creates the series' commits of the ``patched`` worktree (``<base>..patched/<series>/<base>``)
-  on a new branch ``pr/<series>/<base>`` (``--branch`` to name it) whose author **and** committer
+- re-creates the series' commits of the ``patched`` worktree (``<base>..`` its branch
+  ``patched/<series>/<base>-<hash8>``, :func:`harness.upstream.patched_branch`) on a new branch
+  ``pr/<series>/<base>`` (``--branch`` to name it) whose author **and** committer
   are the contributor's own git identity (``git config user.name`` / ``user.email`` as seen from the
   patched worktree). The commit trees and messages are unchanged; only the identity and the
   committer date differ. The series' files keep the neutral identity they were exported with,
@@ -46,8 +47,12 @@ class Identity:
 
     def env(self) -> dict[str, str]:
         """Author and committer environment of ``git commit-tree``."""
-        return {"GIT_AUTHOR_NAME": self.name, "GIT_AUTHOR_EMAIL": self.email,
-                "GIT_COMMITTER_NAME": self.name, "GIT_COMMITTER_EMAIL": self.email}
+        return {
+            "GIT_AUTHOR_NAME": self.name,
+            "GIT_AUTHOR_EMAIL": self.email,
+            "GIT_COMMITTER_NAME": self.name,
+            "GIT_COMMITTER_EMAIL": self.email,
+        }
 
 
 def contributor(worktree: Path) -> Identity:
@@ -62,12 +67,16 @@ def contributor(worktree: Path) -> Identity:
         values[key] = result.out.strip()
     missing = [key for key, value in values.items() if not value]
     if missing:
-        raise SeriesError(f"git {' and '.join(missing)} not set: the pull-request commits must carry your identity",
-                          "run `git config --global user.name 'Your Name'` and "
-                          "`git config --global user.email you@example.org` (the address your CLA is signed with)")
+        raise SeriesError(
+            f"git {' and '.join(missing)} not set: the pull-request commits must carry your identity",
+            "run `git config --global user.name 'Your Name'` and "
+            "`git config --global user.email you@example.org` (the address your CLA is signed with)",
+        )
     if values["user.email"] in _NEUTRAL_EMAILS:
-        raise SeriesError(f"git user.email is the harness's own address {values['user.email']!r}",
-                          "set your own with `git config --global user.email you@example.org`")
+        raise SeriesError(
+            f"git user.email is the harness's own address {values['user.email']!r}",
+            "set your own with `git config --global user.email you@example.org`",
+        )
     return Identity(values["user.name"], values["user.email"])
 
 
@@ -85,8 +94,10 @@ def make_branch(worktree: Path, base_commit: str, head: str, branch: str, who: I
     """
     commits = _commits(worktree, base_commit, head)
     if not commits:
-        raise SeriesError(f"{head} has no commits on top of its base in {worktree}",
-                          "run `python -m harness apply` with the same --series/--base/--workdir first")
+        raise SeriesError(
+            f"{head} has no commits on top of its base in {worktree}",
+            "run `python -m harness apply` with the same --series/--base/--workdir first",
+        )
     parent = base_commit
     made = []
     with tempfile.TemporaryDirectory(prefix="harness-pr-") as tmp:
@@ -96,8 +107,17 @@ def make_branch(worktree: Path, base_commit: str, head: str, branch: str, who: I
             message.write_text(raw.split("\n\n", 1)[1], encoding="utf-8")
             date = git_run(worktree, "log", "-1", "--format=%aI", sha).out.strip()
             tree = git_run(worktree, "rev-parse", f"{sha}^{{tree}}").out.strip()
-            parent = git_run(worktree, "commit-tree", tree, "-p", parent, "-F", str(message),
-                             env={**who.env(), "GIT_AUTHOR_DATE": date}, error=SeriesError).out.strip()
+            parent = git_run(
+                worktree,
+                "commit-tree",
+                tree,
+                "-p",
+                parent,
+                "-F",
+                str(message),
+                env={**who.env(), "GIT_AUTHOR_DATE": date},
+                error=SeriesError,
+            ).out.strip()
             made.append(parent)
     git_run(worktree, "update-ref", f"refs/heads/{branch}", parent, error=SeriesError)
     return made
@@ -127,8 +147,9 @@ def newest_evidence(results_root: Path, series_name: str) -> Path | None:
         except (OSError, ValueError):
             continue
         builds = data.get("builds") or {}
-        names = {((b.get("build") or {}).get("series") or {}).get("name") for b in builds.values()
-                 if isinstance(b, dict)}
+        names = {
+            ((b.get("build") or {}).get("series") or {}).get("name") for b in builds.values() if isinstance(b, dict)
+        }
         if series_name not in names:
             continue
         run = data.get("run") or {}
@@ -146,16 +167,18 @@ def evidence_block(directory: Path) -> tuple[str, str]:
     """
     report = directory / "report.md"
     if not report.is_file():
-        raise ResultsError(f"{directory} has results.json but no report.md",
-                           f"render it with `python -m harness report {directory}`")
+        raise ResultsError(
+            f"{directory} has results.json but no report.md", f"render it with `python -m harness report {directory}`"
+        )
     text = report.read_text(encoding="utf-8").split("<details>", 1)[0].rstrip()
     data = json.loads((directory / "results.json").read_text(encoding="utf-8"))
     command = (data.get("run") or {}).get("command") or []
     return text, shlex.join(command) if isinstance(command, list) else str(command)
 
 
-def pr_markdown(series: Series, base: str, base_commit: str, branch: str, commits: int,
-                evidence: Path | None, results_root: Path) -> str:
+def pr_markdown(
+    series: Series, base: str, base_commit: str, branch: str, commits: int, evidence: Path | None, results_root: Path
+) -> str:
     """The text of PR.md."""
     why = why_text(series, series.patch_paths(series.base(base))[0])
     lines = [f"# {series.title}", "", why, ""]
@@ -163,25 +186,41 @@ def pr_markdown(series: Series, base: str, base_commit: str, branch: str, commit
         lines += ["Related: " + ", ".join(series.related), ""]
     lines += ["## Evidence", ""]
     if evidence is None:
-        lines += [f"No evidence yet: no results directory under `{results_root}/` names the series `{series.name}`.",
-                  "Make it with (stock and patched wheels of this base, see docs/quickstart-macos.md):", "",
-                  "```",
-                  f"nox -s compare -- --series {series.name} --base {base} --stock dist/<stock wheel> "
-                  f"--patched dist/<patched wheel> --device mps --out results/{series.name}-{slug(base)}",
-                  "```", ""]
+        lines += [
+            f"No evidence yet: no results directory under `{results_root}/` names the series `{series.name}`.",
+            "Make it with (stock and patched wheels of this base, see docs/quickstart-macos.md):",
+            "",
+            "```",
+            f"nox -s compare -- --series {series.name} --base {base} --stock dist/<stock wheel> "
+            f"--patched dist/<patched wheel> --device mps --out results/{series.name}-{slug(base)}",
+            "```",
+            "",
+        ]
     else:
         block, command = evidence_block(evidence)
-        lines += [block, "", f"Reproduce (results in `{evidence}`):", "", "```", command or "(no command recorded)",
-                  "```", ""]
-    lines += ["## Pushing", "",
-              f"Branch `{branch}`: {commits} commit(s) on {base} (`{base_commit[:12]}`), "
-              "authored by your git identity.",
-              "",
-              "```",
-              f"git push <your-fork> {branch}",
-              "```", "",
-              "With ghstack (one pull request per commit, stacked): `git checkout " + branch + "` in the patched "
-              "worktree, then `ghstack`.", ""]
+        lines += [
+            block,
+            "",
+            f"Reproduce (results in `{evidence}`):",
+            "",
+            "```",
+            command or "(no command recorded)",
+            "```",
+            "",
+        ]
+    lines += [
+        "## Pushing",
+        "",
+        f"Branch `{branch}`: {commits} commit(s) on {base} (`{base_commit[:12]}`), " "authored by your git identity.",
+        "",
+        "```",
+        f"git push <your-fork> {branch}",
+        "```",
+        "",
+        "With ghstack (one pull request per commit, stacked): `git checkout " + branch + "` in the patched "
+        "worktree, then `ghstack`.",
+        "",
+    ]
     return "\n".join(lines)
 
 

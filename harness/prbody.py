@@ -18,8 +18,13 @@ from harness import stats
 from harness.evidence import EQUIVALENCE_CLAIMS, Contrast, Evidence, default_contrasts
 
 #: words for a claim's outcome in the block
-OUTCOME_WORDS = {con.SHOWN: "**shown**", con.NOT_SHOWN: "**not shown**", con.CONTRADICTED: "**contradicted**",
-                 con.NO_CLAIM: "", con.NOT_MEASURED: "not measured"}
+OUTCOME_WORDS = {
+    con.SHOWN: "**shown**",
+    con.NOT_SHOWN: "**not shown**",
+    con.CONTRADICTED: "**contradicted**",
+    con.NO_CLAIM: "",
+    con.NOT_MEASURED: "not measured",
+}
 
 
 def declared(data: dict) -> tuple[Contrast, ...]:
@@ -56,25 +61,36 @@ def _verdict(cmp: stats.Comparison) -> str:
 def contrast_table(result: con.ContrastResult, unit: str, scale: float) -> list[str]:
     """Rows per shape and dtype of one evaluated contrast."""
     a, b = result.contrast.a.label, result.contrast.b.label
-    lines = [f"| cell | dtype | {a} µs | {b} µs | {a} {unit} | speedup [95% CI] | verdict |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        f"| cell | dtype | {a} µs | {b} µs | {a} {unit} | speedup [95% CI] | verdict |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in result.rows:
         mid = r.a_median
         rate = "–" if not mid else f"{r.cell.flop / mid / scale:.3g}"
         note = " (launch-bound)" if r.launch_bound else ""
-        lines.append(f"| {r.cell.op} {r.cell.label} | {r.cell.dtype} | {_us(r.a_median)} | {_us(r.b_median)} "
-                     f"| {rate} | "
-                     f"{speedup_ci(r.cmp)} | {_verdict(r.cmp)}{note} |")
+        lines.append(
+            f"| {r.cell.op} {r.cell.label} | {r.cell.dtype} | {_us(r.a_median)} | {_us(r.b_median)} "
+            f"| {rate} | "
+            f"{speedup_ci(r.cmp)} | {_verdict(r.cmp)}{note} |"
+        )
     return lines
 
 
 def _heading(result: con.ContrastResult) -> str:
     c = result.contrast
     title = f"**{c.name}**: " if c.name else ""
-    claim = {"none": "", "faster": f"claim: `{c.a.label}` faster than `{c.b.label}`",
-             "unchanged": "claim: unchanged", "equivalent": "claim: equivalent"}[c.claim]
-    sides = f"`{c.a.label}` vs `{c.b.label}`" + (f" on {', '.join(c.ops)}" if c.ops else "") \
+    claim = {
+        "none": "",
+        "faster": f"claim: `{c.a.label}` faster than `{c.b.label}`",
+        "unchanged": "claim: unchanged",
+        "equivalent": "claim: equivalent",
+    }[c.claim]
+    sides = (
+        f"`{c.a.label}` vs `{c.b.label}`"
+        + (f" on {', '.join(c.ops)}" if c.ops else "")
         + (f" ({', '.join(c.dtypes)})" if c.dtypes else "")
+    )
     outcome = OUTCOME_WORDS[result.outcome]
     return f"{title}{sides}" + (f"; {claim}: {outcome}" if claim else "") + f" ({result.why})."
 
@@ -87,8 +103,11 @@ def contrast_block(result: con.ContrastResult, unit: str, scale: float) -> list[
     if result.contrast.claim in EQUIVALENCE_CLAIMS:  # not shown / contradicted: the cells that decide it
         off = [r for r in result.rows if r.cmp.verdict != stats.EQUIVALENT]
         worst = max(off, key=lambda r: abs(math.log(r.cmp.ratio)) if r.cmp.ratio > 0 else 0.0)
-        return [f"- {head} Furthest from 1: {worst.cell.op} {worst.cell.label} {worst.cell.dtype} "
-                f"{speedup_ci(worst.cmp)} {worst.cmp.verdict}; every cell in the details.", ""]
+        return [
+            f"- {head} Furthest from 1: {worst.cell.op} {worst.cell.label} {worst.cell.dtype} "
+            f"{speedup_ci(worst.cmp)} {worst.cmp.verdict}; every cell in the details.",
+            "",
+        ]
     return [head, "", *contrast_table(result, unit, scale), ""]
 
 
@@ -99,8 +118,11 @@ def _provenance_sentence(data: dict) -> str:
     first = prov[builds[0]]
     mac = first.get("mac") or {}
     os_text = first["os"].get("macos_product_version")
-    os_text = (f"macOS {os_text}" + (f" ({mac['macos_build']})" if mac.get("macos_build") else "")) if os_text \
+    os_text = (
+        (f"macOS {os_text}" + (f" ({mac['macos_build']})" if mac.get("macos_build") else ""))
+        if os_text
         else first["os"]["platform"]
+    )
     device = first.get("gpu_name") if run["device"] != "cpu" else None
     where = [f"`{run['device']}`" + (f" ({device})" if device else ""), f"CPU {first['cpu_name']}"]
     if mac.get("model"):
@@ -110,14 +132,23 @@ def _provenance_sentence(data: dict) -> str:
         where.append(f"power: {mac['power_source']}")
     if mac.get("low_power_mode") is not None:
         where.append(f"Low Power Mode {'on' if mac['low_power_mode'] else 'off'}")
-    torches = "; ".join(f"{b} torch {prov[b]['torch_version']} (`{(prov[b].get('git_version') or 'unknown')[:12]}`"
-                        + _series_text(data["builds"][b]) + ")" for b in builds)
+    torches = "; ".join(
+        f"{b} torch {prov[b]['torch_version']} (`{(prov[b].get('git_version') or 'unknown')[:12]}`"
+        + _series_text(data["builds"][b])
+        + ")"
+        for b in builds
+    )
     evidence = Evidence.from_json(data.get("evidence"))
     series = f" Series `{evidence.series}`." if evidence.series else ""
-    return (f"Measured on {', '.join(where)}. {torches}.{series} {run['rounds']} rounds of fresh processes per "
-            f"(build, config), interleaved; configs: " + ", ".join(
-                f"`{c}` ({' '.join(f'{k}={v}' for k, v in data['configs'][c]['env'].items()) or 'no variables'})"
-                for c in run["configs"]) + ".")
+    return (
+        f"Measured on {', '.join(where)}. {torches}.{series} {run['rounds']} rounds of fresh processes per "
+        f"(build, config), interleaved; configs: "
+        + ", ".join(
+            f"`{c}` ({' '.join(f'{k}={v}' for k, v in data['configs'][c]['env'].items()) or 'no variables'})"
+            for c in run["configs"]
+        )
+        + "."
+    )
 
 
 def _series_text(build: dict) -> str:
@@ -139,8 +170,11 @@ def tests_table(section: dict | None, builds: list[str]) -> list[str]:
         return lines + [f"- not run: {section['skipped']}", ""]
     lines += ["| test | selection | " + " | ".join(builds) + " |", "|---|---|" + "---|" * len(builds)]
     for test in section["tests"]:
-        selection = f"`{test['file']}`" + (f" `-k {test['k']}`" if test.get("k") else "") \
+        selection = (
+            f"`{test['file']}`"
+            + (f" `-k {test['k']}`" if test.get("k") else "")
             + "".join(f" `{k}={v}`" for k, v in test.get("env", {}).items())
+        )
         cells = []
         for b in builds:
             rec = test["builds"].get(b)
@@ -166,8 +200,9 @@ def _requirements_lines(installed: dict | None) -> list[str]:
     if not installed:
         return []
     reqs = ", ".join(next(iter(installed.values()))["requirements"])
-    per_build = "; ".join(f"{b}: " + ("installed" if r["installed"] else f"not installed ({r['reason']})")
-                          for b, r in installed.items())
+    per_build = "; ".join(
+        f"{b}: " + ("installed" if r["installed"] else f"not installed ({r['reason']})") for b, r in installed.items()
+    )
     return [f"Test requirements ({reqs}) by pip: {per_build}.", ""]
 
 
@@ -177,9 +212,12 @@ def render_block(data: dict, results: list[con.ContrastResult], notes: list[str]
     unit, scale = ("TFLOP/s", 1e12) if gpu else ("GFLOP/s", 1e9)
     out = ["## For the pull request", "", _provenance_sentence(data), "", *notes]
     if results:
-        out += ["Speedup = B time / A time (> 1: A faster), Hodges-Lehmann over per-process medians of the rounds "
-                "both sides ran, exact 95% CI; faster/slower when the whole CI lies beyond ±2% (±5% launch-bound), "
-                "equivalent when it lies inside.", ""]
+        out += [
+            "Speedup = B time / A time (> 1: A faster), Hodges-Lehmann over per-process medians of the rounds "
+            "both sides ran, exact 95% CI; faster/slower when the whole CI lies beyond ±2% (±5% launch-bound), "
+            "equivalent when it lies inside.",
+            "",
+        ]
     for result in results:
         out += contrast_block(result, unit, scale)
     out += tests_table(data.get("series_tests"), data["run"]["builds"])
@@ -206,6 +244,14 @@ def collect_env_lines(data: dict) -> list[str]:
     for b in data["run"]["builds"]:
         text = data["builds"][b]["provenance"].get("collect_env")
         if text:
-            out += [f"<details><summary>python -m torch.utils.collect_env ({b})</summary>", "", "```", text.rstrip(),
-                    "```", "", "</details>", ""]
+            out += [
+                f"<details><summary>python -m torch.utils.collect_env ({b})</summary>",
+                "",
+                "```",
+                text.rstrip(),
+                "```",
+                "",
+                "</details>",
+                "",
+            ]
     return out

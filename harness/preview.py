@@ -45,13 +45,17 @@ def render_html(markdown: str, title: str, open_details: bool = False) -> str:
         import cmarkgfm
         from cmarkgfm.cmark import Options
     except ImportError:
-        raise UsageError("the preview needs the cmarkgfm package (GitHub's markdown renderer)",
-                         "pip install cmarkgfm, or run `nox -s preview -- DIR`") from None
+        raise UsageError(
+            "the preview needs the cmarkgfm package (GitHub's markdown renderer)",
+            "pip install cmarkgfm, or run `nox -s preview -- DIR`",
+        ) from None
     body = cmarkgfm.github_flavored_markdown_to_html(markdown, options=Options.CMARK_OPT_UNSAFE)
     if open_details:
         body = re.sub(r"<details>", "<details open>", body)
-    return (f"<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>{html.escape(title)}</title>"
-            f"<style>{STYLE}</style></head>\n<body>\n{body}</body></html>\n")
+    return (
+        f'<!doctype html>\n<html><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
+        f"<style>{STYLE}</style></head>\n<body>\n{body}</body></html>\n"
+    )
 
 
 def screenshot(page: Path, png: Path, width: int) -> Path:
@@ -63,18 +67,31 @@ def screenshot(page: Path, png: Path, width: int) -> Path:
     """
     browser = next((shutil.which(name) for name in CHROMIUM if shutil.which(name)), None)
     if browser is None:
-        raise UsageError("no Chromium found on PATH (looked for " + ", ".join(CHROMIUM) + ")",
-                         "install it (Debian/Ubuntu: apt-get install chromium) or drop --screenshot")
+        raise UsageError(
+            "no Chromium found on PATH (looked for " + ", ".join(CHROMIUM) + ")",
+            "install it (Debian/Ubuntu: apt-get install chromium) or drop --screenshot",
+        )
     text = page.read_text()
-    height = min(16000, 400 + 22 * text.count("<tr") + 28 * text.count("<p") + 24 * text.count("<li")
-                 + 480 * text.count("<img"))
-    cmd = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-           f"--window-size={width},{height}", f"--screenshot={png.resolve()}", page.resolve().as_uri()]
+    height = min(
+        16000, 400 + 22 * text.count("<tr") + 28 * text.count("<p") + 24 * text.count("<li") + 480 * text.count("<img")
+    )
+    cmd = [
+        browser,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--hide-scrollbars",
+        f"--window-size={width},{height}",
+        f"--screenshot={png.resolve()}",
+        page.resolve().as_uri(),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     if proc.returncode != 0 or not png.is_file():
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        raise UsageError(f"Chromium could not take the screenshot (exit {proc.returncode}): {last}",
-                         "run it by hand to see why: " + " ".join(cmd))
+        raise UsageError(
+            f"Chromium could not take the screenshot (exit {proc.returncode}): {last}",
+            "run it by hand to see why: " + " ".join(cmd),
+        )
     return png
 
 

@@ -7,8 +7,8 @@ still get a plain one-line log of each finished step via :func:`note`.
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 
 def interactive() -> bool:
@@ -35,11 +35,17 @@ class _Task:
             kwargs = {"description": description} if description else {}
             self._progress.update(self._id, advance=amount, **kwargs)
 
-    def update(self, completed: float | None = None, total: float | None = None, description: str | None = None) -> None:
+    def update(
+        self, completed: float | None = None, total: float | None = None, description: str | None = None
+    ) -> None:
         if total is not None:
             self._total = total
         if self._progress is not None:
-            kwargs = {k: v for k, v in (("completed", completed), ("total", total), ("description", description)) if v is not None}
+            kwargs = {
+                k: v
+                for k, v in (("completed", completed), ("total", total), ("description", description))
+                if v is not None
+            }
             self._progress.update(self._id, **kwargs)
 
 

@@ -40,8 +40,12 @@ def _cpu_name() -> str:
 
 
 def _os_name() -> dict:
-    info = {"system": platform.system(), "release": platform.release(), "machine": platform.machine(),
-            "platform": platform.platform()}
+    info = {
+        "system": platform.system(),
+        "release": platform.release(),
+        "machine": platform.machine(),
+        "platform": platform.platform(),
+    }
     if sys.platform == "darwin":
         out = subprocess.run(["sw_vers", "-productVersion"], capture_output=True, text=True)
         info["macos_product_version"] = out.stdout.strip() or platform.mac_ver()[0]
@@ -139,10 +143,20 @@ def mac_facts() -> dict:
     build = (_run_text(["sw_vers", "-buildVersion"]) or "").strip() or None
     batt = _run_text(["pmset", "-g", "batt"]) or ""
     power = next((line.split("'")[1] for line in batt.splitlines() if "drawing from '" in line), None)
-    low = next((line.split()[-1] for line in (_run_text(["pmset", "-g"]) or "").splitlines()
-                if line.split()[:1] == ["lowpowermode"]), None)
-    return {"model": model, "macos_build": build, "power_source": power,
-            "low_power_mode": None if low is None else low == "1"}
+    low = next(
+        (
+            line.split()[-1]
+            for line in (_run_text(["pmset", "-g"]) or "").splitlines()
+            if line.split()[:1] == ["lowpowermode"]
+        ),
+        None,
+    )
+    return {
+        "model": model,
+        "macos_build": build,
+        "power_source": power,
+        "low_power_mode": None if low is None else low == "1",
+    }
 
 
 def collect_env() -> str | None:
@@ -169,7 +183,9 @@ def probe(device: str, variables: list[str], with_collect_env: bool = False) -> 
         "cuda_available": cuda_available,
         # the GPU, not the CPU's brand string: on MPS torch.backends.mps.get_name()/get_core_count()
         # (torch 2.13+; None before), see harness.bench.devices
-        "gpu_name": torch.cuda.get_device_name(0) if cuda_available else (mps_gpu_name(torch) if mps_available else None),
+        "gpu_name": torch.cuda.get_device_name(0)
+        if cuda_available
+        else (mps_gpu_name(torch) if mps_available else None),
         "cpu_name": _cpu_name(),
         "os": _os_name(),
         "python": platform.python_version(),
@@ -183,11 +199,13 @@ def probe(device: str, variables: list[str], with_collect_env: bool = False) -> 
     ready = {"cpu": True, "cuda": cuda_available, "mps": mps_available}[device]
     info["device"] = device
     if not ready:
-        why = {"cuda": "torch.cuda.is_available() is False",
-               "mps": "MPS is not built into this torch (MPS needs a macOS build of torch on an Apple-silicon Mac)"
-               if not mps_built else
-               "MPS is built but torch.backends.mps.is_available() is False (MPS needs macOS 13.0 or newer on "
-               "Apple silicon, not a VM: aten/src/ATen/mps/EmptyTensor.cpp)"}
+        why = {
+            "cuda": "torch.cuda.is_available() is False",
+            "mps": "MPS is not built into this torch (MPS needs a macOS build of torch on an Apple-silicon Mac)"
+            if not mps_built
+            else "MPS is built but torch.backends.mps.is_available() is False (MPS needs macOS 13.0 or newer on "
+            "Apple silicon, not a VM: aten/src/ATen/mps/EmptyTensor.cpp)",
+        }
         info["device_error"] = why[device]
     else:
         info["device_error"] = health(torch, device)

@@ -3,7 +3,8 @@
 Command ``report``: ``python -m harness report results/<run>`` re-renders the report of a run.
 Sections: summary per env config (geometric-mean speedup with its CI), per-cell tables
 (stock and patched medians, speedup = stock/patched time as a Hodges-Lehmann estimate with its exact
-95 % Moses confidence interval, exact Mann-Whitney U p-value, verdict), correctness (relative error vs float64 per config and build),
+95 % Moses confidence interval, exact Mann-Whitney U p-value, verdict), correctness (relative error vs
+float64 per config and build),
 failures and skips with their reasons, and provenance with the command that reproduces the run.
 Long tables are folded in ``<details>`` so the PR stays readable. Plots (``harness.plots``) are
 written next to it and linked: ``speedup.png`` and ``latency-<family>.png``.
@@ -15,19 +16,16 @@ no resampling, no render timestamp), so ``report`` can re-create them from resul
 from __future__ import annotations
 
 import math
-import statistics
 import shlex
-from pathlib import Path
-
+import statistics
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
 from harness import configs as cfg
-from harness import plots
-from harness import prbody
+from harness import plots, prbody, stats
 from harness import results as res
-from harness import stats
 from harness.bench.workloads import Cell
 from harness.errors import ResultsError
 from harness.fsutil import atomic_write_text
@@ -43,30 +41,62 @@ LAUNCH_BOUND_THRESHOLD = 0.05
 def write(directory: Path, data: dict) -> list[Path]:
     """Render ``report.md`` and its PNGs into ``directory`` (atomically); returns the paths written."""
     analysis = analyse(data)
-    written = [plots.speedup_png(directory / SPEEDUP_PNG, {c: [
-        plots.SpeedupPoint(f"{r.cell.op} {r.cell.label} {r.cell.dtype}", r.cmp.ratio, r.cmp.ci_low, r.cmp.ci_high,
-                           r.cmp.verdict) for r in rows] for c, rows in analysis.rows.items()}, THRESHOLD,
-        "patched vs stock, " + data["run"]["device"])] if analysis.ab else []
+    written = (
+        [
+            plots.speedup_png(
+                directory / SPEEDUP_PNG,
+                {
+                    c: [
+                        plots.SpeedupPoint(
+                            f"{r.cell.op} {r.cell.label} {r.cell.dtype}",
+                            r.cmp.ratio,
+                            r.cmp.ci_low,
+                            r.cmp.ci_high,
+                            r.cmp.verdict,
+                        )
+                        for r in rows
+                    ]
+                    for c, rows in analysis.rows.items()
+                },
+                THRESHOLD,
+                "patched vs stock, " + data["run"]["device"],
+            )
+        ]
+        if analysis.ab
+        else []
+    )
     for family in analysis.families:
-        points = [plots.LatencyPoint(f"{b} / {config}", r.cell.op, r.cell.dtype, r.cell.flop, r.mid[b], *r.spread[b])
-                  for config, rows in analysis.rows.items() for r in rows if r.cell.family == family
-                  for b in analysis.builds if r.mid.get(b) and r.spread.get(b)]
-        written.append(plots.latency_png(directory / latency_png_name(family), points, family,
-                                         clock_label(data)))
+        points = [
+            plots.LatencyPoint(f"{b} / {config}", r.cell.op, r.cell.dtype, r.cell.flop, r.mid[b], *r.spread[b])
+            for config, rows in analysis.rows.items()
+            for r in rows
+            if r.cell.family == family
+            for b in analysis.builds
+            if r.mid.get(b) and r.spread.get(b)
+        ]
+        written.append(plots.latency_png(directory / latency_png_name(family), points, family, clock_label(data)))
     path = directory / "report.md"
     atomic_write_text(path, render(data, analysis))
     return [path, *written]
 
 
 #: Measurement.method -> the words under a latency plot (older runs timed GPUs with device events)
-CLOCKS = {"perf_counter": "host clock", "synchronize+perf_counter": "synchronize + host clock",
-          "cuda-events": "device events", "mps-events": "device events"}
+CLOCKS = {
+    "perf_counter": "host clock",
+    "synchronize+perf_counter": "synchronize + host clock",
+    "cuda-events": "device events",
+    "mps-events": "device events",
+}
 
 
 def clock_label(data: dict) -> str:
     """What the run's timer measured, from the method its measurements recorded."""
-    methods = {rec["measurement"].get("method") for p in data["processes"] for rec in p["cells"].values()
-               if rec.get("measurement")}
+    methods = {
+        rec["measurement"].get("method")
+        for p in data["processes"]
+        for rec in p["cells"].values()
+        if rec.get("measurement")
+    }
     return " / ".join(sorted(CLOCKS.get(m, str(m)) for m in methods)) or "host clock"
 
 
@@ -112,8 +142,10 @@ def cell_of(key: str) -> Cell:
     try:
         return Cell.from_key(key)
     except (ValueError, TypeError) as exc:
-        raise ResultsError(f"results.json names cell {key!r}, which this harness cannot read: {exc}",
-                           "render it with the harness version that wrote it") from None
+        raise ResultsError(
+            f"results.json names cell {key!r}, which this harness cannot read: {exc}",
+            "render it with the harness version that wrote it",
+        ) from None
 
 
 def analyse(data: dict) -> Analysis:
@@ -131,18 +163,23 @@ def analyse(data: dict) -> Analysis:
         rows[config] = []
         for key, per_build in per_cell.items():
             medians = {b: res.process_medians(per_build.get(b, [])) for b in builds}
-            row = Row(cell_of(key), medians,
-                      {b: (stats.process_median(m) if m else None) for b, m in medians.items()},
-                      {b: (stats.iqr(m) if m else None) for b, m in medians.items()},
-                      stats.compare(medians["stock"], medians["patched"], threshold=cell_threshold(per_build))
-                      if ab else None,
-                      _notes([r for b in builds for r in per_build.get(b, [])]))
+            row = Row(
+                cell_of(key),
+                medians,
+                {b: (stats.process_median(m) if m else None) for b, m in medians.items()},
+                {b: (stats.iqr(m) if m else None) for b, m in medians.items()},
+                stats.compare(medians["stock"], medians["patched"], threshold=cell_threshold(per_build))
+                if ab
+                else None,
+                _notes([r for b in builds for r in per_build.get(b, [])]),
+            )
             rows[config].append(row)
         if ab:
             keys = [k for k, r in zip(per_cell, rows[config]) if r.cmp is not None and math.isfinite(r.cmp.ratio)]
             sides = [res.process_matrix(per_cell, b, keys) for b in ("stock", "patched")]
-            geomeans[config] = stats.geomean_by_process(*(np.array(m, dtype=float).reshape(len(m), len(keys))
-                                                          for m in sides), threshold=THRESHOLD)
+            geomeans[config] = stats.geomean_by_process(
+                *(np.array(m, dtype=float).reshape(len(m), len(keys)) for m in sides), threshold=THRESHOLD
+            )
         for b in builds:
             drifts[(b, config)] = stats.drift(res.round_series(per_cell, b), threshold=THRESHOLD)
     families = sorted({r.cell.family for rs in rows.values() for r in rs if any(r.mid.values())})
@@ -188,18 +225,23 @@ def _adaptive_text(run: dict) -> list[str]:
         return []
     left = sum(map(len, adaptive["unconverged"].values()))
     launch = adaptive.get("launch_bound_target")
-    target = (f"±{adaptive['target']:.1%} (launch-bound cells ±{launch:.1%})" if launch
-              else f"±{adaptive['target']:.1%}")
-    return [f"Adaptive sampling to a CI half-width of {target}: {adaptive['rounds_added']} round(s) "
-            f"added; the worker processes had a budget of {adaptive['budget_s']:g} s in all; "
-            + (f"**{left} cell(s) did not converge** (marked in the tables)." if left else "every cell converged."), ""]
+    target = f"±{adaptive['target']:.1%} (launch-bound cells ±{launch:.1%})" if launch else f"±{adaptive['target']:.1%}"
+    return [
+        f"Adaptive sampling to a CI half-width of {target}: {adaptive['rounds_added']} round(s) "
+        f"added; the worker processes had a budget of {adaptive['budget_s']:g} s in all; "
+        + (f"**{left} cell(s) did not converge** (marked in the tables)." if left else "every cell converged."),
+        "",
+    ]
 
 
 def _in_words(gm: stats.GeoMean) -> str:
     """The per-config summary's verdict (:func:`harness.stats.geomean_by_process`) in words."""
     change = f"patched {abs(1 - gm.gm):.1%} {'faster' if gm.gm < 1 else 'slower'}"
-    p = f"U-test p={gm.p_value:.2g} over {gm.n_stock}+{gm.n_patched} processes" if math.isfinite(gm.p_value) \
+    p = (
+        f"U-test p={gm.p_value:.2g} over {gm.n_stock}+{gm.n_patched} processes"
+        if math.isfinite(gm.p_value)
         else f"{gm.n_stock}+{gm.n_patched} processes"
+    )
     why = _cause_words(gm.cause, gm.threshold, gm.confidence)
     if gm.verdict in (stats.FASTER, stats.SLOWER):
         return f"**{change}** ({why}, {p})"
@@ -215,37 +257,54 @@ def _what_was_compared(data: dict) -> list[str]:
     prov = {b: data["builds"][b]["provenance"] for b in builds}
     notes = []
     markers = series_markers(data)
-    marker_hits = {b: {k: bool(v) for k, v in prov[b]["variables_in_libraries"].items() if k in markers}
-                   for b in builds}
+    marker_hits = {
+        b: {k: bool(v) for k, v in prov[b]["variables_in_libraries"].items() if k in markers} for b in builds
+    }
     for marker in sorted({k for hits in marker_hits.values() for k in hits}):
         where = [b for b in builds if marker_hits[b].get(marker)]
         if not where:
-            notes.append(f"> **Note:** neither build's libraries contain `{marker}`, so this run compares two torch "
-                         "builds, not the patch series (or the code that reads it is not compiled for this platform).")
+            notes.append(
+                f"> **Note:** neither build's libraries contain `{marker}`, so this run compares two torch "
+                "builds, not the patch series (or the code that reads it is not compiled for this platform)."
+            )
         elif where != ["patched"]:
             notes.append(f"> **Note:** `{marker}` is found in: {', '.join(where)} (expected: patched only).")
     if data["run"].get("plant_k"):
-        notes.append(f"> **Calibration:** the patched side ran every GEMM with K grown by at least "
-                     f"{data['run']['plant_k']:.0%} (`--plant-k`; both sides are otherwise the same torch): every "
-                     "kernel-bound GEMM cell whose grown K really costs more than the band should come out slower "
-                     "(what K' costs on the device: benchmarks/planted_cost.py); SDPA cells are unchanged.")
+        notes.append(
+            f"> **Calibration:** the patched side ran every GEMM with K grown by at least "
+            f"{data['run']['plant_k']:.0%} (`--plant-k`; both sides are otherwise the same torch): every "
+            "kernel-bound GEMM cell whose grown K really costs more than the band should come out slower "
+            "(what K' costs on the device: benchmarks/planted_cost.py); SDPA cells are unchanged."
+        )
     elif len(builds) == 2 and same_identity(data, *builds):
         inputs = [data["builds"][b]["input"] for b in builds]
         if inputs[0].get("sha256") == inputs[1].get("sha256"):
-            notes.append("> **Note:** both builds are the same torch (version, git hash, wheel): an A/A run; "
-                         "any verdict other than equivalent/undetermined is a false positive.")
+            notes.append(
+                "> **Note:** both builds are the same torch (version, git hash, wheel): an A/A run; "
+                "any verdict other than equivalent/undetermined is a false positive."
+            )
         else:
-            shown = ", ".join(f"{b}: {i.get('kind')} `{Path(str(i.get('value'))).name}`" for b, i in zip(builds, inputs))
-            notes.append(f"> **Note:** both builds are the same torch (version `{prov[builds[0]]['torch_version']}`, "
-                         f"git hash `{_short(prov[builds[0]]['git_version'])}`"
-                         + (", source tree" if tree_identity(data["builds"][builds[0]]) else "")
-                         + f") although their files differ ({shown}): an A/A run; any verdict other than "
-                         "equivalent/undetermined is a false positive.")
-    variants = {b: (f"CUDA {prov[b]['cuda_version']}" if prov[b].get("cuda_version") else "CPU-only")
-                + (" + MPS" if prov[b]["mps_built"] else "") for b in builds}
+            shown = ", ".join(
+                f"{b}: {i.get('kind')} `{Path(str(i.get('value'))).name}`" for b, i in zip(builds, inputs)
+            )
+            notes.append(
+                f"> **Note:** both builds are the same torch (version `{prov[builds[0]]['torch_version']}`, "
+                f"git hash `{_short(prov[builds[0]]['git_version'])}`"
+                + (", source tree" if tree_identity(data["builds"][builds[0]]) else "")
+                + f") although their files differ ({shown}): an A/A run; any verdict other than "
+                "equivalent/undetermined is a false positive."
+            )
+    variants = {
+        b: (f"CUDA {prov[b]['cuda_version']}" if prov[b].get("cuda_version") else "CPU-only")
+        + (" + MPS" if prov[b]["mps_built"] else "")
+        for b in builds
+    }
     if len(set(variants.values())) > 1:
-        notes.append("> **Note:** the builds are different variants (" + ", ".join(f"{b}: {v}" for b, v in variants.items())
-                     + "); differences may come from that, not from a patch.")
+        notes.append(
+            "> **Note:** the builds are different variants ("
+            + ", ".join(f"{b}: {v}" for b, v in variants.items())
+            + "); differences may come from that, not from a patch."
+        )
     return [line for note in notes for line in (note, "")]  # one blockquote each
 
 
@@ -284,8 +343,10 @@ def same_identity(data: dict, a: str, b: str) -> bool:
 def _modes_text(cmp: stats.Comparison) -> str:
     """Each side's modes with their shares, and the speedup within each mode when both sides have the
     same number of modes (never a ratio across modes)."""
-    parts = [f"{side} " + " / ".join(f"{_us(m.center)} µs ({m.share:.0%})" for m in found)
-             for side, found in (("stock", cmp.stock_modes), ("patched", cmp.patched_modes))]
+    parts = [
+        f"{side} " + " / ".join(f"{_us(m.center)} µs ({m.share:.0%})" for m in found)
+        for side, found in (("stock", cmp.stock_modes), ("patched", cmp.patched_modes))
+    ]
     if cmp.mode_ratios:
         parts.append("speedup per mode " + " / ".join(f"{1 / m.ratio:.3f}×" for m in cmp.mode_ratios))
     return "; ".join(parts)
@@ -321,9 +382,13 @@ def _consistency(section: dict | None, builds: list[str]) -> list[str]:
     if not section.get("pair"):
         return ["## Config consistency", "", f"- skipped: {section.get('skipped') or 'no pair'}", ""]
     a, b = section["pair"]
-    lines = ["## Config consistency", "",
-             f"GEMM outputs under `{a}` against `{b}` in the same build (first round), relative difference "
-             "against the sum of both configs' accuracy bounds.", ""]
+    lines = [
+        "## Config consistency",
+        "",
+        f"GEMM outputs under `{a}` against `{b}` in the same build (first round), relative difference "
+        "against the sum of both configs' accuracy bounds.",
+        "",
+    ]
     if section.get("mps_check_skipped"):
         lines += [f"- {section['mps_check_skipped']}"]
     if section.get("skipped"):
@@ -339,7 +404,9 @@ def _consistency(section: dict | None, builds: list[str]) -> list[str]:
         text = f"- **{build}**: {len(cells) - len(bad)}/{len(cells)} cells agree"
         if worst:
             text += f"; largest difference {worst[1]['rel_diff']:.2e} (bound {worst[1]['bound']:.1e}) in `{worst[0]}`"
-        lines.append(text + "".join(f"; **differs** `{k}` {v['rel_diff']:.2e} > {v['bound']:.1e}" for k, v in bad.items()))
+        lines.append(
+            text + "".join(f"; **differs** `{k}` {v['rel_diff']:.2e} > {v['bound']:.1e}" for k, v in bad.items())
+        )
     return lines + [""]
 
 
@@ -367,42 +434,74 @@ def _provenance(data: dict) -> list[str]:
     row("input", lambda b: f"`{b['input']['value']}`")
     row("wheel sha256", lambda b: f"`{(b['input'].get('sha256') or '–')[:16]}`")
     markers = series_markers(data)
-    row("series marker in libraries", lambda b: ", ".join(
-        f"{k}: {'yes' if v else 'no'}" for k, v in b["provenance"]["variables_in_libraries"].items()
-        if k in markers) or "–")
+    row(
+        "series marker in libraries",
+        lambda b: ", ".join(
+            f"{k}: {'yes' if v else 'no'}" for k, v in b["provenance"]["variables_in_libraries"].items() if k in markers
+        )
+        or "–",
+    )
     row("MPS built / available", lambda b: f"{b['provenance']['mps_built']} / {b['provenance']['mps_available']}")
     row("CUDA available", lambda b: b["provenance"]["cuda_available"])
     row("GPU", lambda b: b["provenance"].get("gpu_name") or "–")
     row("CPU", lambda b: b["provenance"]["cpu_name"])
     row("OS", lambda b: b["provenance"]["os"].get("macos_product_version") or b["provenance"]["os"]["platform"])
     if any(data["builds"][b]["provenance"].get("mac") for b in names):
-        row("Mac model / power / Low Power Mode", lambda b: " / ".join(
-            str(b["provenance"].get("mac", {}).get(k)) for k in ("model", "power_source", "low_power_mode")))
+        row(
+            "Mac model / power / Low Power Mode",
+            lambda b: " / ".join(
+                str(b["provenance"].get("mac", {}).get(k)) for k in ("model", "power_source", "low_power_mode")
+            ),
+        )
     row("Python", lambda b: b["provenance"]["python"])
     row("torch default threads (workers used: see below)", lambda b: b["provenance"]["num_threads"])
     timing = run["timing"]
-    timing_text = (f"warm-up {timing.get('warmup_s')} s, measurement {timing.get('measure_s')} s per cell per process, "
-                   f"blocks of at least {timing.get('min_block_s')} s")
+    timing_text = (
+        f"warm-up {timing.get('warmup_s')} s, measurement {timing.get('measure_s')} s per cell per process, "
+        f"blocks of at least {timing.get('min_block_s')} s"
+    )
     startups = sorted(t for t in map(res.startup_seconds, data["processes"]) if t is not None)
     if startups:
-        timing_text += (f"; process start-up (interpreter + import torch) median {statistics.median(startups):.1f} s, "
-                        f"{startups[0]:.1f}-{startups[-1]:.1f} s over {len(startups)} processes")
-    lines += ["", f"Harness {data['harness_version']}, device `{run['device']}`, {run['rounds']} rounds of fresh "
-              f"processes per (build, config), order shuffled per round (seed {run['seed']}); timing: {timing_text}; "
-              f"torch threads in workers: {run.get('threads') or 'torch default'}; started {run['started']}, "
-              f"finished {run.get('finished') or 'not yet (interrupted)'}.", "",
-              "Reproduce (from the torch-patch-harness checkout):", "", "```", _nox_command(run["command"]), "```"]
+        timing_text += (
+            f"; process start-up (interpreter + import torch) median {statistics.median(startups):.1f} s, "
+            f"{startups[0]:.1f}-{startups[-1]:.1f} s over {len(startups)} processes"
+        )
+    lines += [
+        "",
+        f"Harness {data['harness_version']}, device `{run['device']}`, {run['rounds']} rounds of fresh "
+        f"processes per (build, config), order shuffled per round (seed {run['seed']}); timing: {timing_text}; "
+        f"torch threads in workers: {run.get('threads') or 'torch default'}; started {run['started']}, "
+        f"finished {run.get('finished') or 'not yet (interrupted)'}.",
+        "",
+        "Reproduce (from the torch-patch-harness checkout):",
+        "",
+        "```",
+        _nox_command(run["command"]),
+        "```",
+    ]
     if run.get("extra_env"):
-        lines += ["", "Extra variables in every worker (`--env`): "
-                  + ", ".join(f"`{k}={v}`" for k, v in sorted(run["extra_env"].items())) + "."]
+        lines += [
+            "",
+            "Extra variables in every worker (`--env`): "
+            + ", ".join(f"`{k}={v}`" for k, v in sorted(run["extra_env"].items()))
+            + ".",
+        ]
     if run.get("keep_env"):
         lines += ["", "Inherited variables kept (`--keep-env`): " + ", ".join(f"`{k}`" for k in run["keep_env"]) + "."]
     lines += _build_rows(data)
     for b in names:
         show = data["builds"][b]["provenance"].get("config_show")
         if show:
-            lines += ["", f"<details><summary>torch.__config__.show() of {b}</summary>", "", "```", show.rstrip(), "```",
-                      "", "</details>"]
+            lines += [
+                "",
+                f"<details><summary>torch.__config__.show() of {b}</summary>",
+                "",
+                "```",
+                show.rstrip(),
+                "```",
+                "",
+                "</details>",
+            ]
     return lines
 
 
@@ -422,18 +521,25 @@ def _median_spread(mid: float | None, spread: tuple[float, float] | None) -> str
 
 def _peak_text(data: dict, config: str, cell: Cell, seconds: float | None) -> str:
     prov = data["builds"][data["run"]["builds"][0]]["provenance"]
-    known = peak_tflops(prov.get("gpu_name") if data["run"]["device"] != "cpu" else None, cell.dtype,
-                        bool(data["configs"][config].get("reduced_fp32")))
+    known = peak_tflops(
+        prov.get("gpu_name") if data["run"]["device"] != "cpu" else None,
+        cell.dtype,
+        bool(data["configs"][config].get("reduced_fp32")),
+    )
     if not known or not seconds:
         return "–"
     return f"{cell.flop / seconds / 1e12 / known[0]:.0%}"
 
 
 def _drift_lines(analysis: Analysis, configs: list[str]) -> list[str]:
-    lines = ["## Drift", "",
-             "Per build and config: the per-round median over cells (each cell relative to its own median) against "
-             "the round index, Kendall's tau and the Theil-Sen change from the first to the last round; `drift` when "
-             f"significant and at least ±{THRESHOLD:.0%} (throttling, load or warm-up of the machine over the run).", ""]
+    lines = [
+        "## Drift",
+        "",
+        "Per build and config: the per-round median over cells (each cell relative to its own median) against "
+        "the round index, Kendall's tau and the Theil-Sen change from the first to the last round; `drift` when "
+        f"significant and at least ±{THRESHOLD:.0%} (throttling, load or warm-up of the machine over the run).",
+        "",
+    ]
     for config in configs:
         for b in analysis.builds:
             d = analysis.drifts[(b, config)]
@@ -447,23 +553,42 @@ def _build_rows(data: dict) -> list[str]:
     builds = data["run"]["builds"]
     manifests = {b: data["builds"][b].get("build") for b in builds}
     if not any(manifests.values()):
-        return ["", "Build manifests: none (the inputs are not wheels built by `build_stock`/`build_patched`), so base "
-                "ref, series and build flags are not recorded for this run."]
+        return [
+            "",
+            "Build manifests: none (the inputs are not wheels built by `build_stock`/`build_patched`), so base "
+            "ref, series and build flags are not recorded for this run.",
+        ]
     lines = ["", "| build manifest | " + " | ".join(builds) + " |", "|---|" + "---|" * len(builds)]
-    for label, fn in (("base SHA", lambda m: f"`{m.get('base_sha')}`"),
-                      ("series", lambda m: f"{m['series']['name']} `{m['series']['hash']}`" if m.get("series") else "–"),
-                      ("platform / build type", lambda m: f"{m.get('platform')} / {m.get('build_type')}"),
-                      ("version label", lambda m: f"`{m.get('version')}`"),
-                      ("compiler", lambda m: m.get("compiler")), ("CMake", lambda m: m.get("cmake"))):
+    for label, fn in (
+        ("base SHA", lambda m: f"`{m.get('base_sha')}`"),
+        ("series", lambda m: f"{m['series']['name']} `{m['series']['hash']}`" if m.get("series") else "–"),
+        ("platform / build type", lambda m: f"{m.get('platform')} / {m.get('build_type')}"),
+        ("version label", lambda m: f"`{m.get('version')}`"),
+        ("compiler", lambda m: m.get("compiler")),
+        ("CMake", lambda m: m.get("cmake")),
+    ):
         lines.append(f"| {label} | " + " | ".join(fn(manifests[b]) if manifests[b] else "–" for b in builds) + " |")
     envs = [(manifests[b] or {}).get("environment") or {} for b in builds]
     if len(envs) == 2 and all(manifests.values()):
         differ = sorted(k for k in set(envs[0]) | set(envs[1]) if envs[0].get(k) != envs[1].get(k))
         same = [k for k in differ if k != "PYTORCH_BUILD_VERSION"]
-        lines += ["", "Build flags: " + ("**identical** apart from the version label." if not same else
-                                         "**differ** in " + ", ".join(f"`{k}`" for k in same) + "."),
-                  "", "<details><summary>build environment (stock)</summary>", "", "```",
-                  *[f"{k}={v}" for k, v in sorted(envs[0].items())], "```", "", "</details>"]
+        lines += [
+            "",
+            "Build flags: "
+            + (
+                "**identical** apart from the version label."
+                if not same
+                else "**differ** in " + ", ".join(f"`{k}`" for k in same) + "."
+            ),
+            "",
+            "<details><summary>build environment (stock)</summary>",
+            "",
+            "```",
+            *[f"{k}={v}" for k, v in sorted(envs[0].items())],
+            "```",
+            "",
+            "</details>",
+        ]
     return lines
 
 
@@ -486,20 +611,39 @@ def _cell_rows(data: dict, analysis: Analysis, config: str, scale: float) -> tup
                 notes.append("bimodal: " + _modes_text(cmp))
             if cell.key in run.get("adaptive", {}).get("unconverged", {}).get(config, []):
                 hw, adaptive = cmp.half_width, run["adaptive"]
-                goal = (adaptive.get("launch_bound_target") if "launch-bound" in r.notes else None) or adaptive["target"]
-                notes.append(f"unconverged: CI half-width {hw:.1%} > target ±{goal:.1%}"
-                             if math.isfinite(hw) else "unconverged: no CI yet")
+                goal = (adaptive.get("launch_bound_target") if "launch-bound" in r.notes else None) or adaptive[
+                    "target"
+                ]
+                notes.append(
+                    f"unconverged: CI half-width {hw:.1%} > target ±{goal:.1%}"
+                    if math.isfinite(hw)
+                    else "unconverged: no CI yet"
+                )
             peak = _peak_text(data, config, cell, r.mid["patched"])
-            lines.append(base + [_median_spread(r.mid["stock"], r.spread["stock"]),
-                                 _median_spread(r.mid["patched"], r.spread["patched"]),
-                                 _throughput(cell, r.mid["patched"], scale) + ("" if peak == "–" else f" ({peak})"),
-                                 ci, p, verdict, "; ".join(notes)])
+            lines.append(
+                base
+                + [
+                    _median_spread(r.mid["stock"], r.spread["stock"]),
+                    _median_spread(r.mid["patched"], r.spread["patched"]),
+                    _throughput(cell, r.mid["patched"], scale) + ("" if peak == "–" else f" ({peak})"),
+                    ci,
+                    p,
+                    verdict,
+                    "; ".join(notes),
+                ]
+            )
         else:
             b = builds[0]
             peak = _peak_text(data, config, cell, r.mid[b])
-            lines.append(base + [_median_spread(r.mid[b], r.spread[b]),
-                                 _throughput(cell, r.mid[b], scale) + ("" if peak == "–" else f" ({peak})"),
-                                 str(len(r.medians[b])), "; ".join(notes)])
+            lines.append(
+                base
+                + [
+                    _median_spread(r.mid[b], r.spread[b]),
+                    _throughput(cell, r.mid[b], scale) + ("" if peak == "–" else f" ({peak})"),
+                    str(len(r.medians[b])),
+                    "; ".join(notes),
+                ]
+            )
         for note in notes:
             if note.startswith(("failed: ", "skipped: ")):
                 problems.append(f"- `{config}` {cell.op} {cell.label} {cell.dtype}: {note}")
@@ -519,8 +663,11 @@ def render(data: dict, analysis: Analysis | None = None) -> str:
 
     if not run.get("finished"):
         done, planned = len(data["processes"]), len(run.get("order", []))
-        out += [f"> **Incomplete run:** {done} of {planned} planned worker processes finished before it was "
-                "interrupted; the numbers below use those. Run the same command again to resume.", ""]
+        out += [
+            f"> **Incomplete run:** {done} of {planned} planned worker processes finished before it was "
+            "interrupted; the numbers below use those. Run the same command again to resume.",
+            "",
+        ]
     summaries, sections, problems = [], [], []
     for config in run["configs"]:
         env = data["configs"][config]["env"]
@@ -532,14 +679,29 @@ def render(data: dict, analysis: Analysis | None = None) -> str:
             if not math.isfinite(gm.gm):
                 summaries.append(f"- **{config}** ({env_text}): no geometric mean ({gm.reason})")
             else:
-                summaries.append(f"- **{config}** ({env_text}): geometric-mean speedup over "
-                                 f"{_plural(gm.n_cells, 'cell')} **{_ratio_ci(gm.gm, gm.lo, gm.hi)}**: {_in_words(gm)}")
-            head = ["cell", "dtype", "stock µs ±IQR/2", "patched µs ±IQR/2", f"patched {unit} (% of peak)",
-                    "speedup [95% CI]", "p (U test)", "verdict", "notes"]
+                summaries.append(
+                    f"- **{config}** ({env_text}): geometric-mean speedup over "
+                    f"{_plural(gm.n_cells, 'cell')} **{_ratio_ci(gm.gm, gm.lo, gm.hi)}**: {_in_words(gm)}"
+                )
+            head = [
+                "cell",
+                "dtype",
+                "stock µs ±IQR/2",
+                "patched µs ±IQR/2",
+                f"patched {unit} (% of peak)",
+                "speedup [95% CI]",
+                "p (U test)",
+                "verdict",
+                "notes",
+            ]
         else:
             head = ["cell", "dtype", "median µs ±IQR/2", f"{unit} (% of peak)", "processes", "notes"]
-        sections += [f"<details><summary><b>{config}</b> ({env_text}): {_plural(len(lines), 'cell')}</summary>", "",
-                     "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        sections += [
+            f"<details><summary><b>{config}</b> ({env_text}): {_plural(len(lines), 'cell')}</summary>",
+            "",
+            "| " + " | ".join(head) + " |",
+            "|" + "---|" * len(head),
+        ]
         sections += ["| " + " | ".join(x) + " |" for x in lines]
         sections += ["", "</details>", ""]
 
@@ -548,26 +710,49 @@ def render(data: dict, analysis: Analysis | None = None) -> str:
     out += prbody.render_block(data, contrasts, _what_was_compared(data))
     if drifted:
         out += [f"> **Drift:** {', '.join(drifted)} changed over the run (see Drift in the details).", ""]
-    out += ["<details><summary><b>Details</b>: per-config summary, every cell, correctness, consistency, drift, "
-            "failures, provenance</summary>", ""]
+    out += [
+        "<details><summary><b>Details</b>: per-config summary, every cell, correctness, consistency, drift, "
+        "failures, provenance</summary>",
+        "",
+    ]
     if ab:
         n = run["rounds"]
         floor = stats.min_processes()
-        out += ["## Stock vs patched per config", "", 
-            f"Speedup = stock time / patched time (> 1: patched faster), the Hodges-Lehmann estimate over the "
-            f"per-process medians with its exact 95% (Moses) confidence interval; verdict threshold ±{THRESHOLD:.0%}: "
-            f"faster/slower when the whole CI lies beyond it, equivalent when inside. {n} fresh processes per build "
-            f"and config"
-            + (f"; a verdict needs at least {floor} per side, so every verdict is undetermined (use --rounds {floor} "
-               "or more)." if n < floor else f" (a verdict needs at least {floor}).")
-            + " The geometric mean per config compares each process's geometric-mean time over the cells (a process "
-            "moves all its cells), with the same rule.",
-            ""] + _adaptive_text(run) + summaries + [""]
+        out += (
+            [
+                "## Stock vs patched per config",
+                "",
+                f"Speedup = stock time / patched time (> 1: patched faster), the Hodges-Lehmann estimate over the "
+                "per-process medians with its exact 95% (Moses) confidence interval; verdict threshold "
+                f"±{THRESHOLD:.0%}: "
+                f"faster/slower when the whole CI lies beyond it, equivalent when inside. {n} fresh "
+                "processes per build "
+                f"and config"
+                + (
+                    f"; a verdict needs at least {floor} per side, so every verdict is undetermined (use "
+                    f"--rounds {floor} "
+                    "or more)."
+                    if n < floor
+                    else f" (a verdict needs at least {floor})."
+                )
+                + " The geometric mean per config compares each process's geometric-mean time over the cells "
+                "(a process "
+                "moves all its cells), with the same rule.",
+                "",
+            ]
+            + _adaptive_text(run)
+            + summaries
+            + [""]
+        )
         out += [f"![speedup per cell with 95% CI]({SPEEDUP_PNG})", ""]
-    out += ["## Cells", "",
-            f"Medians of the per-process medians, ±half their interquartile range; {unit} = FLOP per call / median "
-            "(GEMM 2·M·N·K, SDPA 4·B·H·L²·D, halved when causal); % of peak against the device's dense datasheet "
-            "peak where known (harness/peaks.py).", ""] + sections
+    out += [
+        "## Cells",
+        "",
+        f"Medians of the per-process medians, ±half their interquartile range; {unit} = FLOP per call / median "
+        "(GEMM 2·M·N·K, SDPA 4·B·H·L²·D, halved when causal); % of peak against the device's dense datasheet "
+        "peak where known (harness/peaks.py).",
+        "",
+    ] + sections
     out += [f"![latency vs size: {f}]({latency_png_name(f)})" for f in analysis.families] + [""]
     out += prbody.details_tables(contrasts, data)
     out += _correctness(data, analysis)
@@ -601,13 +786,25 @@ def _correctness(data: dict, analysis: Analysis) -> list[str]:
                 failed += not chk["passed"]
                 cols.append(err if chk["passed"] else f"**{err} NO: {chk['reason']}**")
             cell = cell_of(key)
-            lines.append(f"| {config} | {cell.op} | {cell.label} | {cell.dtype} | " + " | ".join(cols) + f" | {bound:.1e} |")
-    out = ["## Correctness", "", "Relative error ‖out − ref‖/‖ref‖ against a float64 CPU reference (first round), "
-           "per config and build, and the bound it must stay under (docs/env-configs.md).", ""]
+            lines.append(
+                f"| {config} | {cell.op} | {cell.label} | {cell.dtype} | " + " | ".join(cols) + f" | {bound:.1e} |"
+            )
+    out = [
+        "## Correctness",
+        "",
+        "Relative error ‖out − ref‖/‖ref‖ against a float64 CPU reference (first round), "
+        "per config and build, and the bound it must stay under (docs/env-configs.md).",
+        "",
+    ]
     if not lines:
         return out + ["No checks ran.", ""]
-    out += [f"{count} (config, cell) pairs checked in {len(builds)} build(s): "
-            + ("**all within their bounds**." if not failed else f"**{failed} check(s) over the bound**."), "",
-            "<details><summary>relative error per cell</summary>", "",
-            "| config | op | shape | dtype | " + " | ".join(builds) + " | bound |", "|" + "---|" * (5 + len(builds))]
+    out += [
+        f"{count} (config, cell) pairs checked in {len(builds)} build(s): "
+        + ("**all within their bounds**." if not failed else f"**{failed} check(s) over the bound**."),
+        "",
+        "<details><summary>relative error per cell</summary>",
+        "",
+        "| config | op | shape | dtype | " + " | ".join(builds) + " | bound |",
+        "|" + "---|" * (5 + len(builds)),
+    ]
     return out + lines + ["", "</details>", ""]

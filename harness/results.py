@@ -17,8 +17,8 @@ import json
 import math
 import statistics
 from collections import defaultdict
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from harness.bench.timer import Measurement
 from harness.errors import ResultsError
@@ -36,8 +36,10 @@ class DamagedResults(ResultsError):
 
 
 #: the remedy of every damaged results.json: true because the runner rebuilds it from raw/
-REBUILD = ("re-run the compare (or bench) command that wrote it: it rebuilds results.json from raw/, "
-           "keeping the damaged file as results.json.damaged-<UTC time>")
+REBUILD = (
+    "re-run the compare (or bench) command that wrote it: it rebuilds results.json from raw/, "
+    "keeping the damaged file as results.json.damaged-<UTC time>"
+)
 
 
 def load(directory: Path) -> dict:
@@ -61,11 +63,15 @@ def load(directory: Path) -> dict:
     if "schema_version" not in data:
         raise DamagedResults(f"{path} has no schema_version: damaged, or not a results.json", REBUILD)
     if data["schema_version"] != SCHEMA_VERSION:
-        raise ResultsError(f"{path} has schema version {data['schema_version']!r}; this harness reads version {SCHEMA_VERSION}",
-                           "re-render it with the harness version that wrote it, or run again with --out pointing at a new directory")
+        raise ResultsError(
+            f"{path} has schema version {data['schema_version']!r}; this harness reads version {SCHEMA_VERSION}",
+            "re-render it with the harness version that wrote it, or run again with --out pointing at a new directory",
+        )
     missing = [k for k in REQUIRED if k not in data]
     if missing:
-        raise DamagedResults(f"{path} lacks {', '.join(missing)} (schema version {SCHEMA_VERSION} requires them)", REBUILD)
+        raise DamagedResults(
+            f"{path} lacks {', '.join(missing)} (schema version {SCHEMA_VERSION} requires them)", REBUILD
+        )
     found = problem(data)
     if found:
         raise DamagedResults(f"{path} is malformed: {found}", REBUILD)
@@ -92,14 +98,34 @@ def _seconds(value) -> bool:
 
 
 #: keys of ``run`` and their types (docs/results-schema.md); optional ones may be absent
-RUN_KEYS = {"command": (list, True), "kind": (str, True), "builds": (list, True), "device": (str, True),
-            "rounds": (int, True), "seed": (int, True), "timing": (dict, True), "configs": (list, True),
-            "cells": (list, True), "started": (str, True), "order": (list, False), "keep_env": (list, False),
-            "extra_env": (dict, False), "adaptive": (dict, False)}
+RUN_KEYS = {
+    "command": (list, True),
+    "kind": (str, True),
+    "builds": (list, True),
+    "device": (str, True),
+    "rounds": (int, True),
+    "seed": (int, True),
+    "timing": (dict, True),
+    "configs": (list, True),
+    "cells": (list, True),
+    "started": (str, True),
+    "order": (list, False),
+    "keep_env": (list, False),
+    "extra_env": (dict, False),
+    "adaptive": (dict, False),
+}
 #: keys of ``builds.<name>.provenance`` the report reads, and their types (None allowed where noted)
-PROVENANCE_KEYS = {"torch_version": (str,), "git_version": (str, type(None)), "mps_built": (bool,),
-                   "cuda_available": (bool,), "variables_in_libraries": (dict,), "os": (dict,),
-                   "python": (str,), "cpu_name": (str, type(None)), "num_threads": (int,)}
+PROVENANCE_KEYS = {
+    "torch_version": (str,),
+    "git_version": (str, type(None)),
+    "mps_built": (bool,),
+    "cuda_available": (bool,),
+    "variables_in_libraries": (dict,),
+    "os": (dict,),
+    "python": (str,),
+    "cpu_name": (str, type(None)),
+    "num_threads": (int,),
+}
 DEVICES = ("cpu", "cuda", "mps")
 TIMING_KEYS = ("warmup_s", "measure_s", "min_block_s")
 
@@ -137,7 +163,9 @@ def run_problem(data: dict) -> str | None:
             return f"builds.{name} is {_kind(build)}, not an object"
         for key in ("input", "provenance"):
             if not isinstance(build.get(key), dict):
-                return f"builds.{name}.{key} is " + ("missing" if key not in build else f"{_kind(build[key])}, not an object")
+                return f"builds.{name}.{key} is " + (
+                    "missing" if key not in build else f"{_kind(build[key])}, not an object"
+                )
         prov = build["provenance"]
         for key, kinds in PROVENANCE_KEYS.items():
             if key not in prov:
@@ -178,8 +206,10 @@ def cells_problem(cells, where: str) -> str | None:
             if bad is not None:
                 return f"{at}.measurement.samples holds {bad!r}, not a finite number of seconds >= {MIN_SECONDS:g}"
             if not min(samples) <= m["median"] <= max(samples):
-                return (f"{at}.measurement.median is {m['median']!r}, outside its samples "
-                        f"({min(samples)!r} .. {max(samples)!r})")
+                return (
+                    f"{at}.measurement.median is {m['median']!r}, outside its samples "
+                    f"({min(samples)!r} .. {max(samples)!r})"
+                )
     return None
 
 
@@ -213,10 +243,15 @@ def problem(data: dict) -> str | None:
         at = f"processes[{i}]"
         if not isinstance(proc, dict):
             return f"{at} is {_kind(proc)}, not an object"
-        for key, ok in (("build", isinstance(proc.get("build"), str)), ("config", isinstance(proc.get("config"), str)),
-                        ("round", type(proc.get("round")) is int)):
+        for key, ok in (
+            ("build", isinstance(proc.get("build"), str)),
+            ("config", isinstance(proc.get("config"), str)),
+            ("round", type(proc.get("round")) is int),
+        ):
             if not ok:
-                return f"{at}.{key} is {_kind(proc.get(key))}" + (f" {proc.get(key)!r}" if key in proc else " (missing)")
+                return f"{at}.{key} is {_kind(proc.get(key))}" + (
+                    f" {proc.get(key)!r}" if key in proc else " (missing)"
+                )
         for key in ("build", "config"):
             if proc[key] not in run[f"{key}s"]:
                 return f"{at}.{key} is {proc[key]!r}, which is not in run.{key}s (the plan)"
@@ -234,13 +269,32 @@ def new_document(run: dict, builds: dict, configs: dict) -> dict:
     ``builds`` (role -> input, interpreter, provenance, build manifest) and ``configs`` (name -> env config)."""
     import harness
 
-    return {"schema_version": SCHEMA_VERSION, "harness_version": harness.__version__, "run": run,
-            "builds": builds, "configs": configs, "processes": []}
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "harness_version": harness.__version__,
+        "run": run,
+        "builds": builds,
+        "configs": configs,
+        "processes": [],
+    }
 
 
 #: what must be equal for finished processes of an earlier run to be reused (rounds may grow)
-RESUME_KEYS = ("kind", "builds", "inputs", "torch", "device", "configs", "cells", "seed", "timing", "threads",
-               "keep_env", "extra_env", "plant_k")
+RESUME_KEYS = (
+    "kind",
+    "builds",
+    "inputs",
+    "torch",
+    "device",
+    "configs",
+    "cells",
+    "seed",
+    "timing",
+    "threads",
+    "keep_env",
+    "extra_env",
+    "plant_k",
+)
 
 
 def resume_plan(data: dict) -> dict:
@@ -249,11 +303,14 @@ def resume_plan(data: dict) -> dict:
     ``extra_env`` is None when empty and ``plant_k`` absent when unset (plans written before they
     existed match)."""
     run, builds = data["run"], data["builds"]
-    return {**{k: run[k] for k in RESUME_KEYS if k in run and (k != "plant_k" or run[k])},
-            "inputs": {b: builds[b]["input"] for b in run["builds"]},
-            "torch": {b: [builds[b]["provenance"]["torch_version"], builds[b]["provenance"]["git_version"]]
-                      for b in run["builds"]},
-            "extra_env": run.get("extra_env") or None}
+    return {
+        **{k: run[k] for k in RESUME_KEYS if k in run and (k != "plant_k" or run[k])},
+        "inputs": {b: builds[b]["input"] for b in run["builds"]},
+        "torch": {
+            b: [builds[b]["provenance"]["torch_version"], builds[b]["provenance"]["git_version"]] for b in run["builds"]
+        },
+        "extra_env": run.get("extra_env") or None,
+    }
 
 
 def save(directory: Path, data: dict) -> Path:
@@ -273,7 +330,9 @@ def iter_cells(data: dict) -> Iterator[tuple[str, str, str, list[dict]]]:
     order = {k: i for i, k in enumerate(data["run"]["cells"])}
     configs = {c: i for i, c in enumerate(data["run"]["configs"])}
     builds = {b: i for i, b in enumerate(data["run"]["builds"])}
-    for (config, key, build) in sorted(grouped, key=lambda t: (configs.get(t[0], 99), order.get(t[1], 1e9), builds.get(t[2], 9))):
+    for config, key, build in sorted(
+        grouped, key=lambda t: (configs.get(t[0], 99), order.get(t[1], 1e9), builds.get(t[2], 9))
+    ):
         yield config, key, build, sorted(grouped[(config, key, build)], key=lambda r: r["round"])
 
 
@@ -296,8 +355,13 @@ def measurement(m: dict) -> Measurement:
     """A record's ``measurement`` as a :class:`harness.bench.timer.Measurement`, from its raw samples:
     its median and launch-bound label are recomputed, never read from the stored ``median`` /
     ``launch_bound`` keys (kept in the JSON for readers of the file only)."""
-    return Measurement(samples=list(m["samples"]), enqueue=list(m.get("enqueue") or [0.0]), number=m.get("number", 1),
-                       overhead_s=m.get("overhead_s", 0.0), method=m.get("method", ""))
+    return Measurement(
+        samples=list(m["samples"]),
+        enqueue=list(m.get("enqueue") or [0.0]),
+        number=m.get("number", 1),
+        overhead_s=m.get("overhead_s", 0.0),
+        method=m.get("method", ""),
+    )
 
 
 def median_of(record: dict) -> float:

@@ -27,19 +27,19 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from datetime import datetime, timezone
-from pathlib import Path
 from dataclasses import dataclass, field
-from typing import Iterator, Mapping, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
 
 import harness
 from harness import configs as cfg
+from harness import evidence as ev
 from harness import results as res
 from harness.bench.ops import key_hint
 from harness.bench.timer import steady_start
 from harness.bench.workloads import DTYPES, ITEMSIZE, Cell, default_cells
-from harness import evidence as ev
 from harness.errors import HarnessError, ResultsError, UsageError
 from harness.fsutil import atomic_write_json, exclusive_lock, inside
 from harness.progress import note, task
@@ -57,10 +57,14 @@ SOURCE_ROOT = str(Path(harness.__file__).resolve().parent.parent)
 #: call can take 0.2 s and block-to-block noise is small next to the spread between processes, so
 #: the time buys more processes instead.
 TIMING = {
-    "full": {"cpu": {"warmup_s": 0.05, "measure_s": 0.2, "min_block_s": 2e-3, "min_samples": 5},
-             "gpu": {"warmup_s": 0.03, "measure_s": 0.1, "min_block_s": 1e-2}},
-    "quick": {"cpu": {"warmup_s": 0.02, "measure_s": 0.1, "min_block_s": 1e-3, "min_samples": 3},
-              "gpu": {"warmup_s": 0.02, "measure_s": 0.1, "min_block_s": 5e-3}},
+    "full": {
+        "cpu": {"warmup_s": 0.05, "measure_s": 0.2, "min_block_s": 2e-3, "min_samples": 5},
+        "gpu": {"warmup_s": 0.03, "measure_s": 0.1, "min_block_s": 1e-2},
+    },
+    "quick": {
+        "cpu": {"warmup_s": 0.02, "measure_s": 0.1, "min_block_s": 1e-3, "min_samples": 3},
+        "gpu": {"warmup_s": 0.02, "measure_s": 0.1, "min_block_s": 5e-3},
+    },
 }
 #: --target-ci defaults: CI half-width a cell is measured to (kernel-bound / launch-bound cells).
 #: Launch-bound cells (host latency; 37 % process-to-process spread on an H200 for GEMM 512³,
@@ -78,7 +82,7 @@ ROUNDS = 4
 
 
 def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+    return datetime.now(UTC).isoformat(timespec="seconds")
 
 
 def plan_cells(dtypes: Sequence[str] | None, cells: Sequence[str] | None, quick: bool) -> list[Cell]:
@@ -114,8 +118,9 @@ def cell_example(key: str) -> str:
 RESERVED_ENV = ("PYTHONPATH",)
 
 
-def parse_extra_env(items: list[str], device: str, configs: list[cfg.EnvConfig],
-                    profiles: tuple[cfg.EnvConfig, ...] | None = None) -> dict[str, str]:
+def parse_extra_env(
+    items: list[str], device: str, configs: list[cfg.EnvConfig], profiles: tuple[cfg.EnvConfig, ...] | None = None
+) -> dict[str, str]:
     """``--env KEY=VALUE`` items -> {KEY: VALUE}: variables set in every worker of every env config.
 
     Raises:
@@ -131,23 +136,33 @@ def parse_extra_env(items: list[str], device: str, configs: list[cfg.EnvConfig],
         if not sep:
             raise UsageError(f"malformed --env {item!r}: no '='", "write --env KEY=VALUE, e.g. --env OMP_NUM_THREADS=4")
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
-            raise UsageError(f"malformed --env {item!r}: {key!r} is not an environment variable name",
-                             "KEY takes letters, digits and _, and does not start with a digit")
+            raise UsageError(
+                f"malformed --env {item!r}: {key!r} is not an environment variable name",
+                "KEY takes letters, digits and _, and does not start with a digit",
+            )
         if key in extra:
             raise UsageError(f"--env {key} is given twice ({extra[key]!r} and {value!r})", "give each variable once")
         if key in RESERVED_ENV:
             raise UsageError(f"--env {key}: the harness sets {key} for its workers", f"drop {key} from --env")
         if key in owned:
             setters = [c.name for c in configs if key in c.env] or [c.name for c in profiles if key in c.env]
-            raise UsageError(f"--env {key} conflicts with the {device} env configs, which set it themselves "
-                             f"({', '.join(setters)})",
-                             f"drop {key} from --env and choose the configs that set it with --configs")
+            raise UsageError(
+                f"--env {key} conflicts with the {device} env configs, which set it themselves "
+                f"({', '.join(setters)})",
+                f"drop {key} from --env and choose the configs that set it with --configs",
+            )
         extra[key] = value
     return extra
 
 
-def probe_build(name: str, python: Path, device: str, keep: tuple[str, ...] = (), names: tuple[str, ...] = (),
-                with_collect_env: bool = False) -> dict:
+def probe_build(
+    name: str,
+    python: Path,
+    device: str,
+    keep: tuple[str, ...] = (),
+    names: tuple[str, ...] = (),
+    with_collect_env: bool = False,
+) -> dict:
     """Run :mod:`harness.provenance` in ``python``; raise when the device cannot produce evidence.
     ``keep``: inherited variables passed through (--keep-env), as in the workers; ``names``: variables
     and series markers looked for in the build's libraries (default: the device's generic variables);
@@ -159,17 +174,33 @@ def probe_build(name: str, python: Path, device: str, keep: tuple[str, ...] = ()
     names = sorted(set(cfg.variables(device)) | set(names))
     env = cfg.worker_environment(cfg.EnvConfig("probe"), keep=keep)
     env["PYTHONPATH"] = SOURCE_ROOT
-    proc = subprocess.run([str(python), "-m", "harness.provenance", "--device", device, "--vars", ",".join(names),
-                           *(["--collect-env"] if with_collect_env else [])],
-                          capture_output=True, text=True, env=env)
+    proc = subprocess.run(
+        [
+            str(python),
+            "-m",
+            "harness.provenance",
+            "--device",
+            device,
+            "--vars",
+            ",".join(names),
+            *(["--collect-env"] if with_collect_env else []),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        raise HarnessError(f"build {name} ({python}) cannot run the probe: {last}",
-                           "make sure that interpreter has torch installed (python -c 'import torch')")
+        raise HarnessError(
+            f"build {name} ({python}) cannot run the probe: {last}",
+            "make sure that interpreter has torch installed (python -c 'import torch')",
+        )
     info = json.loads(proc.stdout)
     if info.get("device_error"):
-        raise HarnessError(f"device {device} is not usable in build {name} (torch {info['torch_version']}): {info['device_error']}",
-                           "refusing to produce evidence for it; choose another --device (cpu always works)")
+        raise HarnessError(
+            f"device {device} is not usable in build {name} (torch {info['torch_version']}): {info['device_error']}",
+            "refusing to produce evidence for it; choose another --device (cpu always works)",
+        )
     return info
 
 
@@ -272,6 +303,7 @@ def _die_with_parent(parent: int):
         prctl(1, kill)  # 1 = PR_SET_PDEATHSIG
         if os.getppid() != parent:  # the driver died before prctl took effect
             os._exit(1)
+
     return preexec
 
 
@@ -302,8 +334,17 @@ def reap_orphans(raw: Path) -> list[int]:
     return killed
 
 
-def run_worker(python: Path, spec: dict, config: cfg.EnvConfig, raw: Path, name: str, timeout: float,
-               keep: tuple[str, ...] = (), extra: dict[str, str] | None = None, stall: float | None = None) -> dict:
+def run_worker(
+    python: Path,
+    spec: dict,
+    config: cfg.EnvConfig,
+    raw: Path,
+    name: str,
+    timeout: float,
+    keep: tuple[str, ...] = (),
+    extra: dict[str, str] | None = None,
+    stall: float | None = None,
+) -> dict:
     """Run one worker process to completion; return its process record (cells included).
     ``keep``: inherited variables passed through despite their prefix (see --keep-env);
     ``extra``: variables set on top of the config's (see --env; the worker records them);
@@ -319,9 +360,15 @@ def run_worker(python: Path, spec: dict, config: cfg.EnvConfig, raw: Path, name:
     err_path = raw / f"{name}.stderr"
     with open(err_path, "w") as err:
         # its own process group (a terminal's Ctrl-C reaches the driver only), killed with the driver
-        proc = subprocess.Popen([str(python), "-m", "harness.bench.worker", str(spec_path), str(out_path)],
-                                env=env, stdout=subprocess.DEVNULL, stderr=err, text=True,
-                                start_new_session=True, preexec_fn=_die_with_parent(os.getpid()))
+        proc = subprocess.Popen(
+            [str(python), "-m", "harness.bench.worker", str(spec_path), str(out_path)],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            text=True,
+            start_new_session=True,
+            preexec_fn=_die_with_parent(os.getpid()),
+        )
     atomic_write_json(_worker_path(raw, name), {"pid": proc.pid})
     try:
         reason, stalled = _wait(proc, out_path, timeout, stall or timeout)
@@ -345,26 +392,46 @@ def run_worker(python: Path, spec: dict, config: cfg.EnvConfig, raw: Path, name:
     elif unfinished and reason:
         reason = f"{reason} while measuring {unfinished[0]}"  # a worker runs its cells in order
     for key in unfinished:
-        cells[key] = {"status": "failed", "reason": (reason if key == unfinished[0] else f"not measured: {reason}")
-                      if reason else "worker ended without measuring this cell"}
-    record = {"status": "ok" if (ended and not reason) else "failed", "reason": reason, "returncode": returncode,
-              "pid": start.get("pid"), "env": start.get("env", {}), "started": started,
-              "worker_started": start.get("started"), "finished": time.time(), "cells": cells}
+        cells[key] = {
+            "status": "failed",
+            "reason": (reason if key == unfinished[0] else f"not measured: {reason}")
+            if reason
+            else "worker ended without measuring this cell",
+        }
+    record = {
+        "status": "ok" if (ended and not reason) else "failed",
+        "reason": reason,
+        "returncode": returncode,
+        "pid": start.get("pid"),
+        "env": start.get("env", {}),
+        "started": started,
+        "worker_started": start.get("started"),
+        "finished": time.time(),
+        "cells": cells,
+    }
     atomic_write_json(_status_path(raw, name), record)
     return record
 
 
-def run_consistency(build_info: dict, device: str, configs: dict[str, cfg.EnvConfig], raw: Path,
-                    evidence: ev.Evidence | None = None) -> dict:
+def run_consistency(
+    build_info: dict, device: str, configs: dict[str, cfg.EnvConfig], raw: Path, evidence: ev.Evidence | None = None
+) -> dict:
     """Compare the first-round GEMM outputs of the run's config pair in each build
     (:mod:`harness.checks.consistency`; the pair: :meth:`harness.evidence.Evidence.consistency_pair`);
     results are kept in ``raw/consistency-<build>.json``."""
     evidence = evidence or ev.Evidence()
     pair = evidence.consistency_pair(device)
-    elsewhere = [f"{d}: {p[0]} vs {p[1]}" for d, t in evidence.device.items() if d != device
-                 and (p := t.get("consistency"))]
-    other_note = (f"the series' consistency check on another device ({'; '.join(elsewhere)}) is skipped: this run is "
-                  f"on {device}") if elsewhere else None
+    elsewhere = [
+        f"{d}: {p[0]} vs {p[1]}" for d, t in evidence.device.items() if d != device and (p := t.get("consistency"))
+    ]
+    other_note = (
+        (
+            f"the series' consistency check on another device ({'; '.join(elsewhere)}) is skipped: this run is "
+            f"on {device}"
+        )
+        if elsewhere
+        else None
+    )
     result = {"pair": list(pair or ()), "mps_check_skipped": other_note, "skipped": None, "builds": {}}
     if pair is None:
         result["skipped"] = f"no consistency pair on {device} (a series names one in [evidence.{device}] consistency)"
@@ -379,13 +446,19 @@ def run_consistency(build_info: dict, device: str, configs: dict[str, cfg.EnvCon
             continue
         files = [raw / f"{_proc_name(0, build, c)}.outputs.pt" for c in pair]
         if not all(f.is_file() for f in files):
-            result["builds"][build] = {"error": "the first-round workers did not save their outputs (crashed or failed)"}
+            result["builds"][build] = {
+                "error": "the first-round workers did not save their outputs (crashed or failed)"
+            }
             continue
         env = cfg.worker_environment(cfg.EnvConfig("consistency"))
         env["PYTHONPATH"] = SOURCE_ROOT
         described = [json.dumps(configs[c].to_json()) for c in pair]
-        proc = subprocess.run([info["interpreter"], "-m", "harness.checks.consistency", *map(str, files), *described],
-                              capture_output=True, text=True, env=env)
+        proc = subprocess.run(
+            [info["interpreter"], "-m", "harness.checks.consistency", *map(str, files), *described],
+            capture_output=True,
+            text=True,
+            env=env,
+        )
         if proc.returncode != 0:
             tail = (proc.stderr.strip().splitlines() or ["no output"])[-1][:300]
             result["builds"][build] = {"error": f"consistency check failed to run: {tail}"}
@@ -397,19 +470,28 @@ def run_consistency(build_info: dict, device: str, configs: dict[str, cfg.EnvCon
     return result
 
 
-def run_series_tests(evidence: ev.Evidence, build_info: dict, source: Path | None, keep: tuple[str, ...],
-                     raw: Path) -> dict:
+def run_series_tests(
+    evidence: ev.Evidence, build_info: dict, source: Path | None, keep: tuple[str, ...], raw: Path
+) -> dict:
     """The series' ``[[evidence.test]]`` selections on every build (:mod:`harness.seriestests`); {} when none."""
     if not evidence.tests:
         return {}
     from harness import seriestests
 
-    note(f"series tests: {len(evidence.tests)} selection(s) x {len(build_info)} build(s)"
-         + (f" from {source}" if source else " (no --tests-source: not run)"))
+    note(
+        f"series tests: {len(evidence.tests)} selection(s) x {len(build_info)} build(s)"
+        + (f" from {source}" if source else " (no --tests-source: not run)")
+    )
     managed = frozenset(b for b, i in build_info.items() if i.get("input", {}).get("kind") != "python")
-    result = seriestests.run_all(evidence.tests, {b: i["interpreter"] for b, i in build_info.items()},
-                                 source.resolve() if source else None, raw / "tests", keep,
-                                 evidence.test_requirements, managed)
+    result = seriestests.run_all(
+        evidence.tests,
+        {b: i["interpreter"] for b, i in build_info.items()},
+        source.resolve() if source else None,
+        raw / "tests",
+        keep,
+        evidence.test_requirements,
+        managed,
+    )
     for test in result.get("tests", []):
         for build, record in test.get("builds", {}).items():
             if record.get("as_expected") is False:
@@ -434,8 +516,13 @@ def build_manifest(build) -> dict | None:
     inputs = data.get("inputs", {})
     if data.get("wheel_sha256") != build.sha256:
         return None
-    return {**{k: data.get(k) for k in MANIFEST_KEYS}, "platform": inputs.get("platform"),
-            "build_type": inputs.get("build_type"), "version": inputs.get("version"), "manifest": path.name}
+    return {
+        **{k: data.get(k) for k in MANIFEST_KEYS},
+        "platform": inputs.get("platform"),
+        "build_type": inputs.get("build_type"),
+        "version": inputs.get("version"),
+        "manifest": path.name,
+    }
 
 
 #: adaptive sampling never runs more rounds than this in all
@@ -449,8 +536,9 @@ def round_order(seed: int, rnd: int, builds, configs) -> list[tuple[int, str, st
     return [(rnd, b, c) for b, c in pairs]
 
 
-def unconverged_cells(data: dict, target: float, launch_target: float | None = None,
-                      only_launch_bound: bool | None = None) -> dict[str, list[str]]:
+def unconverged_cells(
+    data: dict, target: float, launch_target: float | None = None, only_launch_bound: bool | None = None
+) -> dict[str, list[str]]:
     """config -> cell keys whose stock/patched CI half-width is above its target (or not computable
     yet), in plan order: ``target`` for kernel-bound cells, ``launch_target`` (default ``target``)
     for launch-bound ones (:func:`harness.results.launch_bound`). Cells that failed or were skipped everywhere are
@@ -480,8 +568,9 @@ def next_adaptive_cells(data: dict, target: float, launch_target: float | None =
     """The cells the next adaptive round measures: the unconverged kernel-bound cells; the
     launch-bound ones only once every kernel-bound cell has converged, so that cells whose time is
     host latency (and whose spread between processes is wide) never hold the run hostage."""
-    return (unconverged_cells(data, target, launch_target, only_launch_bound=False)
-            or unconverged_cells(data, target, launch_target, only_launch_bound=True))
+    return unconverged_cells(data, target, launch_target, only_launch_bound=False) or unconverged_cells(
+        data, target, launch_target, only_launch_bound=True
+    )
 
 
 #: the longest measurement (seconds of timed blocks) an adaptive round gives one cell in one process
@@ -532,8 +621,9 @@ def round_seconds(processes: list[dict], measure_s: list[list[float]]) -> float:
     return sum(startup + sum(overhead + t for t in cells) for cells in measure_s)
 
 
-def adaptive_measure_seconds(per_build: dict[str, list[dict]], base: float, fixed_s: float,
-                             cap: float = MAX_CELL_MEASURE_S) -> float:
+def adaptive_measure_seconds(
+    per_build: dict[str, list[dict]], base: float, fixed_s: float, cap: float = MAX_CELL_MEASURE_S
+) -> float:
     """Seconds of timed blocks one cell gets in each process of the next adaptive round.
 
     A process's median (log seconds) varies by σ_b² between processes (the process's own state:
@@ -559,7 +649,7 @@ def adaptive_measure_seconds(per_build: dict[str, list[dict]], base: float, fixe
             m = r.get("measurement")
             if r.get("status") != "ok" or not m or len(m["samples"]) < 4:
                 continue
-            x = sorted(math.log(v) for v in m["samples"][steady_start(m["samples"]):])
+            x = sorted(math.log(v) for v in m["samples"][steady_start(m["samples"]) :])
             t = _measured_seconds(m)
             within.append(median_se(x) ** 2 * t)
             seconds.append(t)
@@ -582,9 +672,13 @@ def adaptive_plan(data: dict, need: dict[str, list[str]], base: float) -> dict[s
     its process plus the per-cell overhead, :func:`cell_costs`)."""
     startup, overhead = cell_costs(data["processes"])
     table = res.cell_table(data)
-    return {config: {key: round(adaptive_measure_seconds(table[config][key], base, startup / len(keys) + overhead), 3)
-                     for key in keys}
-            for config, keys in need.items()}
+    return {
+        config: {
+            key: round(adaptive_measure_seconds(table[config][key], base, startup / len(keys) + overhead), 3)
+            for key in keys
+        }
+        for config, keys in need.items()
+    }
 
 
 #: what must be equal for finished processes of an earlier run to be reused (:func:`harness.results.resume_plan`)
@@ -615,28 +709,35 @@ def check_resumable(raw: Path, plan: dict, rounds: int, adaptive: bool = False) 
         except (OSError, UnicodeDecodeError, ValueError):
             earlier = None
         if not isinstance(earlier, dict):
-            raise ResultsError(f"{path} is damaged (not a JSON object): the finished processes in {raw} cannot be "
-                               "checked against this command's plan",
-                               f"run with a new --out directory ({raw.parent} stays as it is), or --fresh to discard it")
+            raise ResultsError(
+                f"{path} is damaged (not a JSON object): the finished processes in {raw} cannot be "
+                "checked against this command's plan",
+                f"run with a new --out directory ({raw.parent} stays as it is), or --fresh to discard it",
+            )
         differ = [k for k in PLAN_KEYS if earlier.get(k) != plan.get(k)]
         if differ:
-            raise ResultsError(f"{raw.parent} holds a run measured with different {', '.join(differ)}",
-                               "pass --fresh to discard it, or a new --out directory")
+            raise ResultsError(
+                f"{raw.parent} holds a run measured with different {', '.join(differ)}",
+                "pass --fresh to discard it, or a new --out directory",
+            )
         if adaptive and isinstance(earlier.get("rounds"), int):
             earlier_rounds = earlier["rounds"]
     elif any(raw.glob("*.status.json")):
-        raise ResultsError(f"{raw.parent} holds finished processes but no record of their plan",
-                           "pass --fresh to discard them, or a new --out directory")
+        raise ResultsError(
+            f"{raw.parent} holds finished processes but no record of their plan",
+            "pass --fresh to discard them, or a new --out directory",
+        )
     if rounds < earlier_rounds:
         left = f"round {rounds}" if rounds == earlier_rounds - 1 else f"rounds {rounds}..{earlier_rounds - 1}"
-        raise ResultsError(f"{raw.parent} holds {earlier_rounds} rounds; --rounds {rounds} would leave {left} "
-                           "out of results.json",
-                           f"pass --rounds {earlier_rounds} (or more) to resume, or --fresh / a new --out")
+        raise ResultsError(
+            f"{raw.parent} holds {earlier_rounds} rounds; --rounds {rounds} would leave {left} " "out of results.json",
+            f"pass --rounds {earlier_rounds} (or more) to resume, or --fresh / a new --out",
+        )
     atomic_write_json(path, {**plan, "rounds": max(rounds, earlier_rounds)})
 
 
 def _stamp() -> str:
-    return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    return datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
 
 
 def set_aside(path: Path, suffix: str) -> Path:
@@ -656,8 +757,10 @@ def kept_record(status: Path, retry_failed: bool) -> dict | None:
     record = read_status(status) if status.is_file() else None
     if record is not None and retry_failed and record.get("status") == "failed":
         kept = set_aside(status, "retried")
-        note(f"--retry-failed: running {status.name.removesuffix('.status.json')} again "
-             f"({record.get('reason') or 'failed cells'}); the earlier record is kept as {kept.name}")
+        note(
+            f"--retry-failed: running {status.name.removesuffix('.status.json')} again "
+            f"({record.get('reason') or 'failed cells'}); the earlier record is kept as {kept.name}"
+        )
         return None
     return record
 
@@ -671,8 +774,7 @@ def read_status(status: Path) -> dict | None:
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         found = f"not readable JSON ({exc})"
     else:
-        found = (res.cells_problem(record.get("cells"), "cells") if isinstance(record, dict)
-                 else "not a JSON object")
+        found = res.cells_problem(record.get("cells"), "cells") if isinstance(record, dict) else "not a JSON object"
         if found is None:
             return record
     kept = set_aside(status, "damaged")
@@ -704,7 +806,6 @@ def _remove_if_empty(out: Path, top: Path) -> None:
                 parent.rmdir()
     except OSError:
         pass  # it stays; nothing in it is the user's
-
 
 
 # ------------------------------------------------------------------------------------- plan
@@ -784,18 +885,34 @@ class Plan:
 
     def order(self, rounds: range | None = None) -> list[tuple[int, str, str]]:
         """The (round, build, config) processes of ``rounds`` (default the planned ones), each round shuffled."""
-        return [e for rnd in (rounds or range(self.rounds)) for e in round_order(self.seed, rnd, self.builds,
-                                                                                   self.configs)]
+        return [
+            e for rnd in (rounds or range(self.rounds)) for e in round_order(self.seed, rnd, self.builds, self.configs)
+        ]
 
     def run_json(self) -> dict:
         """``results.json``'s ``run`` (docs/results-schema.md), before ``started``/``order`` are filled in."""
-        return {"command": list(self.command), "kind": self.kind, "builds": list(self.builds), "device": self.device,
-                "quick": self.quick, "rounds": self.rounds, "seed": self.seed, "timeout_s": self.timeout,
-                "stall_timeout_s": self.stall, "timing": dict(self.timing), "threads": self.threads,
-                "keep_env": list(self.keep_env), "extra_env": dict(self.extra_env),
-                "configs": [c.name for c in self.configs], "plant_k": self.plant_k,
-                "cells": [c.key for c in self.cells],
-                "order": self.order(), "started": _now(), "finished": None, **self.extra}
+        return {
+            "command": list(self.command),
+            "kind": self.kind,
+            "builds": list(self.builds),
+            "device": self.device,
+            "quick": self.quick,
+            "rounds": self.rounds,
+            "seed": self.seed,
+            "timeout_s": self.timeout,
+            "stall_timeout_s": self.stall,
+            "timing": dict(self.timing),
+            "threads": self.threads,
+            "keep_env": list(self.keep_env),
+            "extra_env": dict(self.extra_env),
+            "configs": [c.name for c in self.configs],
+            "plant_k": self.plant_k,
+            "cells": [c.key for c in self.cells],
+            "order": self.order(),
+            "started": _now(),
+            "finished": None,
+            **self.extra,
+        }
 
 
 def _positive(flag: str, value: float, example: str) -> None:
@@ -813,8 +930,9 @@ def plan(request: RunRequest) -> Plan:
         BuildInputError: a build input that is neither a wheel, a requirement nor ``python:/path``.
     """
     builds = {name: parse_input(text, name) for name, text in request.inputs.items()}
-    evidence = ev.for_run(series_of_run(request.series, {n: build_manifest(b) for n, b in builds.items()}),
-                          list(request.contrasts))
+    evidence = ev.for_run(
+        series_of_run(request.series, {n: build_manifest(b) for n, b in builds.items()}), list(request.contrasts)
+    )
     profiles = evidence.profiles(request.device)
     try:
         configs = cfg.select(request.device, request.configs, profiles, evidence.default_configs(request.device))
@@ -824,8 +942,10 @@ def plan(request: RunRequest) -> Plan:
     target = request.target_ci or None  # 0: adaptive rounds off; bench has no CI to aim at
     rounds = request.rounds if request.rounds is not None else (ROUNDS if request.quick or target is not None else 6)
     if rounds < 1:
-        raise UsageError(f"--rounds must be >= 1, got {rounds}",
-                         "use --rounds 4 or more: with fewer processes per side no verdict can reach p < 0.05")
+        raise UsageError(
+            f"--rounds must be >= 1, got {rounds}",
+            "use --rounds 4 or more: with fewer processes per side no verdict can reach p < 0.05",
+        )
     timeout = request.timeout if request.timeout is not None else (300.0 if request.quick else 900.0)
     _positive("--timeout", timeout, "300")
     stall = request.stall_timeout if request.stall_timeout is not None else STALL_TIMEOUT[kind]
@@ -834,27 +954,44 @@ def plan(request: RunRequest) -> Plan:
         if value is not None and not 0 < value < 1:
             raise UsageError(f"{flag} must be a fraction between 0 and 1, got {value:g}", f"e.g. {flag} 0.01 for ±1 %")
     if request.plant_k is not None and not 0 < request.plant_k < 1:
-        raise UsageError(f"--plant-k must be a fraction between 0 and 1, got {request.plant_k:g}",
-                         "e.g. --plant-k 0.05 for +5 % K")
+        raise UsageError(
+            f"--plant-k must be a fraction between 0 and 1, got {request.plant_k:g}", "e.g. --plant-k 0.05 for +5 % K"
+        )
     budget = BUDGET_S[kind] if request.budget_s is None else request.budget_s
     if target is not None:
         _positive("--budget-s", budget, "600")
     if request.threads is not None and request.threads < 0:
-        raise UsageError(f"--threads must be >= 0, got {request.threads}",
-                         "0 keeps torch's default; 1 is the cpu default")
+        raise UsageError(
+            f"--threads must be >= 0, got {request.threads}", "0 keeps torch's default; 1 is the cpu default"
+        )
     check_keep_env(request.keep_env)
-    return Plan(kind="compare" if "stock" in builds else "bench", builds=builds, device=request.device,
-                out=request.out, configs=tuple(configs),
-                cells=tuple(plan_cells(request.dtypes, request.cells, request.quick)), rounds=rounds,
-                timeout=timeout, stall=stall, seed=request.seed,
-                timing=TIMING[kind]["cpu" if request.device == "cpu" else "gpu"],
-                threads=request.threads if request.threads is not None else (1 if request.device == "cpu" else 0),
-                keep_env=tuple(request.keep_env),
-                extra_env=parse_extra_env(list(request.worker_env), request.device, configs, profiles),
-                quick=request.quick, dtypes_given=request.dtypes is not None, fresh=request.fresh,
-                retry_failed=request.retry_failed, target=target, launch_target=request.target_ci_launch_bound,
-                budget=budget, plant_k=request.plant_k, evidence=evidence, tests_source=request.tests_source,
-                command=tuple(request.command))
+    return Plan(
+        kind="compare" if "stock" in builds else "bench",
+        builds=builds,
+        device=request.device,
+        out=request.out,
+        configs=tuple(configs),
+        cells=tuple(plan_cells(request.dtypes, request.cells, request.quick)),
+        rounds=rounds,
+        timeout=timeout,
+        stall=stall,
+        seed=request.seed,
+        timing=TIMING[kind]["cpu" if request.device == "cpu" else "gpu"],
+        threads=request.threads if request.threads is not None else (1 if request.device == "cpu" else 0),
+        keep_env=tuple(request.keep_env),
+        extra_env=parse_extra_env(list(request.worker_env), request.device, configs, profiles),
+        quick=request.quick,
+        dtypes_given=request.dtypes is not None,
+        fresh=request.fresh,
+        retry_failed=request.retry_failed,
+        target=target,
+        launch_target=request.target_ci_launch_bound,
+        budget=budget,
+        plant_k=request.plant_k,
+        evidence=evidence,
+        tests_source=request.tests_source,
+        command=tuple(request.command),
+    )
 
 
 def series_of_run(series: str | None, manifests: Mapping[str, Mapping | None]):
@@ -865,8 +1002,11 @@ def series_of_run(series: str | None, manifests: Mapping[str, Mapping | None]):
     Raises:
         SeriesError: ``series`` names no loadable series.
     """
-    named = {m["series"]["name"] for m in manifests.values() if m and isinstance(m.get("series"), dict)
-             and m["series"].get("name")}
+    named = {
+        m["series"]["name"]
+        for m in manifests.values()
+        if m and isinstance(m.get("series"), dict) and m["series"].get("name")
+    }
     if not series and len(named) != 1:
         return None  # (series.py needs GitPython, which a measuring machine need not have)
     from harness.series import load_series  # series.toml loading has one owner
@@ -878,6 +1018,7 @@ def series_of_run(series: str | None, manifests: Mapping[str, Mapping | None]):
     except HarnessError:
         return None
 
+
 def check_keep_env(keep: Sequence[str]) -> None:
     """Refuse ``--keep-env`` names that reach the workers anyway (:data:`harness.configs.INHERITED`) or
     that are not variable names.
@@ -887,12 +1028,17 @@ def check_keep_env(keep: Sequence[str]) -> None:
     """
     passed_anyway = [n for n in keep if n in cfg.INHERITED or n.startswith(cfg.INHERITED_PREFIXES)]
     if passed_anyway:
-        raise UsageError(f"--keep-env {', '.join(passed_anyway)}: every worker inherits it anyway (only "
-                         "variables outside harness.configs.INHERITED are cleared)", "drop it from --keep-env")
+        raise UsageError(
+            f"--keep-env {', '.join(passed_anyway)}: every worker inherits it anyway (only "
+            "variables outside harness.configs.INHERITED are cleared)",
+            "drop it from --keep-env",
+        )
     bad = [n for n in keep if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", n)]
     if bad:
-        raise UsageError(f"--keep-env {', '.join(bad)}: not an environment variable name",
-                         "give names of letters, digits and _, e.g. --keep-env NVIDIA_TF32_OVERRIDE")
+        raise UsageError(
+            f"--keep-env {', '.join(bad)}: not an environment variable name",
+            "give names of letters, digits and _, e.g. --keep-env NVIDIA_TF32_OVERRIDE",
+        )
 
 
 # ------------------------------------------------------------------------------- the out folder
@@ -906,8 +1052,10 @@ def open_out(plan: Plan) -> Path:
     out = plan.out
     raw = out / "raw"
     if raw.is_symlink():
-        raise ResultsError(f"{raw} is a symbolic link (to {os.readlink(raw)}): results are kept only inside --out",
-                           f"replace it with a folder (move its target's files into {raw}), or use a new --out")
+        raise ResultsError(
+            f"{raw} is a symbolic link (to {os.readlink(raw)}): results are kept only inside --out",
+            f"replace it with a folder (move its target's files into {raw}), or use a new --out",
+        )
     raw = inside(out, "raw", "--out folder")
     reap_orphans(raw)
     if plan.fresh:
@@ -916,8 +1064,9 @@ def open_out(plan: Plan) -> Path:
                 shutil.rmtree(raw)
             inside(out, res.RESULTS, "--out results").unlink(missing_ok=True)
         except OSError as exc:
-            raise ResultsError(f"--fresh cannot remove {raw}: {exc.strerror or exc}",
-                               "fix its permissions, or use a new --out") from None
+            raise ResultsError(
+                f"--fresh cannot remove {raw}: {exc.strerror or exc}", "fix its permissions, or use a new --out"
+            ) from None
     elif (out / res.RESULTS).exists():
         try:
             res.load(out)  # refuse to resume from (and overwrite) a results.json of another schema version
@@ -951,10 +1100,11 @@ def probe_builds(plan: Plan) -> dict[str, dict]:
             dt = lacking[0][0]
             ops = ", ".join(op for d, op in lacking if d == dt)
             ok = [d for d, per_op in support.items() if not any(per_op.values())]
-            raise UsageError(f"{dt} is not supported on {plan.device} for {ops}: "
-                             f"{unsupported_reason(support, dt, lacking[0][1])}",
-                             f"drop it from --dtypes (fully supported here: {', '.join(ok)}) "
-                             "or pick --cells without those ops")
+            raise UsageError(
+                f"{dt} is not supported on {plan.device} for {ops}: "
+                f"{unsupported_reason(support, dt, lacking[0][1])}",
+                f"drop it from --dtypes (fully supported here: {', '.join(ok)}) " "or pick --cells without those ops",
+            )
     return build_info
 
 
@@ -974,13 +1124,21 @@ class Recorder:
         timed blocks (adaptive rounds), else the plan's timing."""
         plan, env_config = self.plan, self.by_config[config]
         save = rnd == 0 and config in (plan.evidence.consistency_pair(plan.device) or ())
-        return {"device": plan.device, "cells": keys, "check": rnd == 0,
-                "save_outputs": str(self.raw / f"{name}.outputs.pt") if save else None,
-                "reduced_fp32": env_config.reduced_fp32, "routes": dict(env_config.routes), "seed": plan.seed,
-                "timing": dict(plan.timing), "threads": plan.threads,
-                "dtype_support": self.data["builds"][build]["provenance"]["dtype_support"],
-                "record_env": sorted(plan.extra_env), **({"measure_s": measure} if measure else {}),
-                **({"plant_k": plan.plant_k} if plan.plant_k and build == "patched" else {})}
+        return {
+            "device": plan.device,
+            "cells": keys,
+            "check": rnd == 0,
+            "save_outputs": str(self.raw / f"{name}.outputs.pt") if save else None,
+            "reduced_fp32": env_config.reduced_fp32,
+            "routes": dict(env_config.routes),
+            "seed": plan.seed,
+            "timing": dict(plan.timing),
+            "threads": plan.threads,
+            "dtype_support": self.data["builds"][build]["provenance"]["dtype_support"],
+            "record_env": sorted(plan.extra_env),
+            **({"measure_s": measure} if measure else {}),
+            **({"plant_k": plan.plant_k} if plan.plant_k and build == "patched" else {}),
+        }
 
     def process(self, rnd: int, build: str, config: str, keys: list[str], measure: dict | None = None) -> None:
         """Run (or keep, when finished earlier) one worker process and record it."""
@@ -990,18 +1148,28 @@ class Recorder:
         if record is None:
             python = Path(self.data["builds"][build]["interpreter"])
             spec = self.spec(rnd, build, config, keys, name, measure)
-            record = run_worker(python, spec, self.by_config[config], self.raw, name, self.plan.timeout,
-                                self.plan.keep_env, dict(self.plan.extra_env), self.plan.stall)
+            record = run_worker(
+                python,
+                spec,
+                self.by_config[config],
+                self.raw,
+                name,
+                self.plan.timeout,
+                self.plan.keep_env,
+                dict(self.plan.extra_env),
+                self.plan.stall,
+            )
             verb = "ran"
         processes = self.data["processes"]
         record.update({"name": name, "round": rnd, "build": build, "config": config, "slot": len(processes)})
         processes.append(record)
         bad = [k for k, v in record["cells"].items() if v["status"] == "failed"]
         self.failed += len(bad)
-        note(f"[{len(processes)}/{len(self.data['run']['order'])}] {verb} {name}: "
-             f"{len(record['cells']) - len(bad)} cells ok"
-             + (f", {len(bad)} failed ({record.get('reason') or record['cells'][bad[0]].get('reason')})"
-                if bad else ""))
+        note(
+            f"[{len(processes)}/{len(self.data['run']['order'])}] {verb} {name}: "
+            f"{len(record['cells']) - len(bad)} cells ok"
+            + (f", {len(bad)} failed ({record.get('reason') or record['cells'][bad[0]].get('reason')})" if bad else "")
+        )
         res.save(self.plan.out, self.data)
         self.saved = True
 
@@ -1044,17 +1212,38 @@ def schedule(plan: Plan, data: dict, run_process, bar=None) -> None:
         if bar is not None:
             bar.advance(len(keys))
 
-    added = adaptive_rounds(plan.seed, list(plan.builds), plan.configs, plan.rounds, run_and_advance,
-                            lambda: next_adaptive_cells(data, plan.target, plan.launch_target), cost, deadline,
-                            announce)
+    added = adaptive_rounds(
+        plan.seed,
+        list(plan.builds),
+        plan.configs,
+        plan.rounds,
+        run_and_advance,
+        lambda: next_adaptive_cells(data, plan.target, plan.launch_target),
+        cost,
+        deadline,
+        announce,
+    )
     need = unconverged_cells(data, plan.target, plan.launch_target)
-    data["run"]["adaptive"] = {"target": plan.target, "launch_bound_target": plan.launch_target,
-                               "budget_s": plan.budget, "rounds_added": added,
-                               "unconverged": {c: keys for c, keys in need.items()}}
+    data["run"]["adaptive"] = {
+        "target": plan.target,
+        "launch_bound_target": plan.launch_target,
+        "budget_s": plan.budget,
+        "rounds_added": added,
+        "unconverged": {c: keys for c, keys in need.items()},
+    }
 
 
-def adaptive_rounds(seed: int, builds: Sequence[str], configs: Sequence[cfg.EnvConfig], first: int, run_process,
-                    need, cost, deadline: float, on_round=None) -> int:
+def adaptive_rounds(
+    seed: int,
+    builds: Sequence[str],
+    configs: Sequence[cfg.EnvConfig],
+    first: int,
+    run_process,
+    need,
+    cost,
+    deadline: float,
+    on_round=None,
+) -> int:
     """Adaptive sampling: rounds ``first``, ``first + 1``, ... of fresh processes in each round's seeded
     order (:func:`round_order`), each round only for the configs and cells ``need()`` still names
     (``{config: [cell keys]}``; empty: done), while the round's estimated seconds ``cost(extra, need)``
@@ -1118,5 +1307,6 @@ def execute(request: RunRequest) -> int:
 def consistency_failures(consistency: dict) -> int:
     """Cells whose outputs disagree between two configs of a build, plus builds whose check broke."""
     builds = consistency["builds"]
-    return (sum(not v["passed"] for r in builds.values() for v in r.get("cells", {}).values())
-            + sum("error" in r for r in builds.values()))
+    return sum(not v["passed"] for r in builds.values() for v in r.get("cells", {}).values()) + sum(
+        "error" in r for r in builds.values()
+    )

@@ -30,12 +30,11 @@ import json
 import os
 import re
 import shlex
-import sys
 import tempfile
 import tomllib
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable
 
 from harness import progress
 from harness.errors import HarnessError, SeriesError, UpstreamError
@@ -43,8 +42,20 @@ from harness.evidence import EvidenceError
 from harness.evidence import validate as validate_evidence
 from harness.fsutil import atomic_write_text, inside
 from harness.paths import slug
-from harness.upstream import (DEFAULT_UPSTREAM, Checkout, Upstream, checkout, common_dir, dirty_files, open_upstream,
-                              git_run, patched_branch, resolve_commit, switch_branch, worktrees)
+from harness.upstream import (
+    DEFAULT_UPSTREAM,
+    Checkout,
+    Upstream,
+    checkout,
+    common_dir,
+    dirty_files,
+    git_run,
+    open_upstream,
+    patched_branch,
+    resolve_commit,
+    switch_branch,
+    worktrees,
+)
 
 #: Folder that holds the series when ``--series`` is a bare name.
 PATCHES_DIR = Path("patches")
@@ -56,8 +67,18 @@ _BASE_REQUIRED = ("ref", "patches")
 _READ_KEYS = {"path": str, "commit": str, "blob": str}
 _SHA = re.compile(r"[0-9a-f]{40}")
 #: format-patch options of refresh/rebase: stable bytes for the same commits (see module doc).
-FORMAT_PATCH_ARGS = ("format-patch", "--zero-commit", "--no-signature", "-N", "--abbrev=12", "-M",
-                     "--no-cover-letter", "--no-thread", "--no-attach", "--encoding=UTF-8")
+FORMAT_PATCH_ARGS = (
+    "format-patch",
+    "--zero-commit",
+    "--no-signature",
+    "-N",
+    "--abbrev=12",
+    "-M",
+    "--no-cover-letter",
+    "--no-thread",
+    "--no-attach",
+    "--encoding=UTF-8",
+)
 #: Environment that hides the user's global/system git config (format.signoff, format.headers ...).
 NEUTRAL_GIT_CONFIG = {"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull}
 #: Committer identity used only when git has none configured (the author always comes from the patch).
@@ -107,19 +128,24 @@ class Series:
         if ref is None:
             if len(self.bases) == 1:
                 return self.bases[0]
-            raise SeriesError(f"{shown(self.manifest)}: {len(self.bases)} [[base]] entries ({refs})",
-                              "pick one with --base REF")
+            raise SeriesError(
+                f"{shown(self.manifest)}: {len(self.bases)} [[base]] entries ({refs})", "pick one with --base REF"
+            )
         for base in self.bases:
             if ref in (base.ref, base.dir, slug(base.ref)):
                 return base
-        raise SeriesError(f"{shown(self.manifest)}: unknown base {ref!r}: no [[base]] with that ref (bases: {refs})",
-                          "pass --base with one of those refs, or `rebase --onto` to add a base variant")
+        raise SeriesError(
+            f"{shown(self.manifest)}: unknown base {ref!r}: no [[base]] with that ref (bases: {refs})",
+            "pass --base with one of those refs, or `rebase --onto` to add a base variant",
+        )
 
     def patch_paths(self, base: Base) -> list[Path]:
         """The base's patch files, in series order (each one inside the base's folder: :func:`inside`)."""
         folder = inside(self.path, base.dir, f"{shown(self.manifest)}: [[base]] #{base.index} key 'dir'")
-        return [inside(folder, name, f"{shown(self.manifest)}: [[base]] #{base.index} key 'patches':")
-                for name in base.patches]
+        return [
+            inside(folder, name, f"{shown(self.manifest)}: [[base]] #{base.index} key 'patches':")
+            for name in base.patches
+        ]
 
 
 def patches_hash(patches: Iterable[Path]) -> str:
@@ -156,8 +182,10 @@ def find_series(spec: str | Path) -> Path:
         return path
     if (PATCHES_DIR / spec / MANIFEST).is_file():
         return PATCHES_DIR / spec
-    raise SeriesError(f"series {str(spec)!r}: no {MANIFEST} at {path} nor at {PATCHES_DIR / spec}",
-                      f"pass --series as a folder under {PATCHES_DIR}/ or a path to a folder with {MANIFEST}")
+    raise SeriesError(
+        f"series {str(spec)!r}: no {MANIFEST} at {path} nor at {PATCHES_DIR / spec}",
+        f"pass --series as a folder under {PATCHES_DIR}/ or a path to a folder with {MANIFEST}",
+    )
 
 
 def _check_keys(where: str, table: dict, allowed: dict, required: tuple[str, ...], remedy: str) -> None:
@@ -172,8 +200,10 @@ def _check_keys(where: str, table: dict, allowed: dict, required: tuple[str, ...
             continue
         value = table[key]
         if not isinstance(value, kind):
-            raise SeriesError(f"{where}: key {key!r} must be a {kind.__name__}, not {type(value).__name__}",
-                              "see the manifest format in `harness.series`'s docstring")
+            raise SeriesError(
+                f"{where}: key {key!r} must be a {kind.__name__}, not {type(value).__name__}",
+                "see the manifest format in `harness.series`'s docstring",
+            )
         if kind is str and not value.strip():
             raise SeriesError(f"{where}: key {key!r} is empty", "give it a value")
         if kind is str and "\0" in value:
@@ -204,8 +234,9 @@ def load_series(spec: str | Path) -> Series:
         raise SeriesError(f"{where}: not valid TOML ({exc})", "fix the syntax") from None
     _check_keys(where, data, _TOP_KEYS, _TOP_REQUIRED, "add `{key} = ...` at the top of the file")
     if data["name"] != folder.resolve().name:
-        raise SeriesError(f"{where}: key 'name' is {data['name']!r} but the folder is {folder.resolve().name!r}",
-                          "make them equal")
+        raise SeriesError(
+            f"{where}: key 'name' is {data['name']!r} but the folder is {folder.resolve().name!r}", "make them equal"
+        )
     related = _strings(where, "related", data.get("related", []))
     env = _strings(where, "env", data.get("env", []))
     evidence = data.get("evidence", {})
@@ -219,52 +250,80 @@ def load_series(spec: str | Path) -> Series:
     for number, table in enumerate(data["base"], start=1):
         ref_note = f" (ref {table['ref']!r})" if isinstance(table.get("ref"), str) else ""
         label = f"{where}: [[base]] #{number}{ref_note}"
-        _check_keys(label, table, _BASE_KEYS, _BASE_REQUIRED,
-                    "add `{key} = ...` to that [[base]] (patches: ordered format-patch file names)")
+        _check_keys(
+            label,
+            table,
+            _BASE_KEYS,
+            _BASE_REQUIRED,
+            "add `{key} = ...` to that [[base]] (patches: ordered format-patch file names)",
+        )
         if "commit" in table and not _SHA.fullmatch(table["commit"]):
-            raise SeriesError(f"{label}: key 'commit' is not a 40-hex SHA: {table['commit']!r}",
-                              "pin the full commit SHA, or drop the key")
+            raise SeriesError(
+                f"{label}: key 'commit' is not a 40-hex SHA: {table['commit']!r}",
+                "pin the full commit SHA, or drop the key",
+            )
         patches = _strings(label, "patches", table["patches"])
         if not patches:
             raise SeriesError(f"{label}: key 'patches' is empty", "list the patch files in order")
         directory = table.get("dir", table["ref"])
         if Path(directory).is_absolute() or ".." in Path(directory).parts:
-            raise SeriesError(f"{label}: key 'dir' must be a folder inside {folder}: {directory!r}",
-                              "use a relative folder name")
+            raise SeriesError(
+                f"{label}: key 'dir' must be a folder inside {folder}: {directory!r}", "use a relative folder name"
+            )
         inside(folder, directory, f"{label}: key 'dir'")
         for name in patches:
             if Path(name).is_absolute() or ".." in Path(name).parts or len(Path(name).parts) != 1:
-                raise SeriesError(f"{label}: key 'patches': {name!r} is not a file name in {shown(folder / directory)}",
-                                  "list bare patch file names (no folders, no '..', no absolute paths)")
+                raise SeriesError(
+                    f"{label}: key 'patches': {name!r} is not a file name in {shown(folder / directory)}",
+                    "list bare patch file names (no folders, no '..', no absolute paths)",
+                )
             path = inside(folder / directory, name, f"{label}: key 'patches':")
             if not path.is_file():
-                raise SeriesError(f"{label}: key 'patches': patch file absent: {shown(folder / directory / name)}",
-                                  "add the file, or remove it from 'patches'")
+                raise SeriesError(
+                    f"{label}: key 'patches': patch file absent: {shown(folder / directory / name)}",
+                    "add the file, or remove it from 'patches'",
+                )
         reads = table.get("read", [])
         for item in reads:
             if not isinstance(item, dict):
                 raise SeriesError(f"{label}: [[base.read]] must be tables", "use [[base.read]] path/commit")
-            _check_keys(f"{label} [[base.read]]", item, _READ_KEYS, ("path", "commit"),
-                        "add `{key} = ...` to that [[base.read]]")
+            _check_keys(
+                f"{label} [[base.read]]",
+                item,
+                _READ_KEYS,
+                ("path", "commit"),
+                "add `{key} = ...` to that [[base.read]]",
+            )
         if any(b.ref == table["ref"] for b in bases):
             raise SeriesError(f"{label}: key 'ref': duplicate base ref {table['ref']!r}", "keep one [[base]] per ref")
         files = _strings(label, "files", table["files"]) if "files" in table else None
-        bases.append(Base(number, table["ref"], directory, patches, table.get("commit"), files,
-                          table.get("notes", ""), tuple(reads)))
+        bases.append(
+            Base(
+                number,
+                table["ref"],
+                directory,
+                patches,
+                table.get("commit"),
+                files,
+                table.get("notes", ""),
+                tuple(reads),
+            )
+        )
     return Series(folder, data["name"], data["title"], data["upstream"], tuple(bases), related, env, evidence)
 
 
 # ------------------------------------------------------------------------------------- manifest edits
 def _base_spans(text: str) -> list[tuple[int, int]]:
     """(start, end) character spans of each ``[[base]]`` block (up to the next non-base.* header)."""
-    headers = [(m.start(), m.group(1).strip()) for m in re.finditer(r"^[ \t]*\[\[?([^\]\n]+)\]\]?[ \t]*(?:#.*)?$",
-                                                                    text, re.M)]
+    headers = [
+        (m.start(), m.group(1).strip()) for m in re.finditer(r"^[ \t]*\[\[?([^\]\n]+)\]\]?[ \t]*(?:#.*)?$", text, re.M)
+    ]
     spans = []
     for i, (start, name) in enumerate(headers):
         if name != "base" or not text[start:].lstrip().startswith("[["):
             continue
         end = len(text)
-        for later, later_name in headers[i + 1:]:
+        for later, later_name in headers[i + 1 :]:
             if not later_name.startswith("base."):
                 end = later
                 break
@@ -287,14 +346,24 @@ def set_base_patches(series: Series, base: Base, patches: list[str]) -> None:
     block = text[start:end]
     match = re.search(r"^([ \t]*patches[ \t]*=[ \t]*)\[[^\]]*\]", block, re.M)
     if not match:
-        raise SeriesError(f"{shown(series.manifest)}: [[base]] #{base.index}: cannot locate key 'patches' to update",
-                          f"set it by hand to {patches}")
-    block = block[:match.start()] + match.group(1) + _toml_list(patches) + block[match.end():]
+        raise SeriesError(
+            f"{shown(series.manifest)}: [[base]] #{base.index}: cannot locate key 'patches' to update",
+            f"set it by hand to {patches}",
+        )
+    block = block[: match.start()] + match.group(1) + _toml_list(patches) + block[match.end() :]
     _write_manifest(series, text[:start] + block + text[end:])
 
 
-def add_base(series: Series, ref: str, directory: str, patches: list[str], *, commit: str | None,
-             files: list[str] | None, notes: str) -> None:
+def add_base(
+    series: Series,
+    ref: str,
+    directory: str,
+    patches: list[str],
+    *,
+    commit: str | None,
+    files: list[str] | None,
+    notes: str,
+) -> None:
     """Append a ``[[base]]`` variant to series.toml (validated by re-loading before it is written)."""
     text = series.manifest.read_text(encoding="utf-8")
     lines = ["", "[[base]]", f"ref = {json.dumps(ref)}"]
@@ -329,8 +398,7 @@ class Context:
     entry: Base | None
 
 
-def resolve_context(series: str | None, base: str | None, upstream: str | None, *,
-                    need_series: bool = True) -> Context:
+def resolve_context(series: str | None, base: str | None, upstream: str | None, *, need_series: bool = True) -> Context:
     """The series named by ``series`` (a folder under patches/ or a path) loaded, its base entry chosen.
 
     ``upstream`` (None) defaults to the series' ``upstream``, else :data:`~harness.upstream.DEFAULT_UPSTREAM`;
@@ -353,8 +421,10 @@ def resolve_context(series: str | None, base: str | None, upstream: str | None, 
 def _check_pin(kind: str, commit: str, entry: Base) -> None:
     """Raise when a git upstream's base commit differs from the ``commit`` pinned in series.toml."""
     if entry.commit and kind == "git" and entry.commit != commit:
-        raise SeriesError(f"base {entry.ref!r} is {commit} upstream but series.toml pins commit {entry.commit}",
-                          "the ref moved upstream: rebase the series onto it, or fix the pin")
+        raise SeriesError(
+            f"base {entry.ref!r} is {commit} upstream but series.toml pins commit {entry.commit}",
+            "the ref moved upstream: rebase the series onto it, or fix the pin",
+        )
     if entry.commit and kind == "archive":
         progress.note(f"series: pinned commit of {entry.ref} not checked (archive upstream has its own import commit)")
 
@@ -410,13 +480,17 @@ def check_patch_paths(root: Path, patch: Path) -> None:
     text = patch.read_text(encoding="utf-8", errors="surrogateescape")
     for name in paths_in_patch(text):
         if Path(name).is_absolute() or ".." in Path(name).parts:
-            raise SeriesError(f"{patch.name} names the path {name!r}, which leaves the source tree",
-                              "fix the patch: it may touch only files inside the upstream tree")
+            raise SeriesError(
+                f"{patch.name} names the path {name!r}, which leaves the source tree",
+                "fix the patch: it may touch only files inside the upstream tree",
+            )
         inside(root, name, f"{patch.name}: patched file")
         for parent in list(Path(name).parents)[:-1]:  # git's own rule, said before a 3-way merge hides it
             if (root / parent).is_symlink():
-                raise SeriesError(f"{patch.name}: affected file {name!r} is beyond a symbolic link ({parent})",
-                                  "fix the patch: it may touch only files inside the upstream tree, not through links")
+                raise SeriesError(
+                    f"{patch.name}: affected file {name!r} is beyond a symbolic link ({parent})",
+                    "fix the patch: it may touch only files inside the upstream tree, not through links",
+                )
 
 
 def _git_path_refusals(result) -> list[str]:
@@ -477,8 +551,11 @@ def check_series(series: Series, entry: Base, store: Path, commit: str) -> list[
                 refusals = _git_path_refusals(whole)
             except HarnessError as exc:
                 refusals = [exc.cause]
-            failures = refusals or _failing_hunks(store, env, path, tmp) or [
-                git_run(store, "apply", "--cached", "--check", str(path), env=env, check=False).last_line()]
+            failures = (
+                refusals
+                or _failing_hunks(store, env, path, tmp)
+                or [git_run(store, "apply", "--cached", "--check", str(path), env=env, check=False).last_line()]
+            )
             results.append(PatchCheck(name, "failed", tuple(failures)))
             failed = True
         if not failed and entry.files is not None:
@@ -487,9 +564,17 @@ def check_series(series: Series, entry: Base, store: Path, commit: str) -> list[
             if sorted(touched) != sorted(entry.files):
                 extra = sorted(set(touched) - set(entry.files))
                 absent = sorted(set(entry.files) - set(touched))
-                results.append(PatchCheck("files", "failed", (
-                    f"{shown(series.manifest)}: [[base]] #{entry.index} key 'files' does not match the series' "
-                    f"diff (touched but not listed: {extra or 'none'}; listed but not touched: {absent or 'none'})",)))
+                results.append(
+                    PatchCheck(
+                        "files",
+                        "failed",
+                        (
+                            f"{shown(series.manifest)}: [[base]] #{entry.index} key 'files' does not match the series' "
+                            f"diff (touched but not listed: {extra or 'none'}; listed but not touched: "
+                            f"{absent or 'none'})",
+                        ),
+                    )
+                )
     return results
 
 
@@ -517,8 +602,9 @@ def _commit_patch_ids(worktree: Path, commits: list[str], tmp: Path) -> list[str
     ids = []
     for sha in commits:
         diff = tmp / f"{sha}.diff"
-        diff.write_text(git_run(worktree, "show", "--format=", "-M", sha).out + "\n",
-                        encoding="utf-8", errors="surrogateescape")
+        diff.write_text(
+            git_run(worktree, "show", "--format=", "-M", sha).out + "\n", encoding="utf-8", errors="surrogateescape"
+        )
         ids.append(_patch_id(worktree, diff))
     return ids
 
@@ -553,8 +639,10 @@ def _am(worktree: Path, patches: list[Path], *, resume: bool = False) -> AmOutco
     refusals = _git_path_refusals(result)
     if refusals:  # not a conflict: nothing for the user to resolve, so the worktree is put back
         git_run(worktree, "am", "--abort", check=False)
-        raise SeriesError(f"{current or 'a patch'}: {refusals[0].removeprefix('git refuses the path: ')}",
-                          "fix the patch: it may touch only files inside the upstream tree, not through links")
+        raise SeriesError(
+            f"{current or 'a patch'}: {refusals[0].removeprefix('git refuses the path: ')}",
+            "fix the patch: it may touch only files inside the upstream tree, not through links",
+        )
     conflicts = tuple(git_run(worktree, "diff", "--name-only", "--diff-filter=U").out.split())
     hunks = tuple(_hunks_failing_at_head(worktree, stopped)) if stopped and not conflicts else ()
     return AmOutcome(False, current, conflicts, result.last_line(), hunks)
@@ -575,9 +663,11 @@ def conflict_lines(out: AmOutcome, worktree: Path, continue_cmd: list[str]) -> l
     files = ", ".join(out.conflicts) if out.conflicts else f"none marked ({out.reason})"
     lines = [f"conflict: {out.stopped_at or 'a patch'} does not apply in {worktree}; conflicted files: {files}"]
     lines += [f"conflict:   {line} (no 3-way merge: the patch names no blob this repository has)" for line in out.hunks]
-    return lines + [f"resolve them, then `git -C {shlex.quote(str(worktree))} add <files>` and run:",
-                    "  " + shlex.join(continue_cmd),
-                    f"(or give up: `git -C {shlex.quote(str(worktree))} am --abort`)"]
+    return lines + [
+        f"resolve them, then `git -C {shlex.quote(str(worktree))} add <files>` and run:",
+        "  " + shlex.join(continue_cmd),
+        f"(or give up: `git -C {shlex.quote(str(worktree))} am --abort`)",
+    ]
 
 
 def apply_series(series: Series, entry: Base, co: Checkout, *, force: bool = False) -> AmOutcome | None:
@@ -592,12 +682,16 @@ def apply_series(series: Series, entry: Base, co: Checkout, *, force: bool = Fal
     """
     wt = co.patched
     if _am_in_progress(wt):
-        raise SeriesError(f"a `git am` is in progress in {wt}",
-                          f"finish it (`git -C {wt} am --continue`) or drop it (`git -C {wt} am --abort`)")
+        raise SeriesError(
+            f"a `git am` is in progress in {wt}",
+            f"finish it (`git -C {wt} am --continue`) or drop it (`git -C {wt} am --abort`)",
+        )
     dirty = dirty_files(wt)
     if dirty:
-        raise SeriesError(f"patched worktree {wt} has uncommitted changes: {', '.join(dirty[:5])}",
-                          f"commit them and run refresh, or discard them (`git -C {wt} checkout -- .`)")
+        raise SeriesError(
+            f"patched worktree {wt} has uncommitted changes: {', '.join(dirty[:5])}",
+            f"commit them and run refresh, or discard them (`git -C {wt} checkout -- .`)",
+        )
     commits = _commits(wt, co.commit)
     if commits:
         with tempfile.TemporaryDirectory(prefix="harness-apply-") as tmp:
@@ -606,11 +700,15 @@ def apply_series(series: Series, entry: Base, co: Checkout, *, force: bool = Fal
         if have == want:
             return None
         if not force:
-            raise SeriesError(f"patched worktree {wt} has {len(commits)} commit(s) on {co.base} that differ from "
-                              f"the series", "save them with `refresh`, or pass --force to start over from the base")
+            raise SeriesError(
+                f"patched worktree {wt} has {len(commits)} commit(s) on {co.base} that differ from " f"the series",
+                "save them with `refresh`, or pass --force to start over from the base",
+            )
         head = git_run(wt, "rev-parse", "HEAD").out.strip()
-        progress.note(f"apply: --force: resetting {co.branch} to {co.base} (old head {head}; `git branch keep {head}` "
-                      f"gets it back)")
+        progress.note(
+            f"apply: --force: resetting {co.branch} to {co.base} (old head {head}; `git branch keep {head}` "
+            f"gets it back)"
+        )
         git_run(wt, "reset", "--quiet", "--hard", co.commit)
     for patch in series.patch_paths(entry):
         check_patch_paths(wt, patch)
@@ -620,8 +718,9 @@ def apply_series(series: Series, entry: Base, co: Checkout, *, force: bool = Fal
 # ---------------------------------------------------------------------------------------- refresh
 def _mailinfo(worktree: Path, patch: Path, tmp: Path) -> tuple[str, str]:
     msg, body = tmp / "msg", tmp / "body"
-    info = git_run(worktree, "mailinfo", "--encoding=UTF-8", str(msg), str(body), stdin=patch,
-                   env=NEUTRAL_GIT_CONFIG, check=False)
+    info = git_run(
+        worktree, "mailinfo", "--encoding=UTF-8", str(msg), str(body), stdin=patch, env=NEUTRAL_GIT_CONFIG, check=False
+    )
     return info.out, msg.read_text(encoding="utf-8", errors="replace") if msg.exists() else ""
 
 
@@ -651,8 +750,15 @@ def write_patches(worktree: Path, base_commit: str, folder: Path, old_names: lis
     with tempfile.TemporaryDirectory(prefix="harness-refresh-") as tmp_name:
         tmp = Path(tmp_name)
         out = tmp / "out"
-        git_run(worktree, *FORMAT_PATCH_ARGS, "-o", str(out), f"{base_commit}..HEAD", env=NEUTRAL_GIT_CONFIG,
-                error=SeriesError)
+        git_run(
+            worktree,
+            *FORMAT_PATCH_ARGS,
+            "-o",
+            str(out),
+            f"{base_commit}..HEAD",
+            env=NEUTRAL_GIT_CONFIG,
+            error=SeriesError,
+        )
         generated = sorted(out.iterdir())
         names = []
         for position, new in enumerate(generated):
@@ -661,8 +767,9 @@ def write_patches(worktree: Path, base_commit: str, folder: Path, old_names: lis
             if old is not None and old.is_file() and _same_patch(worktree, old, new, tmp):
                 names.append(old_name)
                 continue
-            atomic_write_text(inside(folder, new.name, "patch"),
-                              new.read_text(encoding="utf-8", errors="surrogateescape"))
+            atomic_write_text(
+                inside(folder, new.name, "patch"), new.read_text(encoding="utf-8", errors="surrogateescape")
+            )
             names.append(new.name)
             changed += 1
     for stale in set(old_names) - set(names):
@@ -686,8 +793,10 @@ def refresh_series(series: Series, entry: Base, co: Checkout) -> int:
         raise SeriesError(f"a `git am` is in progress in {wt}", f"finish it first (`git -C {wt} am --continue`)")
     dirty = dirty_files(wt)
     if dirty:
-        raise SeriesError(f"patched worktree {wt} has uncommitted changes: {', '.join(dirty[:5])}",
-                          "commit them (refresh writes commits, not the working tree)")
+        raise SeriesError(
+            f"patched worktree {wt} has uncommitted changes: {', '.join(dirty[:5])}",
+            "commit them (refresh writes commits, not the working tree)",
+        )
     folder = inside(series.path, entry.dir, f"{shown(series.manifest)}: [[base]] #{entry.index} key 'dir'")
     names, changed = write_patches(wt, co.commit, folder, list(entry.patches))
     if names != list(entry.patches):
@@ -706,8 +815,9 @@ def _write_variant(series: Series, old: Base, co: Checkout) -> Base:
     if old.files is not None:
         files = git_run(co.patched, "diff", "--name-only", "--no-renames", co.commit, "HEAD").out.split()
     commit = co.commit if co.upstream.kind == "git" else None
-    add_base(series, co.base, directory, names, commit=commit, files=files,
-             notes=f"rebased from {old.ref} with 3-way merge")
+    add_base(
+        series, co.base, directory, names, commit=commit, files=files, notes=f"rebased from {old.ref} with 3-way merge"
+    )
     return load_series(series.path).base(co.base)
 
 
@@ -720,8 +830,10 @@ def rebase_series(series: Series, old: Base, co: Checkout, *, resume: bool = Fal
         SeriesError: the series already has that base, or ``patched`` is not at its base.
     """
     if any(b.ref == co.base for b in series.bases):
-        raise SeriesError(f"{shown(series.manifest)}: already has a [[base]] with ref {co.base!r}",
-                          "use check/apply for it, or remove that [[base]] first")
+        raise SeriesError(
+            f"{shown(series.manifest)}: already has a [[base]] with ref {co.base!r}",
+            "use check/apply for it, or remove that [[base]] first",
+        )
     wt = co.patched
     if resume:
         if _am_in_progress(wt):
@@ -735,14 +847,18 @@ def rebase_series(series: Series, old: Base, co: Checkout, *, resume: bool = Fal
         dirty = dirty_files(wt)
         if _am_in_progress(wt) or _commits(wt, co.commit) or dirty:
             what = f"uncommitted changes: {', '.join(dirty[:5])}" if dirty else "a stopped `git am` or commits"
-            raise SeriesError(f"patched worktree {wt} is not clean at {co.base} ({what})",
-                              "pass --continue to finish a stopped rebase, or remove that worktree and run again")
+            raise SeriesError(
+                f"patched worktree {wt} is not clean at {co.base} ({what})",
+                "pass --continue to finish a stopped rebase, or remove that worktree and run again",
+            )
         outcome = _am(wt, series.patch_paths(old))
         if not outcome.ok:
             return outcome
     entry = _write_variant(series, old, co)
-    progress.note(f"rebase: wrote [[base]] {entry.ref} with {len(entry.patches)} patch(es) in "
-                  f"{shown(series.path / entry.dir)}")
+    progress.note(
+        f"rebase: wrote [[base]] {entry.ref} with {len(entry.patches)} patch(es) in "
+        f"{shown(series.path / entry.dir)}"
+    )
     return AmOutcome(True)
 
 
@@ -793,14 +909,16 @@ def existing_checkout(ctx: Context, workdir: Path | str) -> Checkout:
     assert ctx.series is not None
     stock, patched = worktrees(workdir, ctx.base)
     if not patched.is_dir():
-        raise SeriesError(f"no patched worktree of {ctx.base} at {patched}: nothing to refresh from",
-                          f"run `python -m harness apply --series {ctx.series.name}` (same --workdir) first, "
-                          f"commit your change there, then refresh")
+        raise SeriesError(
+            f"no patched worktree of {ctx.base} at {patched}: nothing to refresh from",
+            f"run `python -m harness apply --series {ctx.series.name}` (same --workdir) first, "
+            f"commit your change there, then refresh",
+        )
     store = common_dir(patched)
     if store is None:
         raise UpstreamError(f"{patched} is not a git worktree", "move that folder away and run apply again")
     commit = resolve_commit(store, ctx.base, source=str(store))
-    branch = patched_branch(ctx.series.name, ctx.base)
+    branch = patched_branch(ctx.series.name, ctx.base, patched)
     switch_branch(patched, branch, commit)
     kind = "archive" if store.parent.name == "imports" else "git"
     return Checkout(Upstream(ctx.upstream, store, kind, created=False), ctx.base, commit, stock, patched, branch, ())

@@ -88,8 +88,18 @@ def junit_outcome(path: Path) -> dict:
 
 def command(python: str, test: SeriesTest, junit: Path) -> list[str]:
     """The argument list that runs ``test`` in ``python`` (from the test file's folder)."""
-    cmd = [python, "-m", "pytest", PurePosixPath(test.file).name, "-q", "-p", "no:cacheprovider",
-           "--capture=tee-sys", "--junitxml", str(junit)]  # tee-sys: what the file prints while collected
+    cmd = [
+        python,
+        "-m",
+        "pytest",
+        PurePosixPath(test.file).name,
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "--capture=tee-sys",
+        "--junitxml",
+        str(junit),
+    ]  # tee-sys: what the file prints while collected
     return cmd + (["-k", test.k] if test.k else [])
 
 
@@ -104,19 +114,23 @@ def run_one(python: str, test: SeriesTest, source: Path, junit: Path, keep: tupl
     env = cfg.worker_environment(cfg.EnvConfig(f"test {test.name}", dict(test.env)), keep=keep)
     env.pop("PYTHONPATH", None)
     try:
-        proc = subprocess.run(command(python, test, junit), cwd=folder, env=env, capture_output=True, text=True,
-                              timeout=TIMEOUT_S)
+        proc = subprocess.run(
+            command(python, test, junit), cwd=folder, env=env, capture_output=True, text=True, timeout=TIMEOUT_S
+        )
     except subprocess.TimeoutExpired:
         return {"outcome": "error", "reason": f"timed out after {TIMEOUT_S:g} s", "returncode": None}
     tail = ((proc.stderr or proc.stdout).strip().splitlines() or [""])[-1][:300]
     if not junit.is_file():
         fix = ""
         if "No module named pytest" in tail:
-            fix = "; declare [evidence] test_requirements = [\"pytest\", ...] (or pip install it into that interpreter)"
+            fix = '; declare [evidence] test_requirements = ["pytest", ...] (or pip install it into that interpreter)'
         elif "can not be found in the hookspec" in tail:  # a conftest.py written for an older pytest
-            fix = "; this tree's conftest.py needs an older pytest: [evidence] test_requirements = [\"pytest<9\", ...]"
-        return {"outcome": "error", "returncode": proc.returncode,
-                "reason": f"pytest did not run (exit status {proc.returncode}): {tail}{fix}"}
+            fix = '; this tree\'s conftest.py needs an older pytest: [evidence] test_requirements = ["pytest<9", ...]'
+        return {
+            "outcome": "error",
+            "returncode": proc.returncode,
+            "reason": f"pytest did not run (exit status {proc.returncode}): {tail}{fix}",
+        }
     record = {**junit_outcome(junit), "returncode": proc.returncode, "junit": junit.name, "reason": ""}
     if record["outcome"] == "error":
         record.update(no_test_reason(record, proc.returncode, (proc.stdout or "") + "\n" + (proc.stderr or "")))
@@ -161,8 +175,15 @@ def install_requirements(python: str, requirements: tuple[str, ...], managed: bo
     return record
 
 
-def run_all(tests: tuple[SeriesTest, ...], interpreters: dict[str, str], source: Path | None, folder: Path,
-            keep: tuple[str, ...] = (), requirements: tuple[str, ...] = (), managed: frozenset[str] = frozenset()) -> dict:
+def run_all(
+    tests: tuple[SeriesTest, ...],
+    interpreters: dict[str, str],
+    source: Path | None,
+    folder: Path,
+    keep: tuple[str, ...] = (),
+    requirements: tuple[str, ...] = (),
+    managed: frozenset[str] = frozenset(),
+) -> dict:
     """Every test on every build -> ``{"source": str, "requirements": {build: record}, "tests": [{name, file, k,
     env, expect, builds: {build: record with "expected" and "as_expected"}}]}`` (results.json ``series_tests``).
     ``requirements`` are installed first into the builds named in ``managed`` (:func:`install_requirements`).
@@ -170,10 +191,17 @@ def run_all(tests: tuple[SeriesTest, ...], interpreters: dict[str, str], source:
     if not tests:
         return {}
     if source is None:
-        return {"source": None, "skipped": "no source tree given: pass --tests-source DIR (the patched worktree, "
-                                           "e.g. work/<base>/patched)", "tests": [t.to_json() for t in tests]}
-    installed = {b: install_requirements(python, requirements, b in managed)
-                 for b, python in interpreters.items()} if requirements else {}
+        return {
+            "source": None,
+            "skipped": "no source tree given: pass --tests-source DIR (the patched worktree, "
+            "e.g. work/<base>/patched)",
+            "tests": [t.to_json() for t in tests],
+        }
+    installed = (
+        {b: install_requirements(python, requirements, b in managed) for b, python in interpreters.items()}
+        if requirements
+        else {}
+    )
     out = []
     for number, test in enumerate(tests, start=1):
         per_build = {}

@@ -16,7 +16,8 @@ Conventions:
   :func:`compare`): < 1 means patched is faster; ``speedup = 1 / ratio``.
 - Relative quantities (``threshold``, half-widths, drift) are fractions: 0.02 means 2 %.
 - Nothing here turns an error into a verdict: when a statistic cannot be computed the verdict
-  is ``"undetermined"``, ``cause`` (a :class:`Cause`) says why and ``reason`` gives the numbers (unlike pyperf's ``_compare.py``,
+  is ``"undetermined"``, ``cause`` (a :class:`Cause`) says why and ``reason`` gives the numbers (unlike
+  pyperf's ``_compare.py``,
   which reports "significant" when its test raises). Programming errors (wrong types) still raise.
 """
 
@@ -29,7 +30,7 @@ import math
 import warnings
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, Union
+from typing import Any, TypeVar
 
 import numpy as np
 from scipy import stats as _st
@@ -520,9 +521,17 @@ def compare(
     p = np.asarray(patched, dtype=float).ravel()
     nan = math.nan
     base: dict[str, Any] = dict(
-        stock=tuple(float(v) for v in s), patched=tuple(float(v) for v in p), stock_median=nan,
-        patched_median=nan, ratio=nan, ci_low=nan, ci_high=nan, p_value=nan, threshold=float(threshold),
-        confidence=float(confidence), achieved_confidence=nan,
+        stock=tuple(float(v) for v in s),
+        patched=tuple(float(v) for v in p),
+        stock_median=nan,
+        patched_median=nan,
+        ratio=nan,
+        ci_low=nan,
+        ci_high=nan,
+        p_value=nan,
+        threshold=float(threshold),
+        confidence=float(confidence),
+        achieved_confidence=nan,
     )
     notes: list[str] = []
 
@@ -554,19 +563,27 @@ def compare(
         warnings.simplefilter("ignore", RuntimeWarning)
         base["p_value"] = float(_st.mannwhitneyu(np.log(p), np.log(s), alternative="two-sided", method="exact").pvalue)
     if np.ptp(s) == 0 and np.ptp(p) == 0 and min(s.size, p.size) >= MIN_PROCESSES:
-        return done(Cause.ZERO_SPREAD, "zero spread: every process on each side has the same median (timer resolution?)")
+        return done(
+            Cause.ZERO_SPREAD, "zero spread: every process on each side has the same median (timer resolution?)"
+        )
     base.update(ci_low=lo, ci_high=hi, achieved_confidence=achieved)
     if min(s.size, p.size) < MIN_PROCESSES or not math.isfinite(lo):
         n_min = min_processes(confidence)
-        return done(Cause.BELOW_FLOOR, f"n={s.size} stock, n={p.size} patched processes: a verdict needs >= {n_min} "
-                                       f"per side (an exact {confidence:.0%} CI and the documented coverage floor)")
+        return done(
+            Cause.BELOW_FLOOR,
+            f"n={s.size} stock, n={p.size} patched processes: a verdict needs >= {n_min} "
+            f"per side (an exact {confidence:.0%} CI and the documented coverage floor)",
+        )
     for name, a in (("stock", s), ("patched", p)):
         if np.ptp(a) == 0:
             notes.append(f"all {name} processes have the same median (timer resolution?)")
     ci = f"CI [{lo:.4f}, {hi:.4f}] at {achieved:.1%}, U-test p={base['p_value']:.2g}"
     verdict, _ = judge(lo, hi, s.size, p.size, threshold=threshold)
-    edge = {FASTER: f"below {1 - threshold:.4g}", SLOWER: f"above {1 + threshold:.4g}",
-            EQUIVALENT: f"inside the +-{threshold:.3g} band"}.get(verdict, f"across a +-{threshold:.3g} band edge")
+    edge = {
+        FASTER: f"below {1 - threshold:.4g}",
+        SLOWER: f"above {1 + threshold:.4g}",
+        EQUIVALENT: f"inside the +-{threshold:.3g} band",
+    }.get(verdict, f"across a +-{threshold:.3g} band edge")
     return done(None, f"{ci}: {edge}")
 
 
@@ -612,8 +629,8 @@ def _plural(n: int, word: str) -> str:
 
 
 def geomean_by_process(
-    stock: Union[np.ndarray, Sequence[Sequence[float]]],
-    patched: Union[np.ndarray, Sequence[Sequence[float]]],
+    stock: np.ndarray | Sequence[Sequence[float]],
+    patched: np.ndarray | Sequence[Sequence[float]],
     *,
     threshold: float = 0.02,
     confidence: float = 0.95,
@@ -643,8 +660,10 @@ def geomean_by_process(
     S = np.asarray(stock, dtype=float)
     P = np.asarray(patched, dtype=float)
     if S.ndim != 2 or P.ndim != 2 or S.shape[1] != P.shape[1]:
-        raise ValueError(f"geomean_by_process: need 2-D (processes, cells) arrays with equal columns, got "
-                         f"{S.shape} and {P.shape}")
+        raise ValueError(
+            f"geomean_by_process: need 2-D (processes, cells) arrays with equal columns, got "
+            f"{S.shape} and {P.shape}"
+        )
     if np.any(np.isinf(S)) or np.any(np.isinf(P)) or np.any(S[np.isfinite(S)] <= 0) or np.any(P[np.isfinite(P)] <= 0):
         raise ValueError("geomean_by_process: values must be positive finite seconds (NaN = not measured)")
     if not threshold >= 0 or not 0.0 < confidence < 1.0:
@@ -670,8 +689,9 @@ def converged(comparison: Comparison, target_half_width: float = 0.01) -> bool:
     whose CI could not be computed, or below the floor, is not converged.
     """
     hw = comparison.half_width
-    return (min(comparison.n_stock, comparison.n_patched) >= MIN_PROCESSES and math.isfinite(hw)
-            and hw <= target_half_width)
+    return (
+        min(comparison.n_stock, comparison.n_patched) >= MIN_PROCESSES and math.isfinite(hw) and hw <= target_half_width
+    )
 
 
 def unconverged(
@@ -768,8 +788,9 @@ def drift(
     if n and (not np.all(np.isfinite(y)) or np.any(y <= 0)):
         return Drift(n, nan, nan, nan, nan, nan, UNDETERMINED, "a round median is NaN/inf or <= 0 s")
     if n < 2 or 2.0 / math.factorial(n) >= alpha:
-        return Drift(n, nan, nan, nan, nan, nan, UNDETERMINED,
-                     f"{n} round(s) cannot reach p < {alpha:.3g}; run more rounds")
+        return Drift(
+            n, nan, nan, nan, nan, nan, UNDETERMINED, f"{n} round(s) cannot reach p < {alpha:.3g}; run more rounds"
+        )
     if np.ptp(y) == 0:
         return Drift(n, nan, nan, 0.0, 0.0, 0.0, STABLE, "all rounds have the same median")
     idx = np.arange(n, dtype=float)
@@ -788,4 +809,3 @@ def drift(
     if -threshold <= rlo and rhi <= threshold:
         return Drift(n, tau, pv, rel, rlo, rhi, STABLE, desc + f" within +-{threshold:.3g}")
     return Drift(n, tau, pv, rel, rlo, rhi, UNDETERMINED, desc + ": inconclusive, run more rounds")
-

@@ -3,7 +3,8 @@
 An upstream (``--upstream``) is one of
 
 - a git URL (default: PyTorch's GitHub repository) -- cloned once into a bare mirror
-  ``<cache>/mirrors/<name>-<sha256[:16] of the canonical source>.git``, fetched incrementally afterwards, with a progress bar;
+  ``<cache>/mirrors/<name>-<sha256[:16] of the canonical source>.git``, fetched incrementally afterwards,
+  with a progress bar;
 - a local repository or mirror path -- the same, cloned locally (hard links, no network);
 - a source archive (``.tar.gz``, ``.tar.xz``, ``.zip``, ...) -- imported once into
   ``<cache>/imports/<name>-<sha256[:12]>.git`` as ONE deterministic commit (fixed identity and
@@ -16,10 +17,10 @@ The mirror's fetch refspec is ``+refs/heads/*:refs/heads/*`` plus tags, without 
 without GitHub's ``refs/pull/*`` (a ``--mirror`` clone of PyTorch would fetch every PR head).
 
 ``checkout`` creates ``<workdir>/<slug(base)>/stock`` (detached at the base commit) and
-``<workdir>/<slug(base)>/patched`` (on branch ``patched/<series>/<slug(base)>``), both
-``git worktree``s of the one object store, then initialises submodules recursively where the
-tree has a ``.gitmodules``. A source without its submodules is reported, not refused:
-:func:`missing_submodules` gives the fact to the build step.
+``<workdir>/<slug(base)>/patched`` (on branch ``patched/<series>/<slug(base)>-<hash8 of its path>``,
+see :func:`patched_branch`), both ``git worktree``s of the one object store, then initialises
+submodules recursively where the tree has a ``.gitmodules``. A source without its submodules is
+reported, not refused: :func:`missing_submodules` gives the fact to the build step.
 
 A clone is made in a temporary folder beside the mirror and renamed into place when complete; a
 clone killed midway (Ctrl-C, a laptop that sleeps, a kill) leaves that folder, which the next run
@@ -66,8 +67,13 @@ IMPORT_IDENTITY = {
 }
 #: Submodule folders PyTorch's own ``setup.py`` (``get_submodule_folders``, v2.6.0) checks when
 #: the source has no ``.gitmodules`` -- the fact that tells a stripped tarball from a full one.
-PYTORCH_DEFAULT_SUBMODULES = ("third_party/gloo", "third_party/cpuinfo", "third_party/onnx",
-                              "third_party/fbgemm", "third_party/cutlass")
+PYTORCH_DEFAULT_SUBMODULES = (
+    "third_party/gloo",
+    "third_party/cpuinfo",
+    "third_party/onnx",
+    "third_party/fbgemm",
+    "third_party/cutlass",
+)
 #: git must never stop to ask for a password in a non-interactive harness run.
 _NO_PROMPT = {"GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "true", "SSH_ASKPASS": "true"}
 
@@ -87,8 +93,14 @@ class GitResult:
         return lines[-1] if lines else f"git exited with status {self.rc}"
 
 
-def git_run(cwd: Path | str, *args: str, env: dict[str, str] | None = None, check: bool = True,
-            stdin: Path | None = None, error: type[UpstreamError] | None = None) -> GitResult:
+def git_run(
+    cwd: Path | str,
+    *args: str,
+    env: dict[str, str] | None = None,
+    check: bool = True,
+    stdin: Path | None = None,
+    error: type[UpstreamError] | None = None,
+) -> GitResult:
     """Run ``git <args>`` in ``cwd`` through GitPython; argument list only, never a shell.
 
     Args:
@@ -104,14 +116,21 @@ def git_run(cwd: Path | str, *args: str, env: dict[str, str] | None = None, chec
     """
     bad = next((a for a in (str(cwd), *args) if "\0" in a), None)
     if bad is not None:  # exec would refuse it with a ValueError
-        raise (error or UpstreamError)(f"`git {args[0] if args else ''}` argument {bad!r} contains a NUL byte",
-                                       "remove it from the manifest or the command line")
+        raise (error or UpstreamError)(
+            f"`git {args[0] if args else ''}` argument {bad!r} contains a NUL byte",
+            "remove it from the manifest or the command line",
+        )
     full_env = {**os.environ, **_NO_PROMPT, **(env or {})}
     handle = open(stdin, "rb") if stdin else None
     try:
         rc, out, err = git.Git(str(cwd)).execute(
-            ["git", *args], istream=handle, with_extended_output=True, with_exceptions=False,
-            env=full_env, strip_newline_in_stdout=False)
+            ["git", *args],
+            istream=handle,
+            with_extended_output=True,
+            with_exceptions=False,
+            env=full_env,
+            strip_newline_in_stdout=False,
+        )
     finally:
         if handle:
             handle.close()
@@ -119,16 +138,22 @@ def git_run(cwd: Path | str, *args: str, env: dict[str, str] | None = None, chec
     if check and rc != 0:
         raise (error or UpstreamError)(
             f"`git {' '.join(args[:3])}` failed in {cwd}: {result.last_line()}",
-            "see git's message; fix the repository state and run the command again")
+            "see git's message; fix the repository state and run the command again",
+        )
     return result
 
 
 class _GitProgress(git.RemoteProgress):
     """Feeds git's clone/fetch progress lines into a :func:`harness.progress.task` bar."""
 
-    _STAGES = {git.RemoteProgress.COUNTING: "counting objects", git.RemoteProgress.COMPRESSING: "compressing",
-               git.RemoteProgress.RECEIVING: "receiving objects", git.RemoteProgress.RESOLVING: "resolving deltas",
-               git.RemoteProgress.WRITING: "writing", git.RemoteProgress.CHECKING_OUT: "checking out"}
+    _STAGES = {
+        git.RemoteProgress.COUNTING: "counting objects",
+        git.RemoteProgress.COMPRESSING: "compressing",
+        git.RemoteProgress.RECEIVING: "receiving objects",
+        git.RemoteProgress.RESOLVING: "resolving deltas",
+        git.RemoteProgress.WRITING: "writing",
+        git.RemoteProgress.CHECKING_OUT: "checking out",
+    }
 
     def __init__(self, handle, what: str) -> None:
         super().__init__()
@@ -136,8 +161,11 @@ class _GitProgress(git.RemoteProgress):
 
     def update(self, op_code, cur_count, max_count=None, message="") -> None:  # noqa: D401 - GitPython API
         stage = self._STAGES.get(op_code & self.OP_MASK, "working")
-        self._handle.update(completed=float(cur_count or 0), total=float(max_count) if max_count else None,
-                            description=f"{self._what}: {stage}")
+        self._handle.update(
+            completed=float(cur_count or 0),
+            total=float(max_count) if max_count else None,
+            description=f"{self._what}: {stage}",
+        )
 
 
 # ----------------------------------------------------------------------------------------- sources
@@ -190,17 +218,23 @@ def open_upstream(source: str, *, ref: str | None = None) -> Upstream:
         return import_archive(Path(source))
     path = Path(source).expanduser()
     if not path.exists() and not looks_like_url(source):
-        raise UpstreamError(f"upstream {source}: no such file or directory",
-                            "pass --upstream with an existing local repository, mirror or source archive, "
-                            "or a git URL (https://host/repo.git, git@host:repo.git)")
+        raise UpstreamError(
+            f"upstream {source}: no such file or directory",
+            "pass --upstream with an existing local repository, mirror or source archive, "
+            "or a git URL (https://host/repo.git, git@host:repo.git)",
+        )
     if path.exists():
         if path.is_file():
-            raise UpstreamError(f"--upstream {source} is a file but not an archive ({', '.join(ARCHIVE_SUFFIXES)})",
-                                "pass a git URL, a local repository, or a .tar.gz/.tar.xz/.zip source archive")
+            raise UpstreamError(
+                f"--upstream {source} is a file but not an archive ({', '.join(ARCHIVE_SUFFIXES)})",
+                "pass a git URL, a local repository, or a .tar.gz/.tar.xz/.zip source archive",
+            )
         probe = git_run(path, "rev-parse", "--git-dir", check=False)
         if probe.rc != 0:
-            raise UpstreamError(f"--upstream {source} is a directory but not a git repository",
-                                "pass a git repository or mirror, or a source archive of it")
+            raise UpstreamError(
+                f"--upstream {source} is a directory but not a git repository",
+                "pass a git repository or mirror, or a source archive of it",
+            )
         source = str(path.resolve())
     return _mirror(source, ref)
 
@@ -208,8 +242,7 @@ def open_upstream(source: str, *, ref: str | None = None) -> Upstream:
 def looks_like_url(source: str) -> bool:
     """True for what git reads as a remote: ``scheme://...`` or scp-like ``[user@]host:path`` (no ``/``
     before the first ``:``); everything else is a local path."""
-    return re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", source) is not None or \
-        re.match(r"^[^/:]{2,}:", source) is not None
+    return re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", source) is not None or re.match(r"^[^/:]{2,}:", source) is not None
 
 
 def _clear_interrupted_clone(mirrors: Path, store: Path, url: str) -> None:
@@ -237,8 +270,10 @@ def _mirror(url: str, ref: str | None) -> Upstream:
         git.Git.check_unsafe_protocols(url)
     except git.exc.UnsafeProtocolError:
         scheme = url.split("::")[0] if "::" in url else url.split(":")[0]
-        raise UpstreamError(f"upstream {url[:80]!r} uses the {scheme}:: transport, which runs a command, not a clone",
-                            "pass a https://, ssh://, git@host: URL, a local repository or a source archive") from None
+        raise UpstreamError(
+            f"upstream {url[:80]!r} uses the {scheme}:: transport, which runs a command, not a clone",
+            "pass a https://, ssh://, git@host: URL, a local repository or a source archive",
+        ) from None
     with exclusive_lock(cache_dir() / "locks" / store.name, f"mirror {url}"):
         _clear_interrupted_clone(mirrors, store, url)
         if (store / "HEAD").is_file():
@@ -261,9 +296,11 @@ def _mirror(url: str, ref: str | None) -> Upstream:
             if _interrupted(exc):
                 raise KeyboardInterrupt from None
             reason = _reason(exc, feed)
-            raise UpstreamError(f"cannot clone upstream {url}: {reason}",
-                                "check the URL and the network, or pass --upstream PATH "
-                                "(a local clone or mirror, or a source archive)") from None
+            raise UpstreamError(
+                f"cannot clone upstream {url}: {reason}",
+                "check the URL and the network, or pass --upstream PATH "
+                "(a local clone or mirror, or a source archive)",
+            ) from None
         git_run(tmp, "config", "--replace-all", "remote.origin.fetch", "+refs/heads/*:refs/heads/*")
         git_run(tmp, "config", "--add", "remote.origin.fetch", "+refs/tags/*:refs/tags/*")
         os.replace(tmp, store)
@@ -293,13 +330,15 @@ def _fetch(store: Path, url: str, *, required: bool) -> None:
             raise KeyboardInterrupt from None
         reason = _reason(exc, feed)
         if required:
-            raise UpstreamError(f"cannot fetch upstream {url}: {reason}",
-                                "check the URL and the network, or pass --upstream PATH "
-                                "(a local clone or mirror, or a source archive)") from None
+            raise UpstreamError(
+                f"cannot fetch upstream {url}: {reason}",
+                "check the URL and the network, or pass --upstream PATH "
+                "(a local clone or mirror, or a source archive)",
+            ) from None
         progress.note(f"upstream: warning: fetch from {url} failed ({reason}); using the cached mirror")
 
 
-def _reason(exc: Exception, feed: "_GitProgress | None") -> str:
+def _reason(exc: Exception, feed: _GitProgress | None) -> str:
     """git's own last error line of a failed clone/fetch (the progress parser keeps stderr's error lines)."""
     lines = list(getattr(feed, "error_lines", []) or []) + list(getattr(feed, "other_lines", []) or [])
     lines += str(getattr(exc, "stderr", "") or "").splitlines()
@@ -327,8 +366,10 @@ def _extract(archive: Path, dest: Path) -> None:
                 try:
                     target = inside(dest, info.filename, "archive entry")
                 except OutsideFolder:
-                    raise UpstreamError(f"archive {archive} has an entry outside its folder: {info.filename}",
-                                        "use an unmodified release archive") from None
+                    raise UpstreamError(
+                        f"archive {archive} has an entry outside its folder: {info.filename}",
+                        "use an unmodified release archive",
+                    ) from None
                 mode = info.external_attr >> 16
                 if info.is_dir():
                     target.mkdir(parents=True, exist_ok=True)
@@ -359,8 +400,10 @@ def _archive_version(root: Path, archive: Path) -> str:
     try:
         return Version(text).base_version
     except InvalidVersion:
-        raise UpstreamError(f"archive {archive} has no usable version (version.txt: {text!r})",
-                            "use a PyTorch release archive (it carries version.txt)") from None
+        raise UpstreamError(
+            f"archive {archive} has no usable version (version.txt: {text!r})",
+            "use a PyTorch release archive (it carries version.txt)",
+        ) from None
 
 
 def import_archive(archive: Path) -> Upstream:
@@ -391,8 +434,9 @@ def import_archive(archive: Path) -> Upstream:
                 with progress.task(f"unpack {archive.name}"):
                     _extract(archive, tree)
             except (tarfile.TarError, zipfile.BadZipFile, OSError, EOFError, ValueError) as exc:
-                raise UpstreamError(f"cannot unpack archive {archive}: {exc}",
-                                    "download it again, or pass a git URL or repository") from None
+                raise UpstreamError(
+                    f"cannot unpack archive {archive}: {exc}", "download it again, or pass a git URL or repository"
+                ) from None
             entries = list(tree.iterdir())
             root = entries[0] if len(entries) == 1 and entries[0].is_dir() else tree
             tag = f"v{_archive_version(root, archive)}"
@@ -407,8 +451,9 @@ def import_archive(archive: Path) -> Upstream:
             commit = git_run(repo, "commit-tree", tree_sha, "-m", message, env=env).out.strip()
             git_run(repo, "update-ref", f"refs/tags/{tag}", commit)
             os.replace(repo, store)
-        progress.note(f"upstream: imported {archive.name} as {tag} = {commit[:12]} "
-                      f"in {time.monotonic() - started:.1f} s")
+        progress.note(
+            f"upstream: imported {archive.name} as {tag} = {commit[:12]} " f"in {time.monotonic() - started:.1f} s"
+        )
         return Upstream(str(archive), store, "archive", created=True, tag=tag)
 
 
@@ -426,8 +471,10 @@ def resolve_commit(store: Path, ref: str, *, check: bool = True, source: str | N
         return None
     tags = git_run(store, "tag", "--list", "--sort=-creatordate", check=False).out.split()[:5]
     known = f" (tags there: {', '.join(tags)})" if tags else ""
-    raise UpstreamError(f"base ref {ref!r} is not in the upstream {source or store}{known}",
-                        "pass --base as a tag, branch or SHA that exists upstream")
+    raise UpstreamError(
+        f"base ref {ref!r} is not in the upstream {source or store}{known}",
+        "pass --base as a tag, branch or SHA that exists upstream",
+    )
 
 
 # -------------------------------------------------------------------------------------- worktrees
@@ -440,9 +487,25 @@ def worktrees(workdir: Path | str, base: str) -> tuple[Path, Path]:
     return root / "stock", root / "patched"
 
 
-def patched_branch(series: str, base: str) -> str:
-    """Branch of the ``patched`` worktree of a series: ``patched/<series>/<slug(base)>``."""
-    return f"patched/{series}/{slug(base)}"
+def patched_branch(series: str, base: str, worktree: Path | str) -> str:
+    """Branch of the ``patched`` worktree of a series: ``patched/<series>/<slug(base)>-<where>``, where
+    ``<where>`` is the first 8 hex digits of the sha256 of the worktree's absolute path.
+
+    Every clone of a project has its own ``work/`` folder but all share the cache's mirror, and so its
+    branches; git checks a branch out in one worktree at a time. Named after the worktree, the branches
+    of two clones that apply the same series at the same base never collide.
+    """
+    where = hashlib.sha256(str(Path(worktree).resolve()).encode()).hexdigest()[:8]
+    return f"patched/{series}/{slug(base)}-{where}"
+
+
+def _earlier_name(current: str, branch: str) -> bool:
+    """Is ``current`` a name the patched worktree of ``branch`` had before: ``patched/<series>/<base>``
+    (before branches were named after the worktree) or the same with another folder's hash?"""
+    match = re.fullmatch(r"(patched/.+)-[0-9a-f]{8}", branch)
+    if match is None or current == branch:
+        return False
+    return current == match[1] or re.fullmatch(re.escape(match[1]) + r"-[0-9a-f]{8}", current) is not None
 
 
 def _branch_free(store: Path, branch: str) -> None:
@@ -451,8 +514,10 @@ def _branch_free(store: Path, branch: str) -> None:
     for block in listing.split("\n\n"):
         if f"branch refs/heads/{branch}" in block.splitlines():
             where = block.splitlines()[0].removeprefix("worktree ")
-            raise UpstreamError(f"branch {branch} is already checked out in {where}",
-                                f"use that --workdir, or free it: `git -C {where} checkout --detach`")
+            raise UpstreamError(
+                f"branch {branch} is already checked out in {where}",
+                f"use that --workdir, or free it: `git -C {where} checkout --detach`",
+            )
 
 
 def dirty_files(worktree: Path) -> list[str]:
@@ -470,8 +535,9 @@ def common_dir(worktree: Path) -> Path | None:
 def _ensure_own(worktree: Path, store: Path) -> None:
     common = common_dir(worktree)
     if common != store.resolve():
-        raise UpstreamError(f"{worktree} exists but is not a worktree of {store}",
-                            "pass another --workdir, or move that folder away")
+        raise UpstreamError(
+            f"{worktree} exists but is not a worktree of {store}", "pass another --workdir, or move that folder away"
+        )
 
 
 def _submodules(worktree: Path) -> None:
@@ -481,9 +547,11 @@ def _submodules(worktree: Path) -> None:
     with progress.task(f"submodules {worktree.name}"):
         result = git_run(worktree, "submodule", "update", "--init", "--recursive", check=False)
     if result.rc != 0:
-        raise UpstreamError(f"submodule update in {worktree} failed: {result.last_line()}",
-                            f"fix the network or the mirror, then run `git -C {worktree} submodule update --init "
-                            f"--recursive` or run checkout again")
+        raise UpstreamError(
+            f"submodule update in {worktree} failed: {result.last_line()}",
+            f"fix the network or the mirror, then run `git -C {worktree} submodule update --init "
+            f"--recursive` or run checkout again",
+        )
 
 
 def missing_submodules(worktree: Path | str) -> list[str]:
@@ -496,8 +564,9 @@ def missing_submodules(worktree: Path | str) -> list[str]:
     worktree = Path(worktree)
     gitmodules = worktree / ".gitmodules"
     if gitmodules.is_file():
-        out = git_run(worktree, "config", "--file", str(gitmodules), "--get-regexp", r"^submodule\..*\.path$",
-                      check=False).out
+        out = git_run(
+            worktree, "config", "--file", str(gitmodules), "--get-regexp", r"^submodule\..*\.path$", check=False
+        ).out
         paths = [line.split(None, 1)[1].strip() for line in out.splitlines() if " " in line]
     elif (worktree / "setup.py").is_file() and (worktree / "third_party").is_dir():
         paths = list(PYTORCH_DEFAULT_SUBMODULES)
@@ -516,9 +585,11 @@ def submodule_report(worktree: Path) -> str | None:
     if not missing:
         return None
     shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
-    return (f"upstream: this source has no submodules ({shown} missing or empty; e.g. a stripped source "
-            f"archive): checkout is fine, but a wheel build needs them -- use a git upstream, or "
-            f"`git submodule update --init --recursive` in a full clone")
+    return (
+        f"upstream: this source has no submodules ({shown} missing or empty; e.g. a stripped source "
+        f"archive): checkout is fine, but a wheel build needs them -- use a git upstream, or "
+        f"`git submodule update --init --recursive` in a full clone"
+    )
 
 
 @dataclass(frozen=True)
@@ -551,7 +622,7 @@ def checkout(source: str, base: str, workdir: Path | str, series: str | None = N
     stock, patched = worktrees(workdir, base)
     _clear_partial_worktrees(store, inside(Path(workdir), stock.parent.name, "--base folder"))
     git_run(store, "worktree", "prune")
-    branch = patched_branch(series, base) if series else None
+    branch = patched_branch(series, base, patched) if series else None
     created = []
     if stock.exists():
         _ensure_own(stock, store)
@@ -560,8 +631,10 @@ def checkout(source: str, base: str, workdir: Path | str, series: str | None = N
         if head != commit:
             dirty = dirty_files(stock)
             if dirty:
-                raise UpstreamError(f"stock worktree {stock} is not at {base} and has uncommitted changes: "
-                                    f"{', '.join(dirty[:5])}", f"commit or discard them (`git -C {stock} status`)")
+                raise UpstreamError(
+                    f"stock worktree {stock} is not at {base} and has uncommitted changes: " f"{', '.join(dirty[:5])}",
+                    f"commit or discard them (`git -C {stock} status`)",
+                )
             git_run(stock, "checkout", "--quiet", "--detach", commit)
     else:
         _add_worktree(store, stock, ("--detach",), commit)
@@ -584,9 +657,11 @@ def checkout(source: str, base: str, workdir: Path | str, series: str | None = N
         _submodules(tree)
     dirty = dirty_files(stock)
     if dirty:
-        raise UpstreamError(f"stock worktree {stock} is not clean after checkout: {', '.join(dirty[:5])}",
-                            f"discard the changes (`git -C {stock} checkout -- .`), or remove it "
-                            f"(`git -C {store} worktree remove --force {stock}`) and run checkout again")
+        raise UpstreamError(
+            f"stock worktree {stock} is not clean after checkout: {', '.join(dirty[:5])}",
+            f"discard the changes (`git -C {stock} checkout -- .`), or remove it "
+            f"(`git -C {store} worktree remove --force {stock}`) and run checkout again",
+        )
     missing = tuple(missing_submodules(stock))
     return Checkout(upstream, base, commit, stock, patched, branch, missing)
 
@@ -620,13 +695,18 @@ def _ensure_complete(worktree: Path) -> None:
     (a worktree made before atomic creation, or by hand)."""
     index = git_run(worktree, "rev-parse", "--path-format=absolute", "--git-path", "index").out.strip()
     if not Path(index).is_file():
-        raise UpstreamError(f"worktree {worktree} is incomplete (no index: its checkout was interrupted)",
-                            f"remove it (`git worktree remove --force {worktree}`, or delete the folder and run "
-                            f"`git worktree prune`), then run the command again")
+        raise UpstreamError(
+            f"worktree {worktree} is incomplete (no index: its checkout was interrupted)",
+            f"remove it (`git worktree remove --force {worktree}`, or delete the folder and run "
+            f"`git worktree prune`), then run the command again",
+        )
 
 
 def switch_branch(worktree: Path, branch: str, commit: str) -> None:
     """Put ``worktree`` on ``branch`` (created at ``commit`` when absent); no-op when already there.
+
+    A worktree on an earlier name of its patched branch (:func:`_earlier_name`) keeps its commits:
+    that branch is renamed to ``branch``.
 
     Raises:
         UpstreamError: the worktree has uncommitted changes and is on another branch.
@@ -634,11 +714,17 @@ def switch_branch(worktree: Path, branch: str, commit: str) -> None:
     current = git_run(worktree, "symbolic-ref", "--quiet", "--short", "HEAD", check=False).out.strip()
     if current == branch:
         return
+    if _earlier_name(current, branch):
+        git_run(worktree, "branch", "--move", "--force", current, branch)
+        progress.note(f"upstream: branch {current} of {worktree} renamed to {branch} (named after its worktree)")
+        return
     dirty = dirty_files(worktree)
     if dirty:
-        raise UpstreamError(f"worktree {worktree} is on {current or 'a detached HEAD'}, not {branch}, "
-                            f"and has uncommitted changes: {', '.join(dirty[:5])}",
-                            f"commit or discard them (`git -C {worktree} status`)")
+        raise UpstreamError(
+            f"worktree {worktree} is on {current or 'a detached HEAD'}, not {branch}, "
+            f"and has uncommitted changes: {', '.join(dirty[:5])}",
+            f"commit or discard them (`git -C {worktree} status`)",
+        )
     exists = git_run(worktree, "show-ref", "--verify", "--quiet", f"refs/heads/{branch}", check=False).rc == 0
     if exists:
         git_run(worktree, "checkout", "--quiet", branch)

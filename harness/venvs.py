@@ -56,24 +56,32 @@ def parse_input(text: str, role: str) -> BuildInput:
             nor a valid requirement.
     """
     if text.startswith("python:"):
-        path = Path(text[len("python:"):]).expanduser()
+        path = Path(text[len("python:") :]).expanduser()
         if not path.is_file():
-            raise BuildInputError(f"--{role}: interpreter {path} does not exist",
-                                  "pass python:/absolute/path/to/python of an environment that has torch")
+            raise BuildInputError(
+                f"--{role}: interpreter {path} does not exist",
+                "pass python:/absolute/path/to/python of an environment that has torch",
+            )
         return BuildInput("python", str(path))
     if text.endswith(".whl") or "/" in text or text.startswith("."):
         path = Path(text).expanduser().resolve()
         if not path.is_file():
-            raise BuildInputError(f"--{role}: wheel {path} does not exist",
-                                  "build it first (nox -s build_stock / build_patched) or pass a requirement like torch==2.13.0")
+            raise BuildInputError(
+                f"--{role}: wheel {path} does not exist",
+                "build it first (nox -s build_stock / build_patched) or pass a requirement like torch==2.13.0",
+            )
         if path.suffix != ".whl":
-            raise BuildInputError(f"--{role}: {path} is not a wheel (.whl)", "pass a .whl file, a requirement, or python:/path")
+            raise BuildInputError(
+                f"--{role}: {path} is not a wheel (.whl)", "pass a .whl file, a requirement, or python:/path"
+            )
         return BuildInput("wheel", str(path), sha256_file(path))
     try:
         req = Requirement(text)
     except InvalidRequirement as exc:
-        raise BuildInputError(f"--{role}: {text!r} is neither a wheel path nor a requirement ({str(exc).splitlines()[0]})",
-                              "pass e.g. torch==2.13.0, ./dist/torch-...whl, or python:/path/to/python") from None
+        raise BuildInputError(
+            f"--{role}: {text!r} is neither a wheel path nor a requirement ({str(exc).splitlines()[0]})",
+            "pass e.g. torch==2.13.0, ./dist/torch-...whl, or python:/path/to/python",
+        ) from None
     return BuildInput("requirement", str(req))
 
 
@@ -118,10 +126,15 @@ def ensure_interpreter(build: BuildInput, *, envs_dir: Path | None = None) -> tu
             log = root.parent / f"{root.name}.pip.log"  # with_suffix would cut a version's dots
             log.write_text(proc.stdout + proc.stderr)
             shutil.rmtree(root, ignore_errors=True)
-            remedy = ("check that the file is a complete wheel built for this Python and platform"
-                      if build.kind == "wheel" else "check that the version exists (pip index versions torch)")
-            raise BuildInputError(f"pip could not install {target}: {_pip_cause(proc.stdout + proc.stderr)}",
-                                  f"{remedy}; pip's log: {log}")
+            remedy = (
+                "check that the file is a complete wheel built for this Python and platform"
+                if build.kind == "wheel"
+                else "check that the version exists (pip index versions torch)"
+            )
+            raise BuildInputError(
+                f"pip could not install {target}: {_pip_cause(proc.stdout + proc.stderr)}",
+                f"{remedy}; pip's log: {log}",
+            )
         atomic_write_json(root / MARKER, {"input": build.to_json()})
     return python, False
 

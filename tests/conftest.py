@@ -1,28 +1,79 @@
-"""Shared fixtures: a tiny generated upstream, a project folder with patches/, Debian's real PyTorch source."""
+"""Shared fixtures: a tiny generated upstream, a project folder with patches/, Debian's real PyTorch source.
+
+Every test runs in its own harness cache (``$TORCH_PATCH_HARNESS_CACHE``, set by the autouse
+:func:`isolated_cache`), never the user's; module- and session-scoped fixtures, which are set up
+before any test's own cache exists, get one private cache for the whole session
+(:func:`session_cache`). The one thing read from outside is Debian's source tarball: when the
+user's cache (or the cache named by ``$TORCH_PATCH_HARNESS_CACHE`` when the tests started) already
+holds it, it is hard-linked (or copied) into the session cache and never written there.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
+import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from harness.paths import cache_dir
+from harness import cli
+from harness.paths import CACHE_ENV
 
-AUTHOR = {"GIT_AUTHOR_NAME": "Patch Author", "GIT_AUTHOR_EMAIL": "author@example.org",
-          "GIT_AUTHOR_DATE": "1700000000 +0000", "GIT_COMMITTER_NAME": "Test Committer",
-          "GIT_COMMITTER_EMAIL": "committer@example.org", "GIT_COMMITTER_DATE": "1700000000 +0000"}
+REPO = Path(__file__).resolve().parent.parent
+
+#: the harness cache outside the tests (the user's): read once, for Debian's source tarball only
+OUTER_CACHE = Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "torch-patch-harness")
+
+AUTHOR = {
+    "GIT_AUTHOR_NAME": "Patch Author",
+    "GIT_AUTHOR_EMAIL": "author@example.org",
+    "GIT_AUTHOR_DATE": "1700000000 +0000",
+    "GIT_COMMITTER_NAME": "Test Committer",
+    "GIT_COMMITTER_EMAIL": "committer@example.org",
+    "GIT_COMMITTER_DATE": "1700000000 +0000",
+}
 
 
 def git(cwd: Path, *args: str, env: dict | None = None, check: bool = True) -> str:
     """Run git in ``cwd`` for test set-up (argument list; author/committer fixed); return stdout."""
-    result = subprocess.run(["git", *args], cwd=cwd, env={**os.environ, **AUTHOR, **(env or {})},
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        ["git", *args], cwd=cwd, env={**os.environ, **AUTHOR, **(env or {})}, capture_output=True, text=True
+    )
     if check and result.returncode != 0:
         raise AssertionError(f"git {' '.join(args)} failed: {result.stderr}")
     return result.stdout
+
+
+@dataclass(frozen=True)
+class Ran:
+    """What a command left: its exit status and its stdout and stderr (the fields of ``CompletedProcess``)."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def run_harness(*args: str, env: dict | None = None, cwd: Path | None = None) -> Ran:
+    """``python -m harness *args`` in this process (:func:`harness.cli.main`): the same exit status and
+    output as the subprocess, without starting an interpreter. ``sys.argv`` reads as that command line
+    (the run records it); ``env`` is added to ``os.environ`` and ``cwd`` entered for the call only.
+    Worker processes still start for real, with the build's interpreter.
+    """
+    out, err = io.StringIO(), io.StringIO()
+    with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        patch.setattr(sys, "argv", [str(REPO / "harness" / "__main__.py"), *args])
+        for key, value in (env or {}).items():
+            patch.setenv(key, value)
+        if cwd is not None:
+            patch.chdir(cwd)
+        code = cli.main(list(args))
+    return Ran(code, out.getvalue(), err.getvalue())
 
 
 def _lines(n: int, tag: str = "") -> str:
@@ -35,11 +86,47 @@ def this_python() -> str:
     return f"python:{sys.executable}"
 
 
-@pytest.fixture
-def isolated_cache(tmp_path, monkeypatch) -> Path:
-    """A private harness cache for one test."""
-    path = tmp_path / "cache"
-    monkeypatch.setenv("TORCH_PATCH_HARNESS_CACHE", str(path))
+@pytest.fixture(scope="session", autouse=True)
+def session_cache(tmp_path_factory) -> Iterator[Path]:
+    """The harness cache of module- and session-scoped fixtures: private to this test session."""
+    path = tmp_path_factory.mktemp("session-cache")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(CACHE_ENV, str(path))
+        yield path
+
+
+@pytest.fixture(scope="session", autouse=True)
+def probe_once() -> Iterator[None]:
+    """Commands run in-process probe each build interpreter (``harness.runner.probe_build``: a
+    subprocess that imports torch) on every call. The facts of one interpreter, device and
+    environment do not change within a session, so each distinct probe runs for real once and is
+    replayed (a copy) after that; a probe that fails is never kept. Subprocess runs (``e2e``)
+    always probe for real."""
+    import copy
+
+    from harness import configs as cfg
+    from harness import runner
+
+    real, seen = runner.probe_build, {}
+
+    def probe(name: str, python: Path, device: str, keep: tuple[str, ...] = (), *args, **kwargs) -> dict:
+        env = cfg.worker_environment(cfg.EnvConfig("probe"), keep=keep)
+        key = (str(python), device, tuple(keep), repr(args), repr(sorted(kwargs.items())), tuple(sorted(env.items())))
+        if key not in seen:
+            seen[key] = real(name, python, device, keep, *args, **kwargs)
+        return copy.deepcopy(seen[key])
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(runner, "probe_build", probe)
+        yield
+
+
+@pytest.fixture(autouse=True)
+def isolated_cache(tmp_path_factory, monkeypatch) -> Path:
+    """A private harness cache for each test (autouse), beside its ``tmp_path``, not inside it, so
+    that tests which check that nothing else appeared in ``tmp_path`` are not disturbed by it."""
+    path = tmp_path_factory.mktemp("cache")
+    monkeypatch.setenv(CACHE_ENV, str(path))
     return path
 
 
@@ -82,8 +169,9 @@ def tiny_upstream(tmp_path) -> Path:
     (repo / "a.txt").write_text(_lines(40).replace("line 35\n", "line 35 upstream\n"))
     git(repo, "commit", "-q", "-am", "v2: upstream moves")
     git(repo, "tag", "v2")
-    (repo / "a.txt").write_text(_lines(40).replace("line 35\n", "line 35 upstream\n")
-                                .replace("line 5\n", "line 5 rewritten upstream\n"))
+    (repo / "a.txt").write_text(
+        _lines(40).replace("line 35\n", "line 35 upstream\n").replace("line 5\n", "line 5 rewritten upstream\n")
+    )
     git(repo, "commit", "-q", "-am", "v3: upstream rewrites line 5")
     git(repo, "tag", "v3")
     git(repo, "checkout", "-q", "-b", "context", "v1")
@@ -94,8 +182,9 @@ def tiny_upstream(tmp_path) -> Path:
     return repo
 
 
-def export_series(upstream: Path, project: Path, name: str = "demo", base: str = "v1",
-                  rev_range: str = "v1..feature", extra: str = "") -> Path:
+def export_series(
+    upstream: Path, project: Path, name: str = "demo", base: str = "v1", rev_range: str = "v1..feature", extra: str = ""
+) -> Path:
     """Write ``patches/<name>/series.toml`` + ``<base>/*.patch`` from ``rev_range`` of ``upstream``.
 
     The patches come from plain ``git format-patch`` (numbered, with signature): what a user has.
@@ -108,21 +197,60 @@ def export_series(upstream: Path, project: Path, name: str = "demo", base: str =
     listed = ", ".join(f'"{p}"' for p in patches)
     (folder / "series.toml").write_text(
         f'name = "{name}"\ntitle = "Demo series"\nupstream = "{upstream}"\n'
-        f'env = ["DEMO_ENV"]\n\n[[base]]\nref = "{base}"\npatches = [{listed}]\n{extra}')
+        f'env = ["DEMO_ENV"]\n\n[[base]]\nref = "{base}"\npatches = [{listed}]\n{extra}'
+    )
     git(project, "add", "-A")
     git(project, "commit", "-q", "-m", "series")
     return folder
 
 
 @pytest.fixture(scope="session")
-def debian_archive() -> Path:
-    """Debian's pytorch 2.6.0+dfsg-7 orig tarball, fetched once with apt-get into the harness cache."""
-    from debian_source import Unavailable, fetch_orig_archive
+def debian_tarball(session_cache) -> Path:
+    """Debian's pytorch 2.6.0+dfsg-7 orig tarball in the session cache: hard-linked from the user's
+    cache when it is there (read-only), else fetched once per session with apt-get."""
+    from debian_source import ORIG, PACKAGE, VERSION, Unavailable, fetch_orig_archive
 
+    folder = Path("debian-src") / f"{PACKAGE}_{VERSION}"
+    shared, private = OUTER_CACHE / folder, session_cache / folder
+    names = (ORIG, f"{PACKAGE}_{VERSION}.dsc")
+    if not (private / ORIG).is_file() and all((shared / n).is_file() for n in names):
+        private.mkdir(parents=True, exist_ok=True)
+        for name in names:
+            try:
+                os.link(shared / name, private / name)
+            except OSError:  # another file system, or no hard links there
+                shutil.copyfile(shared / name, private / name)
     try:
-        return fetch_orig_archive(cache_dir())
+        return fetch_orig_archive(session_cache)
     except Unavailable as exc:
         pytest.skip(str(exc))
+
+
+@pytest.fixture(scope="session")
+def debian_import(debian_tarball, session_cache) -> Path:
+    """The tarball imported once per session (``harness.upstream.import_archive``) in the session cache."""
+    from harness import upstream
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(CACHE_ENV, str(session_cache))
+        return upstream.import_archive(debian_tarball).store
+
+
+def seed_import(cache: Path, store: Path) -> Path:
+    """Put a local clone of the imported archive ``store`` (hard-linked objects) into ``cache``, where
+    the harness looks for that archive's import: the worktrees and branches made there stay in ``cache``."""
+    seeded = cache / "imports" / store.name
+    seeded.parent.mkdir(parents=True, exist_ok=True)
+    git(seeded.parent, "clone", "-q", "--bare", "--local", str(store), str(seeded))
+    git(seeded, "remote", "remove", "origin")
+    return seeded
+
+
+@pytest.fixture
+def debian_archive(debian_tarball, debian_import, isolated_cache) -> Path:
+    """The tarball's path, with its import already in this test's own cache (:func:`seed_import`)."""
+    seed_import(isolated_cache, debian_import)
+    return debian_tarball
 
 
 def fixed_rounds(args: tuple[str, ...]) -> tuple[str, ...]:

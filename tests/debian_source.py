@@ -79,12 +79,26 @@ def fetch_orig_archive(cache: Path) -> Path:
     sources = state / "sources.list"
     signed = f"[signed-by={KEYRING}] " if KEYRING.is_file() else ""
     sources.write_text(f"deb-src {signed}{mirror} {SUITE} main\n")
-    options = ["-o", f"Dir::Etc::SourceList={sources}", "-o", "Dir::Etc::SourceParts=/dev/null",
-               "-o", f"Dir::State::Lists={state / 'lists'}", "-o", f"Dir::Cache={state / 'cache'}",
-               "-o", "APT::Sandbox::User=root", "-q"]
+    options = [
+        "-o",
+        f"Dir::Etc::SourceList={sources}",
+        "-o",
+        "Dir::Etc::SourceParts=/dev/null",
+        "-o",
+        f"Dir::State::Lists={state / 'lists'}",
+        "-o",
+        f"Dir::Cache={state / 'cache'}",
+        "-o",
+        "APT::Sandbox::User=root",
+        "-q",
+    ]
     subprocess.run([apt_get, *options, "update"], check=True, capture_output=True)
-    subprocess.run([apt_get, *options, "source", "--download-only", f"{PACKAGE}={VERSION}"],
-                   check=True, capture_output=True, cwd=dest)
+    subprocess.run(
+        [apt_get, *options, "source", "--download-only", f"{PACKAGE}={VERSION}"],
+        check=True,
+        capture_output=True,
+        cwd=dest,
+    )
     if not orig.is_file():
         raise FileNotFoundError(f"apt-get source did not produce {orig}")
     return orig

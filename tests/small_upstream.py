@@ -364,7 +364,7 @@ def make_pytorch_like(root: Path, flavour: str) -> Path:
 # ------------------------------------------------------------------ a second series with its own [evidence]
 EVIDENCE_SERIES = "tiny-fast-path-evidence"
 #: the upstream test the second series adds: it fails on a build whose library ignores the variable
-_FAST_PATH_TEST = '''\
+_FAST_PATH_TEST = """\
 import os
 
 import tinyext
@@ -372,8 +372,8 @@ import tinyext
 
 def test_prefer_fast_path_follows_the_variable():
     assert tinyext.prefer_fast_path() is (os.environ.get("TINYEXT_PREFER_FAST_PATH") == "1")
-'''
-_EVIDENCE = '''
+"""
+_EVIDENCE = """
 [evidence]
 markers = ["{marker}"]
 
@@ -397,7 +397,7 @@ name = "the fast path follows the variable"
 file = "test/test_fast_path.py"
 env = {{ {marker} = "1" }}
 expect = {{ stock = "fail", patched = "pass" }}
-'''
+"""
 
 
 def make_evidence_series(repo: Path, patches_root: Path) -> Path:
@@ -412,7 +412,9 @@ def make_evidence_series(repo: Path, patches_root: Path) -> Path:
     (repo / "test").mkdir(exist_ok=True)
     (repo / "test" / "test_fast_path.py").write_text(_FAST_PATH_TEST)
     _git(repo, "add", "-A")
-    _git(repo, "commit", "-q", "-m", f"config: {MARKER}=1 prefers the fast path, with a test\n\nWhy: opt in at run time.")
+    _git(
+        repo, "commit", "-q", "-m", f"config: {MARKER}=1 prefers the fast path, with a test\n\nWhy: opt in at run time."
+    )
     out = _git(repo, "format-patch", "-1", "-o", str(base_dir), "HEAD")
     patch = Path(out.strip().splitlines()[-1])
     _git(repo, "checkout", "-q", "main")
@@ -420,5 +422,6 @@ def make_evidence_series(repo: Path, patches_root: Path) -> Path:
     (series_dir / "series.toml").write_text(
         f'name = "{EVIDENCE_SERIES}"\ntitle = "tinyext: {MARKER} with a test"\nupstream = "{repo.as_posix()}"\n'
         f'env = ["{MARKER}"]\n\n[[base]]\nref = "v1.4.0"\ndir = "v1.4.0"\npatches = ["{patch.name}"]\n'
-        f'files = ["{PATCHED_FILE}", "test/test_fast_path.py"]\n' + _EVIDENCE.format(marker=MARKER))
+        f'files = ["{PATCHED_FILE}", "test/test_fast_path.py"]\n' + _EVIDENCE.format(marker=MARKER)
+    )
     return series_dir

@@ -11,9 +11,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import small_upstream as su
 from packaging.version import Version
 
-import small_upstream as su
 from harness import build as b
 from harness.cli import main
 from harness.errors import BuildError, UsageError
@@ -212,13 +212,19 @@ def test_cmake_policy_minimum_decided_by_the_base_files(pytorch_like, tmp_path):
     env, note = b.cmake_policy_env(pytorch_like["v2.6.0"])
     assert env == {"CMAKE_POLICY_VERSION_MINIMUM": "3.5"} and "issue 150149" in note
     assert b.cmake_policy_env(pytorch_like["main"]) == (
-        {}, "the base sets it itself (cmake/Dependencies.cmake): CMake 4 is handled"
+        {},
+        "the base sets it itself (cmake/Dependencies.cmake): CMake 4 is handled",
     )
     assert b.cmake_policy_env(_tree(tmp_path / "nocmake")) == ({}, "not a CMake base")
     plan = b.plan_build(pytorch_like["v2.6.0"], "linux-cpu", launcher=None, dist_dir=tmp_path / "d")
     assert plan.env["CMAKE_POLICY_VERSION_MINIMUM"] == "3.5"
-    off = b.plan_build(pytorch_like["v2.6.0"], "linux-cpu", launcher=None, dist_dir=tmp_path / "d",
-                       env_overrides=["CMAKE_POLICY_VERSION_MINIMUM=3.10"])
+    off = b.plan_build(
+        pytorch_like["v2.6.0"],
+        "linux-cpu",
+        launcher=None,
+        dist_dir=tmp_path / "d",
+        env_overrides=["CMAKE_POLICY_VERSION_MINIMUM=3.10"],
+    )
     assert off.env["CMAKE_POLICY_VERSION_MINIMUM"] == "3.10"  # --env wins
 
 
@@ -228,8 +234,22 @@ def test_cli_dry_run_macos_arm64_of_v260_and_main(pytorch_like, tmp_path, capsys
     monkeypatch.setattr(b, "macos_cross_compiling", lambda: False)  # an arm64 Mac, whatever runs the test
     out = {}
     for flavour, tree in pytorch_like.items():
-        rc = main(["build", "--kind", "stock", "--dry-run", "--platform", "macos-arm64", "--jobs", "8",
-                   "--source", str(tree), "--dist", str(tmp_path / "dist")])
+        rc = main(
+            [
+                "build",
+                "--kind",
+                "stock",
+                "--dry-run",
+                "--platform",
+                "macos-arm64",
+                "--jobs",
+                "8",
+                "--source",
+                str(tree),
+                "--dist",
+                str(tmp_path / "dist"),
+            ]
+        )
         assert rc == 0
         out[flavour] = capsys.readouterr().out.splitlines()
     v260, head = out["v2.6.0"], out["main"]
@@ -468,7 +488,7 @@ def test_build_failed_carries_cause_tail_and_log(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def debian_tree(debian_archive, tmp_path_factory) -> Path:
+def debian_tree(debian_tarball, tmp_path_factory) -> Path:
     """The build-convention files of Debian's real PyTorch 2.6.0 source (submodules stripped)."""
     root = tmp_path_factory.mktemp("pt260")
     members = [
@@ -482,7 +502,7 @@ def debian_tree(debian_archive, tmp_path_factory) -> Path:
         "third_party/README.md",
     ]
     subprocess.run(
-        ["tar", "-xf", str(debian_archive), "-C", str(root), "--wildcards", *[f"pytorch-v2.6.0/{m}" for m in members]],
+        ["tar", "-xf", str(debian_tarball), "-C", str(root), "--wildcards", *[f"pytorch-v2.6.0/{m}" for m in members]],
         check=True,
     )
     return root / "pytorch-v2.6.0"
@@ -521,14 +541,8 @@ def test_debian_pytorch_260_plan_and_preflight(debian_tree):
 
 @pytest.mark.slow
 def test_cli_build_patched_of_debian_archive_stops_before_compiling(debian_archive, tmp_path, capsys):
-    """Acceptance: `build_patched -- --upstream <Debian 2.6.0 archive> --base v2.6.0 --series ...` -> one line.
-
-    Uses the default harness cache, like tests/test_upstream.py, so the archive is imported once."""
-    import uuid
-
-    from harness.upstream import git_run
-
-    name = f"demo-{uuid.uuid4().hex[:8]}"  # its patched branch lives in the shared import store
+    """Acceptance: `build_patched -- --upstream <Debian 2.6.0 archive> --base v2.6.0 --series ...` -> one line."""
+    name = "demo"
     series = tmp_path / "patches" / name
     (series / "v2.6.0").mkdir(parents=True)
     (series / "v2.6.0" / "0001-demo.patch").write_text(
@@ -539,31 +553,23 @@ def test_cli_build_patched_of_debian_archive_stops_before_compiling(debian_archi
         '[[base]]\nref = "v2.6.0"\npatches = ["0001-demo.patch"]\n'
     )
     work = tmp_path / "work"
-    try:
-        rc = main(
-            [
-                "build",
-                "--kind",
-                "patched",
-                "--upstream",
-                str(debian_archive),
-                "--base",
-                "v2.6.0",
-                "--series",
-                str(series),
-                "--workdir",
-                str(work),
-                "--dist",
-                str(tmp_path / "dist"),
-            ]
-        )
-    finally:  # leave the shared store as found: no worktrees, no branch of this test
-        stock = work / "v2.6.0" / "stock"
-        if stock.is_dir():
-            store = git_run(stock, "rev-parse", "--path-format=absolute", "--git-common-dir").out.strip()
-            for tree in ("patched", "stock"):
-                git_run(store, "worktree", "remove", "--force", str(work / "v2.6.0" / tree), check=False)
-            git_run(store, "branch", "-D", f"patched/{name}/v2.6.0", check=False)
+    rc = main(
+        [
+            "build",
+            "--kind",
+            "patched",
+            "--upstream",
+            str(debian_archive),
+            "--base",
+            "v2.6.0",
+            "--series",
+            str(series),
+            "--workdir",
+            str(work),
+            "--dist",
+            str(tmp_path / "dist"),
+        ]
+    )
     err = capsys.readouterr().err.splitlines()
     errors = [line for line in err if line.startswith("error:")]
     assert rc == 2 and len(errors) == 1 and err[-1] == errors[0]
@@ -639,8 +645,10 @@ def _fake_bin(tmp_path: Path, scripts: dict[str, str]) -> Path:
 
 _XCRUN_OK = 'echo "Apple metal version 32023.404 (metalfe-32023.404)"'
 #: what Xcode 26's xcrun prints when the Metal toolchain component is not installed
-_XCRUN_NO_TOOLCHAIN = ('echo "error: error: cannot execute tool \'metal\' due to missing Metal Toolchain; '
-                       'use: xcodebuild -downloadComponent MetalToolchain" >&2; exit 1')
+_XCRUN_NO_TOOLCHAIN = (
+    "echo \"error: error: cannot execute tool 'metal' due to missing Metal Toolchain; "
+    'use: xcodebuild -downloadComponent MetalToolchain" >&2; exit 1'
+)
 
 
 @pytest.fixture
@@ -655,8 +663,12 @@ def test_toolchain_checks_all_present(tmp_path, monkeypatch, pytorch_like, roomy
     monkeypatch.delenv("CXX", raising=False)
     monkeypatch.delenv(b.FREE_GIB_ENV, raising=False)
     checks = b.toolchain_checks("macos-arm64", None)
-    assert [(item, ok) for item, ok, _ in checks] == [("compiler", True), ("cmake", True), ("metal", True),
-                                                       ("disk", True)]
+    assert [(item, ok) for item, ok, _ in checks] == [
+        ("compiler", True),
+        ("cmake", True),
+        ("metal", True),
+        ("disk", True),
+    ]
     details = dict((item, detail) for item, _, detail in checks)
     assert details["compiler"] == str(fake / "c++")
     assert details["cmake"] == f"{fake / 'cmake'}: 4.1.2"
@@ -665,12 +677,18 @@ def test_toolchain_checks_all_present(tmp_path, monkeypatch, pytorch_like, roomy
     assert "needs about 20.0 GiB (the PyTorch estimate" in details["disk"]
     # against a base: its cmake_minimum_required, and what CMake 4 means for it; its requirements list cmake
     assert b.toolchain_checks("linux-cpu", pytorch_like["v2.6.0"])[1] == (
-        "cmake", True, f"{fake / 'cmake'}: 4.1.2 (the base requires 3.18); the build uses the build venv's own "
-        "(the base's build requirements list cmake); CMake 4: the build sets CMAKE_POLICY_VERSION_MINIMUM=3.5")
+        "cmake",
+        True,
+        f"{fake / 'cmake'}: 4.1.2 (the base requires 3.18); the build uses the build venv's own "
+        "(the base's build requirements list cmake); CMake 4: the build sets CMAKE_POLICY_VERSION_MINIMUM=3.5",
+    )
     (fake / "cmake").unlink()  # not on PATH: the build venv brings it
     assert b.toolchain_checks("linux-cpu", pytorch_like["main"])[1] == (
-        "cmake", True, "not on PATH (the base requires 3.27); the build uses the build venv's own "
-        "(the base's build requirements list cmake); CMake 4: the base handles it")
+        "cmake",
+        True,
+        "not on PATH (the base requires 3.27); the build uses the build venv's own "
+        "(the base's build requirements list cmake); CMake 4: the base handles it",
+    )
     assert [c[0] for c in b.toolchain_checks("linux-cpu", None)] == ["compiler", "cmake", "disk"]  # no metal
 
 
@@ -680,10 +698,16 @@ def test_toolchain_checks_missing_tools_never_raise(tmp_path, monkeypatch, roomy
     monkeypatch.delenv("CXX", raising=False)
     monkeypatch.setenv(b.FREE_GIB_ENV, "lots")  # malformed: reported, not raised
     checks = {item: (ok, detail) for item, ok, detail in b.toolchain_checks("macos-arm64", None)}
-    assert checks["compiler"] == (False, "error: no C++ compiler found (c++, g++, clang++ not on PATH) -- install the "
-                                         "Xcode command line tools: `xcode-select --install`")
-    assert checks["cmake"] == (False, "error: cmake not found on PATH or in the build environment -- "
-                                      "`python -m pip install cmake`, or `brew install cmake`")
+    assert checks["compiler"] == (
+        False,
+        "error: no C++ compiler found (c++, g++, clang++ not on PATH) -- install the "
+        "Xcode command line tools: `xcode-select --install`",
+    )
+    assert checks["cmake"] == (
+        False,
+        "error: cmake not found on PATH or in the build environment -- "
+        "`python -m pip install cmake`, or `brew install cmake`",
+    )
     assert checks["metal"][0] is False and "xcode-select --install" in checks["metal"][1]
     assert "xcodebuild -downloadComponent MetalToolchain" in checks["metal"][1]
     assert checks["disk"][0] is True  # no source: the documented estimate, the override is for builds
@@ -691,8 +715,10 @@ def test_toolchain_checks_missing_tools_never_raise(tmp_path, monkeypatch, roomy
     monkeypatch.setattr(b.shutil, "disk_usage", lambda p: tight)
     src = _tree(tmp_path / "src")
     disk = dict((i, (ok, d)) for i, ok, d in b.toolchain_checks("linux-cpu", src))["disk"]
-    assert disk == (False, "error: TORCH_PATCH_HARNESS_BUILD_FREE_GIB='lots' is not a number of GiB -- set it to "
-                           "e.g. 30, or unset it")
+    assert disk == (
+        False,
+        "error: TORCH_PATCH_HARNESS_BUILD_FREE_GIB='lots' is not a number of GiB -- set it to " "e.g. 30, or unset it",
+    )
     monkeypatch.delenv(b.FREE_GIB_ENV)
     disk = dict((i, (ok, d)) for i, ok, d in b.toolchain_checks("linux-cpu", src))["disk"]
     assert disk[0] is False and "only 0.1 GiB free" in disk[1] and "needs about 0.5 GiB" in disk[1]
@@ -716,8 +742,10 @@ def test_cmake_older_than_the_base_requires_stops_preflight(tmp_path, monkeypatc
     plan = b.plan_build(pytorch_like["v2.6.0"], "macos-arm64", launcher=None, dist_dir=tmp_path / "d")
     with pytest.raises(BuildError) as info:
         b.preflight_tools(plan, str(fake))
-    assert info.value.cause == f"cmake 3.16.3 ({fake / 'cmake'}) is older than the 3.18 this base requires " \
-                               "(cmake_minimum_required in its CMakeLists.txt)"
+    assert (
+        info.value.cause == f"cmake 3.16.3 ({fake / 'cmake'}) is older than the 3.18 this base requires "
+        "(cmake_minimum_required in its CMakeLists.txt)"
+    )
     assert info.value.remedy == "`python -m pip install 'cmake>=3.18'`, or `brew upgrade cmake`"
     (fake / "cmake").write_text('#!/bin/sh\necho "cmake version 4.0.3"\n')
     b.preflight_tools(plan, str(fake))  # new enough: no error
@@ -746,8 +774,9 @@ def test_manifest_records_metal_and_can_compile_metal(tmp_path, monkeypatch, iso
     (tmp_path / "ready").mkdir()
     wheel = _fake_torch_wheel(tmp_path / "ready", plan.version, mps_built=True)
     copy = "import shutil, sys; shutil.copy(sys.argv[1], sys.argv[2])"
-    plan = b.dataclasses.replace(plan, requirements=(),
-                                 command=(sys.executable, "-c", copy, str(wheel), str(plan.dist_dir)))
+    plan = b.dataclasses.replace(
+        plan, requirements=(), command=(sys.executable, "-c", copy, str(wheel), str(plan.dist_dir))
+    )
     result = b.build_wheel(plan)
     data = json.loads(result.manifest.read_text())
     assert data["can_compile_metal"] == "NO"
@@ -760,12 +789,15 @@ def test_manifest_records_metal_and_can_compile_metal(tmp_path, monkeypatch, iso
 # ------------------------------------------------------------------ platform registry
 
 
-@pytest.mark.parametrize("call", [
-    lambda: b.platform_spec("windows-x64"),
-    lambda: b.platform_env("windows-x64", jobs=2),
-    lambda: b.compiles_on("aten/src/ATen/native/mps/x.mm", "windows-x64"),
-    lambda: b.toolchain_checks("windows-x64", None),
-])
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: b.platform_spec("windows-x64"),
+        lambda: b.platform_env("windows-x64", jobs=2),
+        lambda: b.compiles_on("aten/src/ATen/native/mps/x.mm", "windows-x64"),
+        lambda: b.toolchain_checks("windows-x64", None),
+    ],
+)
 def test_unknown_platform_is_one_line_error_naming_the_known_ones(call):
     with pytest.raises(UsageError) as info:
         call()

@@ -14,8 +14,8 @@ import zipfile
 from pathlib import Path
 
 import pytest
-
 import small_upstream as su
+
 from harness import build as b
 from harness.cli import main
 

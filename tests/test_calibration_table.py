@@ -18,10 +18,19 @@ _spec.loader.exec_module(table)
 
 
 def _file(mode, rows):
-    return {"summary": {"device": "cpu", "mode": mode, "rounds": 6, "threshold": 0.02, "timing": {"measure_s": 0.3},
-                        # a stale summary: the table must not copy it
-                        "false_positives": 99, "median_half_width": 9.9},
-            "rows": rows}
+    return {
+        "summary": {
+            "device": "cpu",
+            "mode": mode,
+            "rounds": 6,
+            "threshold": 0.02,
+            "timing": {"measure_s": 0.3},
+            # a stale summary: the table must not copy it
+            "false_positives": 99,
+            "median_half_width": 9.9,
+        },
+        "rows": rows,
+    }
 
 
 def test_rows_with_medians_are_recomputed_with_the_current_stats():
@@ -30,9 +39,21 @@ def test_rows_with_medians_are_recomputed_with_the_current_stats():
     for i, factor in enumerate((1.0, 1.0, 1.10)):
         s = list(np.exp(rng.normal(0, 0.003, 6)))
         p = list(factor * np.exp(rng.normal(0, 0.003, 6)))
-        rows.append({"cell": f"c{i}", "expected_ratio": 1.0, "ratio": 5.0, "ci": [4.0, 6.0], "verdict": "faster",
-                     "half_width": 0.5, "measured_s": 1.8, "n": [6, 6], "s_to_1pct": None,
-                     "stock_medians": s, "patched_medians": p})
+        rows.append(
+            {
+                "cell": f"c{i}",
+                "expected_ratio": 1.0,
+                "ratio": 5.0,
+                "ci": [4.0, 6.0],
+                "verdict": "faster",
+                "half_width": 0.5,
+                "measured_s": 1.8,
+                "n": [6, 6],
+                "s_to_1pct": None,
+                "stock_medians": s,
+                "patched_medians": p,
+            }
+        )
     s = table.summary(_file("aa", rows))
     assert s["recomputed"] and s["cells"] == 3 and s["n"] == 6
     assert s["false_positives"] == 1  # the planted 10 % cell, seen as an A/A false positive; the stale 99 is ignored

@@ -4,8 +4,13 @@ from harness import configs as cfg
 
 
 def test_worker_environment_clears_inherited_torch_variables_and_sets_exactly_the_config():
-    parent = {"PATH": "/bin", "PYTORCH_MPS_FAST_MATH": "1", "TORCH_BLAS_PREFER_CUBLASLT": "1",
-              "ATEN_CPU_CAPABILITY": "avx2", "HOME": "/root"}
+    parent = {
+        "PATH": "/bin",
+        "PYTORCH_MPS_FAST_MATH": "1",
+        "TORCH_BLAS_PREFER_CUBLASLT": "1",
+        "ATEN_CPU_CAPABILITY": "avx2",
+        "HOME": "/root",
+    }
     (config,) = cfg.select("mps", "prefer_metal")
     env = cfg.worker_environment(config, parent)
     assert env == {"PATH": "/bin", "HOME": "/root", "PYTORCH_MPS_PREFER_METAL": "1"}
@@ -22,10 +27,17 @@ def test_mps_profiles_are_the_four_upstream_ones_and_the_series_adds_its_own():
     series = load_series("mps-gemm-prefer-fast-math")
     evidence = validate(series.evidence, series.env, series.name)
     (all_,) = cfg.select("mps", "all", evidence.profiles("mps"))
-    assert dict(all_.env) == {"PYTORCH_MPS_FAST_MATH": "1", "PYTORCH_MPS_PREFER_METAL": "1",
-                              "PYTORCH_MPS_GEMM_PREFER_FAST_MATH": "1"}
+    assert dict(all_.env) == {
+        "PYTORCH_MPS_FAST_MATH": "1",
+        "PYTORCH_MPS_PREFER_METAL": "1",
+        "PYTORCH_MPS_GEMM_PREFER_FAST_MATH": "1",
+    }
     assert [c.name for c in cfg.select("mps", None, evidence.profiles("mps"), evidence.default_configs("mps"))] == [
-        "vanilla", "prefer_metal", "fast_math+prefer_metal", "all"]
+        "vanilla",
+        "prefer_metal",
+        "fast_math+prefer_metal",
+        "all",
+    ]
 
 
 def test_unknown_config_names_the_valid_ones():
@@ -37,13 +49,25 @@ def test_unknown_config_names_the_valid_ones():
 
 def test_worker_environment_is_an_allow_list_and_everything_torch_related_is_recorded():
     """issue 16: NVIDIA_TF32_OVERRIDE=0 and PYTORCH_CUDA_ALLOC_CONF from the parent reached workers unrecorded."""
-    parent = {"PATH": "/bin", "HOME": "/h", "LC_ALL": "C", "NVIDIA_TF32_OVERRIDE": "0", "OMP_NUM_THREADS": "3",
-              "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True", "MY_SECRET": "x", "KMP_AFFINITY": "compact"}
+    parent = {
+        "PATH": "/bin",
+        "HOME": "/h",
+        "LC_ALL": "C",
+        "NVIDIA_TF32_OVERRIDE": "0",
+        "OMP_NUM_THREADS": "3",
+        "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
+        "MY_SECRET": "x",
+        "KMP_AFFINITY": "compact",
+    }
     (config,) = cfg.select("cuda", "default")
     env = cfg.worker_environment(config, parent, keep=("OMP_NUM_THREADS",))
     assert env == {"PATH": "/bin", "HOME": "/h", "LC_ALL": "C", "OMP_NUM_THREADS": "3", **config.env}
-    assert cfg.snapshot(parent) == {"KMP_AFFINITY": "compact", "NVIDIA_TF32_OVERRIDE": "0", "OMP_NUM_THREADS": "3",
-                                    "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
+    assert cfg.snapshot(parent) == {
+        "KMP_AFFINITY": "compact",
+        "NVIDIA_TF32_OVERRIDE": "0",
+        "OMP_NUM_THREADS": "3",
+        "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
+    }
 
 
 def test_snapshot_records_raw_values():

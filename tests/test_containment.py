@@ -8,10 +8,9 @@ import os
 from pathlib import Path
 
 import pytest
-
 from conftest import export_series, git
-from harness import cli
-from harness import fsutil
+
+from harness import cli, fsutil
 from harness.upstream import worktrees
 
 
@@ -61,8 +60,9 @@ def test_inside_resolves_and_refuses_what_leaves(tmp_path):
 
 
 # ---------------------------------------------------------------------------- item 1: refresh
-def test_refresh_with_hostile_patch_names_deletes_nothing_outside(tiny_upstream, project, isolated_cache,
-                                                                  capsys, tmp_path):
+def test_refresh_with_hostile_patch_names_deletes_nothing_outside(
+    tiny_upstream, project, isolated_cache, capsys, tmp_path
+):
     folder = export_series(tiny_upstream, project)
     other = export_series(tiny_upstream, project, name="other")
     assert _run(capsys, "apply", "--series", "demo")[0] == 0
@@ -76,13 +76,14 @@ def test_refresh_with_hostile_patch_names_deletes_nothing_outside(tiny_upstream,
     first = sorted((folder / "v1").iterdir())[0].name
     before = tree_digest(tmp_path, skip=(project / "work", isolated_cache))
     for name in (str(victim), rel2, f"../../other/v1/{other_patch.name}"):
-        manifest.write_text(manifest.read_text().split("patches = ")[0]
-                            + f'patches = ["{first}", "{name}"]\n')
+        manifest.write_text(manifest.read_text().split("patches = ")[0] + f'patches = ["{first}", "{name}"]\n')
         rc, out = _run(capsys, "refresh", "--series", "demo")
         assert rc == 2 and out.count("error:") == 1 and name in out, out
         assert "Traceback" not in out
     assert tree_digest(tmp_path, skip=(project / "work", isolated_cache)) == {
-        **before, str(manifest.relative_to(tmp_path)): hashlib.sha256(manifest.read_bytes()).hexdigest()}
+        **before,
+        str(manifest.relative_to(tmp_path)): hashlib.sha256(manifest.read_bytes()).hexdigest(),
+    }
     assert victim.read_text() == "precious\n" and victim2.resolve().read_text() == "precious 2\n"
     assert other_patch.is_file()
 
@@ -126,8 +127,7 @@ index 0000000..e69de29
 
 
 @pytest.mark.parametrize("name", ["../x", "/tmp/harness-escape-x"])
-def test_patch_path_escaping_the_tree_is_named_by_check_and_apply(tiny_upstream, project, isolated_cache,
-                                                                  capsys, name):
+def test_patch_path_escaping_the_tree_is_named_by_check_and_apply(tiny_upstream, project, isolated_cache, capsys, name):
     folder = export_series(tiny_upstream, project)
     (folder / "v1" / "0003-escape.patch").write_text(_ESCAPING.format(name=name))
     manifest = folder / "series.toml"
@@ -154,8 +154,10 @@ def test_patch_through_a_symbolic_link_gets_gits_own_reason(tiny_upstream, proje
     folder = project / "patches" / "demo"
     (folder / "v5").mkdir(parents=True)
     (folder / "v5" / "0001-escape.patch").write_text(_ESCAPING.format(name="link/new.txt"))
-    (folder / "series.toml").write_text(f'name = "demo"\ntitle = "t"\nupstream = "{tiny_upstream}"\n\n'
-                                        '[[base]]\nref = "v5"\npatches = ["0001-escape.patch"]\n')
+    (folder / "series.toml").write_text(
+        f'name = "demo"\ntitle = "t"\nupstream = "{tiny_upstream}"\n\n'
+        '[[base]]\nref = "v5"\npatches = ["0001-escape.patch"]\n'
+    )
     rc, out = _run(capsys, "check", "--series", "demo")
     assert rc == 1 and "git refuses the path: affected file 'link/new.txt' is beyond a symbolic link" in out, out
     assert "does not apply" not in out

@@ -41,12 +41,24 @@ def test_doctor_for_a_device_this_torch_lacks_stops_in_one_line(tmp_path, capsys
 def test_a_failed_cell_and_a_missing_timer_record_are_failed_rows():
     from harness.configs import PROFILES
 
-    record = {"cells": {"mm/16x16x16/float32": {"status": "failed", "reason": "worker made no progress for 30 s "
-                                                 "(stalled in cell mm/16x16x16/float32, step measure)"},
-                        "bmm/2x16x16x16/float32": {"status": "skipped", "reason": "x"}}}
+    record = {
+        "cells": {
+            "mm/16x16x16/float32": {
+                "status": "failed",
+                "reason": "worker made no progress for 30 s " "(stalled in cell mm/16x16x16/float32, step measure)",
+            },
+            "bmm/2x16x16x16/float32": {"status": "skipped", "reason": "x"},
+        }
+    }
     rows = config_row(PROFILES["cpu"][0], record, None)
-    assert rows == [Row("ops under default", "failed", "1 of 2 cells failed; mm/16x16x16/float32: worker made no "
-                        "progress for 30 s (stalled in cell mm/16x16x16/float32, step measure)")]
+    assert rows == [
+        Row(
+            "ops under default",
+            "failed",
+            "1 of 2 cells failed; mm/16x16x16/float32: worker made no "
+            "progress for 30 s (stalled in cell mm/16x16x16/float32, step measure)",
+        )
+    ]
     ok = {"cells": {"mm/16x16x16/float32": {"status": "ok", "check": {"rel_error": 1e-7, "bound": 1e-6}}}}
     rows = config_row(PROFILES["cpu"][0], ok, None)
     assert rows[1] == Row("timer under default", "failed", "the worker wrote no timer-sanity record")

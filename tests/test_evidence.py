@@ -11,7 +11,6 @@ import pytest
 
 from harness import contrasts as con
 from harness import prbody, report
-from harness import results as res
 from harness.bench.workloads import DTYPES, default_cells
 from harness.errors import SeriesError, UsageError
 from harness.evidence import Contrast, Evidence, EvidenceError, Side, parse_contrast, validate
@@ -33,26 +32,41 @@ def test_the_mps_series_declares_configs_markers_routing_contrasts_and_tests():
     routes = {c.name: dict(c.routes) for c in ev.profiles("mps")}
     assert routes["all"] == routes["prefer_metal"] == {"mm": "metal", "addmm": "metal"} and routes["vanilla"] == {}
     assert [(c.a.label, c.b.label, c.claim) for c in ev.contrasts] == [
-        ("patched/all", "stock/fast_math+prefer_metal", "faster"), ("patched/vanilla", "stock/vanilla", "unchanged"),
-        ("patched/all", "stock/vanilla", "equivalent"), ("stock/prefer_metal", "stock/vanilla", "equivalent")]
+        ("patched/all", "stock/fast_math+prefer_metal", "faster"),
+        ("patched/vanilla", "stock/vanilla", "unchanged"),
+        ("patched/all", "stock/vanilla", "equivalent"),
+        ("stock/prefer_metal", "stock/vanilla", "equivalent"),
+    ]
     assert [(t.k, dict(t.expect)) for t in ev.tests] == [
         ("TestGemmPreferFastMath", {"stock": "fail", "patched": "pass"}),
-        ("TestMPS and (test_mm or test_addmm or test_linear or test_bmm)", {"stock": "pass", "patched": "pass"})]
+        ("TestMPS and (test_mm or test_addmm or test_linear or test_bmm)", {"stock": "pass", "patched": "pass"}),
+    ]
     assert Evidence.from_json(json.loads(json.dumps(ev.to_json()))) == ev  # what results.json records reads back
 
 
-@pytest.mark.parametrize("table, message", [
-    ({"contrast": [{"a": "patched/all", "b": "stock/vanilla", "claim": "better"}]},
-     "[[evidence.contrast]] #1: claim 'better' is not one of faster, unchanged, equivalent, none"),
-    ({"contrast": [{"a": "patched", "b": "stock/vanilla"}]}, "[[evidence.contrast]] #1 key 'a': 'patched' is not BUILD/CONFIG"),
-    ({"contrast": [{"a": "stock/x", "b": "stock/x"}]}, "both sides are stock/x"),
-    ({"contrast": [{"a": "stock/x", "b": "stock/y", "op": ["mm"]}]}, "unknown key 'op'"),
-    ({"test": [{"name": "t", "file": "test/t.py", "expect": {"stock": "passes"}}]}, "stock = 'passes'"),
-    ({"test": [{"name": "t", "file": "../t.py", "expect": {"stock": "pass"}}]}, "must be a path inside the source tree"),
-    ({"mps": {"consistency": ["all"]}}, "must name two configs"),
-    ({"tpu": ["x"]}, "unknown key 'tpu'"),
-    ({"cpu": {"env": {"default": {"X": "1"}}}}, "[evidence.cpu].env.default: 'default' is a generic cpu config"),
-])
+@pytest.mark.parametrize(
+    "table, message",
+    [
+        (
+            {"contrast": [{"a": "patched/all", "b": "stock/vanilla", "claim": "better"}]},
+            "[[evidence.contrast]] #1: claim 'better' is not one of faster, unchanged, equivalent, none",
+        ),
+        (
+            {"contrast": [{"a": "patched", "b": "stock/vanilla"}]},
+            "[[evidence.contrast]] #1 key 'a': 'patched' is not BUILD/CONFIG",
+        ),
+        ({"contrast": [{"a": "stock/x", "b": "stock/x"}]}, "both sides are stock/x"),
+        ({"contrast": [{"a": "stock/x", "b": "stock/y", "op": ["mm"]}]}, "unknown key 'op'"),
+        ({"test": [{"name": "t", "file": "test/t.py", "expect": {"stock": "passes"}}]}, "stock = 'passes'"),
+        (
+            {"test": [{"name": "t", "file": "../t.py", "expect": {"stock": "pass"}}]},
+            "must be a path inside the source tree",
+        ),
+        ({"mps": {"consistency": ["all"]}}, "must name two configs"),
+        ({"tpu": ["x"]}, "unknown key 'tpu'"),
+        ({"cpu": {"env": {"default": {"X": "1"}}}}, "[evidence.cpu].env.default: 'default' is a generic cpu config"),
+    ],
+)
 def test_malformed_evidence_names_the_key(table, message):
     with pytest.raises(EvidenceError) as info:
         validate(table)
@@ -63,8 +77,10 @@ def test_a_malformed_evidence_key_is_one_series_error_naming_file_and_key(projec
     folder = project / "patches" / "demo"
     (folder / "v1").mkdir(parents=True)
     (folder / "v1" / "0001-x.patch").write_text("x\n")
-    (folder / "series.toml").write_text('name = "demo"\ntitle = "t"\nupstream = "u"\n[[base]]\nref = "v1"\n'
-                                        'patches = ["0001-x.patch"]\n[[evidence.contrast]]\na = "patched/x"\n')
+    (folder / "series.toml").write_text(
+        'name = "demo"\ntitle = "t"\nupstream = "u"\n[[base]]\nref = "v1"\n'
+        'patches = ["0001-x.patch"]\n[[evidence.contrast]]\na = "patched/x"\n'
+    )
     with pytest.raises(SeriesError) as info:
         load_series("demo")
     assert "series.toml: [[evidence.contrast]] #1: key 'b' is missing" in info.value.cause
@@ -73,8 +89,13 @@ def test_a_malformed_evidence_key_is_one_series_error_naming_file_and_key(projec
 
 def test_contrast_option_syntax():
     c = parse_contrast("stock/tf32_override vs stock/default : mm/float32,addmm/float32 : faster")
-    assert (c.a, c.b, c.ops, c.dtypes, c.claim) == (Side("stock", "tf32_override"), Side("stock", "default"),
-                                                    ("mm", "addmm"), ("float32",), "faster")
+    assert (c.a, c.b, c.ops, c.dtypes, c.claim) == (
+        Side("stock", "tf32_override"),
+        Side("stock", "default"),
+        ("mm", "addmm"),
+        ("float32",),
+        "faster",
+    )
     assert parse_contrast("patched/all vs stock/vanilla").claim == "none"
     c = parse_contrast("patched/default vs stock/default : : equivalent")
     assert (c.ops, c.dtypes, c.claim) == ((), (), "equivalent")
@@ -85,12 +106,19 @@ def test_contrast_option_syntax():
         parse_contrast("stock/a vs stock/b : mm : quicker")
 
 
-@pytest.mark.parametrize("claim, verdicts, outcome", [
-    ("faster", ["faster", "faster"], con.SHOWN), ("faster", ["faster", "undetermined"], con.NOT_SHOWN),
-    ("faster", ["faster", "slower"], con.CONTRADICTED), ("equivalent", ["equivalent"] * 3, con.SHOWN),
-    ("unchanged", ["equivalent", "undetermined"], con.NOT_SHOWN), ("unchanged", ["equivalent", "faster"], con.CONTRADICTED),
-    ("none", ["faster"], con.NO_CLAIM), ("faster", [], con.NOT_MEASURED),
-])
+@pytest.mark.parametrize(
+    "claim, verdicts, outcome",
+    [
+        ("faster", ["faster", "faster"], con.SHOWN),
+        ("faster", ["faster", "undetermined"], con.NOT_SHOWN),
+        ("faster", ["faster", "slower"], con.CONTRADICTED),
+        ("equivalent", ["equivalent"] * 3, con.SHOWN),
+        ("unchanged", ["equivalent", "undetermined"], con.NOT_SHOWN),
+        ("unchanged", ["equivalent", "faster"], con.CONTRADICTED),
+        ("none", ["faster"], con.NO_CLAIM),
+        ("faster", [], con.NOT_MEASURED),
+    ],
+)
 def test_claim_outcome(claim, verdicts, outcome):
     assert con.claim_outcome(claim, verdicts) == outcome
 
@@ -100,15 +128,23 @@ def synthetic(device: str, configs: dict[str, dict], cells: list[str], rounds: i
     per-process median of each cell = ``time_of(build, config, cell key, round)`` seconds."""
     data = json.loads(TEMPLATE.read_text())
     data["run"].update(device=device, configs=list(configs), cells=cells, rounds=rounds)
-    data["configs"] = {name: {"name": name, "env": env, "about": "", "reduced_fp32": False, "routes": {}}
-                       for name, env in configs.items()}
+    data["configs"] = {
+        name: {"name": name, "env": env, "about": "", "reduced_fp32": False, "routes": {}}
+        for name, env in configs.items()
+    }
     template = next(iter(data["processes"][0]["cells"].values()))
     processes = []
     for rnd in range(rounds):
         for build in ("stock", "patched"):
             for config in configs:
-                proc = {**{k: v for k, v in data["processes"][0].items() if k != "cells"}, "build": build,
-                        "config": config, "round": rnd, "name": f"r{rnd:02d}-{build}-{config}", "cells": {}}
+                proc = {
+                    **{k: v for k, v in data["processes"][0].items() if k != "cells"},
+                    "build": build,
+                    "config": config,
+                    "round": rnd,
+                    "name": f"r{rnd:02d}-{build}-{config}",
+                    "cells": {},
+                }
                 for key in cells:
                     t = time_of(build, config, key, rnd)
                     rec = copy.deepcopy(template)
@@ -145,9 +181,17 @@ def test_cross_config_contrast_pairs_by_round_and_judges_claims():
 
 
 def test_a_run_without_declared_contrasts_gets_the_stock_vs_patched_family():
-    data = synthetic("cpu", {"default": {}, "no_vec": {"ATEN_CPU_CAPABILITY": "default"}},
-                     ["mm/512x512x512/float32"], 4, lambda *a: 1e-3 * _noise(*a))
-    assert [c.label for c in prbody.declared(data)] == ["patched/default vs stock/default", "patched/no_vec vs stock/no_vec"]
+    data = synthetic(
+        "cpu",
+        {"default": {}, "no_vec": {"ATEN_CPU_CAPABILITY": "default"}},
+        ["mm/512x512x512/float32"],
+        4,
+        lambda *a: 1e-3 * _noise(*a),
+    )
+    assert [c.label for c in prbody.declared(data)] == [
+        "patched/default vs stock/default",
+        "patched/no_vec vs stock/no_vec",
+    ]
     text = report.render(data)
     block = text.split("<details>")[0]
     assert "`patched/no_vec` vs `stock/no_vec`" in block and "| mm M512 N512 K512 | float32 |" in block
@@ -165,9 +209,19 @@ def test_pr_body_of_the_mps_default_matrix_is_under_60_lines():
 
     data = synthetic("mps", configs, cells, 6, time_of)
     data["evidence"] = ev.to_json()
-    data["series_tests"] = {"source": "work/main/patched", "tests": [
-        {**t.to_json(), "builds": {b: {"outcome": t.expect[b], "passed": 1, "expected": t.expect[b], "as_expected": True}
-                                   for b in ("stock", "patched")}} for t in ev.tests]}
+    data["series_tests"] = {
+        "source": "work/main/patched",
+        "tests": [
+            {
+                **t.to_json(),
+                "builds": {
+                    b: {"outcome": t.expect[b], "passed": 1, "expected": t.expect[b], "as_expected": True}
+                    for b in ("stock", "patched")
+                },
+            }
+            for t in ev.tests
+        ],
+    }
     text = report.render(data)
     block = text.split("<details>")[0]
     assert len(block.splitlines()) < 60, block
@@ -181,27 +235,42 @@ def test_junit_outcomes(tmp_path):
     from harness.seriestests import junit_outcome
 
     xml = tmp_path / "j.xml"
-    xml.write_text('<testsuites><testsuite><testcase classname="t" name="a"/>'
-                   '<testcase classname="t" name="b"><skipped message="MPS not available"/></testcase>'
-                   '</testsuite></testsuites>')
-    assert junit_outcome(xml) | {"skips": None} == {"outcome": "pass", "passed": 1, "failed": 0, "skipped": 1,
-                                                     "errors": 0, "skips": None, "failures": [], "collection": []}
+    xml.write_text(
+        '<testsuites><testsuite><testcase classname="t" name="a"/>'
+        '<testcase classname="t" name="b"><skipped message="MPS not available"/></testcase>'
+        "</testsuite></testsuites>"
+    )
+    assert junit_outcome(xml) | {"skips": None} == {
+        "outcome": "pass",
+        "passed": 1,
+        "failed": 0,
+        "skipped": 1,
+        "errors": 0,
+        "skips": None,
+        "failures": [],
+        "collection": [],
+    }
     assert junit_outcome(xml)["skips"] == ["t.b: MPS not available"]
-    xml.write_text('<testsuite><testcase classname="t" name="c"><failure message="assert 1 == 2"/></testcase></testsuite>')
+    xml.write_text(
+        '<testsuite><testcase classname="t" name="c"><failure message="assert 1 == 2"/></testcase></testsuite>'
+    )
     assert junit_outcome(xml)["outcome"] == "fail" and junit_outcome(xml)["failures"] == ["t.c: assert 1 == 2"]
     xml.write_text('<testsuite><testcase classname="t" name="d"><skipped message="Linux"/></testcase></testsuite>')
     assert junit_outcome(xml)["outcome"] == "skip"
     xml.write_text("<testsuite/>")
     assert junit_outcome(xml)["outcome"] == "error"
     # pytest's record of a module that could not be imported: not a failed test, no test ran
-    xml.write_text('<testsuite><testcase classname="" name="test_mps"><error message="collection failure">'
-                   'test_mps.py:1114: in &lt;module&gt;\n    total_memory = int(...)\n'
-                   "E   subprocess.CalledProcessError: Command '['sysctl', '-n', 'hw.memsize']' returned non-zero"
-                   '</error></testcase></testsuite>')
+    xml.write_text(
+        '<testsuite><testcase classname="" name="test_mps"><error message="collection failure">'
+        "test_mps.py:1114: in &lt;module&gt;\n    total_memory = int(...)\n"
+        "E   subprocess.CalledProcessError: Command '['sysctl', '-n', 'hw.memsize']' returned non-zero"
+        "</error></testcase></testsuite>"
+    )
     record = junit_outcome(xml)
     assert (record["outcome"], record["errors"], record["failed"]) == ("error", 0, 0)
-    assert record["collection"] == ["test_mps: subprocess.CalledProcessError: Command '['sysctl', '-n', "
-                                    "'hw.memsize']' returned non-zero"]
+    assert record["collection"] == [
+        "test_mps: subprocess.CalledProcessError: Command '['sysctl', '-n', " "'hw.memsize']' returned non-zero"
+    ]
 
 
 def test_no_test_ran_is_a_skip_only_when_the_file_says_why():
@@ -210,28 +279,67 @@ def test_no_test_ran_is_a_skip_only_when_the_file_says_why():
     stopped = {"collection": ["test_mps: subprocess.CalledProcessError: sysctl"]}
     said = "Running 0 items in this shard\nMPS not available, skipping tests\nsysctl: cannot stat /proc/sys/hw/memsize"
     assert no_test_reason(stopped, 2, said) == {
-        "outcome": "skip", "reason": "no test collected: MPS not available, skipping tests (then its collection stopped)"}
+        "outcome": "skip",
+        "reason": "no test collected: MPS not available, skipping tests (then its collection stopped)",
+    }
     assert no_test_reason({"collection": []}, 5, "CUDA not available, skipping tests\n") == {
-        "outcome": "skip", "reason": "no test collected: CUDA not available, skipping tests"}
+        "outcome": "skip",
+        "reason": "no test collected: CUDA not available, skipping tests",
+    }
     assert no_test_reason(stopped, 2, "ImportError") == {
-        "outcome": "error", "reason": "collection failed: test_mps: subprocess.CalledProcessError: sysctl"}
+        "outcome": "error",
+        "reason": "collection failed: test_mps: subprocess.CalledProcessError: sysctl",
+    }
     assert no_test_reason({"collection": []}, 5, "no tests ran in 0.1s") == {
-        "outcome": "error", "reason": "no test selected (exit status 5)"}
-    assert [expectation("skip", "fail"), expectation("skip", "skip"), expectation("pass", "fail"),
-            expectation("fail", "fail"), expectation("error", "pass"), expectation("pass", None)] == \
-        [None, True, False, True, False, None]
+        "outcome": "error",
+        "reason": "no test selected (exit status 5)",
+    }
+    assert [
+        expectation("skip", "fail"),
+        expectation("skip", "skip"),
+        expectation("pass", "fail"),
+        expectation("fail", "fail"),
+        expectation("error", "pass"),
+        expectation("pass", None),
+    ] == [None, True, False, True, False, None]
 
 
 def test_tests_table_shows_outcomes_against_expectations_and_skip_reasons():
-    section = {"source": "/src", "tests": [{"name": "new", "file": "test/test_mps.py", "k": "TestX", "env": {"A": "1"},
-                                            "expect": {"stock": "fail", "patched": "pass"}, "builds": {
-        "stock": {"outcome": "skip", "skipped": 2, "skips": ["t.a: MPS not available"], "expected": "fail",
-                  "as_expected": None, "reason": ""},
-        "patched": {"outcome": "error", "reason": "pytest did not run (exit status 1): No module named pytest",
-                    "expected": "pass", "as_expected": False}}}]}
-    (row,) = [line for line in prbody.tests_table(section, ["stock", "patched"]) if line.startswith("| new")]
-    assert row == ("| new | `test/test_mps.py` `-k TestX` `A=1` | skip (2 skipped): t.a: MPS not available "
-                   "(expected fail; a skip here is not evidence either way) "
-                   "| error: pytest did not run (exit status 1): No module named pytest **✗ expected pass** |")
-    assert prbody.tests_table({"skipped": "no source tree given", "tests": []}, ["stock"])[2] == \
-        "- not run: no source tree given"
+    section = {
+        "source": "/src",
+        "tests": [
+            {
+                "name": "new",
+                "file": "test/test_mps.py",
+                "k": "TestX",
+                "env": {"A": "1"},
+                "expect": {"stock": "fail", "patched": "pass"},
+                "builds": {
+                    "stock": {
+                        "outcome": "skip",
+                        "skipped": 2,
+                        "skips": ["t.a: MPS not available"],
+                        "expected": "fail",
+                        "as_expected": None,
+                        "reason": "",
+                    },
+                    "patched": {
+                        "outcome": "error",
+                        "reason": "pytest did not run (exit status 1): No module named pytest",
+                        "expected": "pass",
+                        "as_expected": False,
+                    },
+                },
+            }
+        ],
+    }
+    (row,) = (line for line in prbody.tests_table(section, ["stock", "patched"]) if line.startswith("| new"))
+    assert row == (
+        "| new | `test/test_mps.py` `-k TestX` `A=1` | skip (2 skipped): t.a: MPS not available "
+        "(expected fail; a skip here is not evidence either way) "
+        "| error: pytest did not run (exit status 1): No module named pytest **✗ expected pass** |"
+    )
+    assert (
+        prbody.tests_table({"skipped": "no source tree given", "tests": []}, ["stock"])[2]
+        == "- not run: no source tree given"
+    )

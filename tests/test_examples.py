@@ -26,6 +26,8 @@ def test_example_report_is_current_and_rendering_is_byte_identical(results, tmp_
     for path in written:
         assert path.read_bytes() == (second / path.name).read_bytes(), path.name
     committed = (results.parent / "report.md").read_text()
-    assert (first / "report.md").read_text() == committed, "re-render it: python -m harness report " + str(results.parent)
+    assert (first / "report.md").read_text() == committed, "re-render it: python -m harness report " + str(
+        results.parent
+    )
     for path in written[1:]:
         assert (results.parent / path.name).is_file(), f"{path.name} is linked from the report but not committed"

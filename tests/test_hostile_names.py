@@ -10,10 +10,10 @@ import re
 from pathlib import Path
 
 import pytest
-
 from conftest import export_series, git
-from harness import cli
 from test_containment import tree_digest
+
+from harness import cli
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -28,8 +28,18 @@ def hostile(tmp_path: Path, project: Path) -> list[str]:
     link_in = project / "patches" / "demo" / "in-link"
     if not link_in.is_symlink():
         link_in.symlink_to(project / "patches" / "demo" / "v1")
-    return [str(victim / "precious.txt"), "../../../victim/precious.txt", "../../../../victim", "out-link/precious.txt",
-            "in-link", "nul\0name", "x" * 300, "ünïcødé-名前", "..", "."]
+    return [
+        str(victim / "precious.txt"),
+        "../../../victim/precious.txt",
+        "../../../../victim",
+        "out-link/precious.txt",
+        "in-link",
+        "nul\0name",
+        "x" * 300,
+        "ünïcødé-名前",
+        "..",
+        ".",
+    ]
 
 
 def _cli(capsys, *args: str) -> int:
@@ -49,25 +59,28 @@ def _toml(value: str) -> str:
 
 MANIFEST_FIELDS = {
     "name": lambda t, v: t.replace('name = "demo"', f"name = {_toml(v)}"),
-    "upstream": lambda t, v: re.sub(r'(?m)^upstream = .*$', lambda m: f"upstream = {_toml(v)}", t),
+    "upstream": lambda t, v: re.sub(r"(?m)^upstream = .*$", lambda m: f"upstream = {_toml(v)}", t),
     "ref": lambda t, v: t.replace('ref = "v1"', f'ref = {_toml(v)}\ndir = "v1"'),
     "dir": lambda t, v: t.replace('ref = "v1"', f'ref = "v1"\ndir = {_toml(v)}'),
-    "patches": lambda t, v: re.sub(r'(?m)^patches = \[', lambda m: f"patches = [{_toml(v)}, ", t),
+    "patches": lambda t, v: re.sub(r"(?m)^patches = \[", lambda m: f"patches = [{_toml(v)}, ", t),
     "files": lambda t, v: t + f"files = [{_toml(v)}]\n",
-    "related": lambda t, v: t.replace('env = ', f"related = [{_toml(v)}]\nenv = "),
+    "related": lambda t, v: t.replace("env = ", f"related = [{_toml(v)}]\nenv = "),
     "env": lambda t, v: t.replace('env = ["DEMO_ENV"]', f"env = [{_toml(v)}]"),
     "read.path": lambda t, v: t + f'\n[[base.read]]\npath = {_toml(v)}\ncommit = "{"0" * 40}"\n',
 }
 
 
 #: fields that name no file: the commands that read them (apply reads none of them)
-COMMANDS = {"files": ("check", "refresh"), "env": ("check", "refresh"), "related": ("check", "refresh"),
-            "read.path": ("check", "refresh")}
+COMMANDS = {
+    "files": ("check", "refresh"),
+    "env": ("check", "refresh"),
+    "related": ("check", "refresh"),
+    "read.path": ("check", "refresh"),
+}
 
 
 @pytest.mark.parametrize("field", sorted(MANIFEST_FIELDS))
-def test_hostile_manifest_fields_touch_nothing_outside(tiny_upstream, project, isolated_cache, tmp_path, capsys,
-                                                       field):
+def test_hostile_manifest_fields_touch_nothing_outside(tiny_upstream, project, isolated_cache, tmp_path, capsys, field):
     folder = export_series(tiny_upstream, project)
     assert _cli(capsys, "apply", "--series", "demo") == 0
     # the patched branch carries one more commit, so that refresh has something to write or delete
@@ -99,8 +112,12 @@ def test_hostile_cli_paths_touch_nothing_outside(tiny_upstream, project, isolate
             own = own.parent
         allowed = (project / "work", isolated_cache, folder, own)
         before = tree_digest(tmp_path, skip=allowed)
-        base = {"--series": ["--series", value], "--workdir": ["--series", "demo", "--workdir", value],
-                "--base": ["--series", "demo", "--base", value], "--upstream": ["--series", "demo", "--upstream", value]}
+        base = {
+            "--series": ["--series", value],
+            "--workdir": ["--series", "demo", "--workdir", value],
+            "--base": ["--series", "demo", "--base", value],
+            "--upstream": ["--series", "demo", "--upstream", value],
+        }
         for command in ("checkout", "refresh") if option == "--workdir" else ("checkout", "check", "apply", "refresh"):
             _cli(capsys, command, *base[option])
         assert tree_digest(tmp_path, skip=allowed) == before, (option, value)
@@ -152,8 +169,21 @@ WRITE_SITES = {
     "pr.make_branch": "a temporary folder",
     "pr.prepare": "PR.md beside the worktrees of the checkout that existing_checkout resolved",
 }
-_WRITES = {"unlink", "rmtree", "write_text", "write_bytes", "rename", "rmdir", "atomic_write_text",
-           "atomic_write_bytes", "atomic_write_json", "set_aside", "move", "copyfile", "copy2"}
+_WRITES = {
+    "unlink",
+    "rmtree",
+    "write_text",
+    "write_bytes",
+    "rename",
+    "rmdir",
+    "atomic_write_text",
+    "atomic_write_bytes",
+    "atomic_write_json",
+    "set_aside",
+    "move",
+    "copyfile",
+    "copy2",
+}
 
 
 def write_sites() -> dict[str, str]:
@@ -170,8 +200,9 @@ def write_sites() -> dict[str, str]:
                     continue
                 func = call.func
                 name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
-                is_os_replace = name == "replace" and isinstance(func, ast.Attribute) and \
-                    getattr(func.value, "id", None) == "os"
+                is_os_replace = (
+                    name == "replace" and isinstance(func, ast.Attribute) and getattr(func.value, "id", None) == "os"
+                )
                 if name in _WRITES or is_os_replace:
                     found[f"{module}.{node.name}"] = ast.get_source_segment(source, node)
                     break

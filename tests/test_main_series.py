@@ -32,7 +32,6 @@ import tomllib
 from pathlib import Path
 
 import pytest
-
 from conftest import git
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -46,7 +45,7 @@ HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+\d+(?:,\d+)? @@")
 
 def _main_base() -> dict:
     with open(SERIES_DIR / "series.toml", "rb") as f:
-        (base,) = [b for b in tomllib.load(f)["base"] if b["ref"] == "main"]
+        (base,) = (b for b in tomllib.load(f)["base"] if b["ref"] == "main")
     return base
 
 
@@ -127,8 +126,9 @@ def test_main_patches_apply_to_the_reassembled_files(reassembled):
     assert files[LINALG][303] == f"  static bool is_macos_14_4_or_newer = {OLD_CONTEXT};"  # line 304, as read
     for patch in _patches():
         for mode in ([], ["--3way"]):
-            result = subprocess.run(["git", "apply", "--check", *mode, str(patch)], cwd=reassembled,
-                                    capture_output=True, text=True)
+            result = subprocess.run(
+                ["git", "apply", "--check", *mode, str(patch)], cwd=reassembled, capture_output=True, text=True
+            )
             assert result.returncode == 0, f"{patch.name} {mode}: {result.stderr}"
     # applied in order, the series leaves exactly its files changed and the variable in all three
     for patch in _patches():
@@ -155,8 +155,13 @@ def project_copy(tmp_path, monkeypatch) -> Path:
 
 def _harness(project: Path, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}  # this checkout's harness, whatever is installed
-    return subprocess.run([sys.executable, "-m", "harness", *args, "--series", SERIES, "--workdir",
-                           str(project / "work")], cwd=project, env=env, capture_output=True, text=True)
+    return subprocess.run(
+        [sys.executable, "-m", "harness", *args, "--series", SERIES, "--workdir", str(project / "work")],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
 
 
 def _stale(repo: Path) -> str:
@@ -233,14 +238,13 @@ def _tree_file(archive: Path, name: str) -> bytes:
 
 
 @pytest.mark.slow
-def test_main_cxx_change_is_clang_format_clean(reassembled, debian_archive, tmp_path):
+def test_main_cxx_change_is_clang_format_clean(reassembled, debian_tarball, tmp_path):
     """clang-format (the version upstream's lint pins, see test_patch_series.py) with the real
     ``.clang-format`` of PyTorch 2.6.0 (main's was not read) leaves 0001's changed lines as they are."""
+    import git as gitpython
     from test_patch_series import _changed_lines, _clang_format_diff
 
-    import git as gitpython
-
-    (reassembled / ".clang-format").write_bytes(_tree_file(debian_archive, ".clang-format"))
+    (reassembled / ".clang-format").write_bytes(_tree_file(debian_tarball, ".clang-format"))
     git(reassembled, "add", ".clang-format")
     git(reassembled, "commit", "-q", "-m", "clang-format config of 2.6.0")
     base = git(reassembled, "rev-parse", "HEAD").strip()

@@ -3,7 +3,6 @@ unknown op name is a one-line error everywhere it can enter (worker code, the ru
 
 from __future__ import annotations
 
-
 import pytest
 import torch
 import torch.nn.functional as F
@@ -96,8 +95,11 @@ def test_unknown_op_is_a_one_line_value_error_naming_the_known_ops():
     known = ", ".join(ops.REGISTRY)
     assert known.startswith("mm, addmm, bmm, linear, ") and "sdpa_causal" in known
     assert str(err.value) == f"unknown op 'conv2d'; choose one of {known}"
-    for make in (lambda: Cell("conv2d", (1, 2, 3), "float16"), lambda: Cell.from_key("conv2d/1x2x3/float16"),
-                 lambda: probe_cell("conv2d", "float16")):
+    for make in (
+        lambda: Cell("conv2d", (1, 2, 3), "float16"),
+        lambda: Cell.from_key("conv2d/1x2x3/float16"),
+        lambda: probe_cell("conv2d", "float16"),
+    ):
         with pytest.raises(ValueError, match="^unknown op 'conv2d'; choose one of mm, "):
             make()
 
@@ -106,8 +108,9 @@ def test_an_op_missing_from_the_support_table_is_unsupported_not_assumed_to_run(
     table = {"float16": {"mm": None, "bmm": "RuntimeError: no"}}
     assert unsupported_reason(table, "float16", "mm") is None
     assert unsupported_reason(table, "float16", "bmm") == "RuntimeError: no"
-    assert unsupported_reason(table, "float16", "addmm") == ("not probed by harness.provenance "
-                                                             "(its table lists mm, bmm in float16)")
+    assert unsupported_reason(table, "float16", "addmm") == (
+        "not probed by harness.provenance " "(its table lists mm, bmm in float16)"
+    )
     assert "no op" in unsupported_reason(table, "float32", "mm")
     assert unsupported_reason({}, "float16", "addmm") is None  # no table at all: nothing to go by
 
@@ -115,13 +118,18 @@ def test_an_op_missing_from_the_support_table_is_unsupported_not_assumed_to_run(
 def test_unknown_op_in_the_plan_is_a_usage_error_with_every_ops_layout():
     with pytest.raises(UsageError) as err:
         runner.plan_cells(None, ["conv2d/1x2x3/float16"], quick=True)
-    assert err.value.cause == f"bad cell 'conv2d/1x2x3/float16': unknown op 'conv2d'; choose one of {', '.join(ops.REGISTRY)}"
+    assert (
+        err.value.cause
+        == f"bad cell 'conv2d/1x2x3/float16': unknown op 'conv2d'; choose one of {', '.join(ops.REGISTRY)}"
+    )
     assert err.value.remedy.startswith("write cells as op/MxNxK/dtype, e.g. mm/512x512x512/float16 (op/layout: ")
     assert "bmm/BxMxNxK" in err.value.remedy and "sdpa_causal/BxHxLxD" in err.value.remedy
     with pytest.raises(UsageError) as err:
         runner.plan_cells(None, ["bmm/8x64x64/float32"], quick=True)
-    assert err.value.remedy == ("write bmm cells as bmm/BxMxNxK/dtype (batch, rows of the output, columns of the "
-                                "output, inner dimension), e.g. bmm/8x512x512x512/float16")
+    assert err.value.remedy == (
+        "write bmm cells as bmm/BxMxNxK/dtype (batch, rows of the output, columns of the "
+        "output, inner dimension), e.g. bmm/8x512x512x512/float16"
+    )
 
 
 def test_unknown_op_in_results_json_is_a_results_error_not_a_traceback():

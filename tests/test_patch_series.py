@@ -16,7 +16,7 @@ What is checked (issue 4, acceptance):
   new variable only when ``PYTORCH_MPS_PREFER_METAL`` is present, and warns once per process on an
   invalid value.
 
-The source comes from the shared ``debian_archive`` fixture (tests/debian_source.py) and the series
+The source comes from the session's ``debian_tarball`` fixture (tests/debian_source.py) and the series
 is applied by the harness itself (``python -m harness apply``), the path a contributor takes.
 """
 
@@ -33,7 +33,9 @@ from pathlib import Path
 
 import git
 import pytest
+from conftest import seed_import
 
+from harness.paths import CACHE_ENV
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SERIES = "mps-gemm-prefer-fast-math"
@@ -54,7 +56,7 @@ def _manifest() -> dict:
 
 
 def _base(ref: str) -> dict:
-    (base,) = [b for b in _manifest()["base"] if b["ref"] == ref]
+    (base,) = (b for b in _manifest()["base"] if b["ref"] == ref)
     return base
 
 
@@ -111,24 +113,37 @@ def test_docs_name_every_patched_file_and_the_command_for_main():
 
 
 @pytest.fixture(scope="module")
-def patched_tree(debian_archive, tmp_path_factory) -> tuple[git.Repo, str]:
+def patched_tree(debian_tarball, debian_import, tmp_path_factory) -> tuple[git.Repo, str]:
     """The v2.6.0 series applied by the harness itself (``python -m harness apply``, i.e.
-    ``git am --3way`` into the ``patched`` worktree) on Debian's real 2.6.0 tree; yields
-    (patched worktree repo, base sha)."""
+    ``git am --3way`` into the ``patched`` worktree) on Debian's real 2.6.0 tree, in a cache of this
+    module's own; returns (patched worktree repo, base sha)."""
     workdir = tmp_path_factory.mktemp("work")
-    proc = subprocess.run([sys.executable, "-m", "harness", "apply", "--upstream", str(debian_archive),
-                           "--base", "v2.6.0", "--series", SERIES, "--workdir", str(workdir)],
-                          cwd=REPO_ROOT, capture_output=True, text=True)
+    cache = tmp_path_factory.mktemp("cache")
+    seed_import(cache, debian_import)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "harness",
+            "apply",
+            "--upstream",
+            str(debian_tarball),
+            "--base",
+            "v2.6.0",
+            "--series",
+            SERIES,
+            "--workdir",
+            str(workdir),
+        ],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, CACHE_ENV: str(cache)},
+    )
     assert proc.returncode == 0, proc.stderr
     repo = git.Repo(workdir / "v2.6.0" / "patched")
     base = git.Repo(workdir / "v2.6.0" / "stock").head.commit.hexsha
-    store = repo.git.rev_parse("--path-format=absolute", "--git-common-dir")
-    yield repo, base
-    # the branch lives in the shared cache's store: remove the worktrees so later runs start clean
-    for name in ("patched", "stock"):
-        subprocess.run(["git", "worktree", "remove", "--force", str(workdir / "v2.6.0" / name)],
-                       cwd=store, capture_output=True, check=True)
-    subprocess.run(["git", "branch", "-D", f"patched/{SERIES}/v2.6.0"], cwd=store, capture_output=True, check=True)
+    return repo, base
 
 
 def _changed_lines(repo: git.Repo, base: str, path: str) -> list[tuple[int, int]]:
@@ -237,8 +252,18 @@ def _lint(tree: Path, path: str) -> list[tuple[int, str]]:
     findings = []
     commands = [
         [sys.executable, "-m", "flake8", "--config", ".flake8", path],
-        [sys.executable, "-m", "ruff", "check", "--no-cache", "--config", "pyproject.toml",
-         "--output-format", "concise", path],
+        [
+            sys.executable,
+            "-m",
+            "ruff",
+            "check",
+            "--no-cache",
+            "--config",
+            "pyproject.toml",
+            "--output-format",
+            "concise",
+            path,
+        ],
     ]
     for command in commands:
         result = subprocess.run(command, capture_output=True, text=True, cwd=tree)

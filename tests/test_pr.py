@@ -7,11 +7,11 @@ import os
 from pathlib import Path
 
 import pytest
-
 from conftest import git
-from harness import cli
-from harness.upstream import worktrees
 from small_upstream import SERIES_NAME, make_series, make_upstream
+
+from harness import cli
+from harness.upstream import patched_branch, worktrees
 
 
 @pytest.fixture
@@ -59,7 +59,7 @@ def test_pr_branch_carries_the_configured_identity(applied, project, identity, c
     assert git(applied, "rev-parse", f"{branch}^{{tree}}") == git(applied, "rev-parse", "HEAD^{tree}")
     assert git(applied, "log", "-1", "--format=%B", branch) == git(applied, "log", "-1", "--format=%B", "HEAD")
     assert git(applied, "log", "-1", "--format=%an", "HEAD").strip() == "tiny"
-    assert git(applied, "rev-parse", "--abbrev-ref", "HEAD").strip() == f"patched/{SERIES_NAME}/v1.4.0"
+    assert git(applied, "rev-parse", "--abbrev-ref", "HEAD").strip() == patched_branch(SERIES_NAME, "v1.4.0", applied)
     assert git(applied, "status", "--porcelain") == ""
     text = (applied.parent / "PR.md").read_text()
     title = "# tinyext: TINYEXT_PREFER_FAST_PATH prefers the fast path"
@@ -85,9 +85,13 @@ def test_pr_refuses_the_harness_identity(applied, identity, capsys):
 def _results(root: Path, name: str, series: str, finished: str, report: str) -> Path:
     folder = root / name
     folder.mkdir(parents=True)
-    data = {"run": {"command": ["python", "-m", "harness", "compare", "--out", str(folder)], "finished": finished},
-            "builds": {"stock": {"build": {"series": None}},
-                       "patched": {"build": {"series": {"name": series, "hash": "0" * 64}}}}}
+    data = {
+        "run": {"command": ["python", "-m", "harness", "compare", "--out", str(folder)], "finished": finished},
+        "builds": {
+            "stock": {"build": {"series": None}},
+            "patched": {"build": {"series": {"name": series, "hash": "0" * 64}}},
+        },
+    }
     (folder / "results.json").write_text(json.dumps(data))
     (folder / "report.md").write_text(report)
     return folder
@@ -99,8 +103,13 @@ def test_pr_md_quotes_the_newest_report_of_the_series(applied, project, identity
     _results(root, "old", SERIES_NAME, "2026-01-01T00:00:00Z", "## old verdict\n")
     _results(root, "other", "another-series", "2026-12-31T00:00:00Z", "## not ours\n")
     block = "## Verdict: 1.25x faster (95% CI 1.20-1.31)\n\n"
-    newest = _results(root, "new", SERIES_NAME, "2026-06-01T00:00:00Z",
-                      block + "<details><summary>all cells</summary>\nx\n</details>\n")
+    newest = _results(
+        root,
+        "new",
+        SERIES_NAME,
+        "2026-06-01T00:00:00Z",
+        block + "<details><summary>all cells</summary>\nx\n</details>\n",
+    )
     (root / "broken").mkdir()
     (root / "broken" / "results.json").write_text("{not json")
     rc, _, err = _pr(capsys)

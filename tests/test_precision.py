@@ -38,7 +38,9 @@ def test_the_boost_clock_transient_at_the_start_of_a_cell_is_cut_and_plain_noise
     boost = [349, 349, 387, 403, 407, 406, 400, 400, 401, 400]
     # MSER also drops the three settling blocks (403-407): what is kept is the calmest tail
     assert steady_start(boost) == 5 and steady_median(boost) == 400
-    assert Measurement(samples=[v * 1e-6 for v in boost], enqueue=[1e-6] * 10, method="synchronize+perf_counter").to_json()["median"] == pytest.approx(400e-6)
+    assert Measurement(
+        samples=[v * 1e-6 for v in boost], enqueue=[1e-6] * 10, method="synchronize+perf_counter"
+    ).to_json()["median"] == pytest.approx(400e-6)
     half = [349, 349, 352, 350, 351, 400, 401, 399, 400, 402]  # half the blocks fast: the median flips
     assert steady_median(half) == 400 and statistics.median(half) == 375.5
     flat = [100.2, 99.1, 100.8, 99.7, 100.0, 100.4, 99.5, 100.9, 99.8, 100.1]

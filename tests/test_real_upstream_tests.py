@@ -14,33 +14,36 @@ on both builds; v2.6.0's ``test/test_linalg.py`` cannot be imported with torch 2
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 import tarfile
 from pathlib import Path
 
 import pytest
+from conftest import run_harness
 
 REPO = Path(__file__).resolve().parent.parent
 SERIES = "mps-gemm-prefer-fast-math"
 TOP = "pytorch-v2.6.0/"
+#: both builds the same CPU wheel in environments the harness makes (so test_requirements are installed)
+COMPARE = (
+    f"compare --stock torch==2.13.0 --patched torch==2.13.0 --series {SERIES} --device cpu "
+    "--cells mm/64x64x64/float32 --rounds 4 --target-ci 0"
+)
 
-CPU_TEST = '''
+CPU_TEST = """
 [[evidence.test]]
 name = "GEMM on cpu: linear"
 file = "test/test_mkldnn.py"
 k = "test_linear and not backward and not lowp"
 expect = { stock = "pass", patched = "pass" }
-'''
+"""
 
 
 @pytest.fixture(scope="module")
-def v260_tests(debian_archive, tmp_path_factory) -> Path:
+def v260_tests(debian_tarball, tmp_path_factory) -> Path:
     """The ``test/`` folder of the v2.6.0 tree (nothing else: its unbuilt ``torch/`` is not needed)."""
     root = tmp_path_factory.mktemp("v260")
-    with tarfile.open(debian_archive) as archive:
+    with tarfile.open(debian_tarball) as archive:
         members = [m for m in archive.getmembers() if m.name.startswith(TOP + "test/")]
         archive.extractall(root, members=members, filter="data")
     return root / TOP.rstrip("/")
@@ -53,30 +56,34 @@ def test_v260_tests_on_cpu_skip_with_the_files_reason_and_gemm_passes(v260_tests
     toml = project / "patches" / SERIES / "series.toml"
     toml.write_text(toml.read_text() + CPU_TEST)
     out = tmp_path / "run"
-    proc = subprocess.run(
-        [sys.executable, "-m", "harness", "compare", "--stock", "torch==2.13.0", "--patched", "torch==2.13.0",
-         "--series", SERIES, "--tests-source", str(v260_tests), "--device", "cpu", "--cells", "mm/64x64x64/float32",
-         "--rounds", "4", "--target-ci", "0", "--out", str(out)],
-        cwd=project, env={**os.environ, "PYTHONPATH": str(REPO), "TORCH_PATCH_HARNESS_CACHE": str(tmp_path / "cache")},
-        capture_output=True, text=True, timeout=1800)
+    proc = run_harness(*COMPARE.split(), "--tests-source", str(v260_tests), "--out", str(out), cwd=project)
     assert proc.returncode == 0, proc.stderr[-3000:]
     section = json.loads((out / "results.json").read_text())["series_tests"]
     assert {b: (r["requirements"], r["installed"]) for b, r in section["requirements"].items()} == {
-        b: (["pytest<9", "expecttest", "hypothesis", "numpy"], True) for b in ("stock", "patched")}
+        b: (["pytest<9", "expecttest", "hypothesis", "numpy"], True) for b in ("stock", "patched")
+    }
     new, existing, cpu = section["tests"]
     said = "no test collected: MPS not available, skipping tests (then its collection stopped)"
     for test in (new, existing):
         for build, record in test["builds"].items():
             assert (record["outcome"], record["reason"], record["as_expected"]) == ("skip", said, None), build
-            assert record["collection"] == ["test_mps: subprocess.CalledProcessError: Command '['sysctl', '-n', "
-                                            "'hw.memsize']' returned non-zero exit status 1."]
+            assert record["collection"] == [
+                "test_mps: subprocess.CalledProcessError: Command '['sysctl', '-n', "
+                "'hw.memsize']' returned non-zero exit status 1."
+            ]
     assert {b: (r["outcome"], r["passed"], r["failed"], r["as_expected"]) for b, r in cpu["builds"].items()} == {
-        "stock": ("pass", 2, 0, True), "patched": ("pass", 2, 0, True)}
+        "stock": ("pass", 2, 0, True),
+        "patched": ("pass", 2, 0, True),
+    }
     block = (out / "report.md").read_text().split("<details>")[0]
-    assert (f"| the series' new test (0003) | `test/test_mps.py` `-k TestGemmPreferFastMath` | skip: {said} "
-            "(expected fail; a skip here is not evidence either way) | skip: " in block)
-    assert ("| GEMM on cpu: linear | `test/test_mkldnn.py` `-k test_linear and not backward and not lowp` "
-            "| pass (2 passed) ✓ | pass (2 passed) ✓ |") in block
+    assert (
+        f"| the series' new test (0003) | `test/test_mps.py` `-k TestGemmPreferFastMath` | skip: {said} "
+        "(expected fail; a skip here is not evidence either way) | skip: " in block
+    )
+    assert (
+        "| GEMM on cpu: linear | `test/test_mkldnn.py` `-k test_linear and not backward and not lowp` "
+        "| pass (2 passed) ✓ | pass (2 passed) ✓ |"
+    ) in block
 
     # the same build, a v2.6.0 file whose imports torch 2.13.0 no longer has: error (collection), never fail
     from harness.evidence import SeriesTest
@@ -86,5 +93,7 @@ def test_v260_tests_on_cpu_skip_with_the_files_reason_and_gemm_passes(v260_tests
     linalg = SeriesTest("addmm", "test/test_linalg.py", "test_addmm and cpu and float32", {}, {"stock": "pass"})
     record = run_one(python, linalg, v260_tests, tmp_path / "linalg.xml")
     assert (record["outcome"], record["failed"], record["errors"]) == ("error", 0, 0)
-    assert record["reason"].startswith("collection failed: test_linalg: ImportError: cannot import name "
-                                       "'bf32_on_and_off' from 'torch.testing._internal.common_mkldnn'"), record
+    assert record["reason"].startswith(
+        "collection failed: test_linalg: ImportError: cannot import name "
+        "'bf32_on_and_off' from 'torch.testing._internal.common_mkldnn'"
+    ), record

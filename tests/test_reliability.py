@@ -20,14 +20,13 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import export_series, fixed_rounds, git, run_harness
 
-from conftest import export_series, fixed_rounds, git
 from harness import cli
-from harness.upstream import worktrees
+from harness.upstream import patched_branch, worktrees
 
 REPO = Path(__file__).resolve().parent.parent
 CELL = "mm/32x32x32/float32"
-
 
 
 def _default_sigint() -> None:
@@ -36,10 +35,10 @@ def _default_sigint() -> None:
     test suite run in the background would otherwise never see the Ctrl-C it sends."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
-def harness(*args: str, env: dict | None = None, cwd: Path = REPO, timeout: float = 600) -> subprocess.CompletedProcess:
-    args = fixed_rounds(args)
-    return subprocess.run([sys.executable, "-m", "harness", *args], capture_output=True, text=True, cwd=cwd,
-                          env={**os.environ, **(env or {})}, timeout=timeout)
+
+def harness(*args: str, env: dict | None = None, cwd: Path = REPO):
+    """``python -m harness *args`` in this process (``harness.cli.main``; workers are real processes)."""
+    return run_harness(*fixed_rounds(args), env=env, cwd=cwd)
 
 
 def one_line_error(text: str, code: int, expected_code: int = 2) -> str:
@@ -56,32 +55,57 @@ def hooked_python(tmp_path: Path, module: str, hook: str) -> str:
     """A build input (``python:<script>``) that is this interpreter, except that ``-m <module>`` first runs
     ``hook`` (Python code) in the same process: the fault is injected there, the module then runs for real."""
     hook_file = tmp_path / f"hook_{module.replace('.', '_')}.py"
-    hook_file.write_text(f"import runpy, sys\n{hook}\nsys.argv = [{module!r}, *sys.argv[1:]]\n"
-                         f"runpy.run_module({module!r}, run_name='__main__', alter_sys=True)\n")
+    hook_file.write_text(
+        f"import runpy, sys\n{hook}\nsys.argv = [{module!r}, *sys.argv[1:]]\n"
+        f"runpy.run_module({module!r}, run_name='__main__', alter_sys=True)\n"
+    )
     script = tmp_path / f"python-{module.replace('.', '-')}"
-    script.write_text("#!/bin/sh\n"
-                      f'if [ "$1" = -m ] && [ "$2" = {module} ]; then shift 2; exec {sys.executable} {hook_file} "$@"; fi\n'
-                      f'exec {sys.executable} "$@"\n')
+    script.write_text(
+        "#!/bin/sh\n"
+        f'if [ "$1" = -m ] && [ "$2" = {module} ]; then shift 2; exec {sys.executable} {hook_file} "$@"; fi\n'
+        f'exec {sys.executable} "$@"\n'
+    )
     script.chmod(script.stat().st_mode | stat.S_IEXEC)
     return f"python:{script}"
 
 
 # ------------------------------------------------------------------------------------------ run
-@pytest.mark.parametrize("hook, fragment", [
-    # MPS that says it is there, then fails its first allocation (GitHub-hosted macOS runners)
-    ("import torch\ntorch.backends.mps.is_built = lambda: True\ntorch.backends.mps.is_available = lambda: True",
-     "device mps is not usable in build stock (torch {v}): NotImplementedError: Could not run 'aten::empty"),
-    # MPS compiled in but not available (macOS < 12.3, a VM): said distinctly from "not built"
-    ("import torch\ntorch.backends.mps.is_built = lambda: True\ntorch.backends.mps.is_available = lambda: False",
-     "device mps is not usable in build stock (torch {v}): MPS is built but torch.backends.mps.is_available() is False"),
-])
+@pytest.mark.parametrize(
+    "hook, fragment",
+    [
+        # MPS that says it is there, then fails its first allocation (GitHub-hosted macOS runners)
+        (
+            "import torch\ntorch.backends.mps.is_built = lambda: True\ntorch.backends.mps.is_available = lambda: True",
+            "device mps is not usable in build stock (torch {v}): NotImplementedError: Could not run 'aten::empty",
+        ),
+        # MPS compiled in but not available (macOS < 12.3, a VM): said distinctly from "not built"
+        (
+            "import torch\ntorch.backends.mps.is_built = lambda: True\ntorch.backends.mps.is_available = lambda: False",
+            "device mps is not usable in build stock (torch {v}): MPS is built but "
+            "torch.backends.mps.is_available() is False",
+        ),
+    ],
+)
 def test_failing_mps_probe_refuses_to_produce_evidence(tmp_path, this_python, hook, fragment):
     import torch
 
     out = tmp_path / "out"
     stock = hooked_python(tmp_path, "harness.provenance", hook)
-    proc = harness("compare", "--stock", stock, "--patched", this_python, "--device", "mps", "--cells", CELL,
-                   "--rounds", "1", "--out", str(out))
+    proc = harness(
+        "compare",
+        "--stock",
+        stock,
+        "--patched",
+        this_python,
+        "--device",
+        "mps",
+        "--cells",
+        CELL,
+        "--rounds",
+        "1",
+        "--out",
+        str(out),
+    )
     line = one_line_error(proc.stderr, proc.returncode)
     assert fragment.format(v=torch.__version__) in line
     assert line.endswith("-- refusing to produce evidence for it; choose another --device (cpu always works)")
@@ -90,26 +114,43 @@ def test_failing_mps_probe_refuses_to_produce_evidence(tmp_path, this_python, ho
 
 def test_nan_timing_and_nan_output_fail_their_cells_and_the_run_goes_on(tmp_path, this_python):
     # patched before the worker module runs: it imports op_callable from workloads, and BlockTimer
-    hook = ("import math, harness.bench.timer as t, harness.bench.workloads as w\n"
-            "measure = t.BlockTimer.measure\n"
-            "t.CURRENT = None\n"
-            "def nan_measure(self, fn, **kw):\n"
-            "    m = measure(self, fn, **kw)\n"
-            "    if t.CURRENT == 'mm':\n"
-            "        m.samples[0] = math.nan\n"
-            "    return m\n"
-            "t.BlockTimer.measure = nan_measure\n"
-            "op = w.op_callable\n"
-            "def nan_op(cell, inputs):\n"
-            "    fn = op(cell, inputs)\n"
-            "    t.CURRENT = cell.op\n"
-            "    return (lambda: fn() * math.inf) if cell.op == 'addmm' else fn\n"
-            "w.op_callable = nan_op\n")
+    hook = (
+        "import math, harness.bench.timer as t, harness.bench.workloads as w\n"
+        "measure = t.BlockTimer.measure\n"
+        "t.CURRENT = None\n"
+        "def nan_measure(self, fn, **kw):\n"
+        "    m = measure(self, fn, **kw)\n"
+        "    if t.CURRENT == 'mm':\n"
+        "        m.samples[0] = math.nan\n"
+        "    return m\n"
+        "t.BlockTimer.measure = nan_measure\n"
+        "op = w.op_callable\n"
+        "def nan_op(cell, inputs):\n"
+        "    fn = op(cell, inputs)\n"
+        "    t.CURRENT = cell.op\n"
+        "    return (lambda: fn() * math.inf) if cell.op == 'addmm' else fn\n"
+        "w.op_callable = nan_op\n"
+    )
     patched = hooked_python(tmp_path, "harness.bench.worker", hook)
     cells = f"{CELL},addmm/32x32x32/float32"
     out = tmp_path / "out"
-    proc = harness("compare", "--stock", this_python, "--patched", patched, "--device", "cpu", "--configs", "default",
-                   "--cells", cells, "--rounds", "1", "--out", str(out))
+    proc = harness(
+        "compare",
+        "--stock",
+        this_python,
+        "--patched",
+        patched,
+        "--device",
+        "cpu",
+        "--configs",
+        "default",
+        "--cells",
+        cells,
+        "--rounds",
+        "1",
+        "--out",
+        str(out),
+    )
     assert proc.returncode == 1, proc.stderr
     data = json.loads((out / "results.json").read_text())
     by_build = {p["build"]: p for p in data["processes"]}
@@ -124,29 +165,59 @@ def test_nan_timing_and_nan_output_fail_their_cells_and_the_run_goes_on(tmp_path
 def test_shape_too_big_for_memory_is_skipped_with_the_estimate(tmp_path, this_python):
     huge = "mm/400000x400000x400000/float32"  # 3 x 640 GB: more than any machine this runs on has free
     out = tmp_path / "out"
-    proc = harness("bench", "--build", this_python, "--device", "cpu", "--configs", "default",
-                   "--cells", f"{huge},{CELL}", "--rounds", "1", "--out", str(out))
+    proc = harness(
+        "bench",
+        "--build",
+        this_python,
+        "--device",
+        "cpu",
+        "--configs",
+        "default",
+        "--cells",
+        f"{huge},{CELL}",
+        "--rounds",
+        "1",
+        "--out",
+        str(out),
+    )
     assert proc.returncode == 0, proc.stderr
     (process,) = json.loads((out / "results.json").read_text())["processes"]
     skipped = process["cells"][huge]
     assert skipped["status"] == "skipped" and "measurement" not in skipped
     needs = 3 * 400000**2 * 4 * 3 / 2**30  # 3 matrices, float32, x3 with the first round's check
-    assert skipped["reason"].startswith(f"needs about {needs:.2f} GiB, ") and skipped["reason"].endswith(" GiB free on cpu")
+    assert skipped["reason"].startswith(f"needs about {needs:.2f} GiB, ") and skipped["reason"].endswith(
+        " GiB free on cpu"
+    )
     assert process["cells"][CELL]["status"] == "ok"
 
 
 def test_env_reaches_every_worker_is_recorded_and_fingerprinted(tmp_path, this_python):
     out = tmp_path / "out"
-    base = ["bench", "--build", this_python, "--device", "cpu", "--configs", "default,no_vec", "--cells", CELL,
-            "--rounds", "1", "--out", str(out)]
+    base = [
+        "bench",
+        "--build",
+        this_python,
+        "--device",
+        "cpu",
+        "--configs",
+        "default,no_vec",
+        "--cells",
+        CELL,
+        "--rounds",
+        "1",
+        "--out",
+        str(out),
+    ]
     proc = harness(*base, "--env", "HARNESS_TEST_MARK=a=b", "--env", "OMP_NUM_THREADS=1")
     assert proc.returncode == 0, proc.stderr
     data = json.loads((out / "results.json").read_text())
     assert data["run"]["extra_env"] == {"HARNESS_TEST_MARK": "a=b", "OMP_NUM_THREADS": "1"}
     envs = {p["config"]: p["env"] for p in data["processes"]}
     # recorded by each worker from its own os.environ: the variables reached it, on top of its config's
-    assert envs == {"default": {"HARNESS_TEST_MARK": "a=b", "OMP_NUM_THREADS": "1"},
-                    "no_vec": {"ATEN_CPU_CAPABILITY": "default", "HARNESS_TEST_MARK": "a=b", "OMP_NUM_THREADS": "1"}}
+    assert envs == {
+        "default": {"HARNESS_TEST_MARK": "a=b", "OMP_NUM_THREADS": "1"},
+        "no_vec": {"ATEN_CPU_CAPABILITY": "default", "HARNESS_TEST_MARK": "a=b", "OMP_NUM_THREADS": "1"},
+    }
     assert json.loads((out / "raw" / "plan.json").read_text())["extra_env"] == data["run"]["extra_env"]
     before = (out / "results.json").read_text()
     again = harness(*base, "--env", "HARNESS_TEST_MARK=other", "--env", "OMP_NUM_THREADS=1")
@@ -155,45 +226,63 @@ def test_env_reaches_every_worker_is_recorded_and_fingerprinted(tmp_path, this_p
     assert (out / "results.json").read_text() == before
 
 
-@pytest.mark.parametrize("items, fragment", [
-    (["NOEQUALS"], "malformed --env 'NOEQUALS': no '=' -- write --env KEY=VALUE"),
-    (["=1"], "malformed --env '=1': '' is not an environment variable name"),
-    (["1X=2"], "malformed --env '1X=2': '1X' is not an environment variable name"),
-    (["A-B=2"], "malformed --env 'A-B=2': 'A-B' is not an environment variable name"),
-    (["X=1", "X=2"], "--env X is given twice ('1' and '2')"),
-    (["PYTHONPATH=/tmp"], "--env PYTHONPATH: the harness sets PYTHONPATH for its workers"),
-    (["ATEN_CPU_CAPABILITY=avx2"], "--env ATEN_CPU_CAPABILITY conflicts with the cpu env configs, which set it "
-                                   "themselves (no_vec) -- drop ATEN_CPU_CAPABILITY from --env"),
-])
+@pytest.mark.parametrize(
+    "items, fragment",
+    [
+        (["NOEQUALS"], "malformed --env 'NOEQUALS': no '=' -- write --env KEY=VALUE"),
+        (["=1"], "malformed --env '=1': '' is not an environment variable name"),
+        (["1X=2"], "malformed --env '1X=2': '1X' is not an environment variable name"),
+        (["A-B=2"], "malformed --env 'A-B=2': 'A-B' is not an environment variable name"),
+        (["X=1", "X=2"], "--env X is given twice ('1' and '2')"),
+        (["PYTHONPATH=/tmp"], "--env PYTHONPATH: the harness sets PYTHONPATH for its workers"),
+        (
+            ["ATEN_CPU_CAPABILITY=avx2"],
+            "--env ATEN_CPU_CAPABILITY conflicts with the cpu env configs, which set it "
+            "themselves (no_vec) -- drop ATEN_CPU_CAPABILITY from --env",
+        ),
+    ],
+)
 def test_malformed_env_is_one_line_before_anything_runs(tmp_path, this_python, items, fragment):
     out = tmp_path / "o"
     (out).mkdir()
     (out / "results.json").write_text("{}")  # whatever is there stays untouched
     args = [a for item in items for a in ("--env", item)]
-    proc = harness("compare", "--stock", this_python, "--patched", this_python, "--device", "cpu", *args,
-                   "--out", str(out))
+    proc = harness(
+        "compare", "--stock", this_python, "--patched", this_python, "--device", "cpu", *args, "--out", str(out)
+    )
     assert fragment in one_line_error(proc.stderr, proc.returncode)
     assert sorted(p.name for p in out.iterdir()) == ["results.json"] and (out / "results.json").read_text() == "{}"
 
 
 def test_unknown_and_missing_arguments_are_one_line(tmp_path, this_python):
-    proc = harness("compare", "--stock", this_python, "--patched", this_python, "--device", "cpu", "--bogus",
-                   "--out", str(tmp_path / "o"))
+    proc = harness(
+        "compare",
+        "--stock",
+        this_python,
+        "--patched",
+        this_python,
+        "--device",
+        "cpu",
+        "--bogus",
+        "--out",
+        str(tmp_path / "o"),
+    )
     line = one_line_error(proc.stderr, proc.returncode)
-    assert line == ("error: python -m harness compare: unrecognized arguments: --bogus -- "
-                    "see `python -m harness compare --help`")
+    assert line == (
+        "error: python -m harness compare: unrecognized arguments: --bogus -- " "see `python -m harness compare --help`"
+    )
     line = one_line_error(*_cli("bench", "--device", "cpu"))
     assert "the following arguments are required: --build, --out" in line
     # 0 jobs used to mean "the CPU count" silently
     assert one_line_error(*_cli("build", "--kind", "stock", "--jobs", "0", "--dry-run")) == (
-        "error: --jobs 0 is below 1 -- give a positive number of compile jobs")
+        "error: --jobs 0 is below 1 -- give a positive number of compile jobs"
+    )
     assert not (tmp_path / "o").exists()
 
 
 def _cli(*args: str) -> tuple[str, int]:
     proc = harness(*args)
     return proc.stderr, proc.returncode
-
 
 
 # ------------------------------------------------------------------------- damaged results dirs
@@ -222,11 +311,14 @@ def _snapshot(out: Path) -> dict[str, bytes]:
     return {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
 
 
-@pytest.mark.parametrize("damage, fragment", [
-    (lambda text: text[: len(text) // 2], "results.json is not readable JSON ("),
-    (lambda text: "[]", "results.json is not a results.json object (a JSON array): damaged"),
-    (lambda text: '{"schema": 1}', "results.json has no schema_version: damaged, or not a results.json"),
-])
+@pytest.mark.parametrize(
+    "damage, fragment",
+    [
+        (lambda text: text[: len(text) // 2], "results.json is not readable JSON ("),
+        (lambda text: "[]", "results.json is not a results.json object (a JSON array): damaged"),
+        (lambda text: '{"schema": 1}', "results.json has no schema_version: damaged, or not a results.json"),
+    ],
+)
 def test_damaged_results_json_is_set_aside_and_rebuilt_by_the_rerun(finished_run, tmp_path, damage, fragment):
     run, args = finished_run
     out = _copy(run, tmp_path)
@@ -235,29 +327,43 @@ def test_damaged_results_json_is_set_aside_and_rebuilt_by_the_rerun(finished_run
     (out / "results.json").write_text(damaged)
     line = one_line_error(*_cli("report", str(out)))
     assert fragment in line and "has schema version" not in line
-    assert line.endswith("-- re-run the compare (or bench) command that wrote it: it rebuilds results.json from "
-                         "raw/, keeping the damaged file as results.json.damaged-<UTC time>")
+    assert line.endswith(
+        "-- re-run the compare (or bench) command that wrote it: it rebuilds results.json from "
+        "raw/, keeping the damaged file as results.json.damaged-<UTC time>"
+    )
     again = harness(*args, "--out", str(out))  # the remedy, as the line says it
     assert again.returncode == 0, again.stderr
     (kept,) = out.glob("results.json.damaged-*")
     assert kept.read_text() == damaged  # never deleted
-    assert f"{fragment.split(' (')[0]}" in again.stderr and f"kept it as {kept.name}; rebuilding results.json from raw/" in again.stderr
+    assert (
+        f"{fragment.split(' (')[0]}" in again.stderr
+        and f"kept it as {kept.name}; rebuilding results.json from raw/" in again.stderr
+    )
     rebuilt = json.loads((out / "results.json").read_text())
     assert again.stderr.count("] kept r0") == 4 and "] ran " not in again.stderr  # from raw/, nothing measured again
-    assert [(p["name"], p["cells"]) for p in rebuilt["processes"]] == [(p["name"], p["cells"]) for p in good["processes"]]
+    assert [(p["name"], p["cells"]) for p in rebuilt["processes"]] == [
+        (p["name"], p["cells"]) for p in good["processes"]
+    ]
     assert rebuilt["run"]["finished"] is not None
 
 
-@pytest.mark.parametrize("edit, path", [
-    (lambda d: d["processes"][3].update(cells=None), "processes[3].cells is null, not an object of cell records"),
-    (lambda d: d["run"]["configs"].append("ghost"), "run.configs names 'ghost', which is not in configs"),
-    (lambda d: d["run"]["builds"].append("other"), "run.builds names 'other', which is not in builds"),
-    (lambda d: d["processes"][1]["cells"][CELL]["measurement"].update(median="fast"),
-     f"processes[1].cells['{CELL}'].measurement.median is 'fast', not a positive number of seconds"),
-    (lambda d: d["processes"][0]["cells"][CELL]["measurement"].update(samples=[1e-3, None]),
-     f"processes[0].cells['{CELL}'].measurement.samples is not a list of numbers"),
-    (lambda d: d["processes"][2].pop("round"), "processes[2].round is null (missing)"),
-])
+@pytest.mark.parametrize(
+    "edit, path",
+    [
+        (lambda d: d["processes"][3].update(cells=None), "processes[3].cells is null, not an object of cell records"),
+        (lambda d: d["run"]["configs"].append("ghost"), "run.configs names 'ghost', which is not in configs"),
+        (lambda d: d["run"]["builds"].append("other"), "run.builds names 'other', which is not in builds"),
+        (
+            lambda d: d["processes"][1]["cells"][CELL]["measurement"].update(median="fast"),
+            f"processes[1].cells['{CELL}'].measurement.median is 'fast', not a positive number of seconds",
+        ),
+        (
+            lambda d: d["processes"][0]["cells"][CELL]["measurement"].update(samples=[1e-3, None]),
+            f"processes[0].cells['{CELL}'].measurement.samples is not a list of numbers",
+        ),
+        (lambda d: d["processes"][2].pop("round"), "processes[2].round is null (missing)"),
+    ],
+)
 def test_malformed_results_json_names_the_json_path(finished_run, tmp_path, capsys, edit, path):
     run, _ = finished_run
     out = _copy(run, tmp_path)
@@ -270,21 +376,30 @@ def test_malformed_results_json_names_the_json_path(finished_run, tmp_path, caps
     assert _snapshot(out) == before
 
 
-@pytest.mark.parametrize("damage", ['{"status": "ok", "cells": nu', '{"status": "ok", "cells": null}', "[1, 2]"])
-def test_damaged_status_file_is_set_aside_and_that_process_runs_again(finished_run, tmp_path, damage):
+def test_damaged_status_files_are_set_aside_and_those_processes_run_again(finished_run, tmp_path):
+    """Three damages (cut short, null cells, not an object), one per process, set aside in one rerun."""
     run, args = finished_run
     out = _copy(run, tmp_path)
-    status = out / "raw" / "r01-stock-default.status.json"
-    status.write_text(damage)
+    damages = {
+        "r01-stock-default": '{"status": "ok", "cells": nu',
+        "r01-patched-default": '{"status": "ok", "cells": null}',
+        "r00-stock-default": "[1, 2]",
+    }
+    for name, damage in damages.items():
+        (out / "raw" / f"{name}.status.json").write_text(damage)
     again = harness(*args, "--out", str(out))
     assert again.returncode == 0, again.stderr
-    (kept,) = (out / "raw").glob("r01-stock-default.status.json.damaged-*")
-    assert kept.read_text() == damage
-    assert f"{status} is damaged (" in again.stderr and f"kept it as {kept.name}; running that process again" in again.stderr
-    assert "] ran r01-stock-default: 1 cells ok" in again.stderr and again.stderr.count("] kept r0") == 3
+    for name, damage in damages.items():
+        status = out / "raw" / f"{name}.status.json"
+        (kept,) = (out / "raw").glob(f"{name}.status.json.damaged-*")
+        assert kept.read_text() == damage
+        assert f"{status} is damaged (" in again.stderr
+        assert f"kept it as {kept.name}; running that process again" in again.stderr
+        assert f"] ran {name}: 1 cells ok" in again.stderr
+        assert json.loads(status.read_text())["cells"][CELL]["status"] == "ok"  # the process's new status file
+    assert again.stderr.count("] kept r0") == 1 and again.stderr.count("] ran r0") == 3
     data = json.loads((out / "results.json").read_text())
     assert len(data["processes"]) == 4 and all(p["cells"][CELL]["status"] == "ok" for p in data["processes"])
-    assert json.loads(status.read_text())["cells"][CELL]["status"] == "ok"  # the process's new status file
 
 
 def test_damaged_plan_is_refused_with_a_remedy_that_keeps_the_run(finished_run, tmp_path):
@@ -293,9 +408,11 @@ def test_damaged_plan_is_refused_with_a_remedy_that_keeps_the_run(finished_run, 
     (out / "raw" / "plan.json").write_text("garbage{")
     before = _snapshot(out)
     line = one_line_error(*_proc_err(harness(*args, "--out", str(out))))
-    assert line == (f"error: {out / 'raw' / 'plan.json'} is damaged (not a JSON object): the finished processes in "
-                    f"{out / 'raw'} cannot be checked against this command's plan -- run with a new --out directory "
-                    f"({out} stays as it is), or --fresh to discard it")
+    assert line == (
+        f"error: {out / 'raw' / 'plan.json'} is damaged (not a JSON object): the finished processes in "
+        f"{out / 'raw'} cannot be checked against this command's plan -- run with a new --out directory "
+        f"({out} stays as it is), or --fresh to discard it"
+    )
     assert _snapshot(out) == before
 
 
@@ -304,17 +421,22 @@ def test_fewer_rounds_than_finished_are_refused(finished_run, tmp_path):
     out = _copy(run, tmp_path)
     before = _snapshot(out)
     rounds = args.index("--rounds") + 1
-    fewer = [*args[:rounds], "1", *args[rounds + 1:]]
+    fewer = [*args[:rounds], "1", *args[rounds + 1 :]]
     line = one_line_error(*_proc_err(harness(*fewer, "--out", str(out))))
-    assert line == (f"error: {out} holds 2 rounds; --rounds 1 would leave round 1 out of results.json -- "
-                    "pass --rounds 2 (or more) to resume, or --fresh / a new --out")
+    assert line == (
+        f"error: {out} holds 2 rounds; --rounds 1 would leave round 1 out of results.json -- "
+        "pass --rounds 2 (or more) to resume, or --fresh / a new --out"
+    )
     assert _snapshot(out) == before
 
 
-@pytest.mark.parametrize("args", [
-    ["--device", "mps", "--cells", CELL],  # no MPS on this machine: refused after the probe
-    ["--device", "cpu", "--cells", CELL, "--dtypes", "float32", "--env", "X=1", "--keep-env", "TORCH_X"],
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--device", "mps", "--cells", CELL],  # no MPS on this machine: refused after the probe
+        ["--device", "cpu", "--cells", CELL, "--dtypes", "float32", "--env", "X=1", "--keep-env", "TORCH_X"],
+    ],
+)
 def test_a_run_that_fails_before_measuring_leaves_no_out_dir(tmp_path, this_python, args):
     out = tmp_path / "new" / "out"
     build = this_python if args[1] == "mps" else "python:" + str(tmp_path / "no-such-python")
@@ -329,15 +451,22 @@ def test_a_run_that_fails_before_measuring_leaves_no_out_dir(tmp_path, this_pyth
     assert _snapshot(existing) == {"notes.txt": b"keep"}
 
 
+@pytest.mark.e2e
 def test_interrupted_compare_rerenders_the_report_from_the_saved_results(finished_run, tmp_path):
     run, args = finished_run
     out = _copy(run, tmp_path)
     earlier = (out / "report.md").read_text()
     rounds = args.index("--rounds") + 1
-    more = [*args[:rounds], "8", *args[rounds + 1:]]  # resumes the 2 rounds, then measures more
-    first = subprocess.Popen([sys.executable, "-m", "harness", *more, "--out", str(out)], cwd=REPO,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-                             preexec_fn=_default_sigint)
+    more = [*args[:rounds], "8", *args[rounds + 1 :]]  # resumes the 2 rounds, then measures more
+    first = subprocess.Popen(
+        [sys.executable, "-m", "harness", *more, "--out", str(out)],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        preexec_fn=_default_sigint,
+    )
     ran = out / "raw" / "r02-stock-default.status.json"
     deadline = time.monotonic() + 120
     while not ran.exists() and first.poll() is None and time.monotonic() < deadline:
@@ -359,7 +488,7 @@ def test_interrupted_compare_rerenders_the_report_from_the_saved_results(finishe
     assert "incomplete" in text.lower()  # the report's banner for run.finished == None
 
 
-def _proc_err(proc: subprocess.CompletedProcess) -> tuple[str, int]:
+def _proc_err(proc) -> tuple[str, int]:
     return proc.stderr, proc.returncode
 
 
@@ -380,14 +509,15 @@ def _point_series_at(folder: Path, upstream: str) -> None:
     manifest.write_text(text[:start] + f'upstream = "{upstream}' + text[end:])
 
 
-def test_refresh_without_a_worktree_is_one_line_and_touches_no_network(tiny_upstream, project, isolated_cache,
-                                                                       capsys):
+def test_refresh_without_a_worktree_is_one_line_and_touches_no_network(tiny_upstream, project, isolated_cache, capsys):
     folder = export_series(tiny_upstream, project)
     _point_series_at(folder, UNREACHABLE)
     before = {p.name: p.read_bytes() for p in (folder / "v1").iterdir()}
     line = _cli_line(capsys, "refresh", "--series", "demo")
-    assert line.startswith(f"error: no patched worktree of v1 at {Path('work') / 'v1' / 'patched'}: nothing to "
-                           "refresh from -- run `python -m harness apply --series demo` (same --workdir) first")
+    assert line.startswith(
+        f"error: no patched worktree of v1 at {Path('work') / 'v1' / 'patched'}: nothing to "
+        "refresh from -- run `python -m harness apply --series demo` (same --workdir) first"
+    )
     assert not (isolated_cache / "mirrors").exists()  # no clone was even tried
     assert {p.name: p.read_bytes() for p in (folder / "v1").iterdir()} == before
 
@@ -425,10 +555,13 @@ def test_second_checkout_says_the_cache_was_warm(tiny_upstream, isolated_cache, 
 
 def test_nonexistent_upstream_path_or_archive_is_one_line(isolated_cache, tmp_path, capsys):
     for missing in (tmp_path / "no-such-repo", tmp_path / "pytorch-v2.6.0.tar.gz"):
-        line = _cli_line(capsys, "checkout", "--upstream", str(missing), "--base", "v1",
-                         "--workdir", str(tmp_path / "w"))
-        assert line.startswith(f"error: upstream {missing}: no such file or directory -- pass --upstream with an "
-                               "existing local repository, mirror or source archive, or a git URL")
+        line = _cli_line(
+            capsys, "checkout", "--upstream", str(missing), "--base", "v1", "--workdir", str(tmp_path / "w")
+        )
+        assert line.startswith(
+            f"error: upstream {missing}: no such file or directory -- pass --upstream with an "
+            "existing local repository, mirror or source archive, or a git URL"
+        )
     assert not (isolated_cache / "mirrors").exists() and not (tmp_path / "w").exists()
 
 
@@ -441,8 +574,10 @@ def test_dirty_worktrees_are_never_reset(tiny_upstream, project, isolated_cache,
     capsys.readouterr()
     # --force resets to the base, but never over uncommitted work
     line = _cli_line(capsys, "apply", "--series", "demo", "--force")
-    assert line == ("error: patched worktree work/v1/patched has uncommitted changes: docs/b.md -- commit them and "
-                    "run refresh, or discard them (`git -C work/v1/patched checkout -- .`)")
+    assert line == (
+        "error: patched worktree work/v1/patched has uncommitted changes: docs/b.md -- commit them and "
+        "run refresh, or discard them (`git -C work/v1/patched checkout -- .`)"
+    )
     assert (patched / "docs" / "b.md").read_text() == edited
     # a rebase onto a base whose patched worktree the user has edited
     assert cli.main(["checkout", "--upstream", str(tiny_upstream), "--base", "v2"]) == 0
@@ -450,8 +585,10 @@ def test_dirty_worktrees_are_never_reset(tiny_upstream, project, isolated_cache,
     (onto / "a.txt").write_text("edited by hand\n")
     capsys.readouterr()
     line = _cli_line(capsys, "rebase", "--series", "demo", "--onto", "v2")
-    assert line == ("error: worktree work/v2/patched is on a detached HEAD, not patched/demo/v2, and has uncommitted "
-                    "changes: a.txt -- commit or discard them (`git -C work/v2/patched status`)")
+    assert line == (
+        f"error: worktree work/v2/patched is on a detached HEAD, not {patched_branch('demo', 'v2', onto)}, "
+        "and has uncommitted changes: a.txt -- commit or discard them (`git -C work/v2/patched status`)"
+    )
     assert (onto / "a.txt").read_text() == "edited by hand\n"
 
 
@@ -466,21 +603,42 @@ def _slow_clone_shim(tmp_path: Path) -> tuple[dict, Path]:
     shim.mkdir()
     slow = shim / "slow-upload-pack"
     slow.write_text(f'#!/bin/sh\ntouch {started}\nsleep 120\nexec {real} upload-pack "$@"\n')
-    (shim / "git").write_text("#!/bin/sh\n"
-                              f'if [ "$1" = clone ]; then shift; exec {real} clone --no-local --upload-pack={slow} "$@"; fi\n'
-                              f'exec {real} "$@"\n')
+    (shim / "git").write_text(
+        "#!/bin/sh\n"
+        f'if [ "$1" = clone ]; then shift; exec {real} clone --no-local --upload-pack={slow} "$@"; fi\n'
+        f'exec {real} "$@"\n'
+    )
     for script in (slow, shim / "git"):
         script.chmod(0o755)
     return {"PATH": f"{shim}{os.pathsep}{os.environ['PATH']}"}, started
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT])
 def test_interrupted_clone_is_recovered_by_the_rerun(tiny_upstream, isolated_cache, tmp_path, sig):
     env, started = _slow_clone_shim(tmp_path)
-    args = [sys.executable, "-m", "harness", "checkout", "--upstream", str(tiny_upstream), "--base", "v1",
-            "--workdir", str(tmp_path / "w")]
-    first = subprocess.Popen(args, cwd=REPO, env={**os.environ, **env}, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True, start_new_session=True, preexec_fn=_default_sigint)
+    args = [
+        sys.executable,
+        "-m",
+        "harness",
+        "checkout",
+        "--upstream",
+        str(tiny_upstream),
+        "--base",
+        "v1",
+        "--workdir",
+        str(tmp_path / "w"),
+    ]
+    first = subprocess.Popen(
+        args,
+        cwd=REPO,
+        env={**os.environ, **env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        preexec_fn=_default_sigint,
+    )
     deadline = time.monotonic() + 60
     while not started.exists() and first.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -490,8 +648,9 @@ def test_interrupted_clone_is_recovered_by_the_rerun(tiny_upstream, isolated_cac
     _, err = first.communicate(timeout=60)
     if sig == signal.SIGINT:
         assert first.returncode == 130
-        assert err.splitlines()[-1] == ("interrupted: finished results are on disk; run the same command again "
-                                        "to resume")
+        assert err.splitlines()[-1] == (
+            "interrupted: finished results are on disk; run the same command again " "to resume"
+        )
     else:
         assert first.returncode == -signal.SIGKILL
     mirrors = isolated_cache / "mirrors"
@@ -530,25 +689,55 @@ def tiny_source(tmp_path):
     return repo, dist
 
 
-def _build(repo: Path, dist: Path, tmp_path: Path, *extra: str, env: dict | None = None,
-           timeout: float = 600) -> subprocess.CompletedProcess:
-    environ = {k: v for k, v in os.environ.items() if k not in ("CXX", "TORCH_PATCH_HARNESS_BUILD_FREE_GIB")}
-    environ.update({"TORCH_PATCH_HARNESS_CACHE": str(tmp_path / "cache"), **(env or {})})
-    return subprocess.run([sys.executable, "-m", "harness", "build", "--kind", "stock", "--source", str(repo),
-                           "--jobs", "2", "--dist", str(dist), "--no-verify", *extra],
-                          capture_output=True, text=True, cwd=REPO, env=environ, timeout=timeout)
+def _build(repo: Path, dist: Path, tmp_path: Path, *extra: str, env: dict | None = None):
+    """``python -m harness build --kind stock --source repo`` in this process, without ``CXX`` and
+    ``TORCH_PATCH_HARNESS_BUILD_FREE_GIB`` from the environment unless ``env`` sets them."""
+    with pytest.MonkeyPatch.context() as patch:
+        for key in ("CXX", "TORCH_PATCH_HARNESS_BUILD_FREE_GIB"):
+            patch.delenv(key, raising=False)
+        return run_harness(
+            "build",
+            "--kind",
+            "stock",
+            "--source",
+            str(repo),
+            "--jobs",
+            "2",
+            "--dist",
+            str(dist),
+            "--no-verify",
+            *extra,
+            env={"TORCH_PATCH_HARNESS_CACHE": str(tmp_path / "cache"), **(env or {})},
+            cwd=REPO,
+        )
 
 
-@pytest.mark.parametrize("tools, platform, fragment", [
-    ((), "linux-cpu", "no C++ compiler found (c++, g++, clang++ not on PATH) -- install one: "
-                      "`apt-get install -y build-essential` (Debian/Ubuntu) or `dnf install gcc-c++` (Fedora)"),
-    ((), "macos-arm64", "no C++ compiler found (c++, g++, clang++ not on PATH) -- install the Xcode command line "
-                        "tools: `xcode-select --install`"),
-    (("c++",), "linux-cpu", "cmake not found on PATH or in the build environment -- `python -m pip install cmake`, "
-                            "or `apt-get install -y cmake`"),
-])
-def test_missing_compiler_or_cmake_is_one_line_before_anything_is_installed(tiny_source, tmp_path, tools, platform,
-                                                                            fragment):
+@pytest.mark.parametrize(
+    "tools, platform, fragment",
+    [
+        (
+            (),
+            "linux-cpu",
+            "no C++ compiler found (c++, g++, clang++ not on PATH) -- install one: "
+            "`apt-get install -y build-essential` (Debian/Ubuntu) or `dnf install gcc-c++` (Fedora)",
+        ),
+        (
+            (),
+            "macos-arm64",
+            "no C++ compiler found (c++, g++, clang++ not on PATH) -- install the Xcode command line "
+            "tools: `xcode-select --install`",
+        ),
+        (
+            ("c++",),
+            "linux-cpu",
+            "cmake not found on PATH or in the build environment -- `python -m pip install cmake`, "
+            "or `apt-get install -y cmake`",
+        ),
+    ],
+)
+def test_missing_compiler_or_cmake_is_one_line_before_anything_is_installed(
+    tiny_source, tmp_path, tools, platform, fragment
+):
     repo, dist = tiny_source
     proc = _build(repo, dist, tmp_path, "--platform", platform, env={"PATH": _tools_path(tmp_path, *tools)})
     assert one_line_error(proc.stderr, proc.returncode).endswith(fragment)
@@ -564,26 +753,32 @@ def test_disk_nearly_full_is_refused_against_the_real_free_space(tiny_source, tm
     repo, dist = tiny_source
     proc = _build(repo, dist, tmp_path, env={"TORCH_PATCH_HARNESS_BUILD_FREE_GIB": "1000000"})
     line = one_line_error(proc.stderr, proc.returncode)
-    match = re.fullmatch(rf"error: only ([\d.]+) GiB free at {re.escape(str(repo))}; a linux-cpu build of this base "
-                         r"needs about 1000000\.0 GiB \(set by TORCH_PATCH_HARNESS_BUILD_FREE_GIB\) -- free disk "
-                         r"space, or put the worktrees \(--workdir\) and --dist on a larger volume", line)
+    match = re.fullmatch(
+        rf"error: only ([\d.]+) GiB free at {re.escape(str(repo))}; a linux-cpu build of this base "
+        r"needs about 1000000\.0 GiB \(set by TORCH_PATCH_HARNESS_BUILD_FREE_GIB\) -- free disk "
+        r"space, or put the worktrees \(--workdir\) and --dist on a larger volume",
+        line,
+    )
     assert match, line
     assert abs(float(match.group(1)) - shutil.disk_usage(repo).free / 2**30) < 1.0  # the real free space
     assert [p.name for p in dist.iterdir()] == ["tinyext-1.4.0+stock.earlier-py3-none-any.whl"]
     assert not (tmp_path / "cache" / "build-venvs").exists()
     bad = _build(repo, dist, tmp_path, env={"TORCH_PATCH_HARNESS_BUILD_FREE_GIB": "lots"})
     assert one_line_error(bad.stderr, bad.returncode).startswith(
-        "error: TORCH_PATCH_HARNESS_BUILD_FREE_GIB='lots' is not a number of GiB -- set it to e.g. 30")
+        "error: TORCH_PATCH_HARNESS_BUILD_FREE_GIB='lots' is not a number of GiB -- set it to e.g. 30"
+    )
 
 
 def test_nonexistent_source_is_one_line(tmp_path):
     proc = _build(tmp_path / "nowhere", tmp_path / "dist", tmp_path)
     assert one_line_error(proc.stderr, proc.returncode).startswith(
-        f"error: --source {tmp_path / 'nowhere'}: no such directory -- pass the root of a source tree")
+        f"error: --source {tmp_path / 'nowhere'}: no such directory -- pass the root of a source tree"
+    )
     assert not (tmp_path / "dist").exists()
 
 
 @pytest.mark.slow
+@pytest.mark.e2e
 def test_interrupted_build_resumes_compiling_only_what_was_left(tiny_source, tmp_path):
     """Ctrl-C while the last translation unit compiles; the rerun compiles that one unit only."""
     import glob
@@ -595,18 +790,41 @@ def test_interrupted_build_resumes_compiling_only_what_was_left(tiny_source, tmp
     done.mkdir()
     # a compiler launcher (like ccache) that stalls on config.cpp while `hold` exists, and notes each finished unit
     launcher = tmp_path / "hold-launcher"
-    launcher.write_text('#!/bin/sh\ncase "$*" in\n  *config.cpp*)\n'
-                        f'    touch {done}/config-started\n    while [ -e {hold} ]; do sleep 0.1; done;;\nesac\n'
-                        f'"$@" || exit $?\nfor a in "$@"; do last="$a"; done\ntouch "{done}/$(basename "$last")"\n')
+    launcher.write_text(
+        '#!/bin/sh\ncase "$*" in\n  *config.cpp*)\n'
+        f"    touch {done}/config-started\n    while [ -e {hold} ]; do sleep 0.1; done;;\nesac\n"
+        f'"$@" || exit $?\nfor a in "$@"; do last="$a"; done\ntouch "{done}/$(basename "$last")"\n'
+    )
     launcher.chmod(0o755)
     hold.touch()
     args = ["--build-env", f"CMAKE_CXX_COMPILER_LAUNCHER={launcher}"]
     environ = {k: v for k, v in os.environ.items() if k != "CXX"}
     environ["TORCH_PATCH_HARNESS_CACHE"] = str(tmp_path / "cache")
-    first = subprocess.Popen([sys.executable, "-m", "harness", "build", "--kind", "stock", "--source", str(repo),
-                              "--jobs", "2", "--dist", str(dist), "--no-verify", *args], cwd=REPO, env=environ,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-                             preexec_fn=_default_sigint)
+    first = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "harness",
+            "build",
+            "--kind",
+            "stock",
+            "--source",
+            str(repo),
+            "--jobs",
+            "2",
+            "--dist",
+            str(dist),
+            "--no-verify",
+            *args,
+        ],
+        cwd=REPO,
+        env=environ,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        preexec_fn=_default_sigint,
+    )
     objects = str(repo / "build" / "cmake-Release" / "**" / "*.o")
     deadline = time.monotonic() + 400
     while first.poll() is None and time.monotonic() < deadline:

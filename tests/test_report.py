@@ -26,5 +26,7 @@ def test_bimodal_cell_shows_modes_and_per_mode_speedups_not_a_ratio_across_modes
     s = 1e-5 * np.r_[np.exp(rng.normal(0, 0.005, 6)), 2.5 * np.exp(rng.normal(0, 0.005, 4))]
     p = 1e-5 * np.r_[1.1 * np.exp(rng.normal(0, 0.005, 5)), 2.75 * np.exp(rng.normal(0, 0.005, 5))]
     text = report._modes_text(stats.compare(s, p))
-    assert text == ("stock 10.0 µs (60%) / 24.9 µs (40%); patched 11.0 µs (50%) / 27.5 µs (50%); "
-                    "speedup per mode 0.909× / 0.908×")
+    assert text == (
+        "stock 10.0 µs (60%) / 24.9 µs (40%); patched 11.0 µs (50%) / 27.5 µs (50%); "
+        "speedup per mode 0.909× / 0.908×"
+    )

@@ -10,7 +10,11 @@ from harness import results as res
 
 
 def _rec(median, status="ok"):
-    return {"status": status, "measurement": {"samples": [median], "median": median}} if status == "ok" else {"status": status}
+    return (
+        {"status": status, "measurement": {"samples": [median], "median": median}}
+        if status == "ok"
+        else {"status": status}
+    )
 
 
 def test_process_matrix_rows_are_processes_and_missing_cells_are_nan():

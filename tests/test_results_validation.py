@@ -46,8 +46,7 @@ def _set_patched_samples(data: dict, value: float) -> None:
                     rec["measurement"]["samples"] = [value] * len(rec["measurement"]["samples"])
 
 
-@pytest.mark.parametrize("value, shown", [(math.nan, "holds nan"), (-1e-3, "holds -0.001"),
-                                          (1e-300, "holds 1e-300")])
+@pytest.mark.parametrize("value, shown", [(math.nan, "holds nan"), (-1e-3, "holds -0.001"), (1e-300, "holds 1e-300")])
 def test_patched_samples_nan_negative_or_absurd_are_refused(good, tmp_path, capsys, value, shown):
     """item 5: NaN or negative samples rendered the same report as the original, exit 0."""
     data = copy.deepcopy(good)
@@ -63,8 +62,11 @@ def test_median_of_1e300_is_not_a_speedup(good, tmp_path, capsys):
     i, key = _ok_cell(data, "patched")
     data["processes"][i]["cells"][key]["measurement"]["median"] = 1e-300
     rc, out, _ = _report_line(tmp_path, data, capsys)
-    assert rc == 2 and f"processes[{i}].cells['{key}'].measurement.median is 1e-300, not a finite number " \
-                       "of seconds >= 1e-12" in out, out
+    assert (
+        rc == 2
+        and f"processes[{i}].cells['{key}'].measurement.median is 1e-300, not a finite number " "of seconds >= 1e-12"
+        in out
+    ), out
 
 
 def _drop(path: str):
@@ -74,6 +76,7 @@ def _drop(path: str):
         for p in parents:
             node = node[p]
         del node[last]
+
     return edit
 
 
@@ -81,24 +84,37 @@ def _cell_edit(fn):
     def edit(data):
         i, key = _ok_cell(data, "stock")
         fn(data["processes"][i], key)
+
     return edit
 
 
-@pytest.mark.parametrize("edit, message", [
-    (_drop("run.device"), "run.device is missing"),
-    (_drop("run.timing"), "run.timing is missing"),
-    (_drop("builds.stock.provenance"), "builds.stock.provenance is missing"),
-    (lambda d: d["run"].update(rounds="four"), "run.rounds is string 'four', not int"),
-    (lambda d: d["run"].update(device="tpu"), "run.device is 'tpu', not one of cpu, cuda, mps"),
-    (lambda d: d["run"]["timing"].pop("measure_s"), "run.timing.measure_s is None, not a positive number"),
-    (lambda d: d["builds"]["patched"]["provenance"].pop("torch_version"),
-     "builds.patched.provenance.torch_version is missing"),
-    (_cell_edit(lambda proc, key: proc["cells"][key]["measurement"].update(median=math.inf)),
-     "measurement.median is inf, not a finite number of seconds"),
-    (_cell_edit(lambda proc, key: proc["cells"].update({"mm/7x7x7/float32": proc["cells"][key]})),
-     "cells['mm/7x7x7/float32'] is a cell that is not in run.cells (the plan)"),
-    (lambda d: d["processes"][0].update(config="ghost"), "processes[0].config is 'ghost', which is not in run.configs"),
-])
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (_drop("run.device"), "run.device is missing"),
+        (_drop("run.timing"), "run.timing is missing"),
+        (_drop("builds.stock.provenance"), "builds.stock.provenance is missing"),
+        (lambda d: d["run"].update(rounds="four"), "run.rounds is string 'four', not int"),
+        (lambda d: d["run"].update(device="tpu"), "run.device is 'tpu', not one of cpu, cuda, mps"),
+        (lambda d: d["run"]["timing"].pop("measure_s"), "run.timing.measure_s is None, not a positive number"),
+        (
+            lambda d: d["builds"]["patched"]["provenance"].pop("torch_version"),
+            "builds.patched.provenance.torch_version is missing",
+        ),
+        (
+            _cell_edit(lambda proc, key: proc["cells"][key]["measurement"].update(median=math.inf)),
+            "measurement.median is inf, not a finite number of seconds",
+        ),
+        (
+            _cell_edit(lambda proc, key: proc["cells"].update({"mm/7x7x7/float32": proc["cells"][key]})),
+            "cells['mm/7x7x7/float32'] is a cell that is not in run.cells (the plan)",
+        ),
+        (
+            lambda d: d["processes"][0].update(config="ghost"),
+            "processes[0].config is 'ghost', which is not in run.configs",
+        ),
+    ],
+)
 def test_schema_faults_are_one_line_naming_the_key(good, tmp_path, capsys, edit, message):
     """item 8: these gave KeyError/TypeError/ValueError tracebacks."""
     data = copy.deepcopy(good)
@@ -121,8 +137,11 @@ def test_aa_is_named_when_the_bytes_differ(good, how):
     for key in ("torch_version", "git_version", "cuda_version", "variables_in_libraries"):
         patched["provenance"][key] = stock["provenance"][key]
     stock["input"] = {"kind": "wheel", "value": "/d/torch-2.13.0-cp311-linux_x86_64.whl", "sha256": "a" * 64}
-    patched["input"] = ({"kind": "wheel", "value": "/e/torch-2.13.0-cp311-linux_x86_64.whl", "sha256": "b" * 64}
-                        if how == "zip comment" else {"kind": "requirement", "value": "torch==2.13.0", "sha256": None})
+    patched["input"] = (
+        {"kind": "wheel", "value": "/e/torch-2.13.0-cp311-linux_x86_64.whl", "sha256": "b" * 64}
+        if how == "zip comment"
+        else {"kind": "requirement", "value": "torch==2.13.0", "sha256": None}
+    )
     text = report.render(data)
     top = text.split("\n## ")[1]  # the summary, first section of the report
     assert "an A/A run; any verdict other than equivalent/undetermined is a false positive" in top

@@ -1,25 +1,41 @@
-"""End-to-end runs of `compare` on this interpreter's torch, with real worker crashes and hangs."""
+"""Runs of `compare` on this interpreter's torch, with real worker crashes and hangs.
+
+The driver runs in-process (``harness.cli.main``; its workers are real processes of the build's
+interpreter); the shared 4-round run is the end-to-end one, ``python -m harness compare`` as a subprocess.
+"""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import stat
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from conftest import fixed_rounds
+from conftest import fixed_rounds, run_harness
 
 CELLS = "mm/64x64x64/float32,sdpa_causal/1x2x64x16/float32"
 REPO = Path(__file__).resolve().parent.parent
 
 
-def harness(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    args = fixed_rounds(args)
-    return subprocess.run([sys.executable, "-m", "harness", *args], capture_output=True, text=True,
-                          cwd=REPO, env={**os.environ, **(env or {})}, timeout=600)
+def harness(*args: str, env: dict | None = None):
+    """``python -m harness *args`` in this process (fixed rounds unless the test asks for adaptive ones)."""
+    return run_harness(*fixed_rounds(args), env=env, cwd=REPO)
+
+
+def harness_process(*args: str) -> subprocess.CompletedProcess:
+    """``python -m harness *args`` as a real subprocess (the end-to-end path)."""
+    return subprocess.run(
+        [sys.executable, "-m", "harness", *fixed_rounds(args)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=dict(os.environ),
+        timeout=600,
+    )
 
 
 def fake_python(tmp_path: Path, worker_code: str) -> str:
@@ -28,7 +44,8 @@ def fake_python(tmp_path: Path, worker_code: str) -> str:
     script.write_text(
         "#!/bin/sh\n"
         f'if [ "$2" = harness.bench.worker ]; then exec {sys.executable} -c "{worker_code}"; fi\n'
-        f'exec {sys.executable} "$@"\n')
+        f'exec {sys.executable} "$@"\n'
+    )
     script.chmod(script.stat().st_mode | stat.S_IEXEC)
     return f"python:{script}"
 
@@ -36,12 +53,34 @@ def fake_python(tmp_path: Path, worker_code: str) -> str:
 @pytest.fixture(scope="module")
 def ab_run(tmp_path_factory, this_python):
     out = tmp_path_factory.mktemp("ab") / "run"
-    args = ["compare", "--stock", this_python, "--patched", this_python, "--device", "cpu", "--configs", "default",
-            "--cells", CELLS, "--rounds", "4", "--out", str(out)]
-    first = harness(*args)
+    args = [
+        "compare",
+        "--stock",
+        this_python,
+        "--patched",
+        this_python,
+        "--device",
+        "cpu",
+        "--configs",
+        "default",
+        "--cells",
+        CELLS,
+        "--rounds",
+        "4",
+        "--out",
+        str(out),
+    ]
+    first = harness_process(*args)
     return out, args, first
 
 
+def _copy(run: Path, tmp_path: Path) -> Path:
+    out = tmp_path / "out"
+    shutil.copytree(run, out)
+    return out
+
+
+@pytest.mark.e2e
 def test_compare_writes_results_with_raw_samples_of_every_process(ab_run):
     out, _, proc = ab_run
     assert proc.returncode == 0, proc.stderr
@@ -86,18 +125,19 @@ def test_report_names_versions_hashes_and_ratios(ab_run):
     assert "torch.__config__.show() of stock" in report and "Build manifests: none" in report
 
 
-def test_rerun_resumes_without_running_workers(ab_run):
-    out, args, _ = ab_run
+def test_rerun_resumes_without_running_workers(ab_run, tmp_path):
+    run, args, _ = ab_run
+    out = _copy(run, tmp_path)
     before = json.loads((out / "results.json").read_text())
-    again = harness(*args)
+    again = harness(*_on(out, run, args))
     assert again.returncode == 0
     assert again.stderr.count(" kept r") == 8 and " ran r" not in again.stderr
     after = json.loads((out / "results.json").read_text())
     assert [p["cells"] for p in after["processes"]] == [p["cells"] for p in before["processes"]]
 
 
-def test_report_command_re_renders_report_and_plots_byte_for_byte(ab_run):
-    out, _, _ = ab_run
+def test_report_command_re_renders_report_and_plots_byte_for_byte(ab_run, tmp_path):
+    out = _copy(ab_run[0], tmp_path)
     names = ["report.md", "speedup.png", "latency-gemm.png", "latency-sdpa.png"]
     original = {n: (out / n).read_bytes() for n in names}
     assert original["speedup.png"].startswith(b"\x89PNG") and len(original["speedup.png"]) > 10_000
@@ -112,8 +152,23 @@ def test_report_command_re_renders_report_and_plots_byte_for_byte(ab_run):
 
 def test_crashing_worker_marks_its_cells_failed_and_the_run_continues(tmp_path, this_python):
     crash = fake_python(tmp_path, "import os; os.abort()")
-    proc = harness("compare", "--stock", this_python, "--patched", crash, "--device", "cpu", "--configs", "default",
-                   "--cells", CELLS, "--rounds", "1", "--out", str(tmp_path / "out"))
+    proc = harness(
+        "compare",
+        "--stock",
+        this_python,
+        "--patched",
+        crash,
+        "--device",
+        "cpu",
+        "--configs",
+        "default",
+        "--cells",
+        CELLS,
+        "--rounds",
+        "1",
+        "--out",
+        str(tmp_path / "out"),
+    )
     assert proc.returncode == 1
     data = json.loads((tmp_path / "out" / "results.json").read_text())
     by_build = {p["build"]: p for p in data["processes"]}
@@ -128,8 +183,25 @@ def test_crashing_worker_marks_its_cells_failed_and_the_run_continues(tmp_path, 
 
 def test_hanging_worker_times_out(tmp_path, this_python):
     hang = fake_python(tmp_path, "import time; time.sleep(60)")
-    proc = harness("compare", "--stock", hang, "--patched", this_python, "--device", "cpu", "--configs", "default",
-                   "--cells", CELLS, "--rounds", "1", "--timeout", "3", "--out", str(tmp_path / "out"))
+    proc = harness(
+        "compare",
+        "--stock",
+        hang,
+        "--patched",
+        this_python,
+        "--device",
+        "cpu",
+        "--configs",
+        "default",
+        "--cells",
+        CELLS,
+        "--rounds",
+        "1",
+        "--timeout",
+        "3",
+        "--out",
+        str(tmp_path / "out"),
+    )
     assert proc.returncode == 1
     data = json.loads((tmp_path / "out" / "results.json").read_text())
     stock = next(p for p in data["processes"] if p["build"] == "stock")
@@ -139,8 +211,19 @@ def test_hanging_worker_times_out(tmp_path, this_python):
 def test_config_consistency_compares_gemm_outputs_across_processes(tmp_path, this_python):
     """The device's config pair (cpu: no_vec vs default; mps: all vs vanilla) is compared on real outputs."""
     out = tmp_path / "out"
-    proc = harness("bench", "--build", this_python, "--device", "cpu", "--cells", CELLS + ",addmm/32x48x64/float16",
-                   "--rounds", "1", "--out", str(out))
+    proc = harness(
+        "bench",
+        "--build",
+        this_python,
+        "--device",
+        "cpu",
+        "--cells",
+        CELLS + ",addmm/32x48x64/float16",
+        "--rounds",
+        "1",
+        "--out",
+        str(out),
+    )
     assert proc.returncode == 0, proc.stderr
     data = json.loads((out / "results.json").read_text())
     section = data["consistency"]
@@ -169,54 +252,79 @@ def test_consistency_flags_outputs_that_differ(tmp_path):
 
 
 def test_resume_refuses_a_run_measured_with_other_builds_or_cells(ab_run, tmp_path):
-    out, args, _ = ab_run
+    run, args, _ = ab_run
+    out = _copy(run, tmp_path)
+    args = _on(out, run, args)
     before = (out / "results.json").read_text()
     other_cells = [a if a != CELLS else "mm/128x128x128/float32" for a in args]
     proc = harness(*other_cells)
     assert proc.returncode == 2
     assert f"{out} holds a run measured with different cells -- pass --fresh" in proc.stderr
     fake = fake_python(tmp_path, "import os; os.abort()")  # another interpreter: a different build input
-    other_build = [fake if a == args[args.index("--patched") + 1] and i == args.index("--patched") + 1 else a
-                   for i, a in enumerate(args)]
+    other_build = [
+        fake if a == args[args.index("--patched") + 1] and i == args.index("--patched") + 1 else a
+        for i, a in enumerate(args)
+    ]
     proc = harness(*other_build)
     assert proc.returncode == 2 and "different inputs" in proc.stderr
     assert (out / "results.json").read_text() == before  # nothing relabelled
 
 
-def test_more_rounds_extend_a_finished_run(tmp_path, this_python):
-    out = tmp_path / "out"
-    base = ["compare", "--stock", this_python, "--patched", this_python, "--device", "cpu", "--configs", "default",
-            "--cells", "mm/64x64x64/float32", "--out", str(out)]
-    assert harness(*base, "--rounds", "1").returncode == 0
-    more = harness(*base, "--rounds", "2")
+def _on(out: Path, run: Path, args: list[str]) -> list[str]:
+    """``args`` of the shared run with its ``--out`` replaced by ``out``."""
+    return [str(out) if a == str(run) else a for a in args]
+
+
+def test_more_rounds_extend_a_finished_run(ab_run, tmp_path):
+    run, args, _ = ab_run
+    out = _copy(run, tmp_path)
+    rounds = args.index("--rounds") + 1
+    more = harness(*_on(out, run, [*args[:rounds], "5", *args[rounds + 1 :]]))
     assert more.returncode == 0, more.stderr
-    assert more.stderr.count(" kept r00") == 2 and more.stderr.count(" ran r01") == 2
-    assert len(json.loads((out / "results.json").read_text())["processes"]) == 4
+    kept = sum(more.stderr.count(f" kept r0{r}") for r in range(4))
+    assert kept == 8 and more.stderr.count(" ran r04") == 2 == more.stderr.count(" ran r")
+    assert len(json.loads((out / "results.json").read_text())["processes"]) == 10
 
 
-def test_adaptive_sampling_adds_rounds_only_for_unconverged_cells(tmp_path, this_python):
-    out = tmp_path / "out"
-    cells = "mm/64x64x64/float32,mm/48x48x48/float32"
-    base = ["compare", "--stock", this_python, "--patched", this_python, "--device", "cpu", "--configs", "default",
-            "--cells", cells, "--rounds", "4", "--out", str(out)]
-    # a target no CPU run reaches: rounds are added, then the budget (planned rounds included) stops them
-    proc = harness(*base, "--target-ci", "0.00001", "--budget-s", "60")
+def test_adaptive_sampling_adds_rounds_only_for_unconverged_cells(ab_run, tmp_path):
+    run, args, _ = ab_run
+    out = _copy(run, tmp_path)  # its 4 planned rounds are kept; adaptive rounds follow them
+    # a target no CPU run reaches: rounds are added, then the budget stops them (it counts this command's
+    # worker processes: the kept rounds cost nothing)
+    proc = harness(*_on(out, run, args), "--target-ci", "0.00001", "--budget-s", "45")
     assert proc.returncode == 0, proc.stderr
     data = json.loads((out / "results.json").read_text())
     adaptive = data["run"]["adaptive"]
     assert adaptive["rounds_added"] >= 1
-    assert adaptive["unconverged"] == {"default": ["mm/64x64x64/float32", "mm/48x48x48/float32"]}
+    assert adaptive["unconverged"] == {"default": CELLS.split(",")}
     extra = [p for p in data["processes"] if p["round"] >= 4]
     assert len(extra) == 2 * adaptive["rounds_added"]
-    assert all(sorted(p["cells"]) == sorted(cells.split(",")) for p in extra)
+    assert all(sorted(p["cells"]) == sorted(CELLS.split(",")) for p in extra)
     report = (out / "report.md").read_text()
     assert "**2 cell(s) did not converge**" in report and "unconverged: CI half-width" in report
 
 
 def test_adaptive_sampling_stops_when_every_cell_converged(tmp_path, this_python):
     out = tmp_path / "out"
-    proc = harness("compare", "--stock", this_python, "--patched", this_python, "--device", "cpu", "--configs", "default",
-                   "--cells", "mm/64x64x64/float32", "--rounds", "4", "--target-ci", "0.9", "--out", str(out))
+    proc = harness(
+        "compare",
+        "--stock",
+        this_python,
+        "--patched",
+        this_python,
+        "--device",
+        "cpu",
+        "--configs",
+        "default",
+        "--cells",
+        "mm/64x64x64/float32",
+        "--rounds",
+        "4",
+        "--target-ci",
+        "0.9",
+        "--out",
+        str(out),
+    )
     assert proc.returncode == 0, proc.stderr
     data = json.loads((out / "results.json").read_text())
     # at 4 + 4 processes the exact CI is the whole range of the differences, so one slow process of a
@@ -234,17 +342,26 @@ def test_report_shows_build_manifests_flags_and_datasheet_peaks(ab_run):
     env = {"USE_MPS": "1", "MAX_JOBS": "8", "PYTORCH_BUILD_VERSION": "2.6.0+stock.94a97a2f"}
     for b in ("stock", "patched"):
         data["builds"][b]["build"] = {
-            "base_sha": "94a97a2f7acd", "series": None if b == "stock" else {"name": "mps-gemm", "hash": "24198fd8"},
-            "environment": {**env, "PYTORCH_BUILD_VERSION": f"2.6.0+{b}"}, "compiler": "clang 16", "cmake": "3.31",
-            "platform": "macos-arm64", "build_type": "Release", "version": f"2.6.0+{b}"}
+            "base_sha": "94a97a2f7acd",
+            "series": None if b == "stock" else {"name": "mps-gemm", "hash": "24198fd8"},
+            "environment": {**env, "PYTORCH_BUILD_VERSION": f"2.6.0+{b}"},
+            "compiler": "clang 16",
+            "cmake": "3.31",
+            "platform": "macos-arm64",
+            "build_type": "Release",
+            "version": f"2.6.0+{b}",
+        }
     text = report.render(data)
     assert "| series | – | mps-gemm `24198fd8` |" in text
     assert "Build flags: **identical** apart from the version label." in text
     data["builds"]["patched"]["build"]["environment"]["USE_MPS"] = "0"
     assert "Build flags: **differ** in `USE_MPS`." in report.render(data)
     # % of peak: only where the device has a datasheet peak (here: pretend the run was on an H200)
-    rows = [line.split(" | ") for line in text.split("## Cells")[1].split("## Correctness")[0].splitlines()
-            if line.startswith(("| mm ", "| sdpa"))]
+    rows = [
+        line.split(" | ")
+        for line in text.split("## Cells")[1].split("## Correctness")[0].splitlines()
+        if line.startswith(("| mm ", "| sdpa"))
+    ]
     assert "patched GFLOP/s (% of peak)" in text and rows and not any("%)" in row[4] for row in rows)
     data["run"]["device"] = "cuda"
     data["builds"]["stock"]["provenance"]["gpu_name"] = "NVIDIA H200"
@@ -253,6 +370,6 @@ def test_report_shows_build_manifests_flags_and_datasheet_peaks(ab_run):
     import numpy as np
 
     median = float(np.median(res.process_medians(res.cell_table(data)["default"]["mm/64x64x64/float32"]["patched"])))
-    tflops = 2 * 64 ** 3 / median / 1e12
+    tflops = 2 * 64**3 / median / 1e12
     assert row.split(" | ")[4] == f"{tflops:.3g} ({tflops / 67.0:.0%})"  # FP32 peak of the H200: 67 TFLOP/s
     assert "patched TFLOP/s (% of peak)" in report.render(data)

@@ -5,15 +5,28 @@ from __future__ import annotations
 import numpy as np
 
 from harness.results import launch_bound, startup_seconds
-from harness.runner import (MAX_CELL_MEASURE_S, TIMING, adaptive_measure_seconds, cell_costs, next_adaptive_cells,
-                            round_seconds, unconverged_cells)
+from harness.runner import (
+    MAX_CELL_MEASURE_S,
+    TIMING,
+    adaptive_measure_seconds,
+    cell_costs,
+    next_adaptive_cells,
+    round_seconds,
+    unconverged_cells,
+)
 
 
 def _measured(seconds: float, launch_bound: bool) -> dict:
     """A raw measurement of one block: its median and launch-bound label follow from samples and enqueue
     times (the stored ``median`` / ``launch_bound`` keys are never read back)."""
-    return {"samples": [seconds], "enqueue": [seconds if launch_bound else 0.0], "number": 1,
-            "method": "synchronize+perf_counter", "median": -1.0, "launch_bound": not launch_bound}
+    return {
+        "samples": [seconds],
+        "enqueue": [seconds if launch_bound else 0.0],
+        "number": 1,
+        "method": "synchronize+perf_counter",
+        "median": -1.0,
+        "launch_bound": not launch_bound,
+    }
 
 
 def _data(spread: dict[str, float], launch: dict[str, bool], n: int = 6) -> dict:
@@ -22,10 +35,15 @@ def _data(spread: dict[str, float], launch: dict[str, bool], n: int = 6) -> dict
     processes = []
     for rnd in range(n):
         for build in ("stock", "patched"):
-            cells = {key: {"status": "ok", "measurement": _measured(float(1e-3 * np.exp(rng.normal(0, sd))), launch[key])}
-                     for key, sd in spread.items()}
+            cells = {
+                key: {"status": "ok", "measurement": _measured(float(1e-3 * np.exp(rng.normal(0, sd))), launch[key])}
+                for key, sd in spread.items()
+            }
             processes.append({"config": "default", "build": build, "round": rnd, "cells": cells})
-    return {"run": {"cells": list(spread), "configs": ["default"], "builds": ["stock", "patched"]}, "processes": processes}
+    return {
+        "run": {"cells": list(spread), "configs": ["default"], "builds": ["stock", "patched"]},
+        "processes": processes,
+    }
 
 
 def test_launch_bound_cells_are_held_to_their_own_lower_target():
@@ -82,9 +100,11 @@ def test_launch_bound_cells_are_judged_against_a_wider_band():
 
 def test_a_round_is_estimated_from_the_processes_so_far():
     timed = {"status": "ok", "measurement": {"samples": [0.01] * 10, "number": 2}}  # 0.2 s of timed blocks
-    done = [{"started": 0.0, "worker_started": 3.0, "finished": 13.0, "cells": {str(i): {} for i in range(10)}},
-            {"started": 20.0, "worker_started": 23.0, "finished": 43.0, "cells": {str(i): {} for i in range(20)}},
-            {"started": 50.0, "worker_started": 54.0, "finished": 66.0, "cells": {str(i): timed for i in range(10)}}]
+    done = [
+        {"started": 0.0, "worker_started": 3.0, "finished": 13.0, "cells": {str(i): {} for i in range(10)}},
+        {"started": 20.0, "worker_started": 23.0, "finished": 43.0, "cells": {str(i): {} for i in range(20)}},
+        {"started": 50.0, "worker_started": 54.0, "finished": 66.0, "cells": {str(i): timed for i in range(10)}},
+    ]
     # start-up 3 s (median of 3, 3, 4); per cell 1 s besides its timed blocks (10/10, 20/20, (12 - 2)/10)
     assert cell_costs(done) == (3.0, 1.0)
     # two processes of 5 cells, with no timed blocks / with 0.5 s of them per cell

@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import re
-import uuid
 from pathlib import Path
 
 import pytest
-
 from conftest import AUTHOR, export_series, git
+
 from harness import cli
 from harness.series import load_series, series_hash
-from harness.upstream import checkout, worktrees
+from harness.upstream import checkout, patched_branch, worktrees
 
 
 def _errors(capsys) -> list[str]:
@@ -26,16 +25,21 @@ def _run(capsys, *args: str) -> tuple[int, str]:
 
 
 # ------------------------------------------------------------------------------------ validation
-@pytest.mark.parametrize("edit, expected", [
-    (lambda t: t.replace('title = "Demo series"\n', ""), "missing key 'title'"),
-    (lambda t: re.sub(r"patches = \[.*\]\n", "", t), "[[base]] #1 (ref 'v1'): missing key 'patches'"),
-    (lambda t: t + 'colour = "blue"\n', "unknown key 'colour'"),
-    (lambda t: t.replace("0002-docs-document-the-change.patch", "0002-absent.patch"),
-     "patch file absent: patches/demo/v1/0002-absent.patch"),
-    (lambda t: t.replace('name = "demo"', 'name = "other"'), "key 'name' is 'other'"),
-    (lambda t: t.replace('ref = "v1"', 'ref = "v1"\ncommit = "abc"'), "key 'commit' is not a 40-hex SHA"),
-    (lambda t: t.replace('env = ["DEMO_ENV"]', "env = [1]"), "key 'env' must be a list of non-empty strings"),
-])
+@pytest.mark.parametrize(
+    "edit, expected",
+    [
+        (lambda t: t.replace('title = "Demo series"\n', ""), "missing key 'title'"),
+        (lambda t: re.sub(r"patches = \[.*\]\n", "", t), "[[base]] #1 (ref 'v1'): missing key 'patches'"),
+        (lambda t: t + 'colour = "blue"\n', "unknown key 'colour'"),
+        (
+            lambda t: t.replace("0002-docs-document-the-change.patch", "0002-absent.patch"),
+            "patch file absent: patches/demo/v1/0002-absent.patch",
+        ),
+        (lambda t: t.replace('name = "demo"', 'name = "other"'), "key 'name' is 'other'"),
+        (lambda t: t.replace('ref = "v1"', 'ref = "v1"\ncommit = "abc"'), "key 'commit' is not a 40-hex SHA"),
+        (lambda t: t.replace('env = ["DEMO_ENV"]', "env = [1]"), "key 'env' must be a list of non-empty strings"),
+    ],
+)
 def test_invalid_manifest_is_one_line_naming_file_and_key(tiny_upstream, project, capsys, edit, expected):
     folder = export_series(tiny_upstream, project)
     manifest = folder / "series.toml"
@@ -169,8 +173,10 @@ def test_apply_one_commit_per_patch_then_noop_refresh(tiny_upstream, project, is
     assert rc == 0, out
     stock, patched = worktrees(project / "work", "v1")
     log = git(patched, "log", "--format=%an <%ae>|%s", "v1..HEAD").splitlines()
-    assert log == ["Patch Author <author@example.org>|docs: document the change",
-                   "Patch Author <author@example.org>|a: patch line 5"]
+    assert log == [
+        "Patch Author <author@example.org>|docs: document the change",
+        "Patch Author <author@example.org>|a: patch line 5",
+    ]
     assert git(patched, "log", "-1", "--format=%b", "HEAD~1").strip() == "Why: the test series needs a reason."
     assert "line 5 patched" in (patched / "a.txt").read_text()
     assert "line 5 patched" not in (stock / "a.txt").read_text()
@@ -181,6 +187,38 @@ def test_apply_one_commit_per_patch_then_noop_refresh(tiny_upstream, project, is
     assert rc == 0 and "unchanged" in out
     assert git(project, "status", "--porcelain", "patches/") == ""
     assert {p.name: p.read_bytes() for p in (folder / "v1").iterdir()} == before
+
+
+def test_two_clones_sharing_one_cache_apply_the_same_series(
+    tiny_upstream, project, isolated_cache, tmp_path, monkeypatch, capsys
+):
+    """Issue 16: a second clone's apply failed with "branch patched/<series>/<base> is already checked
+    out in <the other clone>/work/...": both clones' worktrees live in the one cached mirror."""
+    export_series(tiny_upstream, project)
+    other = tmp_path / "other-clone"
+    git(tmp_path, "clone", "-q", str(project), str(other))
+    trees = []
+    for clone in (project, other):
+        monkeypatch.chdir(clone)
+        rc, out = _run(capsys, "apply", "--series", "demo")
+        assert rc == 0, out
+        _, patched = worktrees(clone / "work", "v1")
+        branch = patched_branch("demo", "v1", patched)
+        assert f"apply: 2 commit(s) on {branch} in work/v1/patched" in out
+        assert "line 5 patched" in (patched / "a.txt").read_text()
+        trees.append((patched, branch))
+    (first, first_branch), (second, second_branch) = trees
+    assert first_branch != second_branch
+    assert git(first, "rev-parse", "--git-common-dir") == git(second, "rev-parse", "--git-common-dir")  # one mirror
+    assert len(list((isolated_cache / "mirrors").glob("*.git"))) == 1
+    # each clone goes on with its own branch: a commit in one is not seen by the other's refresh
+    (second / "a.txt").write_text((second / "a.txt").read_text().replace("line 9\n", "line 9 other\n"))
+    git(second, "commit", "-q", "-am", "a: only in the other clone")
+    assert _run(capsys, "refresh", "--series", "demo")[0] == 0
+    assert len(list((other / "patches" / "demo" / "v1").glob("*.patch"))) == 3
+    monkeypatch.chdir(project)
+    rc, out = _run(capsys, "refresh", "--series", "demo")
+    assert rc == 0 and "unchanged" in out
 
 
 def test_refresh_writes_changes_with_stable_bytes(tiny_upstream, project, isolated_cache, capsys):
@@ -194,7 +232,7 @@ def test_refresh_writes_changes_with_stable_bytes(tiny_upstream, project, isolat
     (patched / "a.txt").write_text((patched / "a.txt").read_text().replace("line 6\n", "line 6 too\n"))
     git(patched, "commit", "-q", "-a", "--amend", "-m", "a: patch lines 5 and 6")
     amended = git(patched, "rev-parse", "HEAD").strip()
-    git(patched, "checkout", "-q", "patched/demo/v1")
+    git(patched, "checkout", "-q", patched_branch("demo", "v1", patched))
     git(patched, "rebase", "-q", "--onto", amended, "HEAD~1")
     rc, out = _run(capsys, "refresh", "--series", "demo")
     assert rc == 0 and "2 file(s) written or removed" in out  # new name written, old name removed
@@ -277,12 +315,8 @@ DOC = "docs/source/mps_environment_variables.rst"
 
 @pytest.fixture
 def debian_project(debian_archive, project):
-    """A project with its own small series authored on the real PyTorch 2.6.0 tree.
-
-    The series name is unique per test so that the ``patched/<series>/v2.6.0`` branches in the
-    shared cached import never collide with an earlier run's worktrees; they are removed after.
-    """
-    name = f"demo-{uuid.uuid4().hex[:8]}"
+    """A project with its own small series authored on the real PyTorch 2.6.0 tree (in the test's own cache)."""
+    name = "demo-real"
     co = checkout(str(debian_archive), "v2.6.0", project / "work", name)
     stock, patched = co.stock, co.patched
     assert (stock, patched) == worktrees(project / "work", "v2.6.0")
@@ -301,14 +335,12 @@ def debian_project(debian_archive, project):
     (project / "patches" / name / "series.toml").write_text(
         f'name = "{name}"\ntitle = "Test series on PyTorch 2.6.0"\n'
         f'upstream = "https://github.com/pytorch/pytorch.git"\n\n[[base]]\nref = "v2.6.0"\n'
-        f'patches = {names!r}\nfiles = ["{DOC}", "{MM}"]\n'.replace("'", '"'))
+        f'patches = {names!r}\nfiles = ["{DOC}", "{MM}"]\n'.replace("'", '"')
+    )
     git(patched, "reset", "-q", "--hard", "v2.6.0")
     git(project, "add", "-A")
     git(project, "commit", "-q", "-m", "series")
-    yield name, stock, patched
-    # free the branch in the shared cached store (the folders go with pytest's tmp_path)
-    git(patched, "checkout", "-q", "--detach", check=False)
-    git(patched, "branch", "-q", "-D", f"patched/{name}/v2.6.0", check=False)
+    return name, stock, patched
 
 
 @pytest.mark.slow
@@ -325,7 +357,8 @@ def test_debian_check_apply_refresh_and_stale(debian_archive, debian_project, pr
     assert git(patched, "rev-list", "--count", "v2.6.0..HEAD").strip() == "2"
     assert git(patched, "log", "--format=%an|%s", "v2.6.0..HEAD").splitlines() == [
         f"{AUTHOR['GIT_AUTHOR_NAME']}|docs: mention the test series",
-        f"{AUTHOR['GIT_AUTHOR_NAME']}|mps: note on the GEMM path"]
+        f"{AUTHOR['GIT_AUTHOR_NAME']}|mps: note on the GEMM path",
+    ]
     assert "GEMM keeps MPSGraph" in (patched / MM).read_text()
     assert "GEMM keeps MPSGraph" not in (stock / MM).read_text()
     rc, out = _run(capsys, "refresh", *common)
@@ -369,13 +402,27 @@ def test_debian_rebase_clean_and_conflict(debian_archive, debian_project, projec
     local = tmp_path / "pytorch.git"
     git(tmp_path, "clone", "-q", "--bare", "--local", str(store), str(local))  # hard links: fast
     # a moved upstream: the .mm file changes far from the series' hunk, the doc file at its end
-    _derived_upstream(store=store, dest=local, tag="v2.6.0-moved", edits={
-        MM: ("Tensor linalg_solve_triangular_mps(", "Tensor /* moved upstream */ linalg_solve_triangular_mps("),
-        DOC: (".. list-table::", ".. list-table:: \n")})
+    _derived_upstream(
+        store=store,
+        dest=local,
+        tag="v2.6.0-moved",
+        edits={
+            MM: ("Tensor linalg_solve_triangular_mps(", "Tensor /* moved upstream */ linalg_solve_triangular_mps("),
+            DOC: (".. list-table::", ".. list-table:: \n"),
+        },
+    )
     # a rewritten upstream: the very line the series extends changes
-    _derived_upstream(store=store, dest=local, tag="v2.6.0-rewritten", edits={
-        MM: ('std::getenv("PYTORCH_MPS_PREFER_METAL") != nullptr;',
-             'std::getenv("PYTORCH_MPS_PREFER_METAL") != nullptr; // rewritten upstream')})
+    _derived_upstream(
+        store=store,
+        dest=local,
+        tag="v2.6.0-rewritten",
+        edits={
+            MM: (
+                'std::getenv("PYTORCH_MPS_PREFER_METAL") != nullptr;',
+                'std::getenv("PYTORCH_MPS_PREFER_METAL") != nullptr; // rewritten upstream',
+            )
+        },
+    )
     monkeypatch.setenv("TORCH_PATCH_HARNESS_CACHE", str(tmp_path / "cache"))
     common = ["--upstream", str(local), "--base", "v2.6.0", "--series", name]
     rc, out = _run(capsys, "rebase", *common, "--onto", "v2.6.0-moved")

@@ -17,7 +17,8 @@ import pytest
 from harness import stats
 
 _spec = importlib.util.spec_from_file_location(
-    "simulate_stats", Path(__file__).resolve().parent.parent / "benchmarks" / "simulate_stats.py")
+    "simulate_stats", Path(__file__).resolve().parent.parent / "benchmarks" / "simulate_stats.py"
+)
 sim = importlib.util.module_from_spec(_spec)
 sys.modules["simulate_stats"] = sim  # dataclasses look their module up there
 _spec.loader.exec_module(sim)
@@ -46,12 +47,15 @@ def test_below_the_floor_no_ci_and_no_verdict():
     assert r.undetermined == 1.0
 
 
-@pytest.mark.parametrize("model,n,power5,power10", [
-    # measured with seed 1, 300 cells: 82 / 100 %, 100 / 100 %, 21 / 39 %
-    ("lognormal 1 %", 4, 0.75, 0.99),
-    ("lognormal 1 %", 8, 0.99, 1.0),
-    ("bimodal", 8, 0.15, 0.33),
-])
+@pytest.mark.parametrize(
+    "model,n,power5,power10",
+    [
+        # measured with seed 1, 300 cells: 82 / 100 %, 100 / 100 %, 21 / 39 %
+        ("lognormal 1 %", 4, 0.75, 0.99),
+        ("lognormal 1 %", 8, 0.99, 1.0),
+        ("bimodal", 8, 0.15, 0.33),
+    ],
+)
 def test_power_at_5_and_10_percent(model, n, power5, power10):
     assert sim.simulate(model, n, 1.05, CELLS, seed=1).slower >= power5
     assert sim.simulate(model, n, 1.10, CELLS, seed=1).slower >= power10

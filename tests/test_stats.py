@@ -18,6 +18,7 @@ import pytest
 from harness import stats
 from harness.stats import Cause, compare, converged, drift, iqr, modes, process_median, unconverged
 
+
 def lognormal(rng, n, sigma, factor=1.0):
     return factor * np.exp(rng.normal(0.0, sigma, n))
 
@@ -263,7 +264,7 @@ def _verdicts(n_cells, n, sigma, factor, threshold, seed):
     rng = np.random.default_rng(seed)
     out = collections.Counter()
     covered = 0
-    for i in range(n_cells):
+    for _ in range(n_cells):
         c = compare(lognormal(rng, n, sigma), lognormal(rng, n, sigma, factor), threshold=threshold)
         out[c.verdict] += 1
         covered += c.ci_low <= factor <= c.ci_high
@@ -272,7 +273,8 @@ def _verdicts(n_cells, n, sigma, factor, threshold, seed):
 
 def test_aa_false_positive_rate_at_default_threshold():
     # 400 A/A cells, 10 processes per side, 1 % noise. Measured: 0/400 faster or slower
-    # (386 equivalent, 14 undetermined), CI coverage 95.25 % (exact level at 10 + 10: 95.7 %). Limit 5 %; the measured 0 % is
+    # (386 equivalent, 14 undetermined), CI coverage 95.25 % (exact level at 10 + 10: 95.7 %). Limit 5 %; the
+    # measured 0 % is
     # > 4 binomial SDs (sd = 1.1 % at p = 5 %, n = 400) below it.
     v, coverage = _verdicts(400, 10, 0.01, 1.0, 0.02, seed=100)
     fp = (v["faster"] + v["slower"]) / 400
@@ -340,7 +342,8 @@ def test_three_modes_and_unimodal_edge_cases():
 
 
 @pytest.mark.parametrize(
-    "dist", ["normal", "lognormal"],
+    "dist",
+    ["normal", "lognormal"],
 )
 def test_modes_false_alarm_rate_on_unimodal_data(dist):
     # 300 unimodal samples for each n; the rule is calibrated for 1 % per split on normal log

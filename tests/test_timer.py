@@ -1,59 +1,115 @@
+"""The block timer, on a fake host clock: every assert is exact and none depends on how fast or
+how loaded the machine is (one test uses the real clock, for what a real sleep guarantees)."""
+
 import time
 
 import pytest
 import torch
 
 from harness.bench import devices
-from harness.bench.timer import MAX_BLOCK_CALLS, BlockTimer, Measurement
+from harness.bench.timer import MAX_BLOCK_CALLS, WARMUP_CALLS, BlockTimer, Measurement
 
 
-def cpu_timer() -> BlockTimer:
-    return BlockTimer(devices.profile("cpu", torch))
+class FakeClock:
+    """A host clock in ns that moves only when the timed code acts: each call of the timed function
+    costs ``call_ns``, each synchronize ``sync_ns``, each clock read ``read_ns``."""
+
+    def __init__(self, call_ns: int, sync_ns: int = 0, read_ns: int = 0) -> None:
+        self.now, self.call_ns, self.sync_ns, self.read_ns = 0, call_ns, sync_ns, read_ns
+        self.trace: list[str] = []
+
+    def __call__(self) -> int:
+        self.now += self.read_ns
+        return self.now
+
+    def call(self) -> None:
+        self.now += self.call_ns
+        self.trace.append("call")
+
+    def sync(self) -> None:
+        self.now += self.sync_ns
+        self.trace.append("sync")
 
 
-def counting_device(trace: list) -> devices.DeviceProfile:
-    """A cpu profile whose synchronize is recorded, to check what the timer enqueues between syncs."""
-    return devices.DeviceProfile("cpu", "cpu", lambda: trace.append("sync"), lambda: None, lambda: None,
-                                 "synchronize+perf_counter")
+def fake_timer(clock: FakeClock, method: str = "synchronize+perf_counter") -> BlockTimer:
+    device = devices.DeviceProfile("cpu", "cpu", clock.sync, lambda: None, lambda: None, method)
+    return BlockTimer(device, clock=clock)
 
 
-def test_cpu_timer_measures_a_known_duration():
-    m = cpu_timer().measure(lambda: time.sleep(0.002), warmup_s=0.0, measure_s=0.05, min_samples=5)
-    assert m.method == "perf_counter" and m.number == 1
-    assert 0.002 <= m.median < 0.004  # sleep never returns early; the bound allows scheduling delay
-    assert len(m.samples) == len(m.enqueue) >= 5
+def test_real_clock_never_reports_less_than_a_real_sleep():
+    m = BlockTimer(devices.profile("cpu", torch)).measure(
+        lambda: time.sleep(0.002), warmup_s=0.0, measure_s=0.0, min_samples=3
+    )
+    assert m.method == "perf_counter" and m.number == 1  # one 2 ms call already exceeds the 1 ms block
+    assert len(m.samples) == len(m.enqueue) == 3
+    assert min(m.samples) >= 0.002  # sleep never returns early (no upper bound: a loaded machine is slower)
     assert not m.launch_bound
 
 
+def test_a_known_duration_is_measured_exactly():
+    clock = FakeClock(call_ns=2_000_000)  # 2 ms per call
+    m = fake_timer(clock, "perf_counter").measure(clock.call, warmup_s=0.0, measure_s=0.05, min_samples=5)
+    assert m.number == 1 and m.overhead_s == 0.0
+    # blocks until 50 ms of fake time have passed, measured from after sizing
+    assert m.samples == [0.002] * 25 and m.enqueue == [0.002] * 25
+    assert m.median == 0.002 and not m.launch_bound
+
+
 def test_fast_calls_are_grouped_into_blocks_of_bounded_size():
-    counter = []
-    m = cpu_timer().measure(lambda: counter.append(1), warmup_s=0.0, measure_s=0.02, min_block_s=1e-3)
-    # one call is ~100 ns: growing towards a 1 ms block stops at the enqueue bound
-    assert 100 < m.number <= MAX_BLOCK_CALLS
-    assert m.overhead_s >= 0
+    clock = FakeClock(call_ns=100)  # 100 ns per call: a 1 ms block would need 10 000 calls
+    m = fake_timer(clock).measure(clock.call, warmup_s=0.0, measure_s=0.02, min_block_s=1e-3)
+    assert m.number == MAX_BLOCK_CALLS  # growing towards the 1 ms block stops at the enqueue bound
+    assert m.samples[0] == pytest.approx(100e-9)
+
+
+def test_blocks_grow_until_they_reach_the_overhead_threshold():
+    # an empty block holds its final synchronize, 50 µs: a block must last 50 µs / 1 % = 5 ms (not 1 ms)
+    clock = FakeClock(call_ns=20_000, sync_ns=50_000)
+    m = fake_timer(clock).measure(
+        clock.call, warmup_s=0.0, warmup_calls=1, measure_s=0.0, min_block_s=1e-3, min_samples=3
+    )
+    assert m.overhead_s == pytest.approx(50e-6)
+    # 1 call: 70 µs -> 78 calls: 1.61 ms -> 266 calls: 5.37 ms >= 5 ms (grown x 1.1 towards the target)
+    assert m.number == 266
+    assert m.samples == [pytest.approx((266 * 20e-6 + 50e-6) / 266)] * 3
+    assert m.enqueue == [pytest.approx(20e-6)] * 3
+    assert m.launch_bound  # the host needed as long to enqueue a call as the block took per call
 
 
 def test_warmup_and_blocks_never_enqueue_more_than_the_bound_between_syncs():
-    trace: list = []
-    timer = BlockTimer(counting_device(trace))
-    timer.measure(lambda: trace.append("call"), warmup_s=0.05, measure_s=0.01, min_block_s=1.0)
+    clock = FakeClock(call_ns=1_000)
+    fake_timer(clock).measure(clock.call, warmup_s=0.05, measure_s=0.01, min_block_s=1.0)
     runs, longest = 0, 0
-    for item in trace:
+    for item in clock.trace:
         runs = runs + 1 if item == "call" else 0
         longest = max(longest, runs)
     assert longest == MAX_BLOCK_CALLS  # the 1 s block target is capped by the call bound
     # warm-up: one call per synchronize, bounded in calls however short the calls are
-    first_block = trace.index("call")
-    warm = trace[first_block:first_block + 2 * 50]
-    assert warm == ["call", "sync"] * 50
+    first = clock.trace.index("call")
+    assert clock.trace[first : first + 2 * WARMUP_CALLS + 1] == ["call", "sync"] * WARMUP_CALLS + ["sync"]
+
+
+def test_warmup_stops_at_its_deadline():
+    clock = FakeClock(call_ns=10_000_000)  # 10 ms per call: 5 calls reach a 50 ms warm-up
+    assert fake_timer(clock).warmup(clock.call, 0.05) == 5
+    assert fake_timer(clock).warmup(clock.call, 0.0) == 1  # at least one call
 
 
 def test_block_time_includes_the_final_synchronize():
-    trace: list = []
-    device = devices.DeviceProfile("cpu", "cpu", lambda: time.sleep(0.003), lambda: None, lambda: None, "x")
-    block, enqueue = BlockTimer(device).time_block(lambda: trace.append(1), 3)
-    assert trace == [1, 1, 1]
-    assert enqueue < 0.003 <= block  # the host clock is read after the device finished
+    clock = FakeClock(call_ns=1_000, sync_ns=3_000_000)
+    block, enqueue = fake_timer(clock).time_block(clock.call, 3)
+    assert clock.trace == ["sync", "call", "call", "call", "sync"]
+    assert enqueue == pytest.approx(3e-6) and block == pytest.approx(3e-6 + 3e-3)  # read after the device finished
+
+
+def test_sanity_passes_when_the_block_ends_with_the_device_idle():
+    clock = FakeClock(call_ns=1_000, sync_ns=10_000)
+    result = fake_timer(clock).sanity(clock.call, 10)
+    assert result["overhead_s"] == pytest.approx(10e-6)
+    assert result["block_s"] == pytest.approx(10e-6 + 10e-6)  # 10 calls + the block's final synchronize
+    # the outer clock also holds the synchronize before the block and the extra one after it
+    assert result["outer_s"] == pytest.approx(10e-6 + 20e-6 + 10e-6)
+    assert result["passed"]
 
 
 def test_launch_bound_label_uses_enqueue_time():

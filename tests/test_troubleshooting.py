@@ -20,8 +20,11 @@ def _error_classes(trees: dict[Path, ast.Module]) -> set[str]:
         grew = False
         for tree in trees.values():
             for node in ast.walk(tree):
-                if isinstance(node, ast.ClassDef) and node.name not in names and any(
-                        isinstance(b, ast.Name) and b.id in names for b in node.bases):
+                if (
+                    isinstance(node, ast.ClassDef)
+                    and node.name not in names
+                    and any(isinstance(b, ast.Name) and b.id in names for b in node.bases)
+                ):
                     names.add(node.name)
                     grew = True
     return names
@@ -99,16 +102,25 @@ def test_every_message_is_in_troubleshooting():
 
 def test_a_new_undocumented_message_fails(tmp_path):
     path = REPO / "harness" / "new_module.py"  # never written: the source text is given directly
-    source = ("from harness.errors import UsageError\n"
-              "def f(x):\n"
-              "    raise UsageError(f'the frobnicator {x} is out of flux', 'recalibrate it')\n")
+    source = (
+        "from harness.errors import UsageError\n"
+        "def f(x):\n"
+        "    raise UsageError(f'the frobnicator {x} is out of flux', 'recalibrate it')\n"
+    )
     assert undocumented({path: source}, DOC.read_text()) == [
-        "harness/new_module.py:3: 'the frobnicator'", "harness/new_module.py:3: 'is out of flux'"]
+        "harness/new_module.py:3: 'the frobnicator'",
+        "harness/new_module.py:3: 'is out of flux'",
+    ]
     documented = DOC.read_text() + "\n- `` the frobnicator <x> is out of flux `` -- Remedy: recalibrate it.\n"
     assert undocumented({path: source}, documented) == []
 
 
 def test_document_has_the_five_stages():
     headings = re.findall(r"(?m)^## (.+)$", DOC.read_text())
-    assert headings == ["1. Inputs: the command line", "2. Upstream and patch series", "3. Build",
-                        "4. Run (`compare`, `bench`)", "5. Results and report"]
+    assert headings == [
+        "1. Inputs: the command line",
+        "2. Upstream and patch series",
+        "3. Build",
+        "4. Run (`compare`, `bench`)",
+        "5. Results and report",
+    ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import tarfile
 import time
 import zipfile
@@ -10,15 +11,14 @@ from pathlib import Path
 
 import git as gitpython
 import pytest
-
 from conftest import git
+
 from harness import cli
 from harness.errors import UpstreamError
-from harness.upstream import checkout, import_archive, missing_submodules, worktrees
+from harness.upstream import checkout, import_archive, missing_submodules, patched_branch, worktrees
 
 
-def test_checkout_creates_worktrees_and_warm_cache_does_no_clone(tiny_upstream, isolated_cache, tmp_path,
-                                                                  monkeypatch):
+def test_checkout_creates_worktrees_and_warm_cache_does_no_clone(tiny_upstream, isolated_cache, tmp_path, monkeypatch):
     work = tmp_path / "work"
     first = checkout(str(tiny_upstream), "v1", work, "demo")
     assert first.upstream.created and first.upstream.kind == "git"
@@ -28,7 +28,9 @@ def test_checkout_creates_worktrees_and_warm_cache_does_no_clone(tiny_upstream, 
     v1 = git(tiny_upstream, "rev-parse", "v1^{commit}").strip()
     assert git(stock, "rev-parse", "HEAD").strip() == v1 == first.commit
     assert git(stock, "symbolic-ref", "-q", "HEAD", check=False) == ""  # detached
-    assert git(patched, "symbolic-ref", "--short", "HEAD").strip() == "patched/demo/v1"
+    branch = git(patched, "symbolic-ref", "--short", "HEAD").strip()
+    assert branch == first.branch == patched_branch("demo", "v1", patched)
+    assert re.fullmatch(r"patched/demo/v1-[0-9a-f]{8}", branch)  # named after its worktree's folder
     # both worktrees share the mirror's object store
     for tree in (stock, patched):
         common = git(tree, "rev-parse", "--path-format=absolute", "--git-common-dir").strip()
@@ -44,9 +46,32 @@ def test_checkout_creates_worktrees_and_warm_cache_does_no_clone(tiny_upstream, 
     assert not second.upstream.created
     assert second.upstream.store.stat().st_ino == inode
     assert (second.stock / "a.txt").read_text() == (stock / "a.txt").read_text()
-    # the series branch lives in one worktree at a time: a second workdir gets a clear line
-    with pytest.raises(UpstreamError, match="patched/demo/v1 is already checked out"):
+    # a second workdir on the same cache gets a branch of its own for the same series and base
+    third = checkout(str(tiny_upstream), "v1", tmp_path / "work3", "demo")
+    assert third.branch == patched_branch("demo", "v1", third.patched) != branch
+    assert git(third.patched, "symbolic-ref", "--short", "HEAD").strip() == third.branch
+    # a branch is checked out in one worktree at a time: taken by hand elsewhere, it is one line
+    git(third.patched, "checkout", "-q", "--detach")
+    git(patched, "checkout", "-q", third.branch)
+    git(first.upstream.store, "worktree", "remove", "--force", str(third.patched))
+    with pytest.raises(UpstreamError, match=f"branch {third.branch} is already checked out in {patched}"):
         checkout(str(tiny_upstream), "v1", tmp_path / "work3", "demo")
+
+
+def test_a_worktree_on_the_unnamespaced_branch_keeps_its_commits(tiny_upstream, tmp_path, capsys):
+    """A patched worktree made before branches were named after their worktree is on
+    ``patched/<series>/<base>``: its branch is renamed, never replaced by a fresh one at the base."""
+    co = checkout(str(tiny_upstream), "v1", tmp_path / "work", None)
+    git(co.patched, "checkout", "-q", "-b", "patched/demo/v1")
+    (co.patched / "a.txt").write_text("my commit\n")
+    git(co.patched, "commit", "-q", "-am", "work in progress")
+    head = git(co.patched, "rev-parse", "HEAD").strip()
+    again = checkout(str(tiny_upstream), "v1", tmp_path / "work", "demo")
+    assert again.branch == patched_branch("demo", "v1", co.patched)
+    assert git(co.patched, "symbolic-ref", "--short", "HEAD").strip() == again.branch
+    assert git(co.patched, "rev-parse", "HEAD").strip() == head
+    assert git(co.patched, "branch", "--list", "patched/demo/v1").strip() == ""  # renamed, not copied
+    assert f"branch patched/demo/v1 of {co.patched} renamed to {again.branch}" in capsys.readouterr().err
 
 
 def test_branch_base_fetches_incrementally(tiny_upstream, isolated_cache, tmp_path):
@@ -141,14 +166,19 @@ def test_missing_submodules(tmp_path):
     (declared / ".gitmodules").write_text(
         '[submodule "a"]\n\tpath = third_party/present\n\turl = x\n'
         '[submodule "b"]\n\tpath = third_party/empty\n\turl = x\n'
-        '[submodule "c"]\n\tpath = third_party/absent\n\turl = x\n')
+        '[submodule "c"]\n\tpath = third_party/absent\n\turl = x\n'
+    )
     assert missing_submodules(declared) == ["third_party/empty", "third_party/absent"]
     stripped = tmp_path / "stripped"
     (stripped / "third_party" / "gloo").mkdir(parents=True)
     (stripped / "third_party" / "gloo" / "CMakeLists.txt").write_text("")
     (stripped / "setup.py").write_text("")
-    assert missing_submodules(stripped) == ["third_party/cpuinfo", "third_party/onnx", "third_party/fbgemm",
-                                            "third_party/cutlass"]
+    assert missing_submodules(stripped) == [
+        "third_party/cpuinfo",
+        "third_party/onnx",
+        "third_party/fbgemm",
+        "third_party/cutlass",
+    ]
 
 
 def test_submodules_are_initialised_recursively(tmp_path, isolated_cache, monkeypatch):
@@ -191,8 +221,13 @@ def test_debian_checkout_reports_no_submodules_and_warm_cache(debian_archive, tm
     assert (patched / mm).read_bytes() == (stock / mm).read_bytes()
     assert (stock / "version.txt").read_text().strip() == "2.6.0a0"
     assert "no submodules" in err and "third_party/gloo" in err
-    assert missing_submodules(patched) == ["third_party/gloo", "third_party/cpuinfo", "third_party/onnx",
-                                           "third_party/fbgemm", "third_party/cutlass"]
+    assert missing_submodules(patched) == [
+        "third_party/gloo",
+        "third_party/cpuinfo",
+        "third_party/onnx",
+        "third_party/fbgemm",
+        "third_party/cutlass",
+    ]
     assert git(stock, "status", "--porcelain") == ""
     started = time.monotonic()
     assert cli.main(args[:-1] + [str(tmp_path / "work2")]) == 0
@@ -200,5 +235,7 @@ def test_debian_checkout_reports_no_submodules_and_warm_cache(debian_archive, tm
     err = capsys.readouterr().err
     assert "cache warm, no import" in err and "importing" not in err
     print(f"debian checkout: first {first_s:.1f} s (import if cold + 2 worktrees), warm cache {warm_s:.1f} s")
-    assert os.path.samefile(git(tmp_path / "work2" / "v2.6.0" / "stock", "rev-parse", "--git-common-dir").strip(),
-                            git(stock, "rev-parse", "--git-common-dir").strip())
+    assert os.path.samefile(
+        git(tmp_path / "work2" / "v2.6.0" / "stock", "rev-parse", "--git-common-dir").strip(),
+        git(stock, "rev-parse", "--git-common-dir").strip(),
+    )

@@ -6,8 +6,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from conftest import git
+
 from harness import cli
 from harness import upstream as up
 from harness.errors import UpstreamError
@@ -39,8 +39,9 @@ def test_two_upstreams_whose_sanitised_names_collide_get_two_mirrors(tmp_path, i
 def test_ext_transport_is_one_line_and_leaves_no_folder(tmp_path, isolated_cache, capsys):
     """item 7: `ext::sh -c ...` gave an UnsafeProtocolError traceback and left a temporary mirror."""
     pwned = tmp_path / "pwned"
-    rc = cli.main(["checkout", "--upstream", f"ext::sh -c touch% {pwned}", "--base", "v1",
-                   "--workdir", str(tmp_path / "work")])
+    rc = cli.main(
+        ["checkout", "--upstream", f"ext::sh -c touch% {pwned}", "--base", "v1", "--workdir", str(tmp_path / "work")]
+    )
     err = capsys.readouterr().err
     assert rc == 2 and err.startswith("error: upstream 'ext::sh -c") and "ext:: transport" in err, err
     assert "Traceback" not in err and not pwned.exists()

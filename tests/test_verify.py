@@ -34,24 +34,39 @@ def test_patched_wheel_without_the_series_fails_when_the_series_declares_no_mark
     """Without `env` in series.toml a wheel built from the stock tree was 'verified' as patched."""
     wheel = fake_wheel(tmp_path / "dist", "1.4.0+tiny.fast.path.0123abcd", b"\x7fELF stock code only")
     with pytest.raises(b.VerifyError) as info:
-        b.verify_wheel(wheel, "1.4.0+tiny.fast.path.0123abcd", platform="linux-cpu", markers=(), must_contain=True,
-                       series_files=("src/config.cpp",))
-    assert info.value.cause == (f"{wheel.name}: the series changes compiled code (src/config.cpp) but series.toml "
-                                "declares no markers (env)")
+        b.verify_wheel(
+            wheel,
+            "1.4.0+tiny.fast.path.0123abcd",
+            platform="linux-cpu",
+            markers=(),
+            must_contain=True,
+            series_files=("src/config.cpp",),
+        )
+    assert info.value.cause == (
+        f"{wheel.name}: the series changes compiled code (src/config.cpp) but series.toml " "declares no markers (env)"
+    )
 
 
 def _run_build(monkeypatch, tmp_path, wheel: Path, series: b.SeriesRef, kind: str = "patched") -> None:
     """run_build with the slow parts (checkout, compile) replaced: the 'build' yields ``wheel``."""
-    plan = argparse.Namespace(version=wheel.name.split("-")[1], dist_dir=wheel.parent, series=series,
-                              platform="linux-cpu", kind=kind)
+    plan = argparse.Namespace(
+        version=wheel.name.split("-")[1], dist_dir=wheel.parent, series=series, platform="linux-cpu", kind=kind
+    )
     monkeypatch.setattr(b, "resolve_sources", lambda *a, **k: b.Sources(tmp_path, tmp_path, "0" * 40, series, "v1"))
     monkeypatch.setattr(b, "preflight_source", lambda tree: None)
     monkeypatch.setattr(b, "plan_build", lambda *a, **k: plan)
-    monkeypatch.setattr(b, "build_wheel", lambda plan, force=False: b.BuildResult(
-        wheel, wheel.with_name(wheel.name + ".build.json"), tmp_path / "log", False, 0.0, 0))
+    monkeypatch.setattr(
+        b,
+        "build_wheel",
+        lambda plan, force=False: b.BuildResult(
+            wheel, wheel.with_name(wheel.name + ".build.json"), tmp_path / "log", False, 0.0, 0
+        ),
+    )
     parser = argparse.ArgumentParser()
     build_command.add_arguments_build(parser)
-    build_command.run_build(parser.parse_args(["--kind", kind, "--series", "tiny-fast-path", "--platform", "linux-cpu"]))
+    build_command.run_build(
+        parser.parse_args(["--kind", kind, "--series", "tiny-fast-path", "--platform", "linux-cpu"])
+    )
 
 
 def test_rejected_wheel_and_manifest_are_moved_aside(tmp_path, monkeypatch):
@@ -80,6 +95,8 @@ def test_compiled_series_without_markers_is_refused_before_building(tmp_path, mo
     series = b.SeriesRef("tiny-fast-path", (patch,), (), ())
     with pytest.raises(b.VerifyError) as info:
         _run_build(monkeypatch, tmp_path, wheel, series)
-    assert info.value.cause == ("series tiny-fast-path changes compiled code (src/config.cpp) but declares no "
-                                "markers (env) to verify the wheels with")
+    assert info.value.cause == (
+        "series tiny-fast-path changes compiled code (src/config.cpp) but declares no "
+        "markers (env) to verify the wheels with"
+    )
     assert not (dist / "rejected").exists()  # refused before the build: nothing was built or moved

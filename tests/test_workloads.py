@@ -20,8 +20,15 @@ def test_key_round_trips_and_labels_use_field_notation():
     assert Cell("sdpa", (1, 8, 512, 64), "float16").label == "B1 H8 L512 D64"
 
 
-@pytest.mark.parametrize("bad", [("conv", (1, 2, 3), "float16"), ("mm", (1, 2), "float16"),
-                                 ("mm", (0, 2, 3), "float16"), ("mm", (1, 2, 3), "int8")])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        ("conv", (1, 2, 3), "float16"),
+        ("mm", (1, 2), "float16"),
+        ("mm", (0, 2, 3), "float16"),
+        ("mm", (1, 2, 3), "int8"),
+    ],
+)
 def test_bad_cells_are_rejected(bad):
     with pytest.raises(ValueError):
         Cell(*bad)
@@ -29,10 +36,18 @@ def test_bad_cells_are_rejected(bad):
 
 def test_default_cells_cover_the_seed_and_reviewer_shapes():
     keys = {c.key for c in default_cells()}
-    for key in ["mm/512x512x512/float16", "mm/1024x1024x1024/float16", "mm/2048x2048x2048/float16",
-                "sdpa/1x8x512x64/float16", "sdpa/2x16x1024x64/float16", "mm/1x1024x1024/bfloat16",
-                "mm/4096x4096x256/float32", "mm/333x444x555/float32", "mm/4096x4096x4096/float16",
-                "sdpa_causal/2x16x1024x64/bfloat16"]:
+    for key in [
+        "mm/512x512x512/float16",
+        "mm/1024x1024x1024/float16",
+        "mm/2048x2048x2048/float16",
+        "sdpa/1x8x512x64/float16",
+        "sdpa/2x16x1024x64/float16",
+        "mm/1x1024x1024/bfloat16",
+        "mm/4096x4096x256/float32",
+        "mm/333x444x555/float32",
+        "mm/4096x4096x4096/float16",
+        "sdpa_causal/2x16x1024x64/bfloat16",
+    ]:
         assert key in keys
     assert {c.op for c in default_cells()} == {"mm", "addmm", "bmm", "linear", "sdpa", "sdpa_causal"}
     quick = default_cells(("float32",), quick=True)

@@ -31,15 +31,17 @@ synchronize and device call, for tests. Standard library + torch only.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 from harness.bench.devices import MPS_BFLOAT16_MACOS, profile
 from harness.bench.timer import MAX_BLOCK_CALLS
 
 _TAG = "_harness_mps"
-DOUBLE_ERROR = ("Cannot convert a MPS Tensor to float64 dtype as the MPS framework doesn't support float64. "
-                "Please use float32 instead.")
+DOUBLE_ERROR = (
+    "Cannot convert a MPS Tensor to float64 dtype as the MPS framework doesn't support float64. "
+    "Please use float32 instead."
+)
 BFLOAT16_ERROR = "MPS BFloat16 is only supported on MacOS 14 or newer"
 
 
@@ -88,7 +90,9 @@ class Emulation:
         if self.calls_since_sync > self.max_calls:
             raise ConformanceError(
                 f"{self.calls_since_sync} device calls enqueued without torch.mps.synchronize() (limit "
-                f"{self.max_calls}): Metal GEMM kernels do not commit (LinearAlgebra.mm do_metal_mm), the queue is unbounded")
+                f"{self.max_calls}): Metal GEMM kernels do not commit (LinearAlgebra.mm do_metal_mm), the "
+                "queue is unbounded"
+            )
 
     def check_dtype(self, tensor) -> None:
         torch = self.torch
@@ -173,12 +177,16 @@ class _Event:
         pass
 
     def synchronize(self) -> None:
-        raise ConformanceError("torch.mps.Event.synchronize() before elapsed_time() hangs on MPS "
-                               "(MPSEvent.mm @0aafd810: the completion flag is consumed; pytorch issue 162872)")
+        raise ConformanceError(
+            "torch.mps.Event.synchronize() before elapsed_time() hangs on MPS "
+            "(MPSEvent.mm @0aafd810: the completion flag is consumed; pytorch issue 162872)"
+        )
 
     def elapsed_time(self, end_event) -> float:
-        raise ConformanceError("torch.mps.Event.elapsed_time() waits on a completion flag that "
-                               "synchronize() may have consumed (MPSEvent.mm @0aafd810): never time with MPS events")
+        raise ConformanceError(
+            "torch.mps.Event.elapsed_time() waits on a completion flag that "
+            "synchronize() may have consumed (MPSEvent.mm @0aafd810): never time with MPS events"
+        )
 
 
 @contextmanager
@@ -190,8 +198,11 @@ def emulate(torch, macos: tuple[int, int] = (14, 0), max_calls: int = MAX_BLOCK_
     profile, so its code runs too.
     """
     emu = Emulation(torch, macos, max_calls)
-    saved = {(torch.mps, "synchronize"): torch.mps.synchronize, (torch.mps, "Event"): torch.mps.Event,
-             (torch.mps.event, "Event"): torch.mps.event.Event}
+    saved = {
+        (torch.mps, "synchronize"): torch.mps.synchronize,
+        (torch.mps, "Event"): torch.mps.Event,
+        (torch.mps.event, "Event"): torch.mps.event.Event,
+    }
     torch.mps.synchronize = emu.synchronize
     torch.mps.Event = torch.mps.event.Event = _Event
     try:

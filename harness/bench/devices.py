@@ -25,8 +25,8 @@ Standard library + torch only (runs inside build interpreters).
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 #: macOS version (major, minor) the MPS backend needs (EmptyTensor.cpp @026a4bff)
 MPS_MIN_MACOS = (13, 0)
@@ -52,8 +52,8 @@ class DeviceProfile:
     name: str
     torch_device: str
     sync: Callable[[], None]
-    free_bytes: Callable[[], "int | None"]
-    gpu_name: Callable[[], "str | None"]
+    free_bytes: Callable[[], int | None]
+    gpu_name: Callable[[], str | None]
     clock: str
 
 
@@ -70,6 +70,7 @@ def _guarded(fn: Callable[[], object], cast=int) -> Callable[[], object]:
             return cast(fn())
         except (AttributeError, RuntimeError, ValueError, TypeError):
             return None
+
     return call
 
 
@@ -78,10 +79,14 @@ def _cpu(torch) -> DeviceProfile:
 
 
 def _cuda(torch) -> DeviceProfile:
-    return DeviceProfile("cuda", "cuda", torch.cuda.synchronize,
-                         _guarded(lambda: torch.cuda.mem_get_info()[0]),
-                         _guarded(lambda: torch.cuda.get_device_name(0), str),
-                         "synchronize+perf_counter")
+    return DeviceProfile(
+        "cuda",
+        "cuda",
+        torch.cuda.synchronize,
+        _guarded(lambda: torch.cuda.mem_get_info()[0]),
+        _guarded(lambda: torch.cuda.get_device_name(0), str),
+        "synchronize+perf_counter",
+    )
 
 
 def mps_gpu_name(torch) -> str | None:
@@ -95,9 +100,14 @@ def mps_gpu_name(torch) -> str | None:
 
 
 def _mps(torch) -> DeviceProfile:
-    return DeviceProfile("mps", "mps", torch.mps.synchronize,
-                         _guarded(lambda: torch.mps.recommended_max_memory() - torch.mps.driver_allocated_memory()),
-                         lambda: mps_gpu_name(torch), "synchronize+perf_counter")
+    return DeviceProfile(
+        "mps",
+        "mps",
+        torch.mps.synchronize,
+        _guarded(lambda: torch.mps.recommended_max_memory() - torch.mps.driver_allocated_memory()),
+        lambda: mps_gpu_name(torch),
+        "synchronize+perf_counter",
+    )
 
 
 PROFILES: dict[str, Callable] = {"cpu": _cpu, "cuda": _cuda, "mps": _mps}

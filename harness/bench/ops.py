@@ -18,16 +18,15 @@ of Dao-AILab/flash-attention; Dao 2023, "FlashAttention-2", §4.1: about half th
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 Shape = tuple[int, ...]
 
 _GEMM_FLOP = "2·M·N·K (torch/utils/flop_counter.py mm_flop / addmm_flop, torch 2.13.0 cf30153c)"
 _BMM_FLOP = "2·B·M·N·K (torch/utils/flop_counter.py bmm_flop, torch 2.13.0 cf30153c)"
 _SDPA_FLOP = "4·B·H·L²·D: Q·Kᵀ and P·V (torch/utils/flop_counter.py sdpa_flop_count, torch 2.13.0 cf30153c)"
-_CAUSAL_FLOP = ("2·B·H·L²·D: half the full count "
-                "(Dao-AILab/flash-attention benchmarks/benchmark_flash_attention.py)")
+_CAUSAL_FLOP = "2·B·H·L²·D: half the full count " "(Dao-AILab/flash-attention benchmarks/benchmark_flash_attention.py)"
 
 
 @dataclass(frozen=True)
@@ -135,36 +134,93 @@ def _sdpa(name: str, causal: bool) -> Op:
     """SDPA with ``Lq = Lk = L``; ``q, k, v`` are ``[B, H, L, D]``. Its workspace is a materialised
     B·H·L·L float32 score matrix (the math fallback), counted so cells that cannot fit are skipped."""
     per_score = 2.0 if causal else 4.0  # FLOP per (score entry x head-dim element): see the module docstring
-    return Op(name, "sdpa", ("B", "H", "L", "D"), ("batch", "heads", "sequence length", "head dim"),
-              flop=lambda b, h, n, d: per_score * b * h * n * n * d,
-              flop_source=_CAUSAL_FLOP if causal else _SDPA_FLOP,
-              inputs=lambda b, h, n, d: [(b, h, n, d)] * 3, output=lambda b, h, n, d: (b, h, n, d),
-              reduction=lambda b, h, n, d: max(n, d),  # Q·Kᵀ sums over D, P·V over Lk
-              call=_sdpa_call(causal), reference=_sdpa_reference(causal),
-              probe_shape=(1, 2, 16, 16), example_shape=(1, 8, 512, 64),
-              workspace=lambda b, h, n, d: b * h * n * n * 4)
+    return Op(
+        name,
+        "sdpa",
+        ("B", "H", "L", "D"),
+        ("batch", "heads", "sequence length", "head dim"),
+        flop=lambda b, h, n, d: per_score * b * h * n * n * d,
+        flop_source=_CAUSAL_FLOP if causal else _SDPA_FLOP,
+        inputs=lambda b, h, n, d: [(b, h, n, d)] * 3,
+        output=lambda b, h, n, d: (b, h, n, d),
+        reduction=lambda b, h, n, d: max(n, d),  # Q·Kᵀ sums over D, P·V over Lk
+        call=_sdpa_call(causal),
+        reference=_sdpa_reference(causal),
+        probe_shape=(1, 2, 16, 16),
+        example_shape=(1, 8, 512, 64),
+        workspace=lambda b, h, n, d: b * h * n * n * 4,
+    )
 
 
 #: every workload op, by name, in the order reports and probes list them
-REGISTRY: dict[str, Op] = {op.name: op for op in (
-    Op("mm", "gemm", _MNK, _MNK_WORDS, flop=lambda m, n, k: 2.0 * m * n * k, flop_source=_GEMM_FLOP,
-       inputs=lambda m, n, k: [(m, k), (k, n)], output=lambda m, n, k: (m, n), reduction=lambda m, n, k: k,
-       call=_mm, reference=lambda a, b: a @ b, probe_shape=(16, 16, 16), example_shape=(512, 512, 512)),
-    Op("addmm", "gemm", _MNK, _MNK_WORDS, flop=lambda m, n, k: 2.0 * m * n * k, flop_source=_GEMM_FLOP,
-       inputs=lambda m, n, k: [(m, n), (m, k), (k, n)], output=lambda m, n, k: (m, n), reduction=lambda m, n, k: k,
-       call=_addmm, reference=lambda c, a, b: c + a @ b, probe_shape=(16, 16, 16), example_shape=(1024, 1024, 1024)),
-    Op("bmm", "gemm", ("B",) + _MNK, ("batch",) + _MNK_WORDS, flop=lambda b, m, n, k: 2.0 * b * m * n * k,
-       flop_source=_BMM_FLOP, inputs=lambda b, m, n, k: [(b, m, k), (b, k, n)], output=lambda b, m, n, k: (b, m, n),
-       reduction=lambda b, m, n, k: k, call=_bmm, reference=_bmm_reference, probe_shape=(2, 16, 16, 16),
-       example_shape=(8, 512, 512, 512)),
-    # linear: x [M, K], weight [N, K], bias [N] (torch.nn.functional.linear's layout)
-    Op("linear", "gemm", _MNK, _MNK_WORDS, flop=lambda m, n, k: 2.0 * m * n * k, flop_source=_GEMM_FLOP,
-       inputs=lambda m, n, k: [(m, k), (n, k), (n,)], output=lambda m, n, k: (m, n), reduction=lambda m, n, k: k,
-       call=_linear, reference=lambda x, w, bias: x @ w.T + bias, probe_shape=(16, 16, 16),
-       example_shape=(2048, 2048, 2048)),
-    _sdpa("sdpa", causal=False),
-    _sdpa("sdpa_causal", causal=True),
-)}
+REGISTRY: dict[str, Op] = {
+    op.name: op
+    for op in (
+        Op(
+            "mm",
+            "gemm",
+            _MNK,
+            _MNK_WORDS,
+            flop=lambda m, n, k: 2.0 * m * n * k,
+            flop_source=_GEMM_FLOP,
+            inputs=lambda m, n, k: [(m, k), (k, n)],
+            output=lambda m, n, k: (m, n),
+            reduction=lambda m, n, k: k,
+            call=_mm,
+            reference=lambda a, b: a @ b,
+            probe_shape=(16, 16, 16),
+            example_shape=(512, 512, 512),
+        ),
+        Op(
+            "addmm",
+            "gemm",
+            _MNK,
+            _MNK_WORDS,
+            flop=lambda m, n, k: 2.0 * m * n * k,
+            flop_source=_GEMM_FLOP,
+            inputs=lambda m, n, k: [(m, n), (m, k), (k, n)],
+            output=lambda m, n, k: (m, n),
+            reduction=lambda m, n, k: k,
+            call=_addmm,
+            reference=lambda c, a, b: c + a @ b,
+            probe_shape=(16, 16, 16),
+            example_shape=(1024, 1024, 1024),
+        ),
+        Op(
+            "bmm",
+            "gemm",
+            ("B",) + _MNK,
+            ("batch",) + _MNK_WORDS,
+            flop=lambda b, m, n, k: 2.0 * b * m * n * k,
+            flop_source=_BMM_FLOP,
+            inputs=lambda b, m, n, k: [(b, m, k), (b, k, n)],
+            output=lambda b, m, n, k: (b, m, n),
+            reduction=lambda b, m, n, k: k,
+            call=_bmm,
+            reference=_bmm_reference,
+            probe_shape=(2, 16, 16, 16),
+            example_shape=(8, 512, 512, 512),
+        ),
+        # linear: x [M, K], weight [N, K], bias [N] (torch.nn.functional.linear's layout)
+        Op(
+            "linear",
+            "gemm",
+            _MNK,
+            _MNK_WORDS,
+            flop=lambda m, n, k: 2.0 * m * n * k,
+            flop_source=_GEMM_FLOP,
+            inputs=lambda m, n, k: [(m, k), (n, k), (n,)],
+            output=lambda m, n, k: (m, n),
+            reduction=lambda m, n, k: k,
+            call=_linear,
+            reference=lambda x, w, bias: x @ w.T + bias,
+            probe_shape=(16, 16, 16),
+            example_shape=(2048, 2048, 2048),
+        ),
+        _sdpa("sdpa", causal=False),
+        _sdpa("sdpa_causal", causal=True),
+    )
+}
 
 
 def get(name: str) -> Op:
@@ -186,5 +242,7 @@ def key_hint(name: str) -> str:
         layouts = ", ".join(f"{o.name}/{o.layout()}" for o in REGISTRY.values())
         return f"write cells as op/MxNxK/dtype, e.g. mm/512x512x512/float16 (op/layout: {layouts})"
     example = "x".join(map(str, op.example_shape))
-    return (f"write {op.name} cells as {op.name}/{op.layout()}/dtype ({', '.join(op.dim_words)}), "
-            f"e.g. {op.name}/{example}/float16")
+    return (
+        f"write {op.name} cells as {op.name}/{op.layout()}/dtype ({', '.join(op.dim_words)}), "
+        f"e.g. {op.name}/{example}/float16"
+    )

@@ -42,8 +42,8 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Callable
 
 #: host-enqueue / block time per call above which a cell is labelled launch-bound
 LAUNCH_BOUND_RATIO = 0.5
@@ -91,7 +91,7 @@ def steady_start(samples: list[float]) -> int:
 
 def steady_median(samples: list[float]) -> float:
     """Median of the blocks from :func:`steady_start` on (seconds per call)."""
-    return statistics.median(samples[steady_start(samples):])
+    return statistics.median(samples[steady_start(samples) :])
 
 
 @dataclass
@@ -135,22 +135,27 @@ class Measurement:
 class BlockTimer:
     """Times blocks of calls on one device (a :class:`harness.bench.devices.DeviceProfile`).
 
-    ``time_block(fn, number)`` -> (block seconds, host enqueue seconds).
+    ``time_block(fn, number)`` -> (block seconds, host enqueue seconds). ``clock`` is the host
+    clock in integer nanoseconds (``time.perf_counter_ns``; tests pass a fake one).
     """
 
-    def __init__(self, device) -> None:
+    def __init__(self, device, clock: Callable[[], int] = time.perf_counter_ns) -> None:
         self.sync = device.sync
         self.method = device.clock
+        self.clock = clock
+
+    def _seconds(self) -> float:
+        return self.clock() * 1e-9
 
     def time_block(self, fn: Callable[[], object], number: int) -> tuple[float, float]:
         """Synchronize, run ``fn`` ``number`` times, synchronize; return (block s, enqueue s)."""
         self.sync()
-        t0 = time.perf_counter_ns()
+        t0 = self.clock()
         for _ in range(number):
             fn()
-        t1 = time.perf_counter_ns()
+        t1 = self.clock()
         self.sync()
-        t2 = time.perf_counter_ns()
+        t2 = self.clock()
         return (t2 - t0) * 1e-9, (t1 - t0) * 1e-9
 
     def overhead(self, repeats: int = 20) -> float:
@@ -165,23 +170,27 @@ class BlockTimer:
         clock stopped, so the block time is the time of its calls.
         """
         overhead = self.overhead(5)
-        t0 = time.perf_counter_ns()
+        t0 = self.clock()
         block, _ = self.time_block(fn, number)
         self.sync()
-        outer = (time.perf_counter_ns() - t0) * 1e-9
-        return {"block_s": block, "outer_s": outer, "overhead_s": overhead,
-                "passed": 0.0 <= outer - block <= 2 * overhead + 1e-3}
+        outer = (self.clock() - t0) * 1e-9
+        return {
+            "block_s": block,
+            "outer_s": outer,
+            "overhead_s": overhead,
+            "passed": 0.0 <= outer - block <= 2 * overhead + 1e-3,
+        }
 
     def warmup(self, fn: Callable[[], object], warmup_s: float, max_calls: int = WARMUP_CALLS) -> int:
         """Untimed calls, each synchronized, until ``warmup_s`` seconds or ``max_calls`` calls
         (at least one). Returns the number of calls made."""
-        deadline = time.perf_counter() + warmup_s
+        deadline = self._seconds() + warmup_s
         calls = 0
         while True:
             fn()
             self.sync()
             calls += 1
-            if calls >= max_calls or time.perf_counter() >= deadline:
+            if calls >= max_calls or self._seconds() >= deadline:
                 return calls
 
     def measure(
@@ -218,8 +227,8 @@ class BlockTimer:
             # grow towards the target, at least doubling, as blocked_autorange does
             number = min(MAX_BLOCK_CALLS, max(number * 2, int(number * target / max(block, 1e-9) * 1.1)))
         m = Measurement(number=number, overhead_s=overhead, method=self.method)
-        stop = time.perf_counter() + measure_s
-        while len(m.samples) < max_samples and (len(m.samples) < min_samples or time.perf_counter() < stop):
+        stop = self._seconds() + measure_s
+        while len(m.samples) < max_samples and (len(m.samples) < min_samples or self._seconds() < stop):
             block, enqueue = self.time_block(fn, number)
             m.samples.append(block / number)
             m.enqueue.append(enqueue / number)

@@ -52,8 +52,16 @@ def _emit(fh, record: dict) -> None:
     os.fsync(fh.fileno())
 
 
-def run_cell(torch, timer: BlockTimer, device: devices.DeviceProfile, cell: Cell, spec: dict, unsupported: dict,
-             outputs: dict | None = None, step=lambda key, name: None) -> dict:
+def run_cell(
+    torch,
+    timer: BlockTimer,
+    device: devices.DeviceProfile,
+    cell: Cell,
+    spec: dict,
+    unsupported: dict,
+    outputs: dict | None = None,
+    step=lambda key, name: None,
+) -> dict:
     """Measure (and optionally check) one cell; never raises for the cell's own failures.
 
     With ``outputs`` (a dict), the cell's output, when it is a GEMM, is kept there on the CPU by
@@ -62,15 +70,22 @@ def run_cell(torch, timer: BlockTimer, device: devices.DeviceProfile, cell: Cell
     record = {"type": "cell", "key": cell.key, "status": "ok", "reason": ""}
     why = unsupported_reason(unsupported, cell.dtype, cell.op)
     if why:
-        return {**record, "status": "skipped", "reason": f"{cell.op} in {cell.dtype} unsupported on {spec['device']}: {why}"}
+        return {
+            **record,
+            "status": "skipped",
+            "reason": f"{cell.op} in {cell.dtype} unsupported on {spec['device']}: {why}",
+        }
     if spec.get("plant_k") and cell.family == "gemm":  # a calibration run: this side does a known extra cost
         cell = planted(cell, spec["plant_k"])
         record["planted_shape"] = list(cell.shape)
     free = device.free_bytes()
     need = cell.peak_bytes() + (cell.peak_bytes() * 2 if spec.get("check") else 0)
     if free is not None and need > 0.8 * free:
-        return {**record, "status": "skipped",
-                "reason": f"needs about {need / 2**30:.2f} GiB, {free / 2**30:.2f} GiB free on {spec['device']}"}
+        return {
+            **record,
+            "status": "skipped",
+            "reason": f"needs about {need / 2**30:.2f} GiB, {free / 2**30:.2f} GiB free on {spec['device']}",
+        }
     try:
         step(record["key"], "inputs")
         inputs = make_inputs(cell, device.torch_device, seed=spec.get("seed", 0))
@@ -114,8 +129,17 @@ def main(argv: list[str] | None = None) -> int:
     if spec.get("threads"):
         torch.set_num_threads(int(spec["threads"]))
     with open(out_path, "a") as out, ExitStack() as stack:
-        _emit(out, {"type": "start", "pid": os.getpid(), "torch_version": torch.__version__,
-                    "env": snapshot(names=spec.get("record_env", ())), "threads": torch.get_num_threads(), "started": time.time()})
+        _emit(
+            out,
+            {
+                "type": "start",
+                "pid": os.getpid(),
+                "torch_version": torch.__version__,
+                "env": snapshot(names=spec.get("record_env", ())),
+                "threads": torch.get_num_threads(),
+                "started": time.time(),
+            },
+        )
         if spec.get("emulate"):
             from harness.bench.conformance import emulate
 
@@ -127,8 +151,19 @@ def main(argv: list[str] | None = None) -> int:
         unsupported = spec.get("dtype_support") or dtype_support(torch, device.torch_device)
         outputs = {} if spec.get("save_outputs") else None
         for key in spec["cells"]:
-            _emit(out, run_cell(torch, timer, device, Cell.from_key(key), spec, unsupported, outputs,
-                                lambda k, name: _emit(out, {"type": "step", "key": k, "step": name})))
+            _emit(
+                out,
+                run_cell(
+                    torch,
+                    timer,
+                    device,
+                    Cell.from_key(key),
+                    spec,
+                    unsupported,
+                    outputs,
+                    lambda k, name: _emit(out, {"type": "step", "key": k, "step": name}),
+                ),
+            )
         if spec.get("timer_sanity") and spec["cells"]:  # doctor: one block of the first cell
             cell = Cell.from_key(spec["cells"][0])
             if not unsupported_reason(unsupported, cell.dtype, cell.op):

@@ -18,8 +18,8 @@ SDPA = 4·B·H·Lq·Lk·D (two GEMMs: Q·Kᵀ and P·V), halved when causal. Sof
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from harness.bench import ops
 from harness.bench.ops import Op
@@ -73,7 +73,7 @@ class Cell:
         return f"{self.op}/{'x'.join(map(str, self.shape))}/{self.dtype}"
 
     @classmethod
-    def from_key(cls, key: str) -> "Cell":
+    def from_key(cls, key: str) -> Cell:
         """Parse ``op/AxBxC/dtype``.
 
         Raises:
@@ -116,7 +116,7 @@ class Cell:
         return self.nbytes() + self.spec.workspace(*self.shape)
 
 
-def probe_cell(op: str, dtype: str) -> "Cell":
+def probe_cell(op: str, dtype: str) -> Cell:
     """``op`` at its tiny :attr:`Op.probe_shape` in ``dtype`` (the provenance dtype probe and ``doctor``).
 
     Raises:
@@ -146,20 +146,34 @@ def default_cells(dtypes: tuple[str, ...] = DTYPES, quick: bool = False) -> list
     """
     if quick:
         shapes = [
-            ("mm", (512, 512, 512)), ("mm", (1, 1024, 1024)), ("mm", (333, 444, 555)),
-            ("addmm", (512, 512, 512)), ("bmm", (4, 256, 256, 256)), ("linear", (512, 512, 512)),
-            ("sdpa", (1, 8, 512, 64)), ("sdpa_causal", (1, 8, 512, 64)),
+            ("mm", (512, 512, 512)),
+            ("mm", (1, 1024, 1024)),
+            ("mm", (333, 444, 555)),
+            ("addmm", (512, 512, 512)),
+            ("bmm", (4, 256, 256, 256)),
+            ("linear", (512, 512, 512)),
+            ("sdpa", (1, 8, 512, 64)),
+            ("sdpa_causal", (1, 8, 512, 64)),
         ]
     else:
         shapes = [
-            ("mm", (512, 512, 512)), ("mm", (1024, 1024, 1024)), ("mm", (2048, 2048, 2048)),
-            ("mm", (1, 1024, 1024)), ("mm", (4096, 4096, 256)), ("mm", (333, 444, 555)),
+            ("mm", (512, 512, 512)),
+            ("mm", (1024, 1024, 1024)),
+            ("mm", (2048, 2048, 2048)),
+            ("mm", (1, 1024, 1024)),
+            ("mm", (4096, 4096, 256)),
+            ("mm", (333, 444, 555)),
             ("mm", (4096, 4096, 4096)),
-            ("addmm", (1024, 1024, 1024)), ("addmm", (2048, 2048, 2048)),
-            ("bmm", (8, 512, 512, 512)), ("bmm", (4, 1024, 1024, 1024)),
-            ("linear", (2048, 2048, 2048)), ("linear", (1, 4096, 4096)),
-            ("sdpa", (1, 8, 512, 64)), ("sdpa", (2, 16, 1024, 64)),
-            ("sdpa_causal", (1, 8, 512, 64)), ("sdpa_causal", (2, 16, 1024, 64)),
+            ("addmm", (1024, 1024, 1024)),
+            ("addmm", (2048, 2048, 2048)),
+            ("bmm", (8, 512, 512, 512)),
+            ("bmm", (4, 1024, 1024, 1024)),
+            ("linear", (2048, 2048, 2048)),
+            ("linear", (1, 4096, 4096)),
+            ("sdpa", (1, 8, 512, 64)),
+            ("sdpa", (2, 16, 1024, 64)),
+            ("sdpa_causal", (1, 8, 512, 64)),
+            ("sdpa_causal", (2, 16, 1024, 64)),
         ]
     return [Cell(op, shape, dt) for dt in dtypes for op, shape in shapes]
 
@@ -212,4 +226,4 @@ def planted(cell: Cell, plant: float) -> Cell:
     new = math.ceil(k * (1 + plant) / align) * align
     while math.gcd(new, 16) != align:
         new += align
-    return Cell(cell.op, cell.shape[:at] + (new,) + cell.shape[at + 1:], cell.dtype)
+    return Cell(cell.op, cell.shape[:at] + (new,) + cell.shape[at + 1 :], cell.dtype)

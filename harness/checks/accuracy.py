@@ -37,8 +37,14 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
-UNIT_ROUNDOFF = {"float16": 2.0**-11, "bfloat16": 2.0**-8, "float32": 2.0**-24, "float64": 2.0**-53,
-                 "float8_e4m3fn": 2.0**-4, "float8_e5m2": 2.0**-3}
+UNIT_ROUNDOFF = {
+    "float16": 2.0**-11,
+    "bfloat16": 2.0**-8,
+    "float32": 2.0**-24,
+    "float64": 2.0**-53,
+    "float8_e4m3fn": 2.0**-4,
+    "float8_e5m2": 2.0**-3,
+}
 #: roundoff of a 10-bit-mantissa computation (TF32, half-precision accumulation)
 REDUCED_ROUNDOFF = 2.0**-11
 #: kernel path -> what it accumulates in: "float32", or "input" (the tensor's own dtype)

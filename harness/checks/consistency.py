@@ -32,8 +32,9 @@ from harness.checks.accuracy import bound
 
 def config_bound(cell: Cell, config: dict) -> float:
     """The accuracy bound of ``cell`` under a config's JSON (its ``reduced_fp32`` and ``routes``)."""
-    return bound(cell.dtype, cell.reduction, bool(config.get("reduced_fp32")),
-                 config.get("routes", {}).get(cell.op, "default"))
+    return bound(
+        cell.dtype, cell.reduction, bool(config.get("reduced_fp32")), config.get("routes", {}).get(cell.op, "default")
+    )
 
 
 def compare_outputs(a: dict, b: dict, config_a: dict, config_b: dict) -> dict:

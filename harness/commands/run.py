@@ -62,15 +62,27 @@ def _common_arguments(parser: argparse.ArgumentParser) -> None:
         help="torch intra-op threads in workers (default: 1 on cpu, where OpenMP threads that share "
         "cores with other processes add ms of spin-wait noise; torch's own default elsewhere; 0 = torch's default)",
     )
-    parser.add_argument("--series", help="patch series whose series.toml [evidence] drives the run (configs, markers, "
-                                          "routing, contrasts, tests; default: the series named by the wheels' manifests)")
-    parser.add_argument("--contrast", action="append", default=[], metavar="'A vs B : OPS : CLAIM'",
-                        help="a contrast to judge, e.g. 'stock/tf32_override vs stock/default : mm/float32 : faster' "
-                             "(A, B: BUILD/CONFIG; OPS: op or op/dtype items, empty = all; CLAIM: "
-                             f"{'|'.join(ev.CLAIMS)}; repeatable; adds to the series' contrasts)")
-    parser.add_argument("--tests-source", type=Path, metavar="DIR",
-                        help="source tree whose test files the series' [[evidence.test]] name (the patched worktree, "
-                             "e.g. work/<base>/patched); run with each build's interpreter")
+    parser.add_argument(
+        "--series",
+        help="patch series whose series.toml [evidence] drives the run (configs, markers, "
+        "routing, contrasts, tests; default: the series named by the wheels' manifests)",
+    )
+    parser.add_argument(
+        "--contrast",
+        action="append",
+        default=[],
+        metavar="'A vs B : OPS : CLAIM'",
+        help="a contrast to judge, e.g. 'stock/tf32_override vs stock/default : mm/float32 : faster' "
+        "(A, B: BUILD/CONFIG; OPS: op or op/dtype items, empty = all; CLAIM: "
+        f"{'|'.join(ev.CLAIMS)}; repeatable; adds to the series' contrasts)",
+    )
+    parser.add_argument(
+        "--tests-source",
+        type=Path,
+        metavar="DIR",
+        help="source tree whose test files the series' [[evidence.test]] name (the patched worktree, "
+        "e.g. work/<base>/patched); run with each build's interpreter",
+    )
     parser.add_argument("--out", type=Path, required=True, help="results directory (resumed if it holds a run)")
     parser.add_argument("--fresh", action="store_true", help="discard earlier results in --out and start over")
     parser.add_argument(
