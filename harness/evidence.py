@@ -4,6 +4,7 @@ Everything that is a fact about one patch series lives in its ``series.toml`` (d
 
     [evidence]
     markers = ["MY_NEW_VARIABLE"]           # in the patched libraries, absent from stock (default: top-level env)
+    test_requirements = ["pytest<9", "expecttest", "hypothesis", "numpy"]  # pip-installed for [[evidence.test]]
 
     [evidence.mps]                          # one table per device
     configs = ["vanilla", "all"]            # the configs compare runs by default on this device
@@ -39,6 +40,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from packaging.requirements import InvalidRequirement, Requirement
+
 from harness import configs as cfg
 from harness.errors import UsageError
 
@@ -52,7 +55,7 @@ OUTCOMES = ("pass", "fail", "skip")
 _DEVICE_KEYS = {"configs": list, "consistency": list, "routes": dict, "env": dict, "about": dict}
 _CONTRAST_KEYS = {"a": str, "b": str, "ops": list, "dtypes": list, "claim": str, "name": str}
 _TEST_KEYS = {"name": str, "file": str, "k": str, "env": dict, "expect": dict}
-_TOP_KEYS = ("markers", "contrast", "test", *cfg.DEVICES)
+_TOP_KEYS = ("markers", "contrast", "test", "test_requirements", *cfg.DEVICES)
 
 
 class EvidenceError(ValueError):
@@ -134,6 +137,7 @@ class Evidence:
         device: device -> its ``[evidence.<device>]`` table, validated (configs, consistency, routes, env, about).
         contrasts: declared contrasts (series and ``--contrast``), in order.
         tests: the series' upstream test selections.
+        test_requirements: pip requirements the tests need in each build's environment (harness.seriestests).
     """
 
     series: str | None = None
@@ -141,6 +145,7 @@ class Evidence:
     device: Mapping[str, Mapping] = field(default_factory=dict)
     contrasts: tuple[Contrast, ...] = ()
     tests: tuple[SeriesTest, ...] = ()
+    test_requirements: tuple[str, ...] = ()
 
     def profiles(self, device: str) -> tuple[cfg.EnvConfig, ...]:
         """The device's env configs: the generic ones (:data:`harness.configs.PROFILES`) and the series'
@@ -173,6 +178,7 @@ class Evidence:
             "device": {d: _plain(t) for d, t in self.device.items()},
             "contrasts": [c.to_json() for c in self.contrasts],
             "tests": [t.to_json() for t in self.tests],
+            "test_requirements": list(self.test_requirements),
         }
 
     @classmethod
@@ -189,6 +195,7 @@ class Evidence:
                 SeriesTest(t["name"], t["file"], t.get("k", ""), t.get("env", {}), t.get("expect", {}))
                 for t in d.get("tests", ())
             ),
+            tuple(d.get("test_requirements", ())),
         )
 
 
@@ -211,6 +218,14 @@ def _strings(where: str, value) -> tuple[str, ...]:
     if not all(isinstance(v, str) and v for v in value):
         raise EvidenceError(f"{where} must list non-empty strings")
     return tuple(value)
+
+
+def _is_requirement(text: str) -> bool:
+    try:
+        Requirement(text)
+    except InvalidRequirement:
+        return False
+    return True
 
 
 def _keys(where: str, table: dict, allowed: Mapping[str, type], required: tuple[str, ...] = ()) -> None:
@@ -325,7 +340,13 @@ def validate(table: Mapping, env: tuple[str, ...] = (), series: str | None = Non
         else _fail(f"[[evidence.test]] #{i} must be a table")
         for i, t in enumerate(table.get("test", []), start=1)
     )
-    return Evidence(series, markers, devices, contrasts, tests)
+    requirements = _strings("[evidence] key 'test_requirements'", table.get("test_requirements", []))
+    bad = [r for r in requirements if not _is_requirement(r)]
+    if bad:
+        raise EvidenceError(
+            f"[evidence] key 'test_requirements': {bad[0]!r} is not a pip requirement (e.g. \"pytest<9\")"
+        )
+    return Evidence(series, markers, devices, contrasts, tests, requirements)
 
 
 def _fail(text: str):
@@ -396,4 +417,4 @@ def for_run(found, contrasts: list[str]) -> Evidence:
     """
     base = validate(found.evidence, found.env, found.name) if found else Evidence()
     extra = tuple(parse_contrast(text) for text in contrasts)
-    return Evidence(base.series, base.markers, base.device, base.contrasts + extra, base.tests)
+    return Evidence(base.series, base.markers, base.device, base.contrasts + extra, base.tests, base.test_requirements)

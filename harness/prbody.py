@@ -186,11 +186,24 @@ def tests_table(section: dict | None, builds: list[str]) -> list[str]:
             why = rec.get("reason") or (rec.get("skips") or [""])[0] if rec["outcome"] in ("skip", "error") else ""
             if why:  # pytest's skip reason, or why pytest could not run; shortened to keep the row one line
                 text += f": {why[:120].replace('|', '/')}"
-            if rec.get("expected"):
+            if rec.get("expected") and rec.get("as_expected") is None:  # a skip where pass/fail was expected
+                text += f" (expected {rec['expected']}; a skip here is not evidence either way)"
+            elif rec.get("expected"):
                 text += " ✓" if rec.get("as_expected") else f" **✗ expected {rec['expected']}**"
             cells.append(text)
         lines.append(f"| {test['name']} | {selection} | " + " | ".join(cells) + " |")
-    return lines + [""]
+    return lines + [""] + _requirements_lines(section.get("requirements"))
+
+
+def _requirements_lines(installed: dict | None) -> list[str]:
+    """One line: what ``[evidence] test_requirements`` installed into which build (harness.seriestests)."""
+    if not installed:
+        return []
+    reqs = ", ".join(next(iter(installed.values()))["requirements"])
+    per_build = "; ".join(
+        f"{b}: " + ("installed" if r["installed"] else f"not installed ({r['reason']})") for b, r in installed.items()
+    )
+    return [f"Test requirements ({reqs}) by pip: {per_build}.", ""]
 
 
 def render_block(data: dict, results: list[con.ContrastResult], notes: list[str]) -> list[str]:

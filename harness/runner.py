@@ -482,12 +482,15 @@ def run_series_tests(
         f"series tests: {len(evidence.tests)} selection(s) x {len(build_info)} build(s)"
         + (f" from {source}" if source else " (no --tests-source: not run)")
     )
+    managed = frozenset(b for b, i in build_info.items() if i.get("input", {}).get("kind") != "python")
     result = seriestests.run_all(
         evidence.tests,
         {b: i["interpreter"] for b, i in build_info.items()},
         source.resolve() if source else None,
         raw / "tests",
         keep,
+        evidence.test_requirements,
+        managed,
     )
     for test in result.get("tests", []):
         for build, record in test.get("builds", {}).items():

@@ -15,12 +15,23 @@ the worker rule (:func:`harness.configs.worker_environment`: inherited ``PYTORCH
 
 Outcome per build from pytest's junit XML: ``fail`` when any test failed or errored, else ``pass``
 when any passed, else ``skip`` (every selected test skipped; pytest's reasons kept); ``error`` when
-pytest could not run or selected nothing (the reason is kept: e.g. pytest is not installed in that
-build's environment).
+pytest could not run, the file could not be collected, or nothing was selected (the reason is kept:
+e.g. pytest is not installed in that build's environment). A file that collects nothing (exit status
+5) or fails to collect after printing why it skips itself is a ``skip`` with that line as reason:
+upstream ``test/test_mps.py`` (v2.6.0, line 1109) prints "MPS not available, skipping tests" and
+turns its TestCase into NoTest on a machine without MPS; on Linux its next line, ``sysctl -n
+hw.memsize``, then stops the collection. A ``skip`` where ``pass``/``fail`` was expected is not
+evidence either way (``as_expected`` None), never a mismatch.
+
+``[evidence] test_requirements`` (e.g. ``["pytest<9", "expecttest", "hypothesis", "numpy"]``: what
+upstream's test files import; v2.6.0's ``test/conftest.py`` declares a hook argument pytest 9 removed)
+is installed by pip into each build environment the harness created (:mod:`harness.venvs`); a
+``python:`` interpreter is used as it is, and the record says so.
 """
 
 from __future__ import annotations
 
+import re
 import subprocess
 import xml.etree.ElementTree as ET
 from pathlib import Path, PurePosixPath
@@ -30,20 +41,30 @@ from harness.evidence import SeriesTest
 
 #: seconds one test selection may take on one build
 TIMEOUT_S = 900.0
+#: a line a test file prints when it skips itself on this machine (test_mps.py, test_cuda.py: "X not available,
+#: skipping tests")
+SELF_SKIP = re.compile(r"(?im)^[^\n]*\b(?:not available|skipping tests?)\b[^\n]*$")
+#: pytest's junit message for a module that could not be imported
+COLLECTION_FAILURE = "collection failure"
 
 
 def junit_outcome(path: Path) -> dict:
     """Counts and outcome from a junit XML file (pytest's ``--junitxml``).
 
-    Returns ``{outcome, passed, failed, skipped, errors, skips: [reason, ...], failures: [first line, ...]}``;
-    ``outcome`` is ``pass``/``fail``/``skip``, or ``error`` when nothing was selected."""
+    Returns ``{outcome, passed, failed, skipped, errors, skips: [reason, ...], failures: [first line, ...],
+    collection: [last line of each collection error]}``; ``outcome`` is ``pass``/``fail``/``skip``, or
+    ``error`` when no test ran (nothing selected, or the file could not be collected)."""
     root = ET.parse(path).getroot()
     counts = {"passed": 0, "failed": 0, "skipped": 0, "errors": 0}
-    skips, failures = [], []
+    skips, failures, collection = [], [], []
     for case in root.iter("testcase"):
         name = f"{case.get('classname', '')}.{case.get('name', '')}".strip(".")
         tags = {child.tag: child for child in case}
-        if "failure" in tags or "error" in tags:
+        if "error" in tags and tags["error"].get("message") == COLLECTION_FAILURE:
+            lines = [ln.strip() for ln in (tags["error"].text or "").splitlines() if ln.strip()]
+            cause = next((ln[1:].strip() for ln in reversed(lines) if ln.startswith("E ")), lines[-1] if lines else "")
+            collection.append(f"{name}: {cause[:200]}")
+        elif "failure" in tags or "error" in tags:
             counts["failed" if "failure" in tags else "errors"] += 1
             node = tags.get("failure", tags.get("error"))
             first = (node.get("message") or (node.text or "")).strip().splitlines()
@@ -62,7 +83,7 @@ def junit_outcome(path: Path) -> dict:
         outcome = "skip"
     else:
         outcome = "error"
-    return {"outcome": outcome, **counts, "skips": skips[:5], "failures": failures[:5]}
+    return {"outcome": outcome, **counts, "skips": skips[:5], "failures": failures[:5], "collection": collection[:5]}
 
 
 def command(python: str, test: SeriesTest, junit: Path) -> list[str]:
@@ -75,9 +96,10 @@ def command(python: str, test: SeriesTest, junit: Path) -> list[str]:
         "-q",
         "-p",
         "no:cacheprovider",
+        "--capture=tee-sys",
         "--junitxml",
         str(junit),
-    ]
+    ]  # tee-sys: what the file prints while collected
     return cmd + (["-k", test.k] if test.k else [])
 
 
@@ -99,18 +121,57 @@ def run_one(python: str, test: SeriesTest, source: Path, junit: Path, keep: tupl
         return {"outcome": "error", "reason": f"timed out after {TIMEOUT_S:g} s", "returncode": None}
     tail = ((proc.stderr or proc.stdout).strip().splitlines() or [""])[-1][:300]
     if not junit.is_file():
-        fix = (
-            f"; install it: {python} -m pip install pytest expecttest hypothesis"
-            if "No module named pytest" in tail
-            else ""
-        )
+        fix = ""
+        if "No module named pytest" in tail:
+            fix = '; declare [evidence] test_requirements = ["pytest", ...] (or pip install it into that interpreter)'
+        elif "can not be found in the hookspec" in tail:  # a conftest.py written for an older pytest
+            fix = '; this tree\'s conftest.py needs an older pytest: [evidence] test_requirements = ["pytest<9", ...]'
         return {
             "outcome": "error",
             "returncode": proc.returncode,
             "reason": f"pytest did not run (exit status {proc.returncode}): {tail}{fix}",
         }
-    record = {**junit_outcome(junit), "returncode": proc.returncode, "junit": junit.name}
-    record["reason"] = f"no test selected (exit status {proc.returncode})" if record["outcome"] == "error" else ""
+    record = {**junit_outcome(junit), "returncode": proc.returncode, "junit": junit.name, "reason": ""}
+    if record["outcome"] == "error":
+        record.update(no_test_reason(record, proc.returncode, (proc.stdout or "") + "\n" + (proc.stderr or "")))
+    return record
+
+
+def no_test_reason(record: dict, returncode: int, output: str) -> dict:
+    """Why no test ran, from pytest's junit record and output: ``{outcome, reason}``. ``skip`` when the file
+    printed that it skips itself here (:data:`SELF_SKIP`; e.g. "MPS not available, skipping tests"), else
+    ``error``: the collection error, or nothing selected (a ``-k`` that matches no test)."""
+    said = SELF_SKIP.search(output)
+    stopped = record.get("collection") or []
+    if said:
+        reason = f"no test collected: {said.group(0).strip()[:150]}"  # the collection error stays in "collection"
+        return {"outcome": "skip", "reason": reason + (" (then its collection stopped)" if stopped else "")}
+    if stopped:
+        return {"outcome": "error", "reason": f"collection failed: {stopped[0]}"}
+    return {"outcome": "error", "reason": f"no test selected (exit status {returncode})"}
+
+
+def expectation(outcome: str, expected: str | None) -> bool | None:
+    """``as_expected`` of one record: None when nothing was expected, or when a ``skip`` stands where
+    ``pass``/``fail`` was expected (a test that did not run here is not evidence either way)."""
+    if expected is None or (outcome == "skip" and expected != "skip"):
+        return None
+    return outcome == expected
+
+
+def install_requirements(python: str, requirements: tuple[str, ...], managed: bool) -> dict:
+    """Install ``requirements`` (pip requirement strings) into ``python`` when the harness created its
+    environment (``managed``); ``{"requirements": [...], "installed": bool, "reason": str}``."""
+    record = {"requirements": list(requirements), "installed": False, "reason": ""}
+    if not managed:
+        record["reason"] = "python: interpreter used as it is (install them into it yourself)"
+        return record
+    cmd = [python, "-m", "pip", "install", "--disable-pip-version-check", "--no-input", "-q", *requirements]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode:
+        lines = [ln for ln in (proc.stderr or proc.stdout).splitlines() if ln.startswith("ERROR")] or [""]
+        record["reason"] = f"pip exit status {proc.returncode}: {lines[-1][:200]}"
+    record["installed"] = proc.returncode == 0
     return record
 
 
@@ -120,9 +181,12 @@ def run_all(
     source: Path | None,
     folder: Path,
     keep: tuple[str, ...] = (),
+    requirements: tuple[str, ...] = (),
+    managed: frozenset[str] = frozenset(),
 ) -> dict:
-    """Every test on every build -> ``{"source": str, "tests": [{name, file, k, env, expect, builds:
-    {build: record with "expected" and "as_expected"}}]}`` (recorded as results.json ``series_tests``).
+    """Every test on every build -> ``{"source": str, "requirements": {build: record}, "tests": [{name, file, k,
+    env, expect, builds: {build: record with "expected" and "as_expected"}}]}`` (results.json ``series_tests``).
+    ``requirements`` are installed first into the builds named in ``managed`` (:func:`install_requirements`).
     ``source`` None: nothing runs, and the record says why."""
     if not tests:
         return {}
@@ -133,13 +197,18 @@ def run_all(
             "e.g. work/<base>/patched)",
             "tests": [t.to_json() for t in tests],
         }
+    installed = (
+        {b: install_requirements(python, requirements, b in managed) for b, python in interpreters.items()}
+        if requirements
+        else {}
+    )
     out = []
     for number, test in enumerate(tests, start=1):
         per_build = {}
         for build, python in interpreters.items():
             record = run_one(python, test, source, folder / f"{number:02d}-{build}.xml", keep)
             expected = test.expect.get(build)
-            record.update(expected=expected, as_expected=None if expected is None else record["outcome"] == expected)
+            record.update(expected=expected, as_expected=expectation(record["outcome"], expected))
             per_build[build] = record
         out.append({**test.to_json(), "builds": per_build})
-    return {"source": str(source), "tests": out}
+    return {"source": str(source), **({"requirements": installed} if installed else {}), "tests": out}

@@ -248,6 +248,7 @@ def test_junit_outcomes(tmp_path):
         "errors": 0,
         "skips": None,
         "failures": [],
+        "collection": [],
     }
     assert junit_outcome(xml)["skips"] == ["t.b: MPS not available"]
     xml.write_text(
@@ -258,6 +259,49 @@ def test_junit_outcomes(tmp_path):
     assert junit_outcome(xml)["outcome"] == "skip"
     xml.write_text("<testsuite/>")
     assert junit_outcome(xml)["outcome"] == "error"
+    # pytest's record of a module that could not be imported: not a failed test, no test ran
+    xml.write_text(
+        '<testsuite><testcase classname="" name="test_mps"><error message="collection failure">'
+        "test_mps.py:1114: in &lt;module&gt;\n    total_memory = int(...)\n"
+        "E   subprocess.CalledProcessError: Command '['sysctl', '-n', 'hw.memsize']' returned non-zero"
+        "</error></testcase></testsuite>"
+    )
+    record = junit_outcome(xml)
+    assert (record["outcome"], record["errors"], record["failed"]) == ("error", 0, 0)
+    assert record["collection"] == [
+        "test_mps: subprocess.CalledProcessError: Command '['sysctl', '-n', " "'hw.memsize']' returned non-zero"
+    ]
+
+
+def test_no_test_ran_is_a_skip_only_when_the_file_says_why():
+    from harness.seriestests import expectation, no_test_reason
+
+    stopped = {"collection": ["test_mps: subprocess.CalledProcessError: sysctl"]}
+    said = "Running 0 items in this shard\nMPS not available, skipping tests\nsysctl: cannot stat /proc/sys/hw/memsize"
+    assert no_test_reason(stopped, 2, said) == {
+        "outcome": "skip",
+        "reason": "no test collected: MPS not available, skipping tests (then its collection stopped)",
+    }
+    assert no_test_reason({"collection": []}, 5, "CUDA not available, skipping tests\n") == {
+        "outcome": "skip",
+        "reason": "no test collected: CUDA not available, skipping tests",
+    }
+    assert no_test_reason(stopped, 2, "ImportError") == {
+        "outcome": "error",
+        "reason": "collection failed: test_mps: subprocess.CalledProcessError: sysctl",
+    }
+    assert no_test_reason({"collection": []}, 5, "no tests ran in 0.1s") == {
+        "outcome": "error",
+        "reason": "no test selected (exit status 5)",
+    }
+    assert [
+        expectation("skip", "fail"),
+        expectation("skip", "skip"),
+        expectation("pass", "fail"),
+        expectation("fail", "fail"),
+        expectation("error", "pass"),
+        expectation("pass", None),
+    ] == [None, True, False, True, False, None]
 
 
 def test_tests_table_shows_outcomes_against_expectations_and_skip_reasons():
@@ -276,7 +320,7 @@ def test_tests_table_shows_outcomes_against_expectations_and_skip_reasons():
                         "skipped": 2,
                         "skips": ["t.a: MPS not available"],
                         "expected": "fail",
-                        "as_expected": False,
+                        "as_expected": None,
                         "reason": "",
                     },
                     "patched": {
@@ -291,7 +335,8 @@ def test_tests_table_shows_outcomes_against_expectations_and_skip_reasons():
     }
     (row,) = (line for line in prbody.tests_table(section, ["stock", "patched"]) if line.startswith("| new"))
     assert row == (
-        "| new | `test/test_mps.py` `-k TestX` `A=1` | skip (2 skipped): t.a: MPS not available **✗ expected fail** "
+        "| new | `test/test_mps.py` `-k TestX` `A=1` | skip (2 skipped): t.a: MPS not available "
+        "(expected fail; a skip here is not evidence either way) "
         "| error: pytest did not run (exit status 1): No module named pytest **✗ expected pass** |"
     )
     assert (
