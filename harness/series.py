@@ -316,10 +316,8 @@ def load_series(spec: str | Path) -> Series:
     for number, table in enumerate(data["base"], start=1):
         base = _load_base(where, folder, number, table)
         if any(b.ref == base.ref for b in bases):
-            raise SeriesError(
-                f"{where}: [[base]] #{number} (ref {base.ref!r}): key 'ref': duplicate base ref {base.ref!r}",
-                "keep one [[base]] per ref",
-            )
+            label = f"{where}: [[base]] #{number} (ref {base.ref!r})"
+            raise SeriesError(f"{label}: key 'ref': duplicate base ref {base.ref!r}", "keep one [[base]] per ref")
         bases.append(base)
     return Series(folder, data["name"], data["title"], data["upstream"], tuple(bases), related, env, evidence)
 
