@@ -938,6 +938,7 @@ def plan(request: RunRequest) -> Plan:
         configs = cfg.select(request.device, request.configs, profiles, evidence.default_configs(request.device))
     except ValueError as exc:
         raise UsageError(str(exc), "see python -m harness compare --help") from None
+    check_contrasts(request.contrasts, list(builds), [c.name for c in configs])
     kind = "quick" if request.quick else "full"
     target = request.target_ci or None  # 0: adaptive rounds off; bench has no CI to aim at
     rounds = request.rounds if request.rounds is not None else (ROUNDS if request.quick or target is not None else 6)
@@ -1017,6 +1018,31 @@ def series_of_run(series: str | None, manifests: Mapping[str, Mapping | None]):
         return load_series(next(iter(named)))
     except HarnessError:
         return None
+
+
+def check_contrasts(texts: Sequence[str], builds: list[str], configs: list[str]) -> None:
+    """Refuse a ``--contrast`` whose side is not a (build, config) of this run or whose selection names
+    an op the harness does not know (a series' own contrasts may name configs of other devices: those
+    are reported as not measured instead).
+
+    Raises:
+        UsageError: names the contrast and the part that is not in the run.
+    """
+    from harness.bench.ops import REGISTRY
+
+    for text in texts:
+        contrast = ev.parse_contrast(text)
+        for side in (contrast.a, contrast.b):
+            if side.build not in builds or side.config not in configs:
+                raise UsageError(
+                    f"--contrast {text!r}: {side.label} is not a build/config of this run",
+                    f"builds: {', '.join(builds)}; configs: {', '.join(configs)} (see --configs)",
+                )
+        unknown = [op for op in contrast.ops if op not in REGISTRY]
+        if unknown:
+            raise UsageError(
+                f"--contrast {text!r}: unknown op {', '.join(unknown)}", f"choose from {', '.join(REGISTRY)}"
+            )
 
 
 def check_keep_env(keep: Sequence[str]) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import json
 import random
+import sys
 from pathlib import Path
 
 import pytest
@@ -343,3 +344,25 @@ def test_tests_table_shows_outcomes_against_expectations_and_skip_reasons():
         prbody.tests_table({"skipped": "no source tree given", "tests": []}, ["stock"])[2]
         == "- not run: no source tree given"
     )
+
+
+def test_a_contrast_outside_the_run_is_a_one_line_error_before_anything_runs(tmp_path):
+    """A --contrast naming a config the run lacks, or an op the harness does not know, used to run
+    to the end and show "not measured"; the user's own contrast is checked up front."""
+    from harness.errors import UsageError
+    from harness.runner import RunRequest, plan
+
+    def request(text: str) -> RunRequest:
+        python = f"python:{sys.executable}"
+        return RunRequest(
+            inputs={"stock": python, "patched": python}, device="cpu", out=tmp_path / "o", contrasts=(text,)
+        )
+
+    with pytest.raises(UsageError) as err:
+        plan(request("stock/default vs stock/nope : mm : faster"))
+    assert err.value.cause.endswith("stock/nope is not a build/config of this run")
+    assert err.value.remedy == "builds: stock, patched; configs: default, no_vec (see --configs)"
+    with pytest.raises(UsageError, match="unknown op conv"):
+        plan(request("stock/default vs patched/default : conv : faster"))
+    assert plan(request("stock/no_vec vs stock/default : mm/float32 : faster")).evidence.contrasts
+    assert not (tmp_path / "o").exists()
