@@ -466,6 +466,10 @@ def _run_lines(data: dict) -> list[str]:
         f"warm-up {timing.get('warmup_s')} s, measurement {timing.get('measure_s')} s per cell per process, "
         f"blocks of at least {timing.get('min_block_s')} s"
     )
+    if timing.get("layouts", 1) > 1:
+        timing_text += f"; kernel-bound cells on {timing['layouts']} memory layouts of their inputs per process"
+    if timing.get("launch_bound_blocks"):
+        timing_text += f", launch-bound cells {timing['launch_bound_blocks']} blocks"
     startups = sorted(t for t in map(res.startup_seconds, data["processes"]) if t is not None)
     if startups:
         timing_text += (

@@ -205,6 +205,14 @@ def cells_problem(cells, where: str) -> str | None:
             bad = next((x for x in samples if not _seconds(x)), None)
             if bad is not None:
                 return f"{at}.measurement.samples holds {bad!r}, not a finite number of seconds >= {MIN_SECONDS:g}"
+            layouts = m.get("layouts", [])
+            if not (
+                isinstance(layouts, list)
+                and all(type(i) is int for i in layouts)
+                and layouts == sorted(set(layouts))
+                and (not layouts or (layouts[0] == 0 and layouts[-1] < len(samples)))
+            ):
+                return f"{at}.measurement.layouts is {layouts!r}"[:200] + ", not rising block indices from 0"
             if not min(samples) <= m["median"] <= max(samples):
                 return (
                     f"{at}.measurement.median is {m['median']!r}, outside its samples "
@@ -358,6 +366,7 @@ def measurement(m: dict) -> Measurement:
     return Measurement(
         samples=list(m["samples"]),
         enqueue=list(m.get("enqueue") or [0.0]),
+        layouts=list(m.get("layouts") or []),
         number=m.get("number", 1),
         overhead_s=m.get("overhead_s", 0.0),
         method=m.get("method", ""),

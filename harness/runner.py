@@ -38,7 +38,7 @@ from harness import configs as cfg
 from harness import evidence as ev
 from harness import results as res
 from harness.bench.ops import key_hint
-from harness.bench.timer import steady_start
+from harness.bench.timer import layout_slices, steady_start
 from harness.bench.workloads import DTYPES, ITEMSIZE, Cell, default_cells
 from harness.errors import HarnessError, ResultsError, UsageError
 from harness.fsutil import atomic_write_json, exclusive_lock, inside
@@ -56,14 +56,19 @@ SOURCE_ROOT = str(Path(harness.__file__).resolve().parent.parent)
 #: min_samples: blocks per cell at least; 5 on cpu (3 with --quick), where one half-precision GEMM
 #: call can take 0.2 s and block-to-block noise is small next to the spread between processes, so
 #: the time buys more processes instead.
+#: On a GPU, a kernel-bound cell is timed on ``layouts`` placements of its inputs in device memory
+#: per process (:func:`harness.bench.worker.measure_layouts`: placement, not process state, is most
+#: of a large GEMM's spread between processes on an H200), and a launch-bound cell gets
+#: ``launch_bound_blocks`` blocks (its spread between processes is host latency; more blocks in one
+#: process do not narrow it). Layouts are measured on an H200 only; on cpu one layout.
 TIMING = {
     "full": {
         "cpu": {"warmup_s": 0.05, "measure_s": 0.2, "min_block_s": 2e-3, "min_samples": 5},
-        "gpu": {"warmup_s": 0.03, "measure_s": 0.1, "min_block_s": 1e-2},
+        "gpu": {"warmup_s": 0.03, "measure_s": 0.1, "min_block_s": 1e-2, "layouts": 5, "launch_bound_blocks": 5},
     },
     "quick": {
         "cpu": {"warmup_s": 0.02, "measure_s": 0.1, "min_block_s": 1e-3, "min_samples": 3},
-        "gpu": {"warmup_s": 0.02, "measure_s": 0.1, "min_block_s": 5e-3},
+        "gpu": {"warmup_s": 0.02, "measure_s": 0.1, "min_block_s": 5e-3, "layouts": 3, "launch_bound_blocks": 5},
     },
 }
 #: --target-ci defaults: CI half-width a cell is measured to (kernel-bound / launch-bound cells).
@@ -632,11 +637,12 @@ def adaptive_measure_seconds(
     overhead). The variance of the mean over processes per second spent, (σ_b² + σ_w²/T)·(fixed + T),
     is smallest at T* = (σ_w/σ_b)·√fixed: the optimal subsample size of two-stage sampling
     (W. G. Cochran, *Sampling Techniques*, 3rd ed., 1977, §10.6). σ_w² is estimated per process
-    from its blocks after the warm-up transient (:func:`median_se` squared, times the seconds measured),
-    σ_b² as the spread of process medians around each build's mean less the within part, floored at
-    a tenth of that spread (never assumed zero). On an H200, GEMM 4096³ shows blocks 2-7 % apart in
-    one process (boost clock) while SDPA L512 fp32 differs 1-3 % between processes and 0.1 % inside
-    one (docs/methodology.md): the first gets longer measurement, the second more processes.
+    from its blocks after the warm-up transient (:func:`median_se` squared, times the seconds measured;
+    the first layout's blocks only, as T is the first layout's time: :data:`TIMING`), σ_b² as the
+    spread of process medians around each build's mean less the within part, floored at a tenth of
+    that spread (never assumed zero). On an H200, GEMM 4096³ shows blocks 2-7 % apart in one process
+    (boost clock) while SDPA L512 fp32 differs 1-3 % between processes and 0.1 % inside one
+    (docs/methodology.md): the first gets longer measurement, the second more processes.
 
     ``per_build``: build -> the cell's records so far. Returns ``base`` when fewer than 3 processes
     measured it; otherwise T* clamped to [base, cap] (seconds)."""
@@ -649,11 +655,12 @@ def adaptive_measure_seconds(
             m = r.get("measurement")
             if r.get("status") != "ok" or not m or len(m["samples"]) < 4:
                 continue
-            x = sorted(math.log(v) for v in m["samples"][steady_start(m["samples"]) :])
-            t = _measured_seconds(m)
+            first = m["samples"][layout_slices(len(m["samples"]), m.get("layouts") or [])[0]]  # blocks of one layout
+            x = sorted(math.log(v) for v in first[steady_start(first) :])
+            t = sum(first) * m["number"]
             within.append(median_se(x) ** 2 * t)
             seconds.append(t)
-            logs.append(statistics.median(x))
+            logs.append(math.log(res.median_of(r)))  # the process's time (all its layouts)
         if len(logs) >= 2:
             groups += 1
             mean = statistics.fmean(logs)

@@ -251,3 +251,14 @@ def test_finding7_the_gpu_is_named_by_torch_backends_mps_not_the_cpu_brand():
 
     info = probe("mps", [])
     assert info["gpu_name"] is None and "MPS is not built into this torch" in info["device_error"]
+
+
+def test_layouts_allocate_spacers_and_copies_within_upstreams_rules(monkeypatch):
+    # on the emulated device every call is host time (launch-bound); pretend it is not, to run the layouts
+    monkeypatch.setattr("harness.bench.timer.Measurement.launch_bound", property(lambda self: False))
+    cell = Cell("mm", (16, 16, 16), "float16")
+    with emulate(torch) as (device, _):
+        spec = {"device": "mps", "timing": {**TINY, "layouts": 3}}
+        record = run_cell(torch, BlockTimer(device), device, cell, spec, {})
+    assert record["status"] == "ok", record
+    assert record["measurement"]["layouts"][0] == 0 and len(record["measurement"]["layouts"]) == 3

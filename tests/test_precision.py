@@ -48,3 +48,13 @@ def test_the_boost_clock_transient_at_the_start_of_a_cell_is_cut_and_plain_noise
     # never more than half the blocks, and nothing to cut with fewer than 4
     assert steady_start([1.0, 1.0, 1.0, 1.0, 1.0, 2.0, 2.0, 2.0, 2.0, 2.0]) <= 5
     assert steady_start([1.0, 2.0, 2.0]) == 0
+
+
+def test_a_kernel_bound_cell_is_timed_on_several_layouts_of_its_inputs():
+    device = devices.profile("cpu", torch)  # the cpu clock: never launch-bound
+    cell = Cell("mm", (32, 32, 32), "float32")
+    record = run_cell(torch, BlockTimer(device), device, cell, {"device": "cpu", "timing": {**TINY, "layouts": 3}}, {})
+    m = record["measurement"]
+    assert record["status"] == "ok" and m["layouts"] == [0, 2, 7] and len(m["samples"]) == 12  # 2 + 5 + 5 blocks
+    one = run_cell(torch, BlockTimer(device), device, cell, {"device": "cpu", "timing": TINY}, {})
+    assert one["measurement"]["layouts"] == [] and len(one["measurement"]["samples"]) == 2

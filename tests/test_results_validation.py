@@ -106,6 +106,14 @@ def _cell_edit(fn):
             "measurement.median is inf, not a finite number of seconds",
         ),
         (
+            _cell_edit(lambda proc, key: proc["cells"][key]["measurement"].update(layouts=[0, 10**6])),
+            "measurement.layouts is [0, 1000000], not rising block indices from 0",
+        ),
+        (
+            _cell_edit(lambda proc, key: proc["cells"][key]["measurement"].update(layouts=["0"])),
+            "measurement.layouts is ['0'], not rising block indices from 0",
+        ),
+        (
             _cell_edit(lambda proc, key: proc["cells"].update({"mm/7x7x7/float32": proc["cells"][key]})),
             "cells['mm/7x7x7/float32'] is a cell that is not in run.cells (the plan)",
         ),

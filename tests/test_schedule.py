@@ -138,3 +138,18 @@ def test_cells_noisy_inside_a_process_get_longer_measurement_and_cells_noisy_bet
     assert base < adaptive_measure_seconds(noisy_inside, base, fixed_s=0.01) < long
     # too few processes to tell the two spreads apart: the base time
     assert adaptive_measure_seconds({b: r[:1] for b, r in noisy_inside.items()}, base, fixed_s=0.5) == base
+
+
+def test_layout_to_layout_spread_is_not_taken_for_block_noise():
+    """With several layouts per process, σ_w comes from the first layout's blocks: placements that
+    differ (a spread between layouts) must not read as noise inside a layout, which would buy longer
+    measurement where it does not help."""
+    rng = np.random.default_rng(5)
+    base = TIMING["full"]["gpu"]["measure_s"]
+    per_build = {b: _records(rng, 6, between=0.013, within=0.001) for b in ("stock", "patched")}
+    for records in per_build.values():
+        for r in records:
+            m = r["measurement"]
+            m["layouts"] = [0, len(m["samples"])]
+            m["samples"] += [v * 1.05 for v in m["samples"][:5]]  # a second layout 5 % slower
+    assert adaptive_measure_seconds(per_build, base, fixed_s=0.5) == base

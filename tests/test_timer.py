@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from harness.bench import devices
-from harness.bench.timer import MAX_BLOCK_CALLS, WARMUP_CALLS, BlockTimer, Measurement
+from harness.bench.timer import MAX_BLOCK_CALLS, WARMUP_CALLS, BlockTimer, Measurement, layout_medians
 
 
 class FakeClock:
@@ -122,3 +122,34 @@ def test_launch_bound_label_uses_enqueue_time():
 def test_unknown_device_is_rejected():
     with pytest.raises(ValueError, match="unknown device 'tpu'; choose one of cpu, cuda, mps"):
         devices.profile("tpu", torch)
+
+
+def test_a_launch_bound_cell_gets_its_fixed_number_of_blocks():
+    # host enqueue takes the whole call (no device behind it): launch-bound from the sizing block on
+    clock = FakeClock(call_ns=20_000)
+    m = fake_timer(clock).measure(clock.call, warmup_s=0.0, measure_s=1.0, min_block_s=1e-3, launch_bound_blocks=5)
+    assert len(m.samples) == 5 and m.launch_bound  # not the 1 s of blocks measure_s asks for
+    # on the cpu clock nothing is launch-bound: measure_s holds
+    clock = FakeClock(call_ns=20_000)
+    m = fake_timer(clock, "perf_counter").measure(
+        clock.call, warmup_s=0.0, measure_s=0.01, min_block_s=1e-3, launch_bound_blocks=5
+    )
+    assert len(m.samples) == 10  # 10 ms of 1 ms blocks
+
+
+def test_a_given_block_size_skips_the_sizing():
+    clock = FakeClock(call_ns=1_000)
+    m = fake_timer(clock).measure(clock.call, warmup_s=0.0, warmup_calls=1, measure_s=0.0, min_samples=4, number=7)
+    assert m.number == 7 and m.samples == pytest.approx([1e-6] * 4)
+    assert clock.trace.count("call") == 1 + 4 * 7  # one warm-up call, four blocks of 7, no sizing blocks
+
+
+def test_the_median_of_several_layouts_is_the_median_of_their_medians():
+    m = Measurement(samples=[1.0] * 4, enqueue=[0.1] * 4, method="synchronize+perf_counter")
+    for level in (1.1, 1.3, 1.2, 0.9):
+        m.add_layout(Measurement(samples=[level] * 5, enqueue=[0.1] * 5))
+    assert m.layouts == [0, 4, 9, 14, 19] and len(m.samples) == 24
+    assert m.median == pytest.approx(1.1)  # median of 1.0, 1.1, 1.3, 1.2, 0.9 (the pooled blocks' median is 1.15)
+    assert m.to_json()["layouts"] == [0, 4, 9, 14, 19]
+    # each layout's own warm-up transient is cut inside that layout only
+    assert layout_medians([2.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 3.0, 3.0, 3.0, 3.0], [0, 8]) == [1.0, 3.0]

@@ -94,12 +94,26 @@ def steady_median(samples: list[float]) -> float:
     return statistics.median(samples[steady_start(samples) :])
 
 
+def layout_slices(n: int, layouts: list[int]) -> list[slice]:
+    """The blocks of each layout: ``layouts`` holds the index of each layout's first block (empty or
+    ``[0]``: one layout, all ``n`` blocks)."""
+    starts = [i for i in layouts if 0 <= i < n] or [0]
+    return [slice(a, b) for a, b in zip(starts, [*starts[1:], n])]
+
+
+def layout_medians(samples: list[float], layouts: list[int]) -> list[float]:
+    """:func:`steady_median` of each layout's blocks (seconds per call), in layout order."""
+    return [steady_median(samples[s]) for s in layout_slices(len(samples), layouts)]
+
+
 @dataclass
 class Measurement:
     """Raw per-call times of one cell in one process.
 
     Attributes:
         samples: seconds per call, one value per block (block time / ``number``).
+        layouts: index of the first block of each memory layout of the inputs (see
+            :func:`harness.bench.worker.run_cell`); empty: one layout.
         enqueue: host seconds per call spent enqueuing, one value per block (== samples on cpu).
         number: calls per block.
         overhead_s: the timer's own cost for one empty block, seconds.
@@ -108,14 +122,26 @@ class Measurement:
 
     samples: list[float] = field(default_factory=list)
     enqueue: list[float] = field(default_factory=list)
+    layouts: list[int] = field(default_factory=list)
     number: int = 1
     overhead_s: float = 0.0
     method: str = ""
 
     @property
     def median(self) -> float:
-        """The process's time for the cell: :func:`steady_median` of the samples, seconds per call."""
+        """The process's time for the cell, seconds per call: :func:`steady_median` of the samples;
+        with several layouts, the median of each layout's :func:`steady_median`."""
+        if len(self.layouts) > 1:
+            return statistics.median(layout_medians(self.samples, self.layouts))
         return steady_median(self.samples)
+
+    def add_layout(self, other: Measurement) -> None:
+        """Append ``other``'s blocks (the same cell on freshly allocated inputs) as a new layout."""
+        if not self.layouts:
+            self.layouts = [0]
+        self.layouts.append(len(self.samples))
+        self.samples += other.samples
+        self.enqueue += other.enqueue
 
     @property
     def launch_bound(self) -> bool:
@@ -127,7 +153,7 @@ class Measurement:
     def to_json(self) -> dict:
         out = asdict(self)
         out["median"] = self.median if self.samples else None
-        out["steady_from"] = steady_start(self.samples)
+        out["steady_from"] = steady_start(self.samples[layout_slices(len(self.samples), self.layouts)[0]])
         out["launch_bound"] = self.launch_bound
         return out
 
@@ -204,6 +230,8 @@ class BlockTimer:
         max_overhead_fraction: float = 0.01,
         min_samples: int = 10,
         max_samples: int = 2000,
+        number: int | None = None,
+        launch_bound_blocks: int | None = None,
     ) -> Measurement:
         """Warm up, size the block, then collect samples for about ``measure_s`` seconds.
 
@@ -215,21 +243,36 @@ class BlockTimer:
             min_block_s: a block lasts at least this long (seconds), unless it reaches
                 :data:`MAX_BLOCK_CALLS` calls first.
             max_overhead_fraction: timer overhead must stay below this share of a block.
+            number: calls per block, skipping the sizing (a further layout of a cell already sized).
+            launch_bound_blocks: when the last sizing block is launch-bound (host enqueue >=
+                :data:`LAUNCH_BOUND_RATIO` of the block), collect exactly this many blocks instead:
+                such a cell's time is host latency, whose spread between processes dwarfs the
+                spread inside one (docs/methodology.md), so its blocks are spent on processes.
         """
         self.warmup(fn, warmup_s, warmup_calls)
         overhead = self.overhead()
-        target = max(min_block_s, overhead / max_overhead_fraction)
-        number = 1
-        while True:
-            block, _ = self.time_block(fn, number)
-            if block >= target or number >= MAX_BLOCK_CALLS:
-                break
-            # grow towards the target, at least doubling, as blocked_autorange does
-            number = min(MAX_BLOCK_CALLS, max(number * 2, int(number * target / max(block, 1e-9) * 1.1)))
+        blocks = None
+        if number is None:
+            number, block, enqueue = self._size(fn, max(min_block_s, overhead / max_overhead_fraction))
+            if launch_bound_blocks and self.method != "perf_counter" and enqueue >= LAUNCH_BOUND_RATIO * block:
+                blocks = launch_bound_blocks
         m = Measurement(number=number, overhead_s=overhead, method=self.method)
         stop = self._seconds() + measure_s
-        while len(m.samples) < max_samples and (len(m.samples) < min_samples or self._seconds() < stop):
+        while len(m.samples) < max_samples and (
+            len(m.samples) < (blocks or min_samples) or (blocks is None and self._seconds() < stop)
+        ):
             block, enqueue = self.time_block(fn, number)
             m.samples.append(block / number)
             m.enqueue.append(enqueue / number)
         return m
+
+    def _size(self, fn: Callable[[], object], target: float) -> tuple[int, float, float]:
+        """Grow ``number`` until a block lasts ``target`` seconds or reaches :data:`MAX_BLOCK_CALLS`,
+        at least doubling, as ``torch.utils.benchmark.Timer.blocked_autorange`` does. Returns
+        (number, the last block's seconds, its enqueue seconds)."""
+        number = 1
+        while True:
+            block, enqueue = self.time_block(fn, number)
+            if block >= target or number >= MAX_BLOCK_CALLS:
+                return number, block, enqueue
+            number = min(MAX_BLOCK_CALLS, max(number * 2, int(number * target / max(block, 1e-9) * 1.1)))

@@ -52,6 +52,49 @@ def _emit(fh, record: dict) -> None:
     os.fsync(fh.fileno())
 
 
+#: blocks timed on each layout after the first (the cell is warm and sized by then)
+LAYOUT_BLOCKS = 5
+#: the largest spacer allocated before a further layout, bytes
+MAX_SPACER_BYTES = 64 << 20
+
+
+def measure_layouts(torch, timer: BlockTimer, cell: Cell, inputs: list, torch_device, timing: dict):
+    """Time ``cell`` on ``inputs``, then, unless it is launch-bound, on ``timing["layouts"] - 1``
+    further copies of them, each placed elsewhere in device memory: a spacer of a random size
+    (0-64 MiB, kept until the cell is done) is allocated before each copy. Returns the
+    :class:`harness.bench.timer.Measurement` with one layout per placement (its median: the median of
+    the layouts' medians).
+
+    Why: where the inputs lie (which physical pages, cache slices and DRAM channels back them) moves a
+    kernel-bound GEMM's time between processes. On an H200 (benchmarks/layout_variance.py, 10 processes
+    × 6 layouts, docs/methodology.md) the spread of GEMM 2048³ fp16 between processes was 1.9 % with
+    one layout and 0.36 % for the mean of six; 0.89 % → 0.33 % for 4096³ fp16 and 0.97 % → 0.38 % for
+    linear 2048³ fp32: most of what looked like process state is placement, which a process can
+    sample for a fraction of its start-up cost (the layout effect of T. Mytkowicz et al., ASPLOS 2009;
+    C. Curtsinger and E. D. Berger, STABILIZER, ASPLOS 2013)."""
+    import random
+
+    timing = dict(timing)
+    layouts = int(timing.pop("layouts", 1))
+    m = timer.measure(op_callable(cell, inputs), **timing)
+    if layouts < 2 or m.launch_bound:
+        return m
+    spacers, draw = [], random.SystemRandom()
+    for _ in range(layouts - 1):
+        spacers.append(torch.empty(draw.randrange(MAX_SPACER_BYTES), dtype=torch.uint8, device=torch_device))
+        inputs = [t.clone() for t in inputs]
+        further = timer.measure(
+            op_callable(cell, inputs),
+            warmup_calls=3,
+            warmup_s=0.0,
+            measure_s=0.0,
+            min_samples=LAYOUT_BLOCKS,
+            number=m.number,
+        )
+        m.add_layout(further)
+    return m
+
+
 def run_cell(
     torch,
     timer: BlockTimer,
@@ -105,7 +148,7 @@ def run_cell(
         timing = {**spec.get("timing", {})}
         if record["key"] in spec.get("measure_s", {}):
             timing["measure_s"] = spec["measure_s"][record["key"]]
-        m = timer.measure(fn, **timing)
+        m = measure_layouts(torch, timer, cell, inputs, device.torch_device, timing)
     except Exception as exc:  # the op's own failure is the cell's result, recorded with its words
         return {**record, "status": "failed", "reason": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"}
     bad = [s for s in m.samples if not (math.isfinite(s) and s > 0)]

@@ -1,0 +1,123 @@
+"""Where a kernel-bound cell's spread between processes comes from: memory layout or process state?
+
+On an H200 some kernel-bound cells (SDPA causal L512 fp32, 56 µs) differ by 1-3 % between fresh
+processes while their blocks inside one process agree within 0.1 % (docs/methodology.md). If the
+difference is the placement of the inputs in memory (which physical pages, L2 slices and DRAM
+channels back them; the layout effect of T. Mytkowicz et al., "Producing wrong data without doing
+anything obviously wrong!", ASPLOS 2009, and C. Curtsinger and E. D. Berger, "STABILIZER:
+statistically sound performance evaluation", ASPLOS 2013), then re-allocating the inputs several
+times inside one process samples it for a fraction of a process's start-up cost.
+
+Each of ``--processes`` fresh processes measures every cell at ``--layouts`` layouts: before each,
+a spacer of a random size (0-64 MiB, kept alive) is allocated and the inputs are made anew, then
+the harness's own timer (:class:`harness.bench.timer.BlockTimer`) times it. Per cell the script
+prints (standard deviations of log time, i.e. relative spread):
+
+- ``first``: of the first layout's medians across processes (what one layout per process sees);
+- ``mean``: of each process's mean over its layouts, across processes;
+- ``layout``: pooled, of the layouts inside a process around their process's mean;
+- ``ratio``: ``mean / first``; about ``1/sqrt(layouts)`` when layout explains the spread,
+  about 1 when the process's own state does.
+
+    PYTHONPATH=. python3 benchmarks/layout_variance.py --device cuda --processes 10 --layouts 6 --out $OUT/layout.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+CELLS = (
+    "sdpa_causal/1x8x512x64/float32",
+    "sdpa/1x8x512x64/float16",
+    "mm/2048x2048x2048/float16",
+    "mm/1024x1024x1024/float32",
+    "mm/4096x4096x4096/float16",
+    "linear/2048x2048x2048/float32",
+)
+
+
+def child(device: str, cells: list[str], layouts: int, seed: int) -> dict:
+    """One process: cell key -> list of per-layout steady medians (seconds per call)."""
+    import torch
+
+    from harness.bench import devices
+    from harness.bench.timer import BlockTimer, steady_median
+    from harness.bench.workloads import Cell, make_inputs, op_callable
+
+    prof = devices.profile(device, torch)
+    timer = BlockTimer(prof)
+    rng = random.Random(seed)
+    keep, out = [], {}
+    for key in cells:
+        cell = Cell.from_key(key)
+        meds = []
+        for _ in range(layouts):
+            keep.append(torch.empty(rng.randrange(0, 64 << 20), dtype=torch.uint8, device=prof.torch_device))
+            fn = op_callable(cell, make_inputs(cell, prof.torch_device))
+            m = timer.measure(fn, warmup_s=0.02, measure_s=0.1, min_block_s=0.01 if device != "cpu" else 0.001)
+            meds.append(steady_median(m.samples))
+        out[key] = meds
+    return out
+
+
+def sd(x: list[float]) -> float:
+    return statistics.stdev(x) if len(x) > 1 else float("nan")
+
+
+def summarise(per_process: list[dict]) -> list[dict]:
+    rows = []
+    for key in per_process[0]:
+        logs = [[math.log(v) for v in p[key]] for p in per_process]
+        means = [statistics.fmean(x) for x in logs]
+        within = [v - statistics.fmean(x) for x in logs for v in x]
+        dof = sum(len(x) - 1 for x in logs)
+        row = {
+            "key": key,
+            "first": sd([x[0] for x in logs]),
+            "mean": sd(means),
+            "layout": math.sqrt(sum(v * v for v in within) / dof),
+        }
+        row["ratio"] = row["mean"] / row["first"]
+        rows.append(row)
+    return rows
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--processes", type=int, default=10)
+    parser.add_argument("--layouts", type=int, default=6)
+    parser.add_argument("--cells", nargs="*", default=list(CELLS))
+    parser.add_argument("--out", type=Path)
+    parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child is not None:
+        print(json.dumps(child(args.device, args.cells, args.layouts, args.child)))
+        return 0
+    per_process, seconds = [], []
+    for i in range(args.processes):
+        cmd = [sys.executable, __file__, "--device", args.device, "--layouts", str(args.layouts), "--child", str(i)]
+        t0 = time.monotonic()
+        done = subprocess.run([*cmd, "--cells", *args.cells], capture_output=True, text=True, check=True)
+        seconds.append(time.monotonic() - t0)
+        per_process.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    rows = summarise(per_process)
+    print(f"{'cell':36} {'first':>7} {'mean':>7} {'layout':>7} {'ratio':>6}   ({args.layouts} layouts)")
+    for r in rows:
+        print(f"{r['key']:36} {r['first']:7.2%} {r['mean']:7.2%} {r['layout']:7.2%} {r['ratio']:6.2f}")
+    print(f"process seconds: median {statistics.median(seconds):.1f}")
+    if args.out:
+        args.out.write_text(json.dumps({"rows": rows, "per_process": per_process, "seconds": seconds}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
