@@ -20,14 +20,19 @@ def test_there_are_cpu_and_h200_examples():
 @pytest.mark.parametrize("results", EXAMPLES, ids=lambda p: p.parent.name)
 def test_example_report_is_current_and_rendering_is_byte_identical(results, tmp_path):
     data = res.load(results.parent)
-    first, second = tmp_path / "a", tmp_path / "b"
+    first = tmp_path / "a"
     written = report.write(first, data)
-    report.write(second, data)
-    for path in written:
-        assert path.read_bytes() == (second / path.name).read_bytes(), path.name
     committed = (results.parent / "report.md").read_text()
     assert (first / "report.md").read_text() == committed, "re-render it: python -m harness report " + str(
         results.parent
     )
     for path in written[1:]:
         assert (results.parent / path.name).is_file(), f"{path.name} is linked from the report but not committed"
+    # byte-identical: every file equals an independent render of the same results.json -- the committed
+    # one, rendered by an earlier process; where a plot differs from it (another matplotlib), a second
+    # render in this process
+    if any(path.read_bytes() != (results.parent / path.name).read_bytes() for path in written):
+        second = tmp_path / "b"
+        report.write(second, data)
+        for path in written:
+            assert path.read_bytes() == (second / path.name).read_bytes(), path.name
