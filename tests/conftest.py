@@ -1,12 +1,12 @@
 """Shared fixtures: a tiny generated upstream, a project folder with patches/, Debian's real PyTorch source.
 
 Every test runs in its own harness cache (``$TORCH_PATCH_HARNESS_CACHE``, set by the autouse
-:func:`isolated_cache`), never the user's; module- and session-scoped fixtures, which are set up
-before any test's own cache exists, get one private cache for the whole session
-(:func:`session_cache`). The one thing read from outside is Debian's source tarball: when the
-user's cache (or the cache named by ``$TORCH_PATCH_HARNESS_CACHE`` when the tests started) already
-holds it, it is hard-linked (or copied) into the session cache and never written there.
-"""
+:func:`isolated_cache`; only its build venvs are the session's, :func:`build_venvs`), never the user's;
+module- and session-scoped fixtures, which are set up before any test's own cache exists, get one
+private cache for the whole session (:func:`session_cache`). The one thing read from outside is
+Debian's source tarball: when the user's cache (or the cache named by ``$TORCH_PATCH_HARNESS_CACHE``
+when the tests started) already holds it, it is hard-linked (or copied) into the session cache and
+never written there."""
 
 from __future__ import annotations
 
@@ -146,11 +146,28 @@ def probe_once() -> Iterator[None]:
         yield
 
 
+@pytest.fixture(scope="session")
+def build_venvs(tmp_path_factory) -> Path:
+    """The session's one folder of build venvs (``<cache>/build-venvs``: a venv per list of build
+    requirements, :func:`harness.build.ensure_build_venv`). Builds only run their interpreter, so
+    every test's cache links it (:func:`share_build_venvs`) and the small upstream's numpy + cmake
+    venv is created once per session, not once per building test; its lock guards the creation."""
+    return tmp_path_factory.mktemp("build-venvs")
+
+
+def share_build_venvs(cache: Path, shared: Path) -> Path:
+    """Make ``cache/build-venvs`` a symbolic link to the session's :func:`build_venvs`; return ``cache``."""
+    cache.mkdir(parents=True, exist_ok=True)
+    (cache / "build-venvs").symlink_to(shared, target_is_directory=True)
+    return cache
+
+
 @pytest.fixture(autouse=True)
-def isolated_cache(tmp_path_factory, monkeypatch) -> Path:
+def isolated_cache(tmp_path_factory, monkeypatch, build_venvs) -> Path:
     """A private harness cache for each test (autouse), beside its ``tmp_path``, not inside it, so
-    that tests which check that nothing else appeared in ``tmp_path`` are not disturbed by it."""
-    path = tmp_path_factory.mktemp("cache")
+    that tests which check that nothing else appeared in ``tmp_path`` are not disturbed by it. Its
+    build venvs are the session's (:func:`build_venvs`); everything else in it is the test's own."""
+    path = share_build_venvs(tmp_path_factory.mktemp("cache"), build_venvs)
     monkeypatch.setenv(CACHE_ENV, str(path))
     return path
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import small_upstream as su
+from conftest import share_build_venvs
 
 from harness import build as b
 from harness.cli import main
@@ -26,10 +27,10 @@ if shutil.which("cmake") is None or shutil.which("c++") is None:  # pragma: no c
 
 
 @pytest.fixture(scope="module")
-def upstream(tmp_path_factory):
+def upstream(tmp_path_factory, build_venvs):
     root = tmp_path_factory.mktemp("e2e")
     old = os.environ.get("TORCH_PATCH_HARNESS_CACHE")
-    os.environ["TORCH_PATCH_HARNESS_CACHE"] = str(root / "cache")
+    os.environ["TORCH_PATCH_HARNESS_CACHE"] = str(share_build_venvs(root / "cache", build_venvs))
     repo = su.make_upstream(root)
     series_dir = su.make_series(repo, root / "patches")
     patches = sorted((series_dir / "v1.4.0").glob("*.patch"))

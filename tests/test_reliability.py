@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import export_series, fixed_rounds, git, run_harness
+from conftest import export_series, fixed_rounds, git, run_harness, share_build_venvs
 
 from harness import cli
 from harness.upstream import patched_branch, worktrees
@@ -779,7 +779,7 @@ def test_nonexistent_source_is_one_line(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.e2e
-def test_interrupted_build_resumes_compiling_only_what_was_left(tiny_source, tmp_path):
+def test_interrupted_build_resumes_compiling_only_what_was_left(tiny_source, tmp_path, build_venvs):
     """Ctrl-C while the last translation unit compiles; the rerun compiles that one unit only."""
     import glob
 
@@ -799,7 +799,7 @@ def test_interrupted_build_resumes_compiling_only_what_was_left(tiny_source, tmp
     hold.touch()
     args = ["--build-env", f"CMAKE_CXX_COMPILER_LAUNCHER={launcher}"]
     environ = {k: v for k, v in os.environ.items() if k != "CXX"}
-    environ["TORCH_PATCH_HARNESS_CACHE"] = str(tmp_path / "cache")
+    environ["TORCH_PATCH_HARNESS_CACHE"] = str(share_build_venvs(tmp_path / "cache", build_venvs))
     first = subprocess.Popen(
         [
             sys.executable,
