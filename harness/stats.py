@@ -315,6 +315,19 @@ def judge(
 
 
 # --------------------------------------------------------------------------- A/B comparison
+def _input_problem(s: np.ndarray, p: np.ndarray) -> tuple[Cause, str] | None:
+    """(cause, reason) when a side has no process or a non-finite / non-positive median, else None."""
+    for name, a in (("stock", s), ("patched", p)):
+        if a.size == 0:
+            return Cause.NO_PROCESSES, f"no {name} processes"
+        bad = int(np.sum(~np.isfinite(a)))
+        if bad:
+            return Cause.BAD_VALUES, f"{bad} {name} per-process median(s) are NaN/inf"
+        if np.any(a <= 0):
+            return Cause.BAD_VALUES, f"{name} has a per-process median <= 0 s"
+    return None
+
+
 
 
 @dataclass(frozen=True)
@@ -565,14 +578,9 @@ def compare(
         )
         return Comparison(**base, verdict=verdict, cause=cause, reason=reason, notes=tuple(notes))
 
-    for name, a in (("stock", s), ("patched", p)):
-        if a.size == 0:
-            return done(Cause.NO_PROCESSES, f"no {name} processes")
-        bad = int(np.sum(~np.isfinite(a)))
-        if bad:
-            return done(Cause.BAD_VALUES, f"{bad} {name} per-process median(s) are NaN/inf")
-        if np.any(a <= 0):
-            return done(Cause.BAD_VALUES, f"{name} has a per-process median <= 0 s")
+    problem = _input_problem(s, p)
+    if problem is not None:
+        return done(*problem)
 
     base["stock_median"] = float(np.median(s))
     base["patched_median"] = float(np.median(p))
