@@ -94,7 +94,9 @@ def rows(data: dict, contrast: Contrast, threshold: float, launch_threshold: flo
             continue
         rounds, a, b = _paired(rec_a, rec_b)
         slow_host = res.launch_bound(rec_a + rec_b)
-        cmp = stats.compare(b, a, threshold=launch_threshold if slow_host else threshold)
+        cmp = stats.compare(
+            b, a, threshold=launch_threshold if slow_host else threshold, floor=stats.floor_for(slow_host)
+        )
         out.append(ContrastRow(cell, rounds, tuple(a), tuple(b), cmp, slow_host))
     return out
 

@@ -168,9 +168,7 @@ def analyse(data: dict) -> Analysis:
                 medians,
                 {b: (stats.process_median(m) if m else None) for b, m in medians.items()},
                 {b: (stats.iqr(m) if m else None) for b, m in medians.items()},
-                stats.compare(medians["stock"], medians["patched"], threshold=cell_threshold(per_build))
-                if ab
-                else None,
+                stats.compare(medians["stock"], medians["patched"], **cell_rule(per_build)) if ab else None,
                 _notes([r for b in builds for r in per_build.get(b, [])]),
             )
             rows[config].append(row)
@@ -204,14 +202,16 @@ def _ratio_ci(ratio: float, low: float, high: float) -> str:
     return f"{1 / ratio:.3f}× [no CI]"
 
 
-def _cause_words(cause: stats.Cause, threshold: float, confidence: float) -> str:
+def _cause_words(cause: stats.Cause, threshold: float, confidence: float, floor: int = stats.MIN_PROCESSES) -> str:
     """A verdict's :class:`harness.stats.Cause` in a few words (the CI and p have their own columns)."""
     band = f"±{threshold:.0%}"
     return {
         stats.Cause.BEYOND_BAND: f"whole CI beyond {band}",
         stats.Cause.INSIDE_BAND: f"whole CI inside {band}",
         stats.Cause.STRADDLES_BAND: f"CI crosses the {band} band edge",
-        stats.Cause.BELOW_FLOOR: f"fewer than {stats.min_processes(confidence)} processes per side: no verdict",
+        stats.Cause.BELOW_FLOOR: f"fewer than {max(floor, stats.min_processes(confidence))} processes per side"
+        + (" (launch-bound)" if floor > stats.MIN_PROCESSES else "")
+        + ": no verdict",
         stats.Cause.NO_PROCESSES: "no process on one side",
         stats.Cause.BAD_VALUES: "a per-process median is NaN/inf or ≤ 0 s",
         stats.Cause.ZERO_SPREAD: "zero spread on both sides (timer resolution?)",
@@ -356,11 +356,13 @@ def _short(sha: str | None) -> str:
     return (sha or "unknown")[:12]
 
 
-def cell_threshold(per_build: dict[str, list[dict]]) -> float:
-    """The verdict band of one cell: :data:`LAUNCH_BOUND_THRESHOLD` when it is launch-bound
-    (:func:`harness.results.launch_bound` over both builds' processes), else :data:`THRESHOLD`."""
-    records = [r for recs in per_build.values() for r in recs]
-    return LAUNCH_BOUND_THRESHOLD if res.launch_bound(records) else THRESHOLD
+def cell_rule(per_build: dict[str, list[dict]]) -> dict:
+    """The verdict band and floor of one cell, as :func:`harness.stats.compare` keywords: when it is
+    launch-bound (:func:`harness.results.launch_bound` over both builds' processes)
+    :data:`LAUNCH_BOUND_THRESHOLD` and :data:`harness.stats.MIN_PROCESSES_LAUNCH_BOUND` processes
+    per side, else :data:`THRESHOLD` and :data:`harness.stats.MIN_PROCESSES`."""
+    slow_host = res.launch_bound([r for recs in per_build.values() for r in recs])
+    return {"threshold": LAUNCH_BOUND_THRESHOLD if slow_host else THRESHOLD, "floor": stats.floor_for(slow_host)}
 
 
 def _notes(records: list[dict]) -> list[str]:
@@ -621,7 +623,7 @@ def _cell_rows(data: dict, analysis: Analysis, config: str, scale: float) -> tup
             p = f"{cmp.p_value:.2g}" if math.isfinite(cmp.p_value) else "–"
             verdict = f"**{cmp.verdict}**" if cmp.verdict in (stats.FASTER, stats.SLOWER) else cmp.verdict
             if cmp.verdict == stats.UNDETERMINED:
-                notes.insert(0, _cause_words(cmp.cause, cmp.threshold, cmp.confidence))
+                notes.insert(0, _cause_words(cmp.cause, cmp.threshold, cmp.confidence, cmp.floor))
             if cmp.bimodal:
                 notes.append("bimodal: " + _modes_text(cmp))
             if cell.key in run.get("adaptive", {}).get("unconverged", {}).get(config, []):

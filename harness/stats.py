@@ -37,6 +37,7 @@ from scipy import stats as _st
 
 __all__ = [
     "MIN_PROCESSES",
+    "MIN_PROCESSES_LAUNCH_BOUND",
     "Cause",
     "Comparison",
     "Drift",
@@ -234,6 +235,20 @@ def modes(
 #: n from which the simulation (benchmarks/simulate_stats.py, table in docs/methodology.md) shows
 #: coverage >= 95 % and <= 2 % false faster/slower verdicts in all four noise models.
 MIN_PROCESSES = 4
+#: Floor for a launch-bound cell (its time is host latency). On an H200 the host path of one cell can
+#: sit in one of two levels per process, whole runs long: mm 1x1024x1024 fp32 under
+#: TORCH_BLAS_PREFER_CUBLASLT=1 took 11.6-12.3 µs in every process of one build and 17.0-18.2 µs in
+#: every process of the other, the same torch on both sides (docs/methodology.md). With such two
+#: levels at 50/50, 4 + 4 processes split cleanly by side with probability 2 * 0.5^8 = 0.8 % per
+#: cell, a false verdict among ~100 launch-bound cells per run; at 6 + 6 only a clean split still
+#: excludes 1 (2 * 0.5^12 = 0.05 %).
+MIN_PROCESSES_LAUNCH_BOUND = 6
+
+
+def floor_for(launch_bound: bool) -> int:
+    """The processes per side a cell's verdict needs: :data:`MIN_PROCESSES_LAUNCH_BOUND` for a
+    launch-bound cell, else :data:`MIN_PROCESSES`."""
+    return MIN_PROCESSES_LAUNCH_BOUND if launch_bound else MIN_PROCESSES
 
 
 class Cause(str, enum.Enum):
@@ -259,13 +274,15 @@ def judge(
     *,
     threshold: float,
     problem: Cause | None = None,
+    floor: int = MIN_PROCESSES,
 ) -> tuple[str, Cause]:
     """The one verdict rule, for a cell (:func:`compare`) and a per-config summary (:func:`geomean_by_process`).
 
     With band ``[1 - threshold, 1 + threshold]`` around the time ratio, in this order:
 
     - ``problem`` given (data could not be judged): ``undetermined`` with that cause;
-    - fewer than :data:`MIN_PROCESSES` per side, or no CI: ``undetermined``, ``BELOW_FLOOR``;
+    - fewer than ``floor`` (:data:`MIN_PROCESSES`; :data:`MIN_PROCESSES_LAUNCH_BOUND` for a
+      launch-bound cell) per side, or no CI: ``undetermined``, ``BELOW_FLOOR``;
     - ``faster`` if ``ci_high < 1 - threshold``, ``slower`` if ``ci_low > 1 + threshold``
       (``BEYOND_BAND``): the whole CI beyond the band, so the change is larger than the threshold;
     - ``equivalent`` if ``1 - threshold <= ci_low`` and ``ci_high <= 1 + threshold``
@@ -286,7 +303,7 @@ def judge(
     """
     if problem is not None:
         return UNDETERMINED, problem
-    if min(n_stock, n_patched) < MIN_PROCESSES or not (math.isfinite(ci_low) and math.isfinite(ci_high)):
+    if min(n_stock, n_patched) < max(floor, MIN_PROCESSES) or not (math.isfinite(ci_low) and math.isfinite(ci_high)):
         return UNDETERMINED, Cause.BELOW_FLOOR
     if ci_high < 1.0 - threshold:
         return FASTER, Cause.BEYOND_BAND
@@ -298,6 +315,19 @@ def judge(
 
 
 # --------------------------------------------------------------------------- A/B comparison
+def _input_problem(s: np.ndarray, p: np.ndarray) -> tuple[Cause, str] | None:
+    """(cause, reason) when a side has no process or a non-finite / non-positive median, else None."""
+    for name, a in (("stock", s), ("patched", p)):
+        if a.size == 0:
+            return Cause.NO_PROCESSES, f"no {name} processes"
+        bad = int(np.sum(~np.isfinite(a)))
+        if bad:
+            return Cause.BAD_VALUES, f"{bad} {name} per-process median(s) are NaN/inf"
+        if np.any(a <= 0):
+            return Cause.BAD_VALUES, f"{name} has a per-process median <= 0 s"
+    return None
+
+
 
 
 @dataclass(frozen=True)
@@ -324,7 +354,8 @@ class Comparison:
     ``faster|slower|equivalent|undetermined`` and ``cause`` the :class:`Cause` behind it;
     ``reason`` one line with the numbers; ``stock_modes``/``patched_modes`` each side's
     :func:`modes`; ``mode_ratios`` per-mode ratios and shares when both sides have the same number
-    (>= 2) of modes; ``notes`` extra flags. NaN marks what could not be computed.
+    (>= 2) of modes; ``notes`` extra flags; ``floor`` the processes per side a verdict needed.
+    NaN marks what could not be computed.
     """
 
     stock: tuple[float, ...]
@@ -341,6 +372,7 @@ class Comparison:
     threshold: float
     confidence: float
     achieved_confidence: float
+    floor: int = MIN_PROCESSES
     stock_modes: tuple[Mode, ...] = ()
     patched_modes: tuple[Mode, ...] = ()
     mode_ratios: tuple[ModeRatio, ...] = ()
@@ -481,6 +513,7 @@ def compare(
     *,
     threshold: float = 0.02,
     confidence: float = 0.95,
+    floor: int = MIN_PROCESSES,
 ) -> Comparison:
     """Compare per-process medians of the patched build with the stock build for one cell.
 
@@ -508,6 +541,9 @@ def compare(
         stock, patched: per-process medians, seconds (1-D).
         threshold: relative band half-width, fraction (0.02 = 2 %), >= 0.
         confidence: nominal CI level in (0, 1).
+        floor: processes per side a verdict needs (:data:`MIN_PROCESSES`, or
+            :data:`MIN_PROCESSES_LAUNCH_BOUND` for a launch-bound cell); raised to what an exact CI
+            at ``confidence`` needs (:func:`min_processes`).
     Returns:
         A :class:`Comparison`; never raises for bad *data* (it becomes ``undetermined``).
     Raises:
@@ -532,21 +568,19 @@ def compare(
         threshold=float(threshold),
         confidence=float(confidence),
         achieved_confidence=nan,
+        floor=max(int(floor), min_processes(confidence)),
     )
     notes: list[str] = []
 
     def done(problem: Cause | None, reason: str) -> Comparison:
-        verdict, cause = judge(base["ci_low"], base["ci_high"], s.size, p.size, threshold=threshold, problem=problem)
+        verdict, cause = judge(
+            base["ci_low"], base["ci_high"], s.size, p.size, threshold=threshold, problem=problem, floor=base["floor"]
+        )
         return Comparison(**base, verdict=verdict, cause=cause, reason=reason, notes=tuple(notes))
 
-    for name, a in (("stock", s), ("patched", p)):
-        if a.size == 0:
-            return done(Cause.NO_PROCESSES, f"no {name} processes")
-        bad = int(np.sum(~np.isfinite(a)))
-        if bad:
-            return done(Cause.BAD_VALUES, f"{bad} {name} per-process median(s) are NaN/inf")
-        if np.any(a <= 0):
-            return done(Cause.BAD_VALUES, f"{name} has a per-process median <= 0 s")
+    problem = _input_problem(s, p)
+    if problem is not None:
+        return done(*problem)
 
     base["stock_median"] = float(np.median(s))
     base["patched_median"] = float(np.median(p))
@@ -567,8 +601,8 @@ def compare(
             Cause.ZERO_SPREAD, "zero spread: every process on each side has the same median (timer resolution?)"
         )
     base.update(ci_low=lo, ci_high=hi, achieved_confidence=achieved)
-    if min(s.size, p.size) < MIN_PROCESSES or not math.isfinite(lo):
-        n_min = min_processes(confidence)
+    if min(s.size, p.size) < base["floor"] or not math.isfinite(lo):
+        n_min = base["floor"]
         return done(
             Cause.BELOW_FLOOR,
             f"n={s.size} stock, n={p.size} patched processes: a verdict needs >= {n_min} "
@@ -682,15 +716,17 @@ def geomean_by_process(
 
 
 def converged(comparison: Comparison, target_half_width: float = 0.01) -> bool:
-    """True when the cell has :data:`MIN_PROCESSES` per side, its CI exists and its relative
-    half-width is <= ``target_half_width``.
+    """True when the cell has its floor of processes per side (:attr:`Comparison.floor`), its CI
+    exists and its relative half-width is <= ``target_half_width``.
 
     Half-width: :attr:`Comparison.half_width` (fraction of the ratio, wider arm). A cell
     whose CI could not be computed, or below the floor, is not converged.
     """
     hw = comparison.half_width
     return (
-        min(comparison.n_stock, comparison.n_patched) >= MIN_PROCESSES and math.isfinite(hw) and hw <= target_half_width
+        min(comparison.n_stock, comparison.n_patched) >= comparison.floor
+        and math.isfinite(hw)
+        and hw <= target_half_width
     )
 
 
@@ -723,9 +759,9 @@ def unconverged(
         n = min(c.n_stock, c.n_patched)
         hw = c.half_width
         if math.isfinite(hw) and hw > 0:
-            need = max(math.ceil(n * (hw / target) ** 2) - n, min_processes(c.confidence) - n)
+            need = max(math.ceil(n * (hw / target) ** 2) - n, c.floor - n)
         else:
-            need = min_processes(c.confidence) - n
+            need = c.floor - n
             if need < 1:
                 need = 2
         out[key] = int(min(max(need, 1), max_step))

@@ -83,19 +83,29 @@ def test_adaptive_rounds_measure_kernel_bound_cells_first():
     assert next_adaptive_cells(quiet, 0.01, 0.05) == {"default": ["mm/1x1024x1024/float16"]}
 
 
-def test_launch_bound_cells_are_judged_against_a_wider_band():
+def test_launch_bound_cells_are_judged_against_a_wider_band_and_a_higher_floor():
     """The H200 A/A case: four 'patched' processes all below four noisier 'stock' ones, a launch-bound
     cell. At ±2 % that is a false 'faster' (p = 2/70); at the launch-bound band it is not claimed."""
     from harness import stats
-    from harness.report import LAUNCH_BOUND_THRESHOLD, THRESHOLD, cell_threshold
+    from harness.report import LAUNCH_BOUND_THRESHOLD, THRESHOLD, cell_rule
 
     stock, patched = [12.8e-6, 12.8e-6, 18.6e-6, 13.1e-6], [11.8e-6, 12.5e-6, 11.6e-6, 11.6e-6]
     rec = lambda t, lb: {"status": "ok", "measurement": _measured(t, lb)}  # noqa: E731
     launch = {"stock": [rec(t, True) for t in stock], "patched": [rec(t, True) for t in patched]}
     kernel = {"stock": [rec(t, False) for t in stock], "patched": [rec(t, False) for t in patched]}
-    assert cell_threshold(launch) == LAUNCH_BOUND_THRESHOLD and cell_threshold(kernel) == THRESHOLD
+    assert cell_rule(launch) == {"threshold": LAUNCH_BOUND_THRESHOLD, "floor": stats.MIN_PROCESSES_LAUNCH_BOUND}
+    assert cell_rule(kernel) == {"threshold": THRESHOLD, "floor": stats.MIN_PROCESSES}
     assert stats.compare(stock, patched, threshold=THRESHOLD).verdict == "faster"
-    assert stats.compare(stock, patched, threshold=cell_threshold(launch)).verdict == "undetermined"
+    assert stats.compare(stock, patched, **cell_rule(launch)).verdict == "undetermined"
+    # the second H200 A/A case: host latency in two levels per process (mm 1x1024x1024 fp32, cublaslt),
+    # 4 + 4 processes split by side: 32 % "slower" beyond even the ±5 % band, but below the launch-bound floor
+    stock, patched = [11.76e-6, 12.26e-6, 11.64e-6, 11.99e-6], [17.93e-6, 18.16e-6, 17.16e-6, 17.01e-6]
+    assert stats.compare(stock, patched, threshold=LAUNCH_BOUND_THRESHOLD).verdict == "slower"
+    cmp = stats.compare(stock, patched, **cell_rule(launch))
+    assert (cmp.verdict, cmp.cause, cmp.floor) == ("undetermined", stats.Cause.BELOW_FLOOR, 6)
+    # at 6 + 6 a clean split is still a verdict (it is then a 0.05 % event under two 50/50 levels)
+    cmp6 = stats.compare([*stock, 11.8e-6, 12.0e-6], [*patched, 17.5e-6, 17.8e-6], **cell_rule(launch))
+    assert cmp6.verdict == "slower"
 
 
 def test_a_round_is_estimated_from_the_processes_so_far():

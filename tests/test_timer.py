@@ -144,12 +144,13 @@ def test_a_given_block_size_skips_the_sizing():
     assert clock.trace.count("call") == 1 + 4 * 7  # one warm-up call, four blocks of 7, no sizing blocks
 
 
-def test_the_median_of_several_layouts_is_the_median_of_their_medians():
+def test_the_time_of_several_layouts_is_the_geometric_mean_of_their_medians():
     m = Measurement(samples=[1.0] * 4, enqueue=[0.1] * 4, method="synchronize+perf_counter")
     for level in (1.1, 1.3, 1.2, 0.9):
         m.add_layout(Measurement(samples=[level] * 5, enqueue=[0.1] * 5))
     assert m.layouts == [0, 4, 9, 14, 19] and len(m.samples) == 24
-    assert m.median == pytest.approx(1.1)  # median of 1.0, 1.1, 1.3, 1.2, 0.9 (the pooled blocks' median is 1.15)
+    # the geometric mean of the layouts' medians 1.0, 1.1, 1.3, 1.2, 0.9 (the pooled blocks' median is 1.15)
+    assert m.median == pytest.approx((1.0 * 1.1 * 1.3 * 1.2 * 0.9) ** 0.2)
     assert m.to_json()["layouts"] == [0, 4, 9, 14, 19]
     # each layout's own warm-up transient is cut inside that layout only
     assert layout_medians([2.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 3.0, 3.0, 3.0, 3.0], [0, 8]) == [1.0, 3.0]

@@ -62,8 +62,8 @@ def measure_layouts(torch, timer: BlockTimer, cell: Cell, inputs: list, torch_de
     """Time ``cell`` on ``inputs``, then, unless it is launch-bound, on ``timing["layouts"] - 1``
     further copies of them, each placed elsewhere in device memory: a spacer of a random size
     (0-64 MiB, kept until the cell is done) is allocated before each copy. Returns the
-    :class:`harness.bench.timer.Measurement` with one layout per placement (its median: the median of
-    the layouts' medians).
+    :class:`harness.bench.timer.Measurement` with one layout per placement (its time: the geometric
+    mean of the layouts' medians).
 
     Why: where the inputs lie (which physical pages, cache slices and DRAM channels back them) moves a
     kernel-bound GEMM's time between processes. On an H200 (benchmarks/layout_variance.py, 10 processes
@@ -204,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
                     spec,
                     unsupported,
                     outputs,
-                    lambda k, name: _emit(out, {"type": "step", "key": k, "step": name}),
+                    lambda k, name: _emit(out, {"type": "step", "key": k, "step": name, "t": time.time()}),
                 ),
             )
         if spec.get("timer_sanity") and spec["cells"]:  # doctor: one block of the first cell
