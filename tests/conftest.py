@@ -5,8 +5,8 @@ Every test runs in its own harness cache (``$TORCH_PATCH_HARNESS_CACHE``, set by
 module- and session-scoped fixtures, which are set up before any test's own cache exists, get one
 private cache for the whole session (:func:`session_cache`). The one thing read from outside is
 Debian's source tarball: when the user's cache (or the cache named by ``$TORCH_PATCH_HARNESS_CACHE``
-when the tests started) already holds it, it is hard-linked (or copied) into the session cache and
-never written there."""
+when the tests started) already holds it, it is hard-linked (or copied) into the run's cache
+(:func:`run_cache`, where it is imported once for all pytest-xdist workers) and never written there."""
 
 from __future__ import annotations
 
@@ -118,6 +118,21 @@ def session_cache(tmp_path_factory) -> Iterator[Path]:
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv(CACHE_ENV, str(path))
         yield path
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_background_gc() -> Iterator[None]:
+    """``gc.auto=0`` for every git the tests start (theirs and the harness's, through the environment:
+    ``GIT_CONFIG_COUNT``). Debian's source imported by the harness is about 11,000 loose objects, over
+    git's threshold of 6,700, so each clone of it would start a detached ``git gc --auto`` (a repack
+    of all of PyTorch's source, tens of CPU seconds) after its first commit, ``am`` or fetch, left
+    running beside the tests that follow. No test asserts on git's housekeeping."""
+    count = int(os.environ.get("GIT_CONFIG_COUNT", "0"))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(f"GIT_CONFIG_KEY_{count}", "gc.auto")
+        patch.setenv(f"GIT_CONFIG_VALUE_{count}", "0")
+        patch.setenv("GIT_CONFIG_COUNT", str(count + 1))
+        yield
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -247,34 +262,62 @@ def export_series(
 
 
 @pytest.fixture(scope="session")
-def debian_tarball(session_cache) -> Path:
-    """Debian's pytorch 2.6.0+dfsg-7 orig tarball in the session cache: hard-linked from the user's
-    cache when it is there (read-only), else fetched once per session with apt-get."""
-    from debian_source import ORIG, PACKAGE, VERSION, Unavailable, fetch_orig_archive
+def run_cache(tmp_path_factory, session_cache) -> Path:
+    """The harness cache of Debian's tarball and its import (read-only after they are made): under
+    pytest-xdist one for all workers of this run (in the run's base folder), so that the tarball is
+    imported once per run, not once per worker; without workers, the session cache."""
+    if os.environ.get("PYTEST_XDIST_WORKER") is None:
+        return session_cache
+    path = tmp_path_factory.getbasetemp().parent / "run-cache"
+    path.mkdir(exist_ok=True)
+    return path
 
-    folder = Path("debian-src") / f"{PACKAGE}_{VERSION}"
-    shared, private = OUTER_CACHE / folder, session_cache / folder
-    names = (ORIG, f"{PACKAGE}_{VERSION}.dsc")
-    if not (private / ORIG).is_file() and all((shared / n).is_file() for n in names):
-        private.mkdir(parents=True, exist_ok=True)
-        for name in names:
-            try:
-                os.link(shared / name, private / name)
-            except OSError:  # another file system, or no hard links there
-                shutil.copyfile(shared / name, private / name)
-    try:
-        return fetch_orig_archive(session_cache)
-    except Unavailable as exc:
-        pytest.skip(str(exc))
+
+@contextlib.contextmanager
+def waiting_lock(path: Path) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``path`` for the block, waiting while another worker holds it
+    (the harness's own locks refuse a second holder instead of waiting)."""
+    import fcntl
+
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 @pytest.fixture(scope="session")
-def debian_import(debian_tarball, session_cache) -> Path:
-    """The tarball imported once per session (``harness.upstream.import_archive``) in the session cache."""
+def debian_tarball(run_cache) -> Path:
+    """Debian's pytorch 2.6.0+dfsg-7 orig tarball in :func:`run_cache`: hard-linked from the user's
+    cache when it is there (read-only), else fetched once per run with apt-get."""
+    from debian_source import ORIG, PACKAGE, VERSION, Unavailable, fetch_orig_archive
+
+    folder = Path("debian-src") / f"{PACKAGE}_{VERSION}"
+    shared, private = OUTER_CACHE / folder, run_cache / folder
+    names = (ORIG, f"{PACKAGE}_{VERSION}.dsc")
+    with waiting_lock(run_cache / ".debian-src.lock"):
+        if not (private / ORIG).is_file() and all((shared / n).is_file() for n in names):
+            private.mkdir(parents=True, exist_ok=True)
+            for name in names:
+                try:
+                    os.link(shared / name, private / name)
+                except OSError:  # another file system, or no hard links there
+                    shutil.copyfile(shared / name, private / name)
+        try:
+            return fetch_orig_archive(run_cache)
+        except Unavailable as exc:
+            pytest.skip(str(exc))
+
+
+@pytest.fixture(scope="session")
+def debian_import(debian_tarball, run_cache) -> Path:
+    """The tarball imported once per run (``harness.upstream.import_archive``) in :func:`run_cache`;
+    tests take clones of it (:func:`seed_import`), never change it."""
     from harness import upstream
 
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv(CACHE_ENV, str(session_cache))
+    with waiting_lock(run_cache / ".debian-import.lock"), pytest.MonkeyPatch.context() as patch:
+        patch.setenv(CACHE_ENV, str(run_cache))
         return upstream.import_archive(debian_tarball).store
 
 
