@@ -328,8 +328,6 @@ def _input_problem(s: np.ndarray, p: np.ndarray) -> tuple[Cause, str] | None:
     return None
 
 
-
-
 @dataclass(frozen=True)
 class ModeRatio:
     """Patched vs stock within one mode (bimodal cells): the k-th fastest mode of each side.
