@@ -2,7 +2,7 @@
 verdict counts (cells judged as the report judges them), kernel-bound cells' CI half-widths (median,
 max, those above the target), processes (planned / adaptive) and their start-up and wall seconds::
 
-    PYTHONPATH=. python3 benchmarks/precision_summary.py docs/calibration/h200-aa-2026-12-01-layouts3.json [--target 0.01]
+    PYTHONPATH=. python3 benchmarks/precision_summary.py docs/calibration/h200-aa-2026-12-01-layouts3.json
 
 A path may be a results.json or a run's --out folder.
 """
