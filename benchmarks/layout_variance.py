@@ -8,9 +8,10 @@ anything obviously wrong!", ASPLOS 2009, and C. Curtsinger and E. D. Berger, "ST
 statistically sound performance evaluation", ASPLOS 2013), then re-allocating the inputs several
 times inside one process samples it for a fraction of a process's start-up cost.
 
-Each of ``--processes`` fresh processes measures every cell at ``--layouts`` layouts: before each,
-a spacer of a random size (0-64 MiB, kept alive) is allocated and the inputs are made anew, then
-the harness's own timer (:class:`harness.bench.timer.BlockTimer`) times it. Per cell the script
+Each of ``--processes`` fresh processes measures every cell at ``--layouts`` layouts as the harness
+does (:func:`harness.bench.worker.measure_layouts`: a spacer of a random size, 0-64 MiB, kept alive,
+then a copy of the inputs), after ``--settle-s`` seconds of untimed load. A host-bound cell gets one
+layout and is left out of the table. Per cell the script
 prints (standard deviations of log time, i.e. relative spread):
 
 - ``first``: of the first layout's medians across processes (what one layout per process sees);
@@ -27,7 +28,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import random
 import statistics
 import subprocess
 import sys
@@ -44,27 +44,26 @@ CELLS = (
 )
 
 
-def child(device: str, cells: list[str], layouts: int, seed: int) -> dict:
-    """One process: cell key -> list of per-layout steady medians (seconds per call)."""
+def child(device: str, cells: list[str], layouts: int, settle_s: float) -> dict:
+    """One process: cell key -> list of per-layout steady medians (seconds per call), timed as the
+    harness times a GPU cell (:func:`harness.bench.worker.measure_layouts`, ``TIMING["full"]["gpu"]``
+    with ``layouts`` and ``settle_s``)."""
     import torch
 
     from harness.bench import devices
-    from harness.bench.timer import BlockTimer, steady_median
-    from harness.bench.workloads import Cell, make_inputs, op_callable
+    from harness.bench.timer import BlockTimer, layout_medians
+    from harness.bench.worker import measure_layouts
+    from harness.bench.workloads import Cell, make_inputs
+    from harness.runner import TIMING
 
     prof = devices.profile(device, torch)
     timer = BlockTimer(prof)
-    rng = random.Random(seed)
-    keep, out = [], {}
+    timing = {**TIMING["full"]["cpu" if device == "cpu" else "gpu"], "layouts": layouts, "settle_s": settle_s}
+    out = {}
     for key in cells:
         cell = Cell.from_key(key)
-        meds = []
-        for _ in range(layouts):
-            keep.append(torch.empty(rng.randrange(0, 64 << 20), dtype=torch.uint8, device=prof.torch_device))
-            fn = op_callable(cell, make_inputs(cell, prof.torch_device))
-            m = timer.measure(fn, warmup_s=0.02, measure_s=0.1, min_block_s=0.01 if device != "cpu" else 0.001)
-            meds.append(steady_median(m.samples))
-        out[key] = meds
+        m = measure_layouts(torch, timer, cell, make_inputs(cell, prof.torch_device), prof.torch_device, timing)
+        out[key] = layout_medians(m.samples, m.layouts)
     return out
 
 
@@ -75,6 +74,8 @@ def sd(x: list[float]) -> float:
 def summarise(per_process: list[dict]) -> list[dict]:
     rows = []
     for key in per_process[0]:
+        if any(len(p[key]) < 2 for p in per_process):
+            continue
         logs = [[math.log(v) for v in p[key]] for p in per_process]
         means = [statistics.fmean(x) for x in logs]
         within = [v - statistics.fmean(x) for x in logs for v in x]
@@ -95,16 +96,18 @@ def main() -> int:
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--processes", type=int, default=10)
     parser.add_argument("--layouts", type=int, default=6)
+    parser.add_argument("--settle-s", type=float, default=0.0, help="untimed load before the timed blocks")
     parser.add_argument("--cells", nargs="*", default=list(CELLS))
     parser.add_argument("--out", type=Path)
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child is not None:
-        print(json.dumps(child(args.device, args.cells, args.layouts, args.child)))
+        print(json.dumps(child(args.device, args.cells, args.layouts, args.settle_s)))
         return 0
     per_process, seconds = [], []
     for i in range(args.processes):
         cmd = [sys.executable, __file__, "--device", args.device, "--layouts", str(args.layouts), "--child", str(i)]
+        cmd += ["--settle-s", str(args.settle_s)]
         t0 = time.monotonic()
         done = subprocess.run([*cmd, "--cells", *args.cells], capture_output=True, text=True, check=True)
         seconds.append(time.monotonic() - t0)

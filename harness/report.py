@@ -470,8 +470,10 @@ def _run_lines(data: dict) -> list[str]:
     )
     if timing.get("layouts", 1) > 1:
         timing_text += f"; kernel-bound cells on {timing['layouts']} memory layouts of their inputs per process"
-    if timing.get("launch_bound_blocks"):
-        timing_text += f", launch-bound cells {timing['launch_bound_blocks']} blocks"
+    if timing.get("settle_s"):
+        timing_text += f", after {timing['settle_s']} s of untimed load"
+    if timing.get("host_bound_blocks"):
+        timing_text += f"; host-bound cells {timing['host_bound_blocks']} blocks"
     startups = sorted(t for t in map(res.startup_seconds, data["processes"]) if t is not None)
     if startups:
         timing_text += (

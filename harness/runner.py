@@ -56,21 +56,39 @@ SOURCE_ROOT = str(Path(harness.__file__).resolve().parent.parent)
 #: min_samples: blocks per cell at least; 5 on cpu (3 with --quick), where one half-precision GEMM
 #: call can take 0.2 s and block-to-block noise is small next to the spread between processes, so
 #: the time buys more processes instead.
-#: On a GPU, a kernel-bound cell is timed on ``layouts`` placements of its inputs in device memory
-#: per process (:func:`harness.bench.worker.measure_layouts`: placement is much of a large GEMM's
-#: spread between processes on an H200: fp16/bf16 4096³ 0.8-0.9 % -> 0.4-0.5 % and TF32 2048³ 2.1 %
-#: -> 0.9 % with 3 layouts, 5 adding little; docs/methodology.md), and a launch-bound cell gets
-#: ``launch_bound_blocks`` blocks (its spread between processes is host latency; more blocks in one
-#: process do not narrow it). Warm-up: 10 ms (the clock transient after it is cut from the blocks:
-#: :func:`harness.bench.timer.steady_start`). Layouts are measured on an H200 only; on cpu one layout.
+#: On a GPU, after 10 ms of single warm-up calls, a cell that is not host-bound
+#: (:attr:`harness.bench.timer.Measurement.host_bound`) runs ``settle_s`` of untimed blocks under
+#: sustained load, then is timed on ``layouts`` placements of its inputs in device memory
+#: (:func:`harness.bench.worker.measure_layouts`); a host-bound cell gets ``host_bound_blocks`` blocks
+#: (its spread between processes is host latency; more blocks in one process do not narrow it).
+#: On an H200 (benchmarks/layout_variance.py, docs/methodology.md) settling alone cut the spread
+#: between processes of linear 2048³ TF32 from 4.7 % to 0.3 % and of SDPA causal L512 fp32 from
+#: 1.7 % to 0.4 % (the boost clock after idle); 3 layouts then cut what is left by a further 10-35 %
+#: (GEMM 4096³ fp16 0.78 % -> 0.57 %). What is left of a transient is cut from the blocks
+#: (:func:`harness.bench.timer.steady_start`). Settling and layouts are measured on an H200 only;
+#: on cpu neither.
 TIMING = {
     "full": {
         "cpu": {"warmup_s": 0.05, "measure_s": 0.2, "min_block_s": 2e-3, "min_samples": 5},
-        "gpu": {"warmup_s": 0.01, "measure_s": 0.1, "min_block_s": 1e-2, "layouts": 3, "launch_bound_blocks": 5},
+        "gpu": {
+            "warmup_s": 0.01,
+            "settle_s": 0.1,
+            "measure_s": 0.1,
+            "min_block_s": 1e-2,
+            "layouts": 3,
+            "host_bound_blocks": 5,
+        },
     },
     "quick": {
         "cpu": {"warmup_s": 0.02, "measure_s": 0.1, "min_block_s": 1e-3, "min_samples": 3},
-        "gpu": {"warmup_s": 0.01, "measure_s": 0.1, "min_block_s": 5e-3, "layouts": 2, "launch_bound_blocks": 5},
+        "gpu": {
+            "warmup_s": 0.01,
+            "settle_s": 0.1,
+            "measure_s": 0.1,
+            "min_block_s": 5e-3,
+            "layouts": 2,
+            "host_bound_blocks": 5,
+        },
     },
 }
 #: --target-ci defaults: CI half-width a cell is measured to (kernel-bound / launch-bound cells).

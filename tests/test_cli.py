@@ -233,3 +233,21 @@ def test_bad_cell_remedy_shows_that_ops_layout(tmp_path, this_python, cell, reme
     proc = run("bench", "--build", this_python, "--device", "cpu", "--cells", cell, "--out", str(tmp_path / "o"))
     assert_one_line_error(proc, f"error: bad cell {cell!r}: ", remedy)
     assert not (tmp_path / "o").exists()
+
+
+def test_repeated_list_options_add_up_instead_of_keeping_the_last():
+    """``--cells a --cells b`` used to measure only b, silently (the H200 run of 2026-12-01 measured 1
+    of the 5 cells it named)."""
+    from harness.cli import build_parser
+    from harness.commands.run import request
+
+    args = build_parser("compare").parse_args(
+        ["--stock", "s", "--patched", "p", "--device", "cuda", "--out", "o"]
+        + ["--cells", "mm/8x8x8/float32,sdpa/1x2x16x8/float32", "--cells", "bmm/2x8x8x8/float16"]
+        + ["--dtypes", "float16", "--dtypes", "bfloat16,float32", "--configs", "default", "--configs", "cublaslt"]
+    )
+    req = request(args, {"stock": "s", "patched": "p"})
+    assert req.cells == ("mm/8x8x8/float32", "sdpa/1x2x16x8/float32", "bmm/2x8x8x8/float16")
+    assert req.dtypes == ("float16", "bfloat16", "float32") and req.configs == "default,cublaslt"
+    one = request(build_parser("bench").parse_args(["--build", "b", "--device", "cpu", "--out", "o"]), {"stock": "b"})
+    assert one.cells is None and one.dtypes is None and one.configs is None

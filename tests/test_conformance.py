@@ -254,8 +254,8 @@ def test_finding7_the_gpu_is_named_by_torch_backends_mps_not_the_cpu_brand():
 
 
 def test_layouts_allocate_spacers_and_copies_within_upstreams_rules(monkeypatch):
-    # on the emulated device every call is host time (launch-bound); pretend it is not, to run the layouts
-    monkeypatch.setattr("harness.bench.timer.Measurement.launch_bound", property(lambda self: False))
+    # on the emulated device every call is host time (host-bound); pretend it is not, to run the layouts
+    monkeypatch.setattr("harness.bench.timer.Measurement.host_bound", property(lambda self: False))
     cell = Cell("mm", (16, 16, 16), "float16")
     with emulate(torch) as (device, _):
         spec = {"device": "mps", "timing": {**TINY, "layouts": 3}}

@@ -124,15 +124,18 @@ def test_unknown_device_is_rejected():
         devices.profile("tpu", torch)
 
 
-def test_a_launch_bound_cell_gets_its_fixed_number_of_blocks():
+def test_a_host_bound_cell_gets_its_fixed_number_of_blocks_and_no_settling():
     # host enqueue takes the whole call (no device behind it): launch-bound from the sizing block on
     clock = FakeClock(call_ns=20_000)
-    m = fake_timer(clock).measure(clock.call, warmup_s=0.0, measure_s=1.0, min_block_s=1e-3, launch_bound_blocks=5)
-    assert len(m.samples) == 5 and m.launch_bound  # not the 1 s of blocks measure_s asks for
+    m = fake_timer(clock).measure(clock.call, warmup_s=0.0, measure_s=1.0, min_block_s=1e-3, host_bound_blocks=5)
+    assert len(m.samples) == 5 and m.launch_bound and m.host_bound  # not the 1 s of blocks measure_s asks for
+    calls = clock.trace.count("call")
+    m = fake_timer(clock).measure(clock.call, warmup_s=0.0, measure_s=1.0, host_bound_blocks=5, settle_s=1.0)
+    assert len(m.samples) == 5 and clock.trace.count("call") - calls < 2 * 5 * 1024  # no second of settling
     # on the cpu clock nothing is launch-bound: measure_s holds
     clock = FakeClock(call_ns=20_000)
     m = fake_timer(clock, "perf_counter").measure(
-        clock.call, warmup_s=0.0, measure_s=0.01, min_block_s=1e-3, launch_bound_blocks=5
+        clock.call, warmup_s=0.0, measure_s=0.01, min_block_s=1e-3, host_bound_blocks=5
     )
     assert len(m.samples) == 10  # 10 ms of 1 ms blocks
 
@@ -154,3 +157,23 @@ def test_the_time_of_several_layouts_is_the_geometric_mean_of_their_medians():
     assert m.to_json()["layouts"] == [0, 4, 9, 14, 19]
     # each layout's own warm-up transient is cut inside that layout only
     assert layout_medians([2.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 3.0, 3.0, 3.0, 3.0], [0, 8]) == [1.0, 3.0]
+
+
+def test_settling_runs_untimed_blocks_under_load_before_the_timed_ones():
+    # a kernel-bound cell: enqueueing a call takes 0.1 ms of host time, the device needs 0.9 ms more,
+    # which the synchronize after the block waits for (and the one before it, on an idle device, too)
+    clock = FakeClock(call_ns=100_000, sync_ns=900_000)
+    m = fake_timer(clock).measure(
+        clock.call,
+        warmup_s=0.0,
+        warmup_calls=1,
+        measure_s=0.0,
+        min_samples=3,
+        min_block_s=1e-3,
+        max_overhead_fraction=1.0,
+        settle_s=0.02,
+        host_bound_blocks=5,
+    )
+    assert m.number == 1 and len(m.samples) == 3 and not m.host_bound
+    # 1 warm-up call, 1 sizing block of 1 call, ceil(20 ms / 1.9 ms per settling block) = 11 blocks, 3 timed
+    assert clock.trace.count("call") == 1 + 1 + 11 + 3

@@ -69,3 +69,33 @@ def test_inputs_are_seeded_and_identical_across_calls():
     a, b = make_inputs(cell, "cpu", seed=1), make_inputs(cell, "cpu", seed=1)
     assert all(torch.equal(x, y) for x, y in zip(a, b))
     assert not torch.equal(a[0], make_inputs(cell, "cpu", seed=2)[0])
+
+
+def test_inputs_of_one_shape_are_drawn_once_and_every_dtype_gets_the_same_values_as_new_tensors():
+    import torch
+
+    from harness.bench import workloads
+
+    workloads._input_cache.clear()
+    a = workloads.make_inputs(Cell("mm", (8, 16, 32), "float32"), "cpu")
+    b = workloads.make_inputs(Cell("mm", (8, 16, 32), "bfloat16"), "cpu")
+    assert len(workloads._input_cache) == 1  # drawn once for both dtypes
+    assert all(torch.equal(x.to(torch.bfloat16), y) for x, y in zip(a, b))
+    again = workloads.make_inputs(Cell("mm", (8, 16, 32), "float32"), "cpu")
+    assert all(torch.equal(x, y) and x.data_ptr() != y.data_ptr() for x, y in zip(a, again))  # new tensors
+    a[0].zero_()  # what a caller does to its inputs never reaches the next cell's
+    assert workloads.make_inputs(Cell("mm", (8, 16, 32), "float32"), "cpu")[0].abs().sum() > 0
+    other_seed = workloads.make_inputs(Cell("mm", (8, 16, 32), "float32"), "cpu", seed=1)
+    assert not torch.equal(other_seed[0], again[0])
+
+
+def test_the_input_cache_drops_the_oldest_shapes_beyond_its_bytes(monkeypatch):
+    from harness.bench import workloads
+
+    workloads._input_cache.clear()
+    monkeypatch.setattr(workloads, "INPUT_CACHE_BYTES", 40_000)  # 32 KiB fit, 48 KiB do not
+    workloads.make_inputs(Cell("mm", (64, 64, 64), "float32"), "cpu")  # two tensors
+    workloads.make_inputs(Cell("mm", (64, 64, 64), "float16"), "cpu")  # the same two: nothing new
+    assert len(workloads._input_cache) == 1
+    workloads.make_inputs(Cell("mm", (64, 64, 32), "float32"), "cpu")  # two more 8 KiB tensors: over the cap
+    assert [k[0] for k in workloads._input_cache] == [((64, 32), (32, 64))]

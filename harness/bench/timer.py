@@ -47,6 +47,11 @@ from dataclasses import asdict, dataclass, field
 
 #: host-enqueue / block time per call above which a cell is labelled launch-bound
 LAUNCH_BOUND_RATIO = 0.5
+#: host-enqueue / block time above which the device only waits for the host (host-bound): such a cell
+#: is timed in ``host_bound_blocks`` blocks without settling or further layouts. Stricter than
+#: the label: on an H200, cells near the label's ratio (linear 2048³ TF32: 17-28 µs of enqueue per
+#: 48-53 µs call) flip between labels from process to process, and must not change how they are timed.
+HOST_BOUND_RATIO = 0.9
 #: most calls one timed block enqueues before it synchronizes (bounded queue on every device;
 #: with a 6-12 µs synchronize and calls >= 5 µs, a full block keeps the overhead < 0.25 %)
 MAX_BLOCK_CALLS = 1024
@@ -146,6 +151,14 @@ class Measurement:
         self.enqueue += other.enqueue
 
     @property
+    def host_bound(self) -> bool:
+        """True when the host enqueue time per call is >= :data:`HOST_BOUND_RATIO` x the block time
+        per call: the device waits for the host (never on the cpu clock)."""
+        if self.method == "perf_counter" or not self.samples:
+            return False
+        return statistics.median(self.enqueue) >= HOST_BOUND_RATIO * self.median
+
+    @property
     def launch_bound(self) -> bool:
         """True when the host enqueue time per call is >= LAUNCH_BOUND_RATIO x the block time per call."""
         if self.method == "perf_counter" or not self.samples:
@@ -233,7 +246,8 @@ class BlockTimer:
         min_samples: int = 10,
         max_samples: int = 2000,
         number: int | None = None,
-        launch_bound_blocks: int | None = None,
+        host_bound_blocks: int | None = None,
+        settle_s: float = 0.0,
     ) -> Measurement:
         """Warm up, size the block, then collect samples for about ``measure_s`` seconds.
 
@@ -246,18 +260,26 @@ class BlockTimer:
                 :data:`MAX_BLOCK_CALLS` calls first.
             max_overhead_fraction: timer overhead must stay below this share of a block.
             number: calls per block, skipping the sizing (a further layout of a cell already sized).
-            launch_bound_blocks: when the last sizing block is launch-bound (host enqueue >=
-                :data:`LAUNCH_BOUND_RATIO` of the block), collect exactly this many blocks instead:
+            host_bound_blocks: when the last sizing block is host-bound (host enqueue >=
+                :data:`HOST_BOUND_RATIO` of the block), collect exactly this many blocks instead:
                 such a cell's time is host latency, whose spread between processes dwarfs the
                 spread inside one (docs/methodology.md), so its blocks are spent on processes.
+            settle_s: unless host-bound, run untimed blocks for this many seconds after sizing, so
+                the timed blocks start under sustained load: on an H200 the first 20-80 ms of load
+                after idle run 5-13 % faster (boost clock; docs/timing.md), and a cell measured
+                right after the CPU made its inputs starts from idle.
         """
         self.warmup(fn, warmup_s, warmup_calls)
         overhead = self.overhead()
         blocks = None
         if number is None:
             number, block, enqueue = self._size(fn, max(min_block_s, overhead / max_overhead_fraction))
-            if launch_bound_blocks and self.method != "perf_counter" and enqueue >= LAUNCH_BOUND_RATIO * block:
-                blocks = launch_bound_blocks
+            if host_bound_blocks and self.method != "perf_counter" and enqueue >= HOST_BOUND_RATIO * block:
+                blocks = host_bound_blocks
+        if settle_s > 0 and blocks is None:
+            until = self._seconds() + settle_s
+            while self._seconds() < until:
+                self.time_block(fn, number)
         m = Measurement(number=number, overhead_s=overhead, method=self.method)
         stop = self._seconds() + measure_s
         while len(m.samples) < max_samples and (

@@ -59,9 +59,10 @@ MAX_SPACER_BYTES = 64 << 20
 
 
 def measure_layouts(torch, timer: BlockTimer, cell: Cell, inputs: list, torch_device, timing: dict):
-    """Time ``cell`` on ``inputs``, then, unless it is launch-bound, on ``timing["layouts"] - 1``
-    further copies of them, each placed elsewhere in device memory: a spacer of a random size
-    (0-64 MiB, kept until the cell is done) is allocated before each copy. Returns the
+    """Time ``cell`` on ``inputs``, then, unless it is host-bound
+    (:attr:`harness.bench.timer.Measurement.host_bound`), on ``timing["layouts"] - 1`` further copies
+    of them, each placed elsewhere in device memory: a spacer of a random size (0-64 MiB, kept until
+    the cell is done) is allocated before each copy. Returns the
     :class:`harness.bench.timer.Measurement` with one layout per placement (its time: the geometric
     mean of the layouts' medians).
 
@@ -77,7 +78,7 @@ def measure_layouts(torch, timer: BlockTimer, cell: Cell, inputs: list, torch_de
     timing = dict(timing)
     layouts = int(timing.pop("layouts", 1))
     m = timer.measure(op_callable(cell, inputs), **timing)
-    if layouts < 2 or m.launch_bound:
+    if layouts < 2 or m.host_bound:
         return m
     spacers, draw = [], random.SystemRandom()
     for _ in range(layouts - 1):

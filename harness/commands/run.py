@@ -16,13 +16,22 @@ from harness.runner import BUDGET_S, ROUNDS, STALL_TIMEOUT, TARGET_CI, TARGET_CI
 def _common_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``compare`` and ``bench``."""
     parser.add_argument("--device", required=True, choices=cfg.DEVICES, help="device to measure on")
-    parser.add_argument("--configs", help="comma-separated env configs (default: the device's profile list)")
+    parser.add_argument(
+        "--configs",
+        action="append",
+        help="comma-separated env configs, or the option repeated (default: the device's profile list)",
+    )
     parser.add_argument(
         "--dtypes",
-        help=f"comma-separated dtypes (default: {','.join(DTYPES)}; "
+        action="append",
+        help=f"comma-separated dtypes, or the option repeated (default: {','.join(DTYPES)}; "
         f"also {', '.join(d for d in ITEMSIZE if d not in DTYPES)})",
     )
-    parser.add_argument("--cells", help="comma-separated cell keys op/MxNxK/dtype (default: the built-in set)")
+    parser.add_argument(
+        "--cells",
+        action="append",
+        help="comma-separated cell keys op/MxNxK/dtype, or the option repeated (default: the built-in set)",
+    )
     parser.add_argument(
         "--quick", action="store_true", help="reduced cell set and shorter timing (minutes on a 2-core CPU)"
     )
@@ -146,15 +155,20 @@ def _command() -> tuple[str, ...]:
     return tuple(sys.argv)
 
 
+def _listed(values: list[str] | None) -> tuple[str, ...] | None:
+    """The items of a repeatable comma-separated option (``--cells a,b --cells c``), in order."""
+    return tuple(item.strip() for text in values for item in text.split(",")) if values else None
+
+
 def request(args: argparse.Namespace, inputs: dict[str, str]) -> RunRequest:
     """The :class:`harness.runner.RunRequest` of parsed ``compare``/``bench`` arguments."""
     return RunRequest(
         inputs=inputs,
         device=args.device,
         out=args.out,
-        configs=args.configs,
-        dtypes=tuple(d.strip() for d in args.dtypes.split(",")) if args.dtypes else None,
-        cells=tuple(k.strip() for k in args.cells.split(",")) if args.cells else None,
+        configs=",".join(args.configs) if args.configs else None,
+        dtypes=_listed(args.dtypes),
+        cells=_listed(args.cells),
         quick=args.quick,
         rounds=args.rounds,
         timeout=args.timeout,
