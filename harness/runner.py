@@ -605,8 +605,12 @@ MAX_CELL_MEASURE_S = 1.0
 
 
 def _measured_seconds(measurement: dict) -> float:
-    """Seconds of timed blocks behind one cell's measurement (samples are seconds per call)."""
-    return sum(measurement["samples"]) * measurement["number"]
+    """Seconds of timed blocks of the first layout behind one cell's measurement (samples are seconds
+    per call): what ``measure_s`` buys. Settling and further layouts cost the same whatever
+    ``measure_s`` is, so :func:`cell_costs` counts them as overhead."""
+    samples = measurement["samples"]
+    first = samples[layout_slices(len(samples), measurement.get("layouts") or [])[0]]
+    return sum(first) * measurement["number"]
 
 
 def median_se(x: list[float]) -> float:
@@ -623,7 +627,8 @@ def median_se(x: list[float]) -> float:
 def cell_costs(processes: list[dict]) -> tuple[float, float]:
     """(start-up, per-cell overhead) in seconds, medians over the processes run so far: start-up is
     interpreter + ``import torch`` (:func:`harness.results.startup_seconds`); the per-cell overhead is
-    what a cell costs besides its timed blocks (inputs, warm-up, block sizing, checks, lazy device
+    what a cell costs besides its first layout's timed blocks (:func:`_measured_seconds`: inputs,
+    warm-up, block sizing, settling, further layouts, checks, lazy device
     initialisation), so that a round with longer measurement can be estimated. (0, 0) before any."""
     import statistics
 
@@ -679,7 +684,7 @@ def adaptive_measure_seconds(
                 continue
             first = m["samples"][layout_slices(len(m["samples"]), m.get("layouts") or [])[0]]  # blocks of one layout
             x = sorted(math.log(v) for v in first[steady_start(first) :])
-            t = sum(first) * m["number"]
+            t = _measured_seconds(m)
             within.append(median_se(x) ** 2 * t)
             seconds.append(t)
             logs.append(math.log(res.median_of(r)))  # the process's time (all its layouts)

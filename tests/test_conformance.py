@@ -262,3 +262,14 @@ def test_layouts_allocate_spacers_and_copies_within_upstreams_rules(monkeypatch)
         record = run_cell(torch, BlockTimer(device), device, cell, spec, {})
     assert record["status"] == "ok", record
     assert record["measurement"]["layouts"][0] == 0 and len(record["measurement"]["layouts"]) == 3
+
+
+def test_settling_keeps_every_block_synchronized_and_bounded():
+    cell = Cell("mm", (2, 2, 2), "float32")
+    with emulate(torch) as (device, emu):
+        fn = op_callable(cell, make_inputs(cell, device.torch_device))
+        emu.most_calls_between_syncs = 0
+        calls = emu.trace.count("sync")
+        m = BlockTimer(device).measure(fn, warmup_s=0.0, measure_s=0.0, min_block_s=0.05, min_samples=2, settle_s=0.02)
+        assert len(m.samples) == 2 and 0 < emu.most_calls_between_syncs <= MAX_BLOCK_CALLS
+        assert emu.trace.count("sync") - calls >= 2 * (2 + 1)  # settling blocks synchronize like timed ones

@@ -58,3 +58,11 @@ def test_a_kernel_bound_cell_is_timed_on_several_layouts_of_its_inputs():
     assert record["status"] == "ok" and m["layouts"] == [0, 2, 7] and len(m["samples"]) == 12  # 2 + 5 + 5 blocks
     one = run_cell(torch, BlockTimer(device), device, cell, {"device": "cpu", "timing": TINY}, {})
     assert one["measurement"]["layouts"] == [] and len(one["measurement"]["samples"]) == 2
+
+
+def test_the_memory_check_counts_what_further_layouts_allocate():
+    from harness.bench.worker import MAX_SPACER_BYTES, layout_bytes
+
+    cell = Cell("mm", (1024, 1024, 1024), "float16")
+    assert layout_bytes(cell, {"layouts": 3}) == cell.peak_bytes() + 2 * MAX_SPACER_BYTES
+    assert layout_bytes(cell, {"layouts": 1}) == 0 and layout_bytes(cell, {}) == 0

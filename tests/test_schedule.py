@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from harness.results import launch_bound, startup_seconds
 from harness.runner import (
@@ -163,3 +164,16 @@ def test_layout_to_layout_spread_is_not_taken_for_block_noise():
             m["layouts"] = [0, len(m["samples"])]
             m["samples"] += [v * 1.05 for v in m["samples"][:5]]  # a second layout 5 % slower
     assert adaptive_measure_seconds(per_build, base, fixed_s=0.5) == base
+
+
+def test_further_layouts_count_as_overhead_not_as_measurement():
+    """``measure_s`` buys the first layout's blocks; the further layouts' blocks cost the same in every
+    round, so a round's estimate counts them with the per-cell overhead."""
+    one = {"samples": [0.01] * 10, "number": 2}  # 0.2 s of timed blocks
+    three = {"samples": [0.01] * 20, "number": 2, "layouts": [0, 10, 15]}  # and 0.2 s of further layouts
+
+    def proc(m: dict) -> dict:
+        return {"started": 0.0, "worker_started": 3.0, "finished": 4.0, "cells": {"a": {"measurement": m}}}
+
+    assert cell_costs([proc(one)]) == (3.0, pytest.approx(0.8))
+    assert cell_costs([proc(three)]) == (3.0, pytest.approx(0.8))  # not 0.6: only 0.2 s is measure_s's

@@ -58,6 +58,13 @@ LAYOUT_BLOCKS = 5
 MAX_SPACER_BYTES = 64 << 20
 
 
+def layout_bytes(cell: Cell, timing: dict) -> int:
+    """Device bytes :func:`measure_layouts` needs besides the cell's own: one copy of the inputs and
+    the spacers, when it times more than one layout."""
+    layouts = int(timing.get("layouts", 1))
+    return cell.peak_bytes() + (layouts - 1) * MAX_SPACER_BYTES if layouts > 1 else 0
+
+
 def measure_layouts(torch, timer: BlockTimer, cell: Cell, inputs: list, torch_device, timing: dict):
     """Time ``cell`` on ``inputs``, then, unless it is host-bound
     (:attr:`harness.bench.timer.Measurement.host_bound`), on ``timing["layouts"] - 1`` further copies
@@ -67,12 +74,14 @@ def measure_layouts(torch, timer: BlockTimer, cell: Cell, inputs: list, torch_de
     mean of the layouts' medians).
 
     Why: where the inputs lie (which physical pages, cache slices and DRAM channels back them) moves a
-    kernel-bound GEMM's time between processes. On an H200 (benchmarks/layout_variance.py, 10 processes
-    × 6 layouts, docs/methodology.md) the spread of GEMM 2048³ fp16 between processes was 1.9 % with
-    one layout and 0.36 % for the mean of six; 0.89 % → 0.33 % for 4096³ fp16 and 0.97 % → 0.38 % for
-    linear 2048³ fp32: most of what looked like process state is placement, which a process can
-    sample for a fraction of its start-up cost (the layout effect of T. Mytkowicz et al., ASPLOS 2009;
-    C. Curtsinger and E. D. Berger, STABILIZER, ASPLOS 2013)."""
+    kernel-bound GEMM's time between processes, and a process can sample placements for a fraction
+    of its start-up cost (the layout effect of T. Mytkowicz et al., ASPLOS 2009; C. Curtsinger and
+    E. D. Berger, STABILIZER, ASPLOS 2013). On an H200 after settling (``settle_s``), the spread
+    between processes of GEMM 4096³ fp16 was 0.78 % for one layout and 0.57 % for the mean of three,
+    mm 4096×4096×256 TF32 0.35 % → 0.23 % (benchmarks/layout_variance.py, docs/methodology.md).
+
+    Memory: besides the inputs, at most one more copy of them and ``layouts - 1`` spacers
+    (:func:`layout_bytes`, counted in the cell's memory check)."""
     import random
 
     timing = dict(timing)
@@ -124,6 +133,7 @@ def run_cell(
         record["planted_shape"] = list(cell.shape)
     free = device.free_bytes()
     need = cell.peak_bytes() + (cell.peak_bytes() * 2 if spec.get("check") else 0)
+    need += layout_bytes(cell, spec.get("timing", {}))
     if free is not None and need > 0.8 * free:
         return {
             **record,
