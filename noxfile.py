@@ -33,7 +33,9 @@ def tests(session: nox.Session) -> None:
     session.install("-e", ".[test]", TEST_TORCH)
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
-    session.run("python", "-m", "pytest", *(session.posargs or ["-q"]))
+    # bytecode caches on (an inherited PYTHONDONTWRITEBYTECODE=1 makes every `python -m harness` a test
+    # starts compile the package again, ~0.5 s each, and every pytest worker rewrite every test module)
+    session.run("python", "-m", "pytest", *(session.posargs or ["-q"]), env={"PYTHONDONTWRITEBYTECODE": ""})
 
 
 @nox.session

@@ -15,6 +15,14 @@ from harness.runner import BUDGET_S, ROUNDS, STALL_TIMEOUT, TARGET_CI, TARGET_CI
 
 def _common_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``compare`` and ``bench``."""
+    _what_arguments(parser)
+    _process_arguments(parser)
+    _evidence_arguments(parser)
+    _output_arguments(parser)
+
+
+def _what_arguments(parser: argparse.ArgumentParser) -> None:
+    """Device, env configs, dtypes and cells."""
     parser.add_argument("--device", required=True, choices=cfg.DEVICES, help="device to measure on")
     parser.add_argument(
         "--configs",
@@ -35,6 +43,10 @@ def _common_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--quick", action="store_true", help="reduced cell set and shorter timing (minutes on a 2-core CPU)"
     )
+
+
+def _process_arguments(parser: argparse.ArgumentParser) -> None:
+    """Rounds, limits, seed, and what every worker's environment holds."""
     parser.add_argument(
         "--rounds",
         type=int,
@@ -71,6 +83,10 @@ def _common_arguments(parser: argparse.ArgumentParser) -> None:
         help="torch intra-op threads in workers (default: 1 on cpu, where OpenMP threads that share "
         "cores with other processes add ms of spin-wait noise; torch's own default elsewhere; 0 = torch's default)",
     )
+
+
+def _evidence_arguments(parser: argparse.ArgumentParser) -> None:
+    """The series' evidence, extra contrasts and the test files' source."""
     parser.add_argument(
         "--series",
         help="patch series whose series.toml [evidence] drives the run (configs, markers, "
@@ -92,6 +108,10 @@ def _common_arguments(parser: argparse.ArgumentParser) -> None:
         help="source tree whose test files the series' [[evidence.test]] name (the patched worktree, "
         "e.g. work/<base>/patched); run with each build's interpreter",
     )
+
+
+def _output_arguments(parser: argparse.ArgumentParser) -> None:
+    """Where results go and how an earlier run there is treated."""
     parser.add_argument("--out", type=Path, required=True, help="results directory (resumed if it holds a run)")
     parser.add_argument("--fresh", action="store_true", help="discard earlier results in --out and start over")
     parser.add_argument(
