@@ -38,7 +38,7 @@ from harness import configs as cfg
 from harness import evidence as ev
 from harness import results as res
 from harness.bench.ops import key_hint
-from harness.bench.timer import layout_slices, steady_start
+from harness.bench.timer import first_layout, steady_start
 from harness.bench.workloads import DTYPES, ITEMSIZE, Cell, default_cells
 from harness.errors import HarnessError, ResultsError, UsageError
 from harness.fsutil import atomic_write_json, exclusive_lock, inside
@@ -608,9 +608,7 @@ def _measured_seconds(measurement: dict) -> float:
     """Seconds of timed blocks of the first layout behind one cell's measurement (samples are seconds
     per call): what ``measure_s`` buys. Settling and further layouts cost the same whatever
     ``measure_s`` is, so :func:`cell_costs` counts them as overhead."""
-    samples = measurement["samples"]
-    first = samples[layout_slices(len(samples), measurement.get("layouts") or [])[0]]
-    return sum(first) * measurement["number"]
+    return sum(first_layout(measurement["samples"], measurement.get("layouts") or [])) * measurement["number"]
 
 
 def median_se(x: list[float]) -> float:
@@ -682,7 +680,7 @@ def adaptive_measure_seconds(
             m = r.get("measurement")
             if r.get("status") != "ok" or not m or len(m["samples"]) < 4:
                 continue
-            first = m["samples"][layout_slices(len(m["samples"]), m.get("layouts") or [])[0]]  # blocks of one layout
+            first = first_layout(m["samples"], m.get("layouts") or [])
             x = sorted(math.log(v) for v in first[steady_start(first) :])
             t = _measured_seconds(m)
             within.append(median_se(x) ** 2 * t)

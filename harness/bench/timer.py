@@ -106,6 +106,11 @@ def layout_slices(n: int, layouts: list[int]) -> list[slice]:
     return [slice(a, b) for a, b in zip(starts, [*starts[1:], n])]
 
 
+def first_layout(samples: list[float], layouts: list[int]) -> list[float]:
+    """The blocks of the first layout (all blocks when there is one): what ``measure_s`` bought."""
+    return samples[layout_slices(len(samples), layouts)[0]]
+
+
 def layout_medians(samples: list[float], layouts: list[int]) -> list[float]:
     """:func:`steady_median` of each layout's blocks (seconds per call), in layout order."""
     return [steady_median(samples[s]) for s in layout_slices(len(samples), layouts)]
@@ -168,7 +173,7 @@ class Measurement:
     def to_json(self) -> dict:
         out = asdict(self)
         out["median"] = self.median if self.samples else None
-        out["steady_from"] = steady_start(self.samples[layout_slices(len(self.samples), self.layouts)[0]])
+        out["steady_from"] = steady_start(first_layout(self.samples, self.layouts))
         out["launch_bound"] = self.launch_bound
         return out
 
