@@ -1136,17 +1136,21 @@ def open_out(plan: Plan) -> Path:
 
 def probe_builds(plan: Plan) -> dict[str, dict]:
     """Each build's interpreter (made when needed), its provenance probe and its build manifest.
+    Builds with one interpreter (an A/A run of one ``python:`` path or one requirement) share one
+    probe (its facts are the interpreter's; ``collect_env`` alone takes seconds): each gets a copy.
 
     Raises:
         HarnessError: a build without torch, or an unusable device.
         UsageError: a dtype named in ``--dtypes`` that the device lacks for some op.
     """
-    build_info = {}
+    build_info, probed = {}, {}
+    names = tuple(cfg.variables(plan.device, plan.evidence.profiles(plan.device))) + plan.evidence.markers
     for name, build in plan.builds.items():
         python, reused = ensure_interpreter(build)
         note(f"build {name}: {'reusing' if reused else 'created'} {python}")
-        names = tuple(cfg.variables(plan.device, plan.evidence.profiles(plan.device))) + plan.evidence.markers
-        info = probe_build(name, python, plan.device, plan.keep_env, names, with_collect_env=True)
+        if str(python) not in probed:
+            probed[str(python)] = probe_build(name, python, plan.device, plan.keep_env, names, with_collect_env=True)
+        info = json.loads(json.dumps(probed[str(python)]))  # a copy: each build's record is its own
         build_info[name] = {"input": build.to_json(), "interpreter": str(python), "provenance": info}
         manifest = build_manifest(build)
         if manifest:

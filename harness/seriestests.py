@@ -38,6 +38,7 @@ from pathlib import Path, PurePosixPath
 
 from harness import configs as cfg
 from harness.evidence import SeriesTest
+from harness.venvs import NO_COMPILE
 
 #: seconds one test selection may take on one build
 TIMEOUT_S = 900.0
@@ -166,7 +167,7 @@ def install_requirements(python: str, requirements: tuple[str, ...], managed: bo
     if not managed:
         record["reason"] = "python: interpreter used as it is (install them into it yourself)"
         return record
-    cmd = [python, "-m", "pip", "install", "--disable-pip-version-check", "--no-input", "-q", *requirements]
+    cmd = [python, "-m", "pip", "install", "--disable-pip-version-check", "--no-input", "-q", NO_COMPILE, *requirements]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode:
         lines = [ln for ln in (proc.stderr or proc.stdout).splitlines() if ln.startswith("ERROR")] or [""]

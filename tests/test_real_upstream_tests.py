@@ -25,10 +25,11 @@ REPO = Path(__file__).resolve().parent.parent
 SERIES = "mps-gemm-prefer-fast-math"
 TOP = "pytorch-v2.6.0/"
 #: both builds the same CPU wheel in environments the harness makes (so test_requirements are installed);
-#: one round: what is asserted here is the series' tests, which run once per build whatever the rounds
+#: one round of one config: what is asserted here is the series' tests, which run once per build whatever
+#: the rounds and configs (cpu's second config, no_vec, would add two workers and a consistency check)
 COMPARE = (
     f"compare --stock torch==2.13.0 --patched torch==2.13.0 --series {SERIES} --device cpu "
-    "--cells mm/64x64x64/float32 --rounds 1 --target-ci 0"
+    "--configs default --cells mm/64x64x64/float32 --rounds 1 --target-ci 0"
 )
 
 CPU_TEST = """
