@@ -135,25 +135,47 @@ def no_background_gc() -> Iterator[None]:
         yield
 
 
+#: build interpreters whose probe is another's: wrapper scripts that exec that interpreter for everything
+#: but the worker module (``-m harness.bench.worker``), so ``-m harness.provenance`` runs it unchanged.
+#: Filled by :func:`probes_as`, read by :func:`probe_once`.
+PROBE_AS: dict[str, str] = {}
+
+
+def probes_as(wrapper: Path, python: str = sys.executable) -> None:
+    """Declare that ``wrapper`` runs ``-m harness.provenance`` as ``python`` does (it changes the worker only)."""
+    PROBE_AS[str(wrapper)] = python
+
+
 @pytest.fixture(scope="session", autouse=True)
 def probe_once() -> Iterator[None]:
     """Commands run in-process probe each build interpreter (``harness.runner.probe_build``: a
     subprocess that imports torch) on every call. The facts of one interpreter, device and
     environment do not change within a session, so each distinct probe runs for real once and is
-    replayed (a copy) after that; a probe that fails is never kept. Subprocess runs (``e2e``)
+    replayed (a copy) after that; so is a probe whose interpreter ran and reported the device unusable
+    (the same ``HarnessError`` again). An interpreter that cannot run the probe is never kept, and a
+    wrapper declared by :func:`probes_as` replays its interpreter's probe. Subprocess runs (``e2e``)
     always probe for real."""
     import copy
 
     from harness import configs as cfg
     from harness import runner
+    from harness.errors import HarnessError
 
-    real, seen = runner.probe_build, {}
+    real, seen, refused = runner.probe_build, {}, {}
 
     def probe(name: str, python: Path, device: str, keep: tuple[str, ...] = (), *args, **kwargs) -> dict:
         env = cfg.worker_environment(cfg.EnvConfig("probe"), keep=keep)
-        key = (str(python), device, tuple(keep), repr(args), repr(sorted(kwargs.items())), tuple(sorted(env.items())))
+        interpreter = PROBE_AS.get(str(python), str(python))
+        key = (interpreter, device, tuple(keep), repr(args), repr(sorted(kwargs.items())), tuple(sorted(env.items())))
+        if (key, name) in refused:  # the message names the build: kept per name
+            raise HarnessError(*refused[key, name])
         if key not in seen:
-            seen[key] = real(name, python, device, keep, *args, **kwargs)
+            try:
+                seen[key] = real(name, python, device, keep, *args, **kwargs)
+            except HarnessError as exc:
+                if f"is not usable in build {name} " in exc.cause:  # it ran: the device is missing or broken
+                    refused[key, name] = (exc.cause, exc.remedy)
+                raise
         return copy.deepcopy(seen[key])
 
     with pytest.MonkeyPatch.context() as patch:

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import export_series, fixed_rounds, git, run_harness, share_build_venvs
+from conftest import export_series, fixed_rounds, git, probes_as, run_harness, share_build_venvs
 
 from harness import cli
 from harness.upstream import patched_branch, worktrees
@@ -66,6 +66,8 @@ def hooked_python(tmp_path: Path, module: str, hook: str) -> str:
         f'exec {sys.executable} "$@"\n'
     )
     script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    if module != "harness.provenance":
+        probes_as(script)  # its probe is this interpreter's (replayed in-process, conftest.probe_once)
     return f"python:{script}"
 
 

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import fixed_rounds, run_harness
+from conftest import fixed_rounds, probes_as, run_harness
 
 CELLS = "mm/64x64x64/float32,sdpa_causal/1x2x64x16/float32"
 REPO = Path(__file__).resolve().parent.parent
@@ -47,6 +47,7 @@ def fake_python(tmp_path: Path, worker_code: str) -> str:
         f'exec {sys.executable} "$@"\n'
     )
     script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    probes_as(script)  # its probe is this interpreter's (replayed in-process, conftest.probe_once)
     return f"python:{script}"
 
 
