@@ -199,34 +199,14 @@ def share_build_venvs(cache: Path, shared: Path) -> Path:
     return cache
 
 
-#: whether a test's call phase passed (set by :func:`pytest_runtest_makereport`, read at teardown)
-PASSED = pytest.StashKey[bool]()
-
-
-@pytest.hookimpl(wrapper=True, tryfirst=True)
-def pytest_runtest_makereport(item: pytest.Item, call) -> Iterator:
-    """Record in the item whether its call passed (:data:`PASSED`), for :func:`isolated_cache`."""
-    report = yield
-    if report.when == "call":
-        item.stash[PASSED] = report.passed
-    return report
-
-
 @pytest.fixture(autouse=True)
-def isolated_cache(request, tmp_path_factory, monkeypatch, build_venvs) -> Iterator[Path]:
+def isolated_cache(tmp_path_factory, monkeypatch, build_venvs) -> Path:
     """A private harness cache for each test (autouse), beside its ``tmp_path``, not inside it, so
     that tests which check that nothing else appeared in ``tmp_path`` are not disturbed by it. Its
-    build venvs are the session's (:func:`build_venvs`); everything else in it is the test's own.
-
-    Removed when the test passed, as its ``tmp_path`` is (``tmp_path_retention_policy = "failed"``,
-    pyproject.toml): worktrees of PyTorch's source and torch venvs are gigabytes in all, deleted
-    by each worker as it goes rather than by pytest's clean-up of old runs, serially, at the end of
-    a later run. A failed test keeps both for a look."""
+    build venvs are the session's (:func:`build_venvs`); everything else in it is the test's own."""
     path = share_build_venvs(tmp_path_factory.mktemp("cache"), build_venvs)
     monkeypatch.setenv(CACHE_ENV, str(path))
-    yield path
-    if request.node.stash.get(PASSED, False):
-        shutil.rmtree(path, ignore_errors=True)  # the build-venvs link is unlinked, never followed
+    return path
 
 
 @pytest.fixture

@@ -109,12 +109,13 @@ def test_worker_has_its_own_process_group_and_dies_with_a_sigkilled_driver(tmp_p
     driver = subprocess.Popen(
         [sys.executable, "-c", _DRIVER, str(python), str(raw)], cwd=Path(runner.__file__).resolve().parent.parent
     )
+    record = raw / "r00-stock-default.worker.json"  # written by the driver once the worker started
     deadline = time.monotonic() + 20
-    while not (pidfile.is_file() and pidfile.read_text().strip()) and time.monotonic() < deadline:
+    while not (pidfile.is_file() and pidfile.read_text().strip() and record.is_file()) and time.monotonic() < deadline:
         time.sleep(0.05)
     worker = int(pidfile.read_text())
     assert os.getpgid(worker) == worker != os.getpgid(driver.pid)  # its own process group
-    assert json.loads((raw / "r00-stock-default.worker.json").read_text()) == {"pid": worker}
+    assert json.loads(record.read_text()) == {"pid": worker}
     driver.send_signal(signal.SIGKILL)
     driver.wait()
     deadline = time.monotonic() + 10
