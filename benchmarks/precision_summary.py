@@ -4,6 +4,15 @@ max, those above the target), processes (planned / adaptive) and their start-up 
 
     PYTHONPATH=. python3 benchmarks/precision_summary.py docs/calibration/h200-aa-2026-12-01-layouts3.json
 
+For a ``--plant-k`` run, ``--plant-cost CONFIG=FILE`` (one per env config; files written by
+``benchmarks/planted_cost.py``) adds the kernel-bound GEMM cells' verdicts grouped by what the grown K
+really costs: at least the verdict band (should be ``slower``) or less (should not be)::
+
+    PYTHONPATH=. python3 benchmarks/precision_summary.py docs/calibration/h200-planted-2026-12-01-settle.json \
+        --plant-cost default=docs/calibration/h200-planted-cost-default.json \
+        --plant-cost cublaslt=docs/calibration/h200-planted-cost-cublaslt.json \
+        --plant-cost tf32_override=docs/calibration/h200-planted-cost-tf32_override.json
+
 A path may be a results.json or a run's --out folder.
 """
 
@@ -19,11 +28,13 @@ from harness import report, stats
 from harness import results as res
 
 
-def summary(data: dict, target: float) -> dict:
+def summary(data: dict, target: float, plant_cost: dict | None = None) -> dict:
     """Verdict counts, kernel-bound half-widths (fractions, :attr:`harness.stats.Comparison.half_width`)
-    and process seconds of one run's document."""
+    and process seconds of one run's document; with ``plant_cost`` (config -> cell key -> relative cost
+    of the grown K, 0.05 = 5 %) the kernel-bound planted cells' verdicts by cost."""
     verdicts: dict[str, int] = {}
     widths, above = [], []
+    planted: dict[str, dict[str, list[str]]] = {}
     for config, per_cell in res.cell_table(data).items():
         for key, per_build in per_cell.items():
             medians = {b: res.process_medians(per_build.get(b, [])) for b in ("stock", "patched")}
@@ -36,6 +47,10 @@ def summary(data: dict, target: float) -> dict:
                 widths.append(cmp.half_width)
                 if not cmp.half_width <= target:
                     above.append(f"{config} {key} n={cmp.n_stock}+{cmp.n_patched} ±{cmp.half_width:.2%}")
+                cost = (plant_cost or {}).get(config, {}).get(key)
+                if cost is not None:
+                    group = "costs >= band" if cost >= rule["threshold"] else "costs < band"
+                    planted.setdefault(group, {}).setdefault(cmp.verdict, []).append(f"{config} {key} {cost:+.1%}")
     procs = data["processes"]
     planned = data["run"]["rounds"]
     walls = {
@@ -53,18 +68,32 @@ def summary(data: dict, target: float) -> dict:
         "median_process_s": {k: statistics.median(v) if v else None for k, v in walls.items()},
         "worker_s": sum(sum(v) for v in walls.values()),
         "median_startup_s": statistics.median(startups) if startups else None,
+        **({"planted_kernel_bound_gemm": planted} if plant_cost else {}),
     }
+
+
+def read_plant_cost(pairs: list[str]) -> dict[str, dict[str, float]]:
+    """``CONFIG=FILE`` pairs -> config -> cell key -> relative cost of the grown K (``rows[].cost`` of
+    a benchmarks/planted_cost.py file)."""
+    out = {}
+    for pair in pairs:
+        config, _, path = pair.partition("=")
+        rows = json.loads(Path(path).read_text())["rows"]
+        out[config] = {r["key"]: r["cost"] for r in rows}
+    return out
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("paths", nargs="+", type=Path)
     parser.add_argument("--target", type=float, default=0.01, help="kernel-bound CI half-width target")
+    parser.add_argument("--plant-cost", action="append", default=[], metavar="CONFIG=FILE")
     args = parser.parse_args()
+    plant_cost = read_plant_cost(args.plant_cost)
     for path in args.paths:
         data = json.loads(path.read_text()) if path.is_file() else res.load(path)
         print(f"{path}:")
-        print(json.dumps(summary(data, args.target), indent=1))
+        print(json.dumps(summary(data, args.target, plant_cost), indent=1))
     return 0
 
 

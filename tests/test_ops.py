@@ -132,6 +132,18 @@ def test_unknown_op_in_the_plan_is_a_usage_error_with_every_ops_layout():
     )
 
 
+def test_quick_on_cpu_leaves_float16_out_unless_asked():
+    def dtypes(cells):
+        return sorted({c.dtype for c in cells})
+
+    cpu = runner.plan_cells(None, None, quick=True, device="cpu")
+    assert dtypes(cpu) == ["bfloat16", "float32"] and len(cpu) == 16
+    assert dtypes(runner.plan_cells(None, None, quick=True, device="cuda")) == ["bfloat16", "float16", "float32"]
+    assert dtypes(runner.plan_cells(None, None, quick=False, device="cpu")) == ["bfloat16", "float16", "float32"]
+    asked = runner.plan_cells(["float16"], None, quick=True, device="cpu")
+    assert dtypes(asked) == ["float16"] and len(asked) == 8
+
+
 def test_unknown_op_in_results_json_is_a_results_error_not_a_traceback():
     assert report.cell_of("mm/2x3x4/float16") == Cell("mm", (2, 3, 4), "float16")
     with pytest.raises(ResultsError) as err:

@@ -10,7 +10,16 @@ from harness import configs as cfg
 from harness import evidence as ev
 from harness.bench.workloads import DTYPES, ITEMSIZE
 from harness.commands import names
-from harness.runner import BUDGET_S, ROUNDS, STALL_TIMEOUT, TARGET_CI, TARGET_CI_LAUNCH_BOUND, RunRequest, execute
+from harness.runner import (
+    BUDGET_S,
+    QUICK_CPU_DTYPES,
+    ROUNDS,
+    STALL_TIMEOUT,
+    TARGET_CI,
+    TARGET_CI_LAUNCH_BOUND,
+    RunRequest,
+    execute,
+)
 
 
 def _common_arguments(parser: argparse.ArgumentParser) -> None:
@@ -32,8 +41,8 @@ def _what_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--dtypes",
         action="append",
-        help=f"comma-separated dtypes, or the option repeated (default: {','.join(DTYPES)}; "
-        f"also {', '.join(d for d in ITEMSIZE if d not in DTYPES)})",
+        help=f"comma-separated dtypes, or the option repeated (default: {','.join(DTYPES)}; --quick on cpu: "
+        f"{','.join(QUICK_CPU_DTYPES)}; also {', '.join(d for d in ITEMSIZE if d not in DTYPES)})",
     )
     parser.add_argument(
         "--cells",
