@@ -110,11 +110,11 @@ def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
-#: dtypes of ``--quick`` on cpu when ``--dtypes`` is not given: float16 is left out. On an x86 CPU
-#: without AVX512-FP16 a half-precision GEMM runs 40-90x slower than bfloat16 (mm 512³: 2.5 against
-#: 221 GFLOP/s, docs/examples/cpu-ab) and took most of the README command's 10 minutes, leaving too
-#: few processes for a verdict on any cell (docs/methodology.md).
-QUICK_CPU_DTYPES = ("bfloat16", "float32")
+#: dtypes of ``--quick`` on cpu when ``--dtypes`` is not given: float32, the one every CPU runs at
+#: full speed. Half precision depends on the ISA: mm 512³ took 1.2 ms in bfloat16 and 107 ms in float16
+#: on an x86 CPU with AVX512-BF16 (docs/examples/cpu-ab), and 220 ms in both against 3 ms in float32 on
+#: an AVX2-only one (docs/methodology.md); such cells took most of the README command's 10 minutes.
+QUICK_CPU_DTYPES = ("float32",)
 
 
 def plan_cells(
