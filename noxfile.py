@@ -30,7 +30,9 @@ def _harness(session: nox.Session, command: str, *args: str, extra: str = "") ->
 @nox.session
 def tests(session: nox.Session) -> None:
     """The toolkit's own tests: ruff (lint and format, configured in pyproject.toml), then pytest."""
-    session.install("-e", ".[test]", TEST_TORCH)
+    # --no-compile: pip's byte-compilation of torch's ~4,000 modules is most of its install time; the
+    # tests compile what they import, once (harness/venvs.py does the same for the builds' venvs)
+    session.install("--no-compile", "-e", ".[test]", TEST_TORCH)
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
     # bytecode caches on (an inherited PYTHONDONTWRITEBYTECODE=1 makes every `python -m harness` a test
