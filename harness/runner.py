@@ -17,6 +17,7 @@ die with the driver (:func:`_die_with_parent`, :func:`reap_orphans`).
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import os
@@ -1160,7 +1161,7 @@ def probe_builds(plan: Plan) -> dict[str, dict]:
         note(f"build {name}: {'reusing' if reused else 'created'} {python}")
         if str(python) not in probed:
             probed[str(python)] = probe_build(name, python, plan.device, plan.keep_env, names, with_collect_env=True)
-        info = json.loads(json.dumps(probed[str(python)]))  # a copy: each build's record is its own
+        info = copy.deepcopy(probed[str(python)])  # each build's record is its own
         build_info[name] = {"input": build.to_json(), "interpreter": str(python), "provenance": info}
         manifest = build_manifest(build)
         if manifest:
