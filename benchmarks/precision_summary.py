@@ -77,7 +77,9 @@ def read_plant_cost(pairs: list[str]) -> dict[str, dict[str, float]]:
     a benchmarks/planted_cost.py file)."""
     out = {}
     for pair in pairs:
-        config, _, path = pair.partition("=")
+        config, eq, path = pair.partition("=")
+        if not eq or not config:
+            raise ValueError(f"{pair!r} has no CONFIG=")
         rows = json.loads(Path(path).read_text())["rows"]
         out[config] = {r["key"]: r["cost"] for r in rows}
     return out
@@ -89,7 +91,10 @@ def main() -> int:
     parser.add_argument("--target", type=float, default=0.01, help="kernel-bound CI half-width target")
     parser.add_argument("--plant-cost", action="append", default=[], metavar="CONFIG=FILE")
     args = parser.parse_args()
-    plant_cost = read_plant_cost(args.plant_cost)
+    try:
+        plant_cost = read_plant_cost(args.plant_cost)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        parser.error(f"--plant-cost takes CONFIG=FILE, FILE written by benchmarks/planted_cost.py ({exc})")
     for path in args.paths:
         data = json.loads(path.read_text()) if path.is_file() else res.load(path)
         print(f"{path}:")
