@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import small_upstream as su
-from conftest import share_build_venvs
+from conftest import run_harness, share_build_venvs
 
 from harness import build as b
 from harness.cli import main
@@ -28,6 +28,8 @@ if shutil.which("cmake") is None or shutil.which("c++") is None:  # pragma: no c
 
 @pytest.fixture(scope="module")
 def upstream(tmp_path_factory, build_venvs):
+    """The small upstream, its series ``tiny-fast-path`` (patches/), a stock worktree of its base and
+    this module's harness cache; ``sessions/`` is where :func:`sessions` checks out its own worktrees."""
     root = tmp_path_factory.mktemp("e2e")
     old = os.environ.get("TORCH_PATCH_HARNESS_CACHE")
     os.environ["TORCH_PATCH_HARNESS_CACHE"] = str(share_build_venvs(root / "cache", build_venvs))
@@ -35,16 +37,15 @@ def upstream(tmp_path_factory, build_venvs):
     series_dir = su.make_series(repo, root / "patches")
     patches = sorted((series_dir / "v1.4.0").glob("*.patch"))
     stock = su.worktree(repo, root / "work" / "v1.4.0" / "stock")
-    patched = su.worktree(repo, root / "work" / "v1.4.0" / "patched")
-    su.apply_series(patched, patches)
     series = b.SeriesRef(su.SERIES_NAME, tuple(patches), (su.MARKER,), (su.PATCHED_FILE,))
     yield {
         "root": root,
         "repo": repo,
+        "series_dir": series_dir,
         "stock": stock,
-        "patched": patched,
         "series": series,
         "base_sha": b.git_head(stock),
+        "sessions": root / "sessions",
     }
     if old is None:
         os.environ.pop("TORCH_PATCH_HARNESS_CACHE", None)
@@ -53,26 +54,48 @@ def upstream(tmp_path_factory, build_venvs):
 
 
 @pytest.fixture(scope="module")
-def builds(upstream):
-    """build_stock, build_patched (full), build_patched --incremental: plans and results."""
+def sessions(upstream):
+    """The build_stock / build_patched session path, once for the module: ``build --series`` checks out
+    the series' upstream (worktrees in ``sessions/work``), applies the series, builds and verifies stock
+    and patched (full), then patched ``--incremental`` in the stock tree. Per build: what the command
+    left (exit status, stdout, stderr) and the (plan, result) of its :func:`harness.build.build_wheel`."""
+    folder = upstream["sessions"]
+    common = ["--series", str(upstream["series_dir"]), "--workdir", str(folder / "work")]
+    common += ["--platform", "linux-cpu", "--jobs", "2"]
+    made, real = [], b.build_wheel
+
+    def recording(plan, *args, **kwargs):
+        result = real(plan, *args, **kwargs)
+        made.append((plan, result))
+        return result
+
+    runs = {}
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(b, "build_wheel", recording)
+        for name, extra in (
+            ("stock", ["--kind", "stock", "--dist", str(folder / "dist")]),
+            ("patched", ["--kind", "patched", "--dist", str(folder / "dist")]),
+            ("incremental", ["--kind", "patched", "--incremental", "--dist", str(folder / "dist-inc")]),
+        ):
+            made.clear()
+            runs[name] = run_harness("build", *extra, *common), (made[-1] if made else None)
+    return runs
+
+
+@pytest.fixture(scope="module")
+def builds(upstream, sessions):
+    """Plans and results: build_stock of the base (no series) here; build_patched (full) and build_patched
+    --incremental (in the stock tree) are the session path's (:func:`sessions`), the same plans and builds."""
     u = upstream
-    dist, dist_inc = u["root"] / "dist", u["root"] / "dist-incremental"
-    common = dict(jobs=2, dist_dir=dist, base_sha=u["base_sha"])
-    stock_plan = b.plan_build(u["stock"], "linux-cpu", kind="stock", **common)
-    patched_plan = b.plan_build(u["patched"], "linux-cpu", kind="patched", series=u["series"], **common)
-    incremental_plan = b.plan_build(
-        u["stock"],
-        "linux-cpu",
-        kind="patched",
-        series=u["series"],
-        incremental=True,
-        **{**common, "dist_dir": dist_inc},
+    stock_plan = b.plan_build(
+        u["stock"], "linux-cpu", kind="stock", jobs=2, dist_dir=u["root"] / "dist", base_sha=u["base_sha"]
     )
-    return {
-        "stock": (stock_plan, b.build_wheel(stock_plan)),
-        "patched": (patched_plan, b.build_wheel(patched_plan)),
-        "incremental": (incremental_plan, b.build_wheel(incremental_plan)),
-    }
+    built = {"stock": (stock_plan, b.build_wheel(stock_plan))}
+    for name in ("patched", "incremental"):
+        ran, plan_and_result = sessions[name]
+        assert ran.returncode == 0, ran.stderr
+        built[name] = plan_and_result
+    return built
 
 
 def test_wheels_carry_their_labels(builds, upstream):
@@ -94,8 +117,9 @@ def test_incremental_recompiles_only_the_touched_unit(builds, upstream):
     assert stock.compiled_units == len(su.UNITS) == patched.compiled_units
     assert incremental.compiled_units == 1
     assert "src/config.cpp.o" in incremental.log.read_text()
-    # the stock tree is back at the base afterwards (series reverted)
-    status = subprocess.run(["git", "status", "--porcelain"], cwd=upstream["stock"], capture_output=True, text=True)
+    # the stock tree it ran in is back at the base afterwards (series reverted)
+    stock_tree = upstream["sessions"] / "work" / "v1.4.0" / "stock"
+    status = subprocess.run(["git", "status", "--porcelain"], cwd=stock_tree, capture_output=True, text=True)
     assert status.stdout == ""
 
 
@@ -245,40 +269,23 @@ def test_cli_build_source_reuses_identical_build(builds, upstream, capsys):
     assert "skipped" in captured.err and f"verified {result.wheel.name}" in captured.err
 
 
-def test_cli_sessions_checkout_apply_build_verify(upstream, tmp_path, capsys):
+def test_cli_sessions_checkout_apply_build_verify(sessions, upstream):
     """The build_stock / build_patched session path: checkout (worktrees of the series' upstream) ->
     apply -> build -> verify, then --incremental in the stock tree; units compiled 7, 7, 1."""
     import json
 
-    series_dir = upstream["root"] / "patches" / su.SERIES_NAME
-    common = [
-        "--series",
-        str(series_dir),
-        "--workdir",
-        str(tmp_path / "work"),
-        "--platform",
-        "linux-cpu",
-        "--jobs",
-        "2",
-    ]
     wheels = {}
-    for name, extra in (
-        ("stock", ["--kind", "stock", "--dist", str(tmp_path / "dist")]),
-        ("patched", ["--kind", "patched", "--dist", str(tmp_path / "dist")]),
-        ("incremental", ["--kind", "patched", "--incremental", "--dist", str(tmp_path / "dist-inc")]),
-    ):
-        rc = main(["build", *extra, *common])
-        captured = capsys.readouterr()
-        assert rc == 0, captured.err
-        wheels[name] = Path(captured.out.strip())
-        assert f"verified {wheels[name].name}: imports, version" in captured.err and "markers checked" in captured.err
+    for name, (ran, _) in sessions.items():
+        assert ran.returncode == 0, ran.stderr
+        wheels[name] = Path(ran.stdout.strip())
+        assert f"verified {wheels[name].name}: imports, version" in ran.stderr and "markers checked" in ran.stderr
     units = {
         k: json.loads(w.with_name(w.name + ".build.json").read_text())["compiled_units"] for k, w in wheels.items()
     }
     assert units == {"stock": len(su.UNITS), "patched": len(su.UNITS), "incremental": 1}
     assert wheels["patched"].name == wheels["incremental"].name  # same label: same series, same base
     assert "+stock." in wheels["stock"].name
-    patched_tree = tmp_path / "work" / "v1.4.0" / "patched"
+    patched_tree = upstream["sessions"] / "work" / "v1.4.0" / "patched"
     assert su.MARKER in (patched_tree / su.PATCHED_FILE).read_text()  # apply put the series on the branch
 
 

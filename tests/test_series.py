@@ -311,44 +311,72 @@ def test_rebase_conflict_leaves_worktree_and_says_how_to_continue(tiny_upstream,
 # --------------------------------------------------------------------------- Debian's PyTorch
 MM = "aten/src/ATen/native/mps/operations/LinearAlgebra.mm"
 DOC = "docs/source/mps_environment_variables.rst"
+METAL = '  static bool always_use_metal = std::getenv("PYTORCH_MPS_PREFER_METAL") != nullptr;\n'
+
+
+#: the test series on the real tree: (message, path, edit of that file's text), one commit each
+DEBIAN_SERIES = (
+    (
+        "mps: note on the GEMM path\n\nA test series on the real tree.",
+        MM,
+        lambda text: text.replace(METAL, METAL + "  // test series: GEMM keeps MPSGraph when asked\n", 1),
+    ),
+    ("docs: mention the test series", DOC, lambda text: text + "\n.. note:: test series documentation line.\n"),
+)
+
+
+@pytest.fixture(scope="module")
+def debian_patches(debian_import, tmp_path_factory) -> dict[str, bytes]:
+    """The small series authored on the real PyTorch 2.6.0 tree (:data:`DEBIAN_SERIES`), once per module:
+    its ``git format-patch`` files by name. Authored in a bare clone of the run's import (plumbing, no
+    worktree: 15,000 files of PyTorch checked out only where a test is about worktrees)."""
+    root = tmp_path_factory.mktemp("debian-series")
+    repo = root / "pytorch.git"
+    git(root, "clone", "-q", "--bare", "--local", str(debian_import), str(repo))  # hard links: fast
+    assert METAL in git(repo, "show", f"v2.6.0:{MM}")
+    tip = "v2.6.0"
+    for message, path, edit in DEBIAN_SERIES:
+        tip = _commit_edits(repo, tip, {path: edit}, message)
+    out = root / "patches"
+    git(repo, "format-patch", "-q", "-o", str(out), f"v2.6.0..{tip}")
+    return {p.name: p.read_bytes() for p in sorted(out.iterdir())}
 
 
 @pytest.fixture
-def debian_project(debian_archive, project):
-    """A project with its own small series authored on the real PyTorch 2.6.0 tree (in the test's own cache)."""
+def debian_project(debian_patches, project) -> str:
+    """A project (cwd) whose series ``demo-real`` is :func:`debian_patches`, at base v2.6.0; its name."""
     name = "demo-real"
-    co = checkout(str(debian_archive), "v2.6.0", project / "work", name)
-    stock, patched = co.stock, co.patched
-    assert (stock, patched) == worktrees(project / "work", "v2.6.0")
-    mm = (patched / MM).read_text()
-    old = '  static bool always_use_metal = std::getenv("PYTORCH_MPS_PREFER_METAL") != nullptr;\n'
-    assert old in mm
-    (patched / MM).write_text(mm.replace(old, old + "  // test series: GEMM keeps MPSGraph when asked\n"))
-    git(patched, "commit", "-q", "-am", "mps: note on the GEMM path\n\nA test series on the real tree.")
-    doc = (patched / DOC).read_text()
-    (patched / DOC).write_text(doc + "\n.. note:: test series documentation line.\n")
-    git(patched, "commit", "-q", "-am", "docs: mention the test series")
     out = project / "patches" / name / "v2.6.0"
     out.mkdir(parents=True)
-    git(patched, "format-patch", "-q", "-o", str(out), "v2.6.0..HEAD")
-    names = sorted(p.name for p in out.iterdir())
+    for patch, data in debian_patches.items():
+        (out / patch).write_bytes(data)
     (project / "patches" / name / "series.toml").write_text(
         f'name = "{name}"\ntitle = "Test series on PyTorch 2.6.0"\n'
         f'upstream = "https://github.com/pytorch/pytorch.git"\n\n[[base]]\nref = "v2.6.0"\n'
-        f'patches = {names!r}\nfiles = ["{DOC}", "{MM}"]\n'.replace("'", '"')
+        f'patches = {sorted(debian_patches)!r}\nfiles = ["{DOC}", "{MM}"]\n'.replace("'", '"')
     )
-    git(patched, "reset", "-q", "--hard", "v2.6.0")
     git(project, "add", "-A")
     git(project, "commit", "-q", "-m", "series")
-    return name, stock, patched
+    return name
+
+
+@pytest.fixture
+def debian_worktrees(debian_archive, debian_project, project) -> tuple[Path, Path]:
+    """The project's worktrees of v2.6.0 from Debian's archive (``checkout`` in the test's own cache):
+    (stock, patched), both at the base."""
+    co = checkout(str(debian_archive), "v2.6.0", project / "work", debian_project)
+    assert (co.stock, co.patched) == worktrees(project / "work", "v2.6.0")
+    base = git(co.stock, "rev-parse", "v2.6.0^{commit}")
+    assert [git(t, "rev-parse", "HEAD") for t in (co.stock, co.patched)] == [base, base]
+    return co.stock, co.patched
 
 
 @pytest.mark.slow
-def test_debian_check_apply_refresh_and_stale(debian_archive, debian_project, project, capsys):
+def test_debian_check_apply_refresh_and_stale(debian_archive, debian_project, debian_worktrees, project, capsys):
     """Acceptance on the real tree: check passes; apply gives one commit per patch; refresh right
     after leaves `git status --porcelain patches/` empty; a stale patch fails check naming the file
     and hunk, with the worktrees clean."""
-    name, stock, patched = debian_project
+    name, (stock, patched) = debian_project, debian_worktrees
     common = ["--upstream", str(debian_archive), "--base", "v2.6.0", "--series", name]
     rc, out = _run(capsys, "check", *common)
     assert rc == 0, out
@@ -376,29 +404,44 @@ def test_debian_check_apply_refresh_and_stale(debian_archive, debian_project, pr
     assert [git(t, "rev-parse", "HEAD") for t in (stock, patched)] == heads
 
 
+def _commit_edits(repo: Path, parent: str, edits: dict, message: str) -> str:
+    """A commit on ``parent`` in the bare repo ``repo`` that applies ``edits`` (path: text -> text) to its
+    files (plumbing only: no checkout); its sha."""
+    index = repo.parent / f"{repo.name}.index"
+    index.unlink(missing_ok=True)
+    env = {"GIT_INDEX_FILE": str(index)}
+    git(repo, "read-tree", parent, env=env)
+    for path, edit in edits.items():
+        text = git(repo, "show", f"{parent}:{path}")
+        blob_src = repo.parent / "blob"
+        blob_src.write_text(edit(text))
+        blob = git(repo, "hash-object", "-w", str(blob_src)).strip()
+        git(repo, "update-index", "--cacheinfo", f"100644,{blob},{path}", env=env)
+    tree = git(repo, "write-tree", env=env).strip()
+    return git(repo, "commit-tree", tree, "-p", parent, "-m", message).strip()
+
+
+def _replaced(old: str, new: str):
+    """An edit for :func:`_commit_edits`: the first ``old`` becomes ``new`` (which must be there)."""
+
+    def edit(text: str) -> str:
+        assert old in text
+        return text.replace(old, new, 1)
+
+    return edit
+
+
 def _derived_upstream(store: Path, dest: Path, tag: str, edits: dict[str, tuple[str, str]]) -> None:
     """Add a commit on v2.6.0 tagged ``tag`` to a bare repo ``dest`` (plumbing only: no checkout)."""
-    index = dest.parent / f"{tag}.index"
-    env = {"GIT_INDEX_FILE": str(index)}
-    git(dest, "read-tree", "v2.6.0", env=env)
-    for path, (old, new) in edits.items():
-        text = git(dest, "show", f"v2.6.0:{path}")
-        assert old in text
-        blob_src = dest.parent / "blob"
-        blob_src.write_text(text.replace(old, new, 1))
-        blob = git(dest, "hash-object", "-w", str(blob_src)).strip()
-        git(dest, "update-index", "--cacheinfo", f"100644,{blob},{path}", env=env)
-    tree = git(dest, "write-tree", env=env).strip()
-    commit = git(dest, "commit-tree", tree, "-p", "v2.6.0", "-m", f"upstream moves ({tag})").strip()
+    commit = _commit_edits(dest, "v2.6.0", {p: _replaced(*e) for p, e in edits.items()}, f"upstream moves ({tag})")
     git(dest, "tag", tag, commit)
 
 
 @pytest.mark.slow
-def test_debian_rebase_clean_and_conflict(debian_archive, debian_project, project, tmp_path, monkeypatch, capsys):
+def test_debian_rebase_clean_and_conflict(debian_import, debian_project, project, tmp_path, monkeypatch, capsys):
     """rebase on the real tree: onto a moved upstream (3-way, clean) and onto one that rewrote the
     patched line (conflict: files named, command to continue printed, worktree left mid-am)."""
-    name, stock, _ = debian_project
-    store = Path(git(stock, "rev-parse", "--path-format=absolute", "--git-common-dir").strip())
+    name, store = debian_project, debian_import  # the run's import of Debian's archive (read only)
     local = tmp_path / "pytorch.git"
     git(tmp_path, "clone", "-q", "--bare", "--local", str(store), str(local))  # hard links: fast
     # a moved upstream: the .mm file changes far from the series' hunk, the doc file at its end
