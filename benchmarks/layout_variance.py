@@ -10,7 +10,8 @@ times inside one process samples it for a fraction of a process's start-up cost.
 
 Each of ``--processes`` fresh processes measures every cell at ``--layouts`` layouts as the harness
 does (:func:`harness.bench.worker.measure_layouts`: a spacer of a random size, 0-64 MiB, kept alive,
-then a copy of the inputs), after ``--settle-s`` seconds of untimed load. A host-bound cell gets one
+then a copy of the inputs), at the harness's duty cycle unless ``--duty`` says otherwise (1: blocks
+back to back; results of earlier versions used ``--settle-s`` seconds of untimed load). A host-bound cell gets one
 layout and is left out of the table. Per cell the script
 prints (standard deviations of log time, i.e. relative spread):
 
@@ -44,10 +45,10 @@ CELLS = (
 )
 
 
-def child(device: str, cells: list[str], layouts: int, settle_s: float) -> dict:
+def child(device: str, cells: list[str], layouts: int, duty: float | None) -> dict:
     """One process: cell key -> list of per-layout steady medians (seconds per call), timed as the
     harness times a GPU cell (:func:`harness.bench.worker.measure_layouts`, ``TIMING["full"]["gpu"]``
-    with ``layouts`` and ``settle_s``)."""
+    with ``layouts`` and, when given, ``duty``)."""
     import torch
 
     from harness.bench import devices
@@ -58,7 +59,9 @@ def child(device: str, cells: list[str], layouts: int, settle_s: float) -> dict:
 
     prof = devices.profile(device, torch)
     timer = BlockTimer(prof)
-    timing = {**TIMING["full"]["cpu" if device == "cpu" else "gpu"], "layouts": layouts, "settle_s": settle_s}
+    timing = {**TIMING["full"]["cpu" if device == "cpu" else "gpu"], "layouts": layouts}
+    if duty is not None:
+        timing["duty"] = duty
     out = {}
     for key in cells:
         cell = Cell.from_key(key)
@@ -96,18 +99,18 @@ def main() -> int:
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--processes", type=int, default=10)
     parser.add_argument("--layouts", type=int, default=6)
-    parser.add_argument("--settle-s", type=float, default=0.0, help="untimed load before the timed blocks")
+    parser.add_argument("--duty", type=float, help="busy share of the timed period (default: the harness's)")
     parser.add_argument("--cells", nargs="*", default=list(CELLS))
     parser.add_argument("--out", type=Path)
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child is not None:
-        print(json.dumps(child(args.device, args.cells, args.layouts, args.settle_s)))
+        print(json.dumps(child(args.device, args.cells, args.layouts, args.duty)))
         return 0
     per_process, seconds = [], []
     for i in range(args.processes):
         cmd = [sys.executable, __file__, "--device", args.device, "--layouts", str(args.layouts), "--child", str(i)]
-        cmd += ["--settle-s", str(args.settle_s)]
+        cmd += ["--duty", str(args.duty)] if args.duty is not None else []
         t0 = time.monotonic()
         done = subprocess.run([*cmd, "--cells", *args.cells], capture_output=True, text=True, check=True)
         seconds.append(time.monotonic() - t0)

@@ -470,8 +470,13 @@ def _run_lines(data: dict) -> list[str]:
     )
     if timing.get("layouts", 1) > 1:
         timing_text += f"; kernel-bound cells on {timing['layouts']} memory layouts of their inputs per process"
-    if timing.get("settle_s"):
+    if timing.get("settle_s"):  # results of earlier harness versions
         timing_text += f", after {timing['settle_s']} s of untimed load"
+    if timing.get("duty", 1) < 1:
+        timing_text += (
+            f", at a duty cycle of {timing['duty']:.0%} (the device rests between blocks, so it runs at its "
+            "unthrottled clock; docs/timing.md)"
+        )
     if timing.get("host_bound_blocks"):
         timing_text += f"; host-bound cells {timing['host_bound_blocks']} blocks"
     startups = sorted(t for t in map(res.startup_seconds, data["processes"]) if t is not None)

@@ -56,39 +56,42 @@ SOURCE_ROOT = str(Path(harness.__file__).resolve().parent.parent)
 #: the synchronize before and after it < 0.1 % (docs/timing.md).
 #: min_samples: blocks per cell at least; 5 on cpu (3 with --quick), where one half-precision GEMM
 #: call can take 0.2 s and block-to-block noise is small next to the spread between processes, so
-#: the time buys more processes instead.
+#: the time buys more processes instead; 4 on a GPU, whose 10 ms blocks inside a process agree within
+#: 0.1-0.3 %.
 #: On a GPU, after 10 ms of single warm-up calls, a cell that is not host-bound
-#: (:attr:`harness.bench.timer.Measurement.host_bound`) runs ``settle_s`` of untimed blocks under
-#: sustained load, then is timed on ``layouts`` placements of its inputs in device memory
-#: (:func:`harness.bench.worker.measure_layouts`); a host-bound cell gets ``host_bound_blocks`` blocks
-#: (its spread between processes is host latency; more blocks in one process do not narrow it).
-#: On an H200 (benchmarks/layout_variance.py, docs/methodology.md) settling alone cut the spread
-#: between processes of linear 2048³ TF32 from 4.7 % to 0.3 % and of SDPA causal L512 fp32 from
-#: 1.7 % to 0.4 % (the boost clock after idle); 3 layouts then cut what is left by a further 10-35 %
-#: (GEMM 4096³ fp16 0.78 % -> 0.57 %). What is left of a transient is cut from the blocks
-#: (:func:`harness.bench.timer.steady_start`). Settling and layouts are measured on an H200 only;
-#: on cpu neither.
+#: (:attr:`harness.bench.timer.Measurement.host_bound`) is timed at a duty cycle of 1/3 (the device
+#: rests twice each block's time after it: :meth:`harness.bench.timer.BlockTimer.measure`), so it runs
+#: at its unthrottled clock whatever the schedule put before it, on ``layouts`` placements of its
+#: inputs in device memory (:func:`harness.bench.worker.measure_layouts`); a host-bound cell gets
+#: ``host_bound_blocks`` blocks back to back (its spread between processes is host latency; more
+#: blocks in one process do not narrow it). On an H200 under sustained load the 700 W power limit
+#: moved cells by up to 10 % with the load before them (linear 2048³ TF32 53-56 µs; at a duty of 1/3,
+#: 48.5-49.0 µs after idle or after heavy load; benchmarks/power_state.py, docs/methodology.md).
+#: What is left of a transient is cut from the blocks (:func:`harness.bench.timer.steady_start`).
+#: The duty cycle and layouts are measured on an H200 only; on cpu neither.
 TIMING = {
     "full": {
         "cpu": {"warmup_s": 0.05, "measure_s": 0.2, "min_block_s": 2e-3, "min_samples": 5},
         "gpu": {
             "warmup_s": 0.01,
-            "settle_s": 0.1,
-            "measure_s": 0.1,
+            "measure_s": 0.04,
+            "min_samples": 4,
             "min_block_s": 1e-2,
             "layouts": 3,
             "host_bound_blocks": 5,
+            "duty": 1 / 3,
         },
     },
     "quick": {
         "cpu": {"warmup_s": 0.02, "measure_s": 0.1, "min_block_s": 1e-3, "min_samples": 3},
         "gpu": {
             "warmup_s": 0.01,
-            "settle_s": 0.1,
-            "measure_s": 0.1,
+            "measure_s": 0.02,
+            "min_samples": 4,
             "min_block_s": 5e-3,
             "layouts": 2,
             "host_bound_blocks": 5,
+            "duty": 1 / 3,
         },
     },
 }
@@ -617,8 +620,8 @@ MAX_CELL_MEASURE_S = 1.0
 
 def _measured_seconds(measurement: dict) -> float:
     """Seconds of timed blocks of the first layout behind one cell's measurement (samples are seconds
-    per call): what ``measure_s`` buys. Settling and further layouts cost the same whatever
-    ``measure_s`` is, so :func:`cell_costs` counts them as overhead."""
+    per call): what ``measure_s`` buys. Rests between blocks, pre-rolls and further layouts cost the
+    same whatever ``measure_s`` is, so :func:`cell_costs` counts them as overhead."""
     return sum(first_layout(measurement["samples"], measurement.get("layouts") or [])) * measurement["number"]
 
 
@@ -637,7 +640,7 @@ def cell_costs(processes: list[dict]) -> tuple[float, float]:
     """(start-up, per-cell overhead) in seconds, medians over the processes run so far: start-up is
     interpreter + ``import torch`` (:func:`harness.results.startup_seconds`); the per-cell overhead is
     what a cell costs besides its first layout's timed blocks (:func:`_measured_seconds`: inputs,
-    warm-up, block sizing, settling, further layouts, checks, lazy device
+    warm-up, block sizing, rests between blocks, further layouts, checks, lazy device
     initialisation), so that a round with longer measurement can be estimated. (0, 0) before any."""
     import statistics
 

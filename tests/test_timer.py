@@ -124,14 +124,15 @@ def test_unknown_device_is_rejected():
         devices.profile("tpu", torch)
 
 
-def test_a_host_bound_cell_gets_its_fixed_number_of_blocks_and_no_settling():
+def test_a_host_bound_cell_gets_its_fixed_number_of_blocks_and_no_rests():
     # host enqueue takes the whole call (no device behind it): launch-bound from the sizing block on
     clock = FakeClock(call_ns=20_000)
     m = fake_timer(clock).measure(clock.call, warmup_s=0.0, measure_s=1.0, min_block_s=1e-3, host_bound_blocks=5)
     assert len(m.samples) == 5 and m.launch_bound and m.host_bound  # not the 1 s of blocks measure_s asks for
     calls = clock.trace.count("call")
-    m = fake_timer(clock).measure(clock.call, warmup_s=0.0, measure_s=1.0, host_bound_blocks=5, settle_s=1.0)
-    assert len(m.samples) == 5 and clock.trace.count("call") - calls < 2 * 5 * 1024  # no second of settling
+    m = fake_timer(clock).measure(clock.call, warmup_s=0.0, measure_s=1.0, host_bound_blocks=5, duty=0.25)
+    assert len(m.samples) == 5 and "sleep" not in clock.trace  # a duty cycle does not apply: the device waits anyway
+    assert clock.trace.count("call") - calls < 2 * 5 * 1024  # no pre-roll either
     # on the cpu clock nothing is launch-bound: measure_s holds
     clock = FakeClock(call_ns=20_000)
     m = fake_timer(clock, "perf_counter").measure(
@@ -159,21 +160,47 @@ def test_the_time_of_several_layouts_is_the_geometric_mean_of_their_medians():
     assert layout_medians([2.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 3.0, 3.0, 3.0, 3.0], [0, 8]) == [1.0, 3.0]
 
 
-def test_settling_runs_untimed_blocks_under_load_before_the_timed_ones():
+def test_a_duty_cycle_rests_twice_each_block_and_prerolls_before_timing_it():
     # a kernel-bound cell: enqueueing a call takes 0.1 ms of host time, the device needs 0.9 ms more,
     # which the synchronize after the block waits for (and the one before it, on an idle device, too)
     clock = FakeClock(call_ns=100_000, sync_ns=900_000)
-    m = fake_timer(clock).measure(
+    rests: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        rests.append(seconds)
+        clock.now += round(seconds * 1e9)
+        clock.trace.append("sleep")
+
+    timer = BlockTimer(
+        devices.DeviceProfile("cpu", "cpu", clock.sync, lambda: None, lambda: None, "synchronize+perf_counter"),
+        clock=clock,
+        sleep=sleep,
+    )
+    m = timer.measure(
         clock.call,
         warmup_s=0.0,
         warmup_calls=1,
-        measure_s=0.0,
-        min_samples=3,
+        measure_s=0.0025,
+        min_samples=1,
         min_block_s=1e-3,
         max_overhead_fraction=1.0,
-        settle_s=0.02,
         host_bound_blocks=5,
+        duty=1 / 3,
     )
-    assert m.number == 1 and len(m.samples) == 3 and not m.host_bound
-    # 1 warm-up call, 1 sizing block of 1 call, ceil(20 ms / 1.9 ms per settling block) = 11 blocks, 3 timed
-    assert clock.trace.count("call") == 1 + 1 + 11 + 3
+    assert m.number == 1 and not m.host_bound
+    # measure_s counts timed blocks only: 3 blocks of 1 ms (the wall time, rests included, is 3 ms after the first)
+    assert m.samples == pytest.approx([1e-3] * 3)
+    assert rests == pytest.approx(
+        [2e-3] * 3
+    )  # before each timed block: twice the block before it (the sizing one first)
+    # after the warm-up call and the sizing block: rest, one untimed pre-roll call, then the synchronized block
+    timed = clock.trace[-15:]
+    assert timed == ["sleep", "call", "sync", "call", "sync"] * 3
+    assert clock.trace.count("call") == 1 + 1 + 3 * 2
+
+
+@pytest.mark.parametrize("duty", [0.0, -0.5, 1.5])
+def test_a_duty_outside_0_1_is_refused(duty):
+    clock = FakeClock(call_ns=1_000)
+    with pytest.raises(ValueError, match=r"duty must be in \(0, 1\]"):
+        fake_timer(clock).measure(clock.call, duty=duty)

@@ -32,6 +32,18 @@ Warm-up transient: on an H200 the first 1-4 timed blocks of a heavy GEMM (20-80 
 docs/timing.md), as the clock settles under the power limit. A process's time for a cell is the
 median of its blocks from :func:`steady_start` on; every block is kept in the results.
 
+Duty cycle (``duty`` < 1; GPUs): under sustained load a GPU holds its power limit by lowering its
+clock, and the clock then depends on the seconds of load before a cell and oscillates around the
+limit: on an H200 (700 W) back-to-back GEMM 4096³ fp16 ran at 1425-1755 MHz, its windows of 0.25 s
+up to 10 % apart, and linear 2048³ TF32 took 53-56 µs depending on what ran before it
+(benchmarks/power_state.py, docs/methodology.md). Resting the device for ``block × (1/duty − 1)``
+seconds after each timed block keeps its average power under the limit: at a duty of 1/3 every cell
+measured there ran at the unthrottled 1980 MHz whatever ran before it (GEMM 4096³ fp16 184-187 µs,
+linear 2048³ TF32 48.5-49.0 µs, windows within ±0.8 %). So times are those of the unthrottled
+clock, the same for every cell whatever the schedule put before it; a device that must sustain the
+load runs power-hungry kernels slower. After each rest a short untimed pre-roll (1/8 of a block's
+calls) wakes the device before the timed block starts.
+
 Block sizing follows ``torch.utils.benchmark.Timer.blocked_autorange``: measure the timer's own
 overhead (an empty block: two synchronizes and two clock reads), then grow ``number`` until one
 block lasts at least ``max(min_block_s, overhead / max_overhead_fraction)`` or reaches
@@ -57,6 +69,8 @@ HOST_BOUND_RATIO = 0.9
 MAX_BLOCK_CALLS = 1024
 #: most warm-up calls (each synchronized) before sizing starts
 WARMUP_CALLS = 50
+#: calls run untimed after each rest of a duty-cycled measurement, as a share of a block's calls
+PREROLL_SHARE = 1 / 8
 #: at most this share of a process's blocks is dropped as warm-up transient (:func:`steady_start`)
 MAX_TRANSIENT_SHARE = 0.5
 #: a leading run of blocks is a transient only when its mean lies this many standard deviations of
@@ -182,13 +196,17 @@ class BlockTimer:
     """Times blocks of calls on one device (a :class:`harness.bench.devices.DeviceProfile`).
 
     ``time_block(fn, number)`` -> (block seconds, host enqueue seconds). ``clock`` is the host
-    clock in integer nanoseconds (``time.perf_counter_ns``; tests pass a fake one).
+    clock in integer nanoseconds (``time.perf_counter_ns``) and ``sleep`` rests the host for a
+    number of seconds (``time.sleep``); tests pass fake ones.
     """
 
-    def __init__(self, device, clock: Callable[[], int] = time.perf_counter_ns) -> None:
+    def __init__(
+        self, device, clock: Callable[[], int] = time.perf_counter_ns, sleep: Callable[[float], None] = time.sleep
+    ) -> None:
         self.sync = device.sync
         self.method = device.clock
         self.clock = clock
+        self.sleep = sleep
 
     def _seconds(self) -> float:
         return self.clock() * 1e-9
@@ -252,15 +270,16 @@ class BlockTimer:
         max_samples: int = 2000,
         number: int | None = None,
         host_bound_blocks: int | None = None,
-        settle_s: float = 0.0,
+        duty: float = 1.0,
     ) -> Measurement:
-        """Warm up, size the block, then collect samples for about ``measure_s`` seconds.
+        """Warm up, size the block, then collect ``measure_s`` seconds of timed blocks.
 
         Args:
             fn: the call to time (its result is discarded).
             warmup_s: at most this many seconds of untimed, synchronized calls first.
             warmup_calls: at most this many warm-up calls.
-            measure_s: seconds of timed blocks to collect (at least ``min_samples`` blocks).
+            measure_s: seconds of timed blocks to collect (at least ``min_samples`` blocks); rests
+                between blocks do not count.
             min_block_s: a block lasts at least this long (seconds), unless it reaches
                 :data:`MAX_BLOCK_CALLS` calls first.
             max_overhead_fraction: timer overhead must stay below this share of a block.
@@ -269,31 +288,42 @@ class BlockTimer:
                 :data:`HOST_BOUND_RATIO` of the block), collect exactly this many blocks instead:
                 such a cell's time is host latency, whose spread between processes dwarfs the
                 spread inside one (docs/methodology.md), so its blocks are spent on processes.
-            settle_s: unless host-bound, run untimed blocks for this many seconds after sizing, so
-                the timed blocks start under sustained load: on an H200 the first 20-80 ms of load
-                after idle run 5-13 % faster (boost clock; docs/timing.md), and a cell measured
-                right after the CPU made its inputs starts from idle.
+            duty: unless host-bound, the busy share of the timed period: before each timed block the
+                device rests ``previous block × (1/duty − 1)`` seconds, then runs
+                :data:`PREROLL_SHARE` of a block untimed (see the module docstring; 1: back to back).
+
+        Raises:
+            ValueError: ``duty`` is not in (0, 1].
         """
+        if not 0 < duty <= 1:
+            raise ValueError(f"duty must be in (0, 1], got {duty!r}")
         self.warmup(fn, warmup_s, warmup_calls)
         overhead = self.overhead()
-        blocks = None
+        blocks, last = None, None
         if number is None:
-            number, block, enqueue = self._size(fn, max(min_block_s, overhead / max_overhead_fraction))
-            if host_bound_blocks and self.method != "perf_counter" and enqueue >= HOST_BOUND_RATIO * block:
+            number, last, enqueue = self._size(fn, max(min_block_s, overhead / max_overhead_fraction))
+            if host_bound_blocks and self.method != "perf_counter" and enqueue >= HOST_BOUND_RATIO * last:
                 blocks = host_bound_blocks
-        if settle_s > 0 and blocks is None:
-            until = self._seconds() + settle_s
-            while self._seconds() < until:
-                self.time_block(fn, number)
         m = Measurement(number=number, overhead_s=overhead, method=self.method)
-        stop = self._seconds() + measure_s
+        timed = 0.0
         while len(m.samples) < max_samples and (
-            len(m.samples) < (blocks or min_samples) or (blocks is None and self._seconds() < stop)
+            len(m.samples) < (blocks or min_samples) or (blocks is None and timed < measure_s)
         ):
-            block, enqueue = self.time_block(fn, number)
-            m.samples.append(block / number)
+            if duty < 1 and blocks is None:
+                self._rest(fn, number, last, duty)
+            last, enqueue = self.time_block(fn, number)
+            timed += last
+            m.samples.append(last / number)
             m.enqueue.append(enqueue / number)
         return m
+
+    def _rest(self, fn: Callable[[], object], number: int, block: float | None, duty: float) -> None:
+        """Idle ``block × (1/duty − 1)`` seconds (none before the first block of a further layout,
+        whose block time is not known yet), then run :data:`PREROLL_SHARE` of ``number`` calls untimed."""
+        if block:
+            self.sleep(block * (1 / duty - 1))
+        for _ in range(max(1, int(number * PREROLL_SHARE))):
+            fn()
 
     def _size(self, fn: Callable[[], object], target: float) -> tuple[int, float, float]:
         """Grow ``number`` until a block lasts ``target`` seconds or reaches :data:`MAX_BLOCK_CALLS`,

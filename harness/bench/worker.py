@@ -53,7 +53,7 @@ def _emit(fh, record: dict) -> None:
 
 
 #: blocks timed on each layout after the first (the cell is warm and sized by then)
-LAYOUT_BLOCKS = 5
+LAYOUT_BLOCKS = 3
 #: the largest spacer allocated before a further layout, bytes
 MAX_SPACER_BYTES = 64 << 20
 
@@ -76,9 +76,10 @@ def measure_layouts(torch, timer: BlockTimer, cell: Cell, inputs: list, torch_de
     Why: where the inputs lie (which physical pages, cache slices and DRAM channels back them) moves a
     kernel-bound GEMM's time between processes, and a process can sample placements for a fraction
     of its start-up cost (the layout effect of T. Mytkowicz et al., ASPLOS 2009; C. Curtsinger and
-    E. D. Berger, STABILIZER, ASPLOS 2013). On an H200 after settling (``settle_s``), the spread
+    E. D. Berger, STABILIZER, ASPLOS 2013). On an H200 after 0.1 s of untimed load, the spread
     between processes of GEMM 4096³ fp16 was 0.78 % for one layout and 0.57 % for the mean of three,
     mm 4096×4096×256 TF32 0.35 % → 0.23 % (benchmarks/layout_variance.py, docs/methodology.md).
+    Further layouts are timed with the first's block size and duty cycle (``timing["duty"]``).
 
     Memory: besides the inputs, at most one more copy of them and ``layouts - 1`` spacers
     (:func:`layout_bytes`, counted in the cell's memory check)."""
@@ -100,6 +101,7 @@ def measure_layouts(torch, timer: BlockTimer, cell: Cell, inputs: list, torch_de
             measure_s=0.0,
             min_samples=LAYOUT_BLOCKS,
             number=m.number,
+            duty=timing.get("duty", 1.0),
         )
         m.add_layout(further)
     return m
