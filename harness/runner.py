@@ -66,7 +66,7 @@ SOURCE_ROOT = str(Path(harness.__file__).resolve().parent.parent)
 #: ``host_bound_blocks`` blocks back to back (its spread between processes is host latency; more
 #: blocks in one process do not narrow it). On an H200 under sustained load the 700 W power limit
 #: moved cells by up to 10 % with the load before them (linear 2048³ TF32 53-56 µs; at a duty of 1/3,
-#: 48.5-49.0 µs after idle or after heavy load; benchmarks/power_state.py, docs/methodology.md).
+#: 48.9-49.0 µs after idle or after heavy load; benchmarks/power_state.py, docs/methodology.md).
 #: What is left of a transient is cut from the blocks (:func:`harness.bench.timer.steady_start`).
 #: The duty cycle and layouts are measured on an H200 only; on cpu neither.
 TIMING = {

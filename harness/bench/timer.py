@@ -38,8 +38,8 @@ limit: on an H200 (700 W) back-to-back GEMM 4096³ fp16 ran at 1425-1755 MHz, it
 up to 10 % apart, and linear 2048³ TF32 took 53-56 µs depending on what ran before it
 (benchmarks/power_state.py, docs/methodology.md). Resting the device for ``block × (1/duty − 1)``
 seconds after each timed block keeps its average power under the limit: at a duty of 1/3 every cell
-measured there ran at the unthrottled 1980 MHz whatever ran before it (GEMM 4096³ fp16 184-187 µs,
-linear 2048³ TF32 48.5-49.0 µs, windows within ±0.8 %). So times are those of the unthrottled
+measured there ran at the unthrottled 1980 MHz whatever ran before it (GEMM 4096³ fp16 185-187 µs,
+linear 2048³ TF32 48.9-49.0 µs, windows within ±0.8 % after the first). So times are those of the unthrottled
 clock, the same for every cell whatever the schedule put before it; a device that must sustain the
 load runs power-hungry kernels slower. After each rest a short untimed pre-roll (1/8 of a block's
 calls) wakes the device before the timed block starts.
