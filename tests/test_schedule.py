@@ -70,7 +70,9 @@ def test_startup_is_the_time_to_the_workers_start_record():
 
 
 def test_processes_measure_briefly_and_rely_on_more_processes():
-    assert TIMING["full"]["gpu"]["measure_s"] <= 0.2 and TIMING["full"]["gpu"]["min_block_s"] >= 1e-2
+    # a GPU block must stay long enough that one synchronize (at most 12 µs on an H200, docs/timing.md)
+    # is at most 0.25 % of it
+    assert TIMING["full"]["gpu"]["measure_s"] <= 0.2 and 12e-6 / TIMING["full"]["gpu"]["min_block_s"] <= 0.0025
     assert TIMING["quick"]["cpu"]["measure_s"] <= 0.1
 
 
