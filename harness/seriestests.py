@@ -25,7 +25,8 @@ evidence either way (``as_expected`` None), never a mismatch.
 
 ``[evidence] test_requirements`` (e.g. ``["pytest<9", "expecttest", "hypothesis", "numpy"]``: what
 upstream's test files import; v2.6.0's ``test/conftest.py`` declares a hook argument pytest 9 removed)
-is installed by pip into each build environment the harness created (:mod:`harness.venvs`); a
+is installed by pip into each build environment the harness created (:mod:`harness.venvs`; this
+interpreter's pip, :func:`harness.venvs.pip_command`: those environments have none of their own); a
 ``python:`` interpreter is used as it is, and the record says so.
 """
 
@@ -37,8 +38,9 @@ import xml.etree.ElementTree as ET
 from pathlib import Path, PurePosixPath
 
 from harness import configs as cfg
+from harness.errors import BuildInputError
 from harness.evidence import SeriesTest
-from harness.venvs import NO_COMPILE
+from harness.venvs import NO_COMPILE, pip_command
 
 #: seconds one test selection may take on one build
 TIMEOUT_S = 900.0
@@ -167,7 +169,12 @@ def install_requirements(python: str, requirements: tuple[str, ...], managed: bo
     if not managed:
         record["reason"] = "python: interpreter used as it is (install them into it yourself)"
         return record
-    cmd = [python, "-m", "pip", "install", "--disable-pip-version-check", "--no-input", "-q", NO_COMPILE, *requirements]
+    try:
+        pip = pip_command(python)
+    except BuildInputError as exc:
+        record["reason"] = exc.cause
+        return record
+    cmd = [*pip, "install", "--disable-pip-version-check", "--no-input", "-q", NO_COMPILE, *requirements]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode:
         lines = [ln for ln in (proc.stderr or proc.stdout).splitlines() if ln.startswith("ERROR")] or [""]
