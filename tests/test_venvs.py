@@ -124,3 +124,16 @@ def test_a_pip_without_the_python_option_is_one_line_before_any_environment(tmp_
 def test_pip_command_runs_this_interpreters_pip_on_the_environment(tmp_path):
     python = tmp_path / "env" / "bin" / "python"
     assert venvs.pip_command(python) == [sys.executable, "-m", "pip", "--python", str(python)]
+
+
+def test_series_test_requirements_with_an_old_pip_are_recorded_not_installed(monkeypatch):
+    from harness.seriestests import install_requirements
+
+    monkeypatch.setattr(venvs.importlib.metadata, "version", lambda name: "21.0")
+    record = install_requirements("/env/bin/python", ("pytest<9",), managed=True)
+    assert record == {
+        "requirements": ["pytest<9"],
+        "installed": False,
+        "reason": f"pip 21.0 of {sys.executable} cannot install into another environment "
+        "(pip --python needs pip >= 22.3)",
+    }
