@@ -166,7 +166,8 @@ def collect_env() -> str | None:
 
 def probe(device: str, variables: list[str], with_collect_env: bool = False) -> dict:
     """Collect the provenance dict (see module docstring). ``variables`` are looked for in the
-    build's libraries; ``with_collect_env`` adds torch's ``collect_env`` report (seconds)."""
+    build's libraries; ``with_collect_env`` adds torch's ``collect_env`` report (seconds) when the device
+    is usable (``device_error`` None: a device that cannot produce evidence is refused without it)."""
     import torch
 
     torch_dir = Path(torch.__file__).parent
@@ -194,7 +195,7 @@ def probe(device: str, variables: list[str], with_collect_env: bool = False) -> 
         "num_threads": torch.get_num_threads(),
         "variables_in_libraries": strings_in_libraries(torch_libraries(torch_dir), variables),
         "mac": mac_facts(),
-        "collect_env": collect_env() if with_collect_env else None,
+        "collect_env": None,
     }
     ready = {"cpu": True, "cuda": cuda_available, "mps": mps_available}[device]
     info["device"] = device
@@ -210,6 +211,8 @@ def probe(device: str, variables: list[str], with_collect_env: bool = False) -> 
     else:
         info["device_error"] = health(torch, device)
     info["dtype_support"] = dtype_support(torch, device) if info["device_error"] is None else {}
+    if with_collect_env and info["device_error"] is None:
+        info["collect_env"] = collect_env()
     return info
 
 

@@ -253,6 +253,19 @@ def test_finding7_the_gpu_is_named_by_torch_backends_mps_not_the_cpu_brand():
     assert info["gpu_name"] is None and "MPS is not built into this torch" in info["device_error"]
 
 
+def test_collect_env_is_taken_only_for_a_usable_device(monkeypatch):
+    """``torch.utils.collect_env`` (seconds, a second interpreter) is added to a probe whose device can
+    produce evidence; a refused device is said without it."""
+    from harness import provenance
+
+    monkeypatch.setattr(provenance, "collect_env", lambda: "torch's report")
+    refused = provenance.probe("mps", [], with_collect_env=True)
+    assert refused["device_error"] and refused["collect_env"] is None
+    usable = provenance.probe("cpu", [], with_collect_env=True)
+    assert usable["device_error"] is None and usable["collect_env"] == "torch's report"
+    assert provenance.probe("cpu", [])["collect_env"] is None
+
+
 def test_layouts_allocate_spacers_and_copies_within_upstreams_rules(monkeypatch):
     # on the emulated device every call is host time (host-bound); pretend it is not, to run the layouts
     monkeypatch.setattr("harness.bench.timer.Measurement.host_bound", property(lambda self: False))
