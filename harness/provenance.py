@@ -14,11 +14,13 @@ of the device (a tiny allocation and a small matmul compared with the CPU).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import mmap
 import platform
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 from harness.bench.devices import mps_gpu_name
@@ -159,9 +161,29 @@ def mac_facts() -> dict:
     }
 
 
-def collect_env() -> str | None:
-    """``python -m torch.utils.collect_env`` of this interpreter (torch's own environment report), or None."""
-    return _run_text([sys.executable, "-m", "torch.utils.collect_env"], timeout=180.0)
+def collect_env(timeout: float = 180.0) -> str | None:
+    """torch's own environment report, the text ``python -m torch.utils.collect_env`` prints (its
+    "Collecting environment information..." line, then ``torch.utils.collect_env.get_pretty_env_info()``),
+    made in this process, where torch is imported already (another interpreter would import it again:
+    about 3.5 of its 5 s); None when it fails or takes over ``timeout`` seconds (it runs programs such
+    as ``nvidia-smi`` and ``pip list``; a thread that hangs is left behind, a daemon, with the probe).
+    What it prints goes to stderr: stdout carries the probe's JSON."""
+    report: list[str] = []
+
+    def run() -> None:
+        try:
+            from torch.utils import collect_env as torch_collect_env
+
+            with contextlib.redirect_stdout(sys.stderr):
+                text = torch_collect_env.get_pretty_env_info()
+            report.append(f"Collecting environment information...\n{text}\n")
+        except Exception:  # any failure of torch's report: the probe goes on without it
+            pass
+
+    worker = threading.Thread(target=run, name="collect_env", daemon=True)
+    worker.start()
+    worker.join(timeout)
+    return report[0] if report else None
 
 
 def probe(device: str, variables: list[str], with_collect_env: bool = False) -> dict:
@@ -223,7 +245,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--collect-env", action="store_true", help="add python -m torch.utils.collect_env's report")
     args = parser.parse_args(argv)
     names = [v for v in args.vars.split(",") if v]
-    json.dump(probe(args.device, names, args.collect_env), sys.stdout)
+    stdout = sys.stdout  # the JSON's, whatever collect_env's thread redirects meanwhile
+    json.dump(probe(args.device, names, args.collect_env), stdout)
     return 0
 
 
