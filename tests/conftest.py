@@ -40,21 +40,26 @@ AUTHOR = {
 }
 
 
-#: the slowest test files, longest first (seconds of one file on this 2-core machine: 150-230 s for the
-#: first three, the first a single test; 40-110 s for the rest). pytest-xdist (``-n auto --dist loadfile``,
-#: pyproject.toml) hands whole files to its workers in collection order, so these start first and no
-#: worker is left running a long file alone at the end; every other file keeps its place after them.
+#: the slowest test files, longest first (seconds of one file in a 2-worker run on this 2-core machine:
+#: 100-135 s for the first three, the first a single test that also imports Debian's tarball for the
+#: run; 15-65 s for the rest). pytest-xdist (``-n auto --dist loadfile``, pyproject.toml) hands whole
+#: files to its workers in collection order, so these start first and no worker is left running a long
+#: file alone at the end; every other file keeps its place after them.
 SLOWEST_FILES = (
     "test_real_upstream_tests.py",
     "test_runner.py",
     "test_reliability.py",
-    "test_build_e2e.py",
     "test_conformance.py",
+    "test_build_e2e.py",
     "test_evidence_e2e.py",
     "test_examples.py",
-    "test_build.py",
     "test_patch_series.py",
     "test_series.py",
+    "test_hostile_names.py",
+    "test_build.py",
+    "test_simulation.py",
+    "test_doctor.py",
+    "test_upstream.py",
     "test_cli.py",
 )
 
