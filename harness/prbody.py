@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 
 from harness import contrasts as con
+from harness import results as res
 from harness import stats
 from harness.evidence import EQUIVALENCE_CLAIMS, Contrast, Evidence, default_contrasts
 
@@ -141,14 +142,28 @@ def _provenance_sentence(data: dict) -> str:
     evidence = Evidence.from_json(data.get("evidence"))
     series = f" Series `{evidence.series}`." if evidence.series else ""
     return (
-        f"Measured on {', '.join(where)}. {torches}.{series} {run['rounds']} rounds of fresh processes per "
-        f"(build, config), interleaved; configs: "
+        f"Measured on {', '.join(where)}. {torches}.{series} {_rounds_text(data)}, interleaved; configs: "
         + ", ".join(
             f"`{c}` ({' '.join(f'{k}={v}' for k, v in data['configs'][c]['env'].items()) or 'no variables'})"
             for c in run["configs"]
         )
         + "."
     )
+
+
+def _rounds_text(data: dict) -> str:
+    """How many fresh processes measured each cell: the planned rounds, and the adaptive ones when any ran."""
+    run = data["run"]
+    text = f"{run['rounds']} rounds of fresh processes per (build, config)"
+    added = (run.get("adaptive") or {}).get("rounds_added")
+    if added:
+        lo, hi = res.processes_range(data)
+        span = f"{lo}" if lo == hi else f"{lo}-{hi}"
+        text += (
+            f" + {added} adaptive rounds for the cells whose CI was wider than ±{run['adaptive']['target']:.1%} "
+            f"({span} processes per cell and side)"
+        )
+    return text
 
 
 def _series_text(build: dict) -> str:

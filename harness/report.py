@@ -709,6 +709,7 @@ def _config_sections(data: dict, analysis: Analysis, unit: str, scale: float) ->
 def _per_config_summary(run: dict, summaries: list[str]) -> list[str]:
     """The stock-vs-patched-per-config section: the rule, the adaptive sampling line, the summaries."""
     n, floor = run["rounds"], stats.min_processes()
+    more = " in the planned rounds, more for some cells in the adaptive rounds below," if _adaptive_text(run) else ""
     enough = (
         f" (a verdict needs at least {floor})."
         if n >= floor
@@ -719,7 +720,7 @@ def _per_config_summary(run: dict, summaries: list[str]) -> list[str]:
         "Speedup = stock time / patched time (> 1: patched faster), the Hodges-Lehmann estimate over the "
         f"per-process medians with its exact 95% (Moses) confidence interval; verdict threshold ±{THRESHOLD:.0%}: "
         f"faster/slower when the whole CI lies beyond it, equivalent when inside. {n} fresh processes per build "
-        f"and config{enough} The geometric mean per config compares each process's geometric-mean time over the "
+        f"and config{more}{enough} The geometric mean per config compares each process's geometric-mean time over the "
         "cells (a process moves all its cells), with the same rule."
     )
     return ["## Stock vs patched per config", "", rule, ""] + _adaptive_text(run) + summaries + [""]

@@ -391,6 +391,19 @@ def process_medians(records: list[dict]) -> list[float]:
     return [median_of(r) for r in records if r.get("status") == "ok" and r.get("measurement")]
 
 
+def processes_range(data: dict) -> tuple[int, int]:
+    """Fewest and most processes that measured one cell of one (build, config) (adaptive rounds
+    add processes for some cells only); ``(0, 0)`` when none did."""
+    counts = [
+        len(process_medians(records))
+        for per_cell in cell_table(data).values()
+        for per_build in per_cell.values()
+        for records in per_build.values()
+    ]
+    counts = [n for n in counts if n] or [0]
+    return min(counts), max(counts)
+
+
 def process_matrix(per_cell: dict[str, dict[str, list[dict]]], build: str, keys: list[str]) -> list[list[float]]:
     """Per-process medians of one (build, config) as rows = processes (by round), columns = ``keys``.
 

@@ -52,11 +52,14 @@ SOURCE_ROOT = str(Path(harness.__file__).resolve().parent.parent)
 #: Per-process timing. Short: precision comes from the number of fresh processes, not from long
 #: measurement inside few (the spread between processes is larger than inside one:
 #: docs/methodology.md), so each process measures each cell briefly and adaptive rounds add
-#: processes only for the cells whose CI is still wide. min_block_s: a GPU block of >= 10 ms makes
-#: the synchronize before and after it < 0.1 % (docs/timing.md).
+#: processes only for the cells whose CI is still wide. min_block_s: a GPU block of >= 5 ms makes
+#: the synchronize before and after it (6-12 µs on an H200) <= 0.25 %, the same on both sides of a
+#: comparison (docs/timing.md). Halving blocks and measure_s from 10 ms / 0.04 s cut a planned H200
+#: process from 16.4 to 10.6 s and bought 78 adaptive processes instead of 24: every kernel-bound
+#: cell of the default matrix reached ±1 % in 9 min (docs/methodology.md, item 7).
 #: min_samples: blocks per cell at least; 5 on cpu (3 with --quick), where one half-precision GEMM
 #: call can take 0.2 s and block-to-block noise is small next to the spread between processes, so
-#: the time buys more processes instead; 4 on a GPU, whose 10 ms blocks inside a process agree within
+#: the time buys more processes instead; 4 on a GPU, whose blocks inside a process agree within
 #: 0.1-0.3 %.
 #: On a GPU, after 10 ms of single warm-up calls, a cell that is not host-bound
 #: (:attr:`harness.bench.timer.Measurement.host_bound`) is timed at a duty cycle of 1/3 (the device
@@ -74,9 +77,9 @@ TIMING = {
         "cpu": {"warmup_s": 0.05, "measure_s": 0.2, "min_block_s": 2e-3, "min_samples": 5},
         "gpu": {
             "warmup_s": 0.01,
-            "measure_s": 0.04,
+            "measure_s": 0.02,
             "min_samples": 4,
-            "min_block_s": 1e-2,
+            "min_block_s": 5e-3,
             "layouts": 3,
             "host_bound_blocks": 5,
             "duty": 1 / 3,

@@ -36,3 +36,11 @@ def test_example_report_is_current_and_rendering_is_byte_identical(results, tmp_
         report.write(second, data)
         for path in written:
             assert path.read_bytes() == (second / path.name).read_bytes(), path.name
+
+
+def test_processes_per_cell_of_the_h200_default_matrix_examples():
+    # A/A: 4 planned rounds, then 18 adaptive rounds that took SDPA causal L512 fp32 (cublaslt) to 22
+    # processes per side; the planted run: 12 adaptive rounds, 16 at most
+    root = Path(__file__).resolve().parent.parent / "docs" / "examples"
+    assert res.processes_range(res.load(root / "h200-aa-default-matrix")) == (4, 22)
+    assert res.processes_range(res.load(root / "h200-planted-default-matrix")) == (4, 16)

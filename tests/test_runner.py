@@ -303,6 +303,11 @@ def test_adaptive_sampling_adds_rounds_only_for_unconverged_cells(ab_run, tmp_pa
     assert all(sorted(p["cells"]) == sorted(CELLS.split(",")) for p in extra)
     report = (out / "report.md").read_text()
     assert "**2 cell(s) did not converge**" in report and "unconverged: CI half-width" in report
+    n = 4 + adaptive["rounds_added"]  # both cells ran in every adaptive round
+    assert (
+        f"4 rounds of fresh processes per (build, config) + {adaptive['rounds_added']} adaptive rounds for the "
+        f"cells whose CI was wider than ±0.0% ({n} processes per cell and side), interleaved" in report
+    )
 
 
 def test_adaptive_sampling_stops_when_every_cell_converged(ab_run, tmp_path):

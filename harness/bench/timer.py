@@ -4,9 +4,10 @@ One method on every device, as ``torch.utils.benchmark`` times accelerators: syn
 device, read the host clock (``time.perf_counter_ns``), enqueue a block of ``number`` back-to-back
 calls, synchronize, read the clock again. On the CPU the synchronize is a no-op. The block time is
 what a caller waiting for the results sees: device time plus one synchronize (6-12 µs on an H200,
-docs/timing.md). Blocks are sized to at least 10 ms on GPUs, so the synchronize is < 0.1 % of a
-block; on an H200 this timer agrees with CUDA events within -0.8 % to +1.5 % and with CUDA-graph
-replay as stated in docs/timing.md (benchmarks/cuda_timing.py measures both).
+docs/timing.md). Blocks are sized to at least 5 ms on GPUs, so the synchronize is <= 0.25 % of a
+block (the same on both sides of a comparison); on an H200 this timer agrees with CUDA events
+within -0.8 % to +1.5 % and with CUDA-graph replay as stated in docs/timing.md
+(benchmarks/cuda_timing.py measures both).
 
 Why not device events: on MPS, ``torch.mps.Event(enable_timing=True)`` cannot time a block.
 ``aten/src/ATen/mps/MPSEvent.mm`` (stored commit ``0aafd810``; the same in 2.6 through 2.13):
