@@ -14,7 +14,6 @@ of the device (a tiny allocation and a small matmul compared with the CPU).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import mmap
 import platform
@@ -166,17 +165,14 @@ def collect_env(timeout: float = 180.0) -> str | None:
     "Collecting environment information..." line, then ``torch.utils.collect_env.get_pretty_env_info()``),
     made in this process, where torch is imported already (another interpreter would import it again:
     about 3.5 of its 5 s); None when it fails or takes over ``timeout`` seconds (it runs programs such
-    as ``nvidia-smi`` and ``pip list``; a thread that hangs is left behind, a daemon, with the probe).
-    What it prints goes to stderr: stdout carries the probe's JSON."""
+    as ``nvidia-smi`` and ``pip list``; a thread that hangs is left behind, a daemon, with the probe)."""
     report: list[str] = []
 
     def run() -> None:
         try:
             from torch.utils import collect_env as torch_collect_env
 
-            with contextlib.redirect_stdout(sys.stderr):
-                text = torch_collect_env.get_pretty_env_info()
-            report.append(f"Collecting environment information...\n{text}\n")
+            report.append(f"Collecting environment information...\n{torch_collect_env.get_pretty_env_info()}\n")
         except Exception:  # any failure of torch's report: the probe goes on without it
             pass
 
@@ -245,7 +241,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--collect-env", action="store_true", help="add python -m torch.utils.collect_env's report")
     args = parser.parse_args(argv)
     names = [v for v in args.vars.split(",") if v]
-    stdout = sys.stdout  # the JSON's, whatever collect_env's thread redirects meanwhile
+    # stdout carries the JSON alone: what torch or its collect_env prints meanwhile goes to stderr
+    stdout, sys.stdout = sys.stdout, sys.stderr
     json.dump(probe(args.device, names, args.collect_env), stdout)
     return 0
 
