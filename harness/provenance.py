@@ -244,6 +244,7 @@ def main(argv: list[str] | None = None) -> int:
     # stdout carries the JSON alone: what torch or its collect_env prints meanwhile goes to stderr
     stdout, sys.stdout = sys.stdout, sys.stderr
     json.dump(probe(args.device, names, args.collect_env), stdout)
+    stdout.flush()  # at exit Python flushes sys.stdout, which is stderr now
     return 0
 
 
