@@ -62,7 +62,7 @@ from harness.paths import cache_dir, slug
 from harness.series import patches_hash
 from harness.upstream import git_run
 from harness.upstream import missing_submodules as upstream_missing
-from harness.venvs import venv_python
+from harness.venvs import pip_command, venv_python
 
 KINDS = ("stock", "patched")
 BUILD_TYPES = ("Release", "RelWithDebInfo", "Debug", "MinSizeRel")
@@ -1503,13 +1503,14 @@ def _install_and_probe(wheel: Path, import_name: str, venv_dir: Path | None) -> 
 
     Raises:
         VerifyError: the install or the import fails.
+        BuildInputError: this interpreter's pip is older than 22.3 (:func:`harness.venvs.pip_command`).
     """
     with tempfile.TemporaryDirectory(prefix="verify-", dir=venv_dir) as tmp:
         venv = Path(tmp) / "venv"
         # a venv without its own pip (fast); this interpreter's pip installs into it (pip >= 22.3 --python)
         for step in (
             [sys.executable, "-m", "venv", "--without-pip", str(venv)],
-            [sys.executable, "-m", "pip", "--python", str(venv_python(venv)), "install", "--quiet", str(wheel)],
+            [*pip_command(venv_python(venv)), "install", "--quiet", str(wheel)],
         ):
             proc = subprocess.run(step, capture_output=True, text=True)
             if proc.returncode != 0:

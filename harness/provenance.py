@@ -19,6 +19,7 @@ import mmap
 import platform
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 from harness.bench.devices import mps_gpu_name
@@ -159,14 +160,32 @@ def mac_facts() -> dict:
     }
 
 
-def collect_env() -> str | None:
-    """``python -m torch.utils.collect_env`` of this interpreter (torch's own environment report), or None."""
-    return _run_text([sys.executable, "-m", "torch.utils.collect_env"], timeout=180.0)
+def collect_env(timeout: float = 180.0) -> str | None:
+    """torch's own environment report, the text ``python -m torch.utils.collect_env`` prints (its
+    "Collecting environment information..." line, then ``torch.utils.collect_env.get_pretty_env_info()``),
+    made in this process, where torch is imported already (another interpreter would import it again:
+    about 3.5 of its 5 s); None when it fails or takes over ``timeout`` seconds (it runs programs such
+    as ``nvidia-smi`` and ``pip list``; a thread that hangs is left behind, a daemon, with the probe)."""
+    report: list[str] = []
+
+    def run() -> None:
+        try:
+            from torch.utils import collect_env as torch_collect_env
+
+            report.append(f"Collecting environment information...\n{torch_collect_env.get_pretty_env_info()}\n")
+        except Exception:  # any failure of torch's report: the probe goes on without it
+            pass
+
+    worker = threading.Thread(target=run, name="collect_env", daemon=True)
+    worker.start()
+    worker.join(timeout)
+    return report[0] if report else None
 
 
 def probe(device: str, variables: list[str], with_collect_env: bool = False) -> dict:
     """Collect the provenance dict (see module docstring). ``variables`` are looked for in the
-    build's libraries; ``with_collect_env`` adds torch's ``collect_env`` report (seconds)."""
+    build's libraries; ``with_collect_env`` adds torch's ``collect_env`` report (seconds) when the device
+    is usable (``device_error`` None: a device that cannot produce evidence is refused without it)."""
     import torch
 
     torch_dir = Path(torch.__file__).parent
@@ -194,7 +213,7 @@ def probe(device: str, variables: list[str], with_collect_env: bool = False) -> 
         "num_threads": torch.get_num_threads(),
         "variables_in_libraries": strings_in_libraries(torch_libraries(torch_dir), variables),
         "mac": mac_facts(),
-        "collect_env": collect_env() if with_collect_env else None,
+        "collect_env": None,
     }
     ready = {"cpu": True, "cuda": cuda_available, "mps": mps_available}[device]
     info["device"] = device
@@ -210,6 +229,8 @@ def probe(device: str, variables: list[str], with_collect_env: bool = False) -> 
     else:
         info["device_error"] = health(torch, device)
     info["dtype_support"] = dtype_support(torch, device) if info["device_error"] is None else {}
+    if with_collect_env and info["device_error"] is None:
+        info["collect_env"] = collect_env()
     return info
 
 
@@ -220,7 +241,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--collect-env", action="store_true", help="add python -m torch.utils.collect_env's report")
     args = parser.parse_args(argv)
     names = [v for v in args.vars.split(",") if v]
-    json.dump(probe(args.device, names, args.collect_env), sys.stdout)
+    # stdout carries the JSON alone: what torch or its collect_env prints meanwhile goes to stderr
+    stdout, sys.stdout = sys.stdout, sys.stderr
+    json.dump(probe(args.device, names, args.collect_env), stdout)
+    stdout.flush()  # at exit Python flushes sys.stdout, which is stderr now
     return 0
 
 

@@ -25,20 +25,23 @@ evidence either way (``as_expected`` None), never a mismatch.
 
 ``[evidence] test_requirements`` (e.g. ``["pytest<9", "expecttest", "hypothesis", "numpy"]``: what
 upstream's test files import; v2.6.0's ``test/conftest.py`` declares a hook argument pytest 9 removed)
-is installed by pip into each build environment the harness created (:mod:`harness.venvs`); a
+is installed by pip into each build environment the harness created (:mod:`harness.venvs`; this
+interpreter's pip, :func:`harness.venvs.pip_command`: those environments have none of their own); a
 ``python:`` interpreter is used as it is, and the record says so.
 """
 
 from __future__ import annotations
 
+import copy
 import re
 import subprocess
 import xml.etree.ElementTree as ET
 from pathlib import Path, PurePosixPath
 
 from harness import configs as cfg
+from harness.errors import BuildInputError
 from harness.evidence import SeriesTest
-from harness.venvs import NO_COMPILE
+from harness.venvs import NO_COMPILE, pip_command
 
 #: seconds one test selection may take on one build
 TIMEOUT_S = 900.0
@@ -167,7 +170,12 @@ def install_requirements(python: str, requirements: tuple[str, ...], managed: bo
     if not managed:
         record["reason"] = "python: interpreter used as it is (install them into it yourself)"
         return record
-    cmd = [python, "-m", "pip", "install", "--disable-pip-version-check", "--no-input", "-q", NO_COMPILE, *requirements]
+    try:
+        pip = pip_command(python)
+    except BuildInputError as exc:
+        record["reason"] = exc.cause
+        return record
+    cmd = [*pip, "install", "--disable-pip-version-check", "--no-input", "-q", NO_COMPILE, *requirements]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode:
         lines = [ln for ln in (proc.stderr or proc.stdout).splitlines() if ln.startswith("ERROR")] or [""]
@@ -188,7 +196,10 @@ def run_all(
     """Every test on every build -> ``{"source": str, "requirements": {build: record}, "tests": [{name, file, k,
     env, expect, builds: {build: record with "expected" and "as_expected"}}]}`` (results.json ``series_tests``).
     ``requirements`` are installed first into the builds named in ``managed`` (:func:`install_requirements`).
-    ``source`` None: nothing runs, and the record says why."""
+    Builds with one interpreter (an A/A run of one ``python:`` path or one requirement) share one install
+    and one run of each selection (the same inputs: interpreter, file, ``-k``, env, source tree), as they
+    share one provenance probe (:func:`harness.runner.probe_builds`); each gets a copy of the record, whose
+    ``junit`` names the first such build's file. ``source`` None: nothing runs, and the record says why."""
     if not tests:
         return {}
     if source is None:
@@ -198,16 +209,18 @@ def run_all(
             "e.g. work/<base>/patched)",
             "tests": [t.to_json() for t in tests],
         }
-    installed = (
-        {b: install_requirements(python, requirements, b in managed) for b, python in interpreters.items()}
-        if requirements
-        else {}
-    )
+    installed, done = {}, {}
+    for build, python in interpreters.items() if requirements else ():
+        if (python, build in managed) not in done:
+            done[python, build in managed] = install_requirements(python, requirements, build in managed)
+        installed[build] = copy.deepcopy(done[python, build in managed])
     out = []
     for number, test in enumerate(tests, start=1):
-        per_build = {}
+        per_build, ran = {}, {}
         for build, python in interpreters.items():
-            record = run_one(python, test, source, folder / f"{number:02d}-{build}.xml", keep)
+            if python not in ran:  # builds of one interpreter share its run
+                ran[python] = run_one(python, test, source, folder / f"{number:02d}-{build}.xml", keep)
+            record = copy.deepcopy(ran[python])
             expected = test.expect.get(build)
             record.update(expected=expected, as_expected=expectation(record["outcome"], expected))
             per_build[build] = record

@@ -11,12 +11,15 @@ wheel's sha256 for a file, the requirement text otherwise) and the base interpre
 It is created once and reused while the input is unchanged: a ``harness-input.json`` written after
 a successful install records the input; a venv without it (an interrupted install) is rebuilt.
 Environment creation runs under a lock of that environment (``<cache>/envs/.locks/<env>``,
-:func:`harness.fsutil.exclusive_lock`); a ready environment is used without one.
+:func:`harness.fsutil.exclusive_lock`); a ready environment is used without one. An environment has no
+pip of its own: this interpreter's pip installs into it (``pip --python``, pip >= 22.3,
+:func:`pip_command`), which saves ``ensurepip`` (about 7 s and 15 MB per environment).
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import json
 import shutil
 import subprocess
@@ -26,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
+from packaging.version import InvalidVersion, Version
 
 from harness.errors import BuildInputError
 from harness.fsutil import atomic_write_json, exclusive_lock, inside, sha256_file
@@ -37,6 +41,8 @@ MARKER = "harness-input.json"
 #: 2.13.0 CPU wheel, one core); without it the first import writes the bytecode of the modules it loads
 #: (about 2 s, once: the build's probe) and modules never imported are never compiled
 NO_COMPILE = "--no-compile"
+#: the first pip with ``--python`` (run this interpreter's pip on another environment): pip 22.3 (2022-10)
+PIP_WITH_PYTHON = Version("22.3")
 
 
 @dataclass(frozen=True)
@@ -101,11 +107,36 @@ def venv_python(root: Path) -> Path:
     return root / ("Scripts/python.exe" if sys.platform == "win32" else "bin/python")
 
 
+def pip_command(python: Path | str) -> list[str]:
+    """``[this interpreter, -m, pip, --python, python]``: this interpreter's pip acting on the environment of
+    ``python`` (its ``install`` puts packages there), so that environments need no pip of their own.
+
+    Raises:
+        BuildInputError: this interpreter has no pip, or one older than 22.3 (no ``--python``).
+    """
+    try:
+        version = importlib.metadata.version("pip")
+    except importlib.metadata.PackageNotFoundError:
+        version = None
+    try:
+        too_old = version is None or Version(version) < PIP_WITH_PYTHON
+    except InvalidVersion:
+        too_old = True
+    if too_old:
+        raise BuildInputError(
+            f"pip {version or '(none)'} of {sys.executable} cannot install into another environment "
+            f"(pip --python needs pip >= {PIP_WITH_PYTHON})",
+            f"{sys.executable} -m pip install --upgrade 'pip>={PIP_WITH_PYTHON}'",
+        )
+    return [sys.executable, "-m", "pip", "--python", str(python)]
+
+
 def ensure_interpreter(build: BuildInput, *, envs_dir: Path | None = None) -> tuple[Path, bool]:
     """Return (interpreter, reused) for ``build``, creating its venv if needed.
 
     Raises:
-        BuildInputError: pip cannot install the input (the message quotes pip's own cause).
+        BuildInputError: pip cannot install the input (the message quotes pip's own cause), or this
+            interpreter's pip is older than 22.3 (:func:`pip_command`).
     """
     if build.kind == "python":
         return Path(build.value), True
@@ -115,6 +146,7 @@ def ensure_interpreter(build: BuildInput, *, envs_dir: Path | None = None) -> tu
     python = venv_python(root)
     if _ready(root, python, build):  # a ready environment needs no lock: it is only read
         return python, True
+    pip = pip_command(python)  # before the lock and the environment: an old pip is said at once
     # one lock per environment: a compare creating one does not block another that uses ready ones
     with exclusive_lock(inside(envs_dir, f".locks/{root.name}", "environment lock"), f"creating {root.name}"):
         if _ready(root, python, build):
@@ -122,9 +154,9 @@ def ensure_interpreter(build: BuildInput, *, envs_dir: Path | None = None) -> tu
         if root.exists():
             shutil.rmtree(root)  # interrupted or stale: rebuild from scratch
         note(f"creating environment {root} for {build.value}")
-        venv.EnvBuilder(with_pip=True, clear=True).create(root)
+        venv.EnvBuilder(with_pip=False, clear=True).create(root)
         target = build.value
-        cmd = [str(python), "-m", "pip", "install", "--disable-pip-version-check", "--no-input", NO_COMPILE, target]
+        cmd = [*pip, "install", "--disable-pip-version-check", "--no-input", NO_COMPILE, target]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
             log = root.parent / f"{root.name}.pip.log"  # with_suffix would cut a version's dots

@@ -40,21 +40,26 @@ AUTHOR = {
 }
 
 
-#: the slowest test files, longest first (seconds of one file on this 2-core machine: 150-230 s for the
-#: first three, the first a single test; 40-110 s for the rest). pytest-xdist (``-n auto --dist loadfile``,
-#: pyproject.toml) hands whole files to its workers in collection order, so these start first and no
-#: worker is left running a long file alone at the end; every other file keeps its place after them.
+#: the slowest test files, longest first (seconds of one file in a 2-worker run on this 2-core machine:
+#: 100-135 s for the first three, the first a single test that also imports Debian's tarball for the
+#: run; 15-65 s for the rest). pytest-xdist (``-n auto --dist loadfile``, pyproject.toml) hands whole
+#: files to its workers in collection order, so these start first and no worker is left running a long
+#: file alone at the end; every other file keeps its place after them.
 SLOWEST_FILES = (
     "test_real_upstream_tests.py",
     "test_runner.py",
     "test_reliability.py",
-    "test_build_e2e.py",
     "test_conformance.py",
+    "test_build_e2e.py",
     "test_evidence_e2e.py",
     "test_examples.py",
-    "test_build.py",
     "test_patch_series.py",
     "test_series.py",
+    "test_hostile_names.py",
+    "test_build.py",
+    "test_simulation.py",
+    "test_doctor.py",
+    "test_upstream.py",
     "test_cli.py",
 )
 
@@ -147,36 +152,42 @@ def probes_as(wrapper: Path, python: str = sys.executable) -> None:
 
 
 @pytest.fixture(scope="session", autouse=True)
-def probe_once() -> Iterator[None]:
+def probe_once(run_cache) -> Iterator[None]:
     """Commands run in-process probe each build interpreter (``harness.runner.probe_build``: a
-    subprocess that imports torch) on every call. The facts of one interpreter, device and
-    environment do not change within a session, so each distinct probe runs for real once and is
-    replayed (a copy) after that; so is a probe whose interpreter ran and reported the device unusable
-    (the same ``HarnessError`` again). An interpreter that cannot run the probe is never kept, and a
-    wrapper declared by :func:`probes_as` replays its interpreter's probe. Subprocess runs (``e2e``)
-    always probe for real."""
-    import copy
+    subprocess that imports torch, then ``torch.utils.collect_env`` in another: about 8 s) on every
+    call. The facts of one interpreter, device and environment do not change within a run, so each
+    distinct probe runs for real once per run (its answer kept in :func:`run_cache`, shared by the
+    pytest-xdist workers) and is replayed (a copy) after that; so is a probe whose interpreter ran and
+    reported the device unusable (the same ``HarnessError`` again). An interpreter that cannot run the
+    probe is never kept, and a wrapper declared by :func:`probes_as` replays its interpreter's probe.
+    Subprocess runs (``e2e``) always probe for real."""
+    import hashlib
+    import json
 
     from harness import configs as cfg
     from harness import runner
     from harness.errors import HarnessError
 
-    real, seen, refused = runner.probe_build, {}, {}
+    real, kept = runner.probe_build, run_cache / "probes"
+    kept.mkdir(exist_ok=True)
 
     def probe(name: str, python: Path, device: str, keep: tuple[str, ...] = (), *args, **kwargs) -> dict:
         env = cfg.worker_environment(cfg.EnvConfig("probe"), keep=keep)
         interpreter = PROBE_AS.get(str(python), str(python))
         key = (interpreter, device, tuple(keep), repr(args), repr(sorted(kwargs.items())), tuple(sorted(env.items())))
-        if (key, name) in refused:  # the message names the build: kept per name
-            raise HarnessError(*refused[key, name])
-        if key not in seen:
-            try:
-                seen[key] = real(name, python, device, keep, *args, **kwargs)
-            except HarnessError as exc:
-                if f"is not usable in build {name} " in exc.cause:  # it ran: the device is missing or broken
-                    refused[key, name] = (exc.cause, exc.remedy)
-                raise
-        return copy.deepcopy(seen[key])
+        digest = hashlib.sha256(repr(key).encode()).hexdigest()[:20]
+        answer, refusal = kept / f"{digest}.json", kept / f"{digest}-{hashlib.sha256(name.encode()).hexdigest()[:8]}"
+        with waiting_lock(kept / f"{digest}.lock"):  # one probe of a key at a time, across workers
+            if refusal.is_file():  # the message names the build: kept per name
+                raise HarnessError(*json.loads(refusal.read_text()))
+            if not answer.is_file():
+                try:
+                    answer.write_text(json.dumps(real(name, python, device, keep, *args, **kwargs)))
+                except HarnessError as exc:
+                    if f"is not usable in build {name} " in exc.cause:  # it ran: the device is missing or broken
+                        refusal.write_text(json.dumps([exc.cause, exc.remedy]))
+                    raise
+            return json.loads(answer.read_text())  # a copy of its own for each call
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(runner, "probe_build", probe)
@@ -285,9 +296,10 @@ def export_series(
 
 @pytest.fixture(scope="session")
 def run_cache(tmp_path_factory, session_cache) -> Path:
-    """The harness cache of Debian's tarball and its import (read-only after they are made): under
-    pytest-xdist one for all workers of this run (in the run's base folder), so that the tarball is
-    imported once per run, not once per worker; without workers, the session cache."""
+    """The harness cache of Debian's tarball and its import (read-only after they are made), and the
+    build probes' answers (:func:`probe_once`): under pytest-xdist one for all workers of this run (in
+    the run's base folder), so that the tarball is imported and each probe runs once per run, not once
+    per worker; without workers, the session cache."""
     if os.environ.get("PYTEST_XDIST_WORKER") is None:
         return session_cache
     path = tmp_path_factory.getbasetemp().parent / "run-cache"

@@ -253,6 +253,48 @@ def test_finding7_the_gpu_is_named_by_torch_backends_mps_not_the_cpu_brand():
     assert info["gpu_name"] is None and "MPS is not built into this torch" in info["device_error"]
 
 
+def test_collect_env_is_the_text_python_m_torch_utils_collect_env_prints(capsys, monkeypatch):
+    """Made in the probe's process (torch imported once), the report is what ``python -m
+    torch.utils.collect_env`` prints (its ``main()``); the probe's stdout is its JSON alone, whatever
+    the report prints; a report that fails or hangs is left out."""
+    from torch.utils import collect_env as torch_collect_env
+
+    from harness import provenance
+
+    torch_collect_env.main()
+    printed = capsys.readouterr().out
+    assert printed.startswith("Collecting environment information...\nPyTorch version: ")
+    assert provenance.collect_env() == printed
+    real = torch_collect_env.get_pretty_env_info
+
+    def chatty():
+        print("a line an older collect_env prints")
+        return real()
+
+    monkeypatch.setattr(torch_collect_env, "get_pretty_env_info", chatty)
+    monkeypatch.setattr(provenance.sys, "stdout", provenance.sys.stdout)  # main() leaves stderr in its place
+    assert provenance.main(["--device", "cpu", "--collect-env"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["collect_env"] == printed and "a line an older collect_env prints" in err
+    monkeypatch.setattr(torch_collect_env, "get_pretty_env_info", lambda: 1 / 0)
+    assert provenance.collect_env() is None  # a broken report: the probe goes on without it
+    monkeypatch.setattr(torch_collect_env, "get_pretty_env_info", lambda: time.sleep(2) or "late")
+    assert provenance.collect_env(timeout=0.2) is None  # a hung one: given up after the timeout
+
+
+def test_collect_env_is_taken_only_for_a_usable_device(monkeypatch):
+    """``torch.utils.collect_env`` (seconds, a second interpreter) is added to a probe whose device can
+    produce evidence; a refused device is said without it."""
+    from harness import provenance
+
+    monkeypatch.setattr(provenance, "collect_env", lambda: "torch's report")
+    refused = provenance.probe("mps", [], with_collect_env=True)
+    assert refused["device_error"] and refused["collect_env"] is None
+    usable = provenance.probe("cpu", [], with_collect_env=True)
+    assert usable["device_error"] is None and usable["collect_env"] == "torch's report"
+    assert provenance.probe("cpu", [])["collect_env"] is None
+
+
 def test_layouts_allocate_spacers_and_copies_within_upstreams_rules(monkeypatch):
     # on the emulated device every call is host time (host-bound); pretend it is not, to run the layouts
     monkeypatch.setattr("harness.bench.timer.Measurement.host_bound", property(lambda self: False))

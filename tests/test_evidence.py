@@ -305,6 +305,53 @@ def test_no_test_ran_is_a_skip_only_when_the_file_says_why():
     ] == [None, True, False, True, False, None]
 
 
+def test_builds_of_one_interpreter_share_each_install_and_run_and_get_their_own_records(monkeypatch, tmp_path):
+    """An A/A run (one interpreter for both builds) runs each selection and installs the requirements
+    once; each build gets its own copy, judged against its own expectation. Two interpreters: each runs."""
+    from harness import seriestests
+    from harness.evidence import SeriesTest
+
+    runs, installs = [], []
+
+    def run_one(python, test, source, junit, keep=()):
+        runs.append((python, test.name, junit.name))
+        return {"outcome": "pass", "passed": 1, "junit": junit.name, "reason": ""}
+
+    def install(python, requirements, managed):
+        installs.append((python, managed))
+        return {"requirements": list(requirements), "installed": managed, "reason": ""}
+
+    monkeypatch.setattr(seriestests, "run_one", run_one)
+    monkeypatch.setattr(seriestests, "install_requirements", install)
+    tests = (
+        SeriesTest("a", "test/test_a.py", "", {}, {"stock": "fail", "patched": "pass"}),
+        SeriesTest("b", "test/test_b.py", "", {}, {}),
+    )
+    one, two = "/envs/one/bin/python", "/envs/two/bin/python"
+    both = frozenset({"stock", "patched"})
+    result = seriestests.run_all(tests, {"stock": one, "patched": one}, tmp_path, tmp_path / "raw", (), ("x",), both)
+    assert runs == [(one, "a", "01-stock.xml"), (one, "b", "02-stock.xml")]
+    assert installs == [(one, True)]
+    builds = result["tests"][0]["builds"]
+    assert [(b, r["outcome"], r["expected"], r["as_expected"], r["junit"]) for b, r in builds.items()] == [
+        ("stock", "pass", "fail", False, "01-stock.xml"),
+        ("patched", "pass", "pass", True, "01-stock.xml"),
+    ]
+    assert builds["stock"] is not builds["patched"]
+    assert result["requirements"] == {b: {"requirements": ["x"], "installed": True, "reason": ""} for b in both}
+    assert result["requirements"]["stock"] is not result["requirements"]["patched"]
+    runs.clear()
+    installs.clear()
+    seriestests.run_all(tests, {"stock": one, "patched": two}, tmp_path, tmp_path / "raw", (), ("x",), both)
+    assert runs == [
+        (one, "a", "01-stock.xml"),
+        (two, "a", "01-patched.xml"),
+        (one, "b", "02-stock.xml"),
+        (two, "b", "02-patched.xml"),
+    ]
+    assert installs == [(one, True), (two, True)]
+
+
 def test_tests_table_shows_outcomes_against_expectations_and_skip_reasons():
     section = {
         "source": "/src",

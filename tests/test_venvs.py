@@ -63,6 +63,8 @@ def test_requirement_gets_a_venv_created_once_and_reused(tmp_path, monkeypatch):
         [str(python), "-c", "import torch; print(torch.__version__)"], capture_output=True, text=True, check=True
     ).stdout.strip()
     assert version == "2.13.0"
+    # no pip of its own (no ensurepip): this interpreter's pip installed into it (pip --python)
+    assert not list(python.parent.parent.glob("lib/python*/site-packages/pip"))
     with pytest.MonkeyPatch.context() as patch:  # reused: no venv is created and pip does not run
         patch.setattr(venvs.venv.EnvBuilder, "create", lambda *a, **k: pytest.fail("venv created again"))
         patch.setattr(venvs.subprocess, "run", lambda *a, **k: pytest.fail(f"ran {a[0]} again"))
@@ -96,3 +98,42 @@ def test_pip_cause_names_a_full_disk_and_skips_pips_bare_exception_line():
         _pip_cause("x\nERROR: No matching distribution found for torch==0.0.1\n")
         == "ERROR: No matching distribution found for torch==0.0.1"
     )
+
+
+@pytest.mark.parametrize("version", ["22.2.2", None])
+def test_a_pip_without_the_python_option_is_one_line_before_any_environment(tmp_path, monkeypatch, version):
+    """Environments are filled by this interpreter's ``pip --python`` (pip >= 22.3): an older pip, or
+    none, is said in one line with the upgrade command, and no environment is left behind."""
+
+    def pip_version(name):
+        if version is None:
+            raise venvs.importlib.metadata.PackageNotFoundError(name)
+        return version
+
+    monkeypatch.setattr(venvs.importlib.metadata, "version", pip_version)
+    with pytest.raises(BuildInputError) as info:
+        ensure_interpreter(parse_input("torch==2.13.0", "stock"), envs_dir=tmp_path / "envs")
+    assert info.value.cause == (
+        f"pip {version or '(none)'} of {sys.executable} cannot install into another environment "
+        "(pip --python needs pip >= 22.3)"
+    )
+    assert info.value.remedy == f"{sys.executable} -m pip install --upgrade 'pip>=22.3'"
+    assert not [p for p in (tmp_path / "envs").rglob("*") if p.name.startswith("torch")]
+
+
+def test_pip_command_runs_this_interpreters_pip_on_the_environment(tmp_path):
+    python = tmp_path / "env" / "bin" / "python"
+    assert venvs.pip_command(python) == [sys.executable, "-m", "pip", "--python", str(python)]
+
+
+def test_series_test_requirements_with_an_old_pip_are_recorded_not_installed(monkeypatch):
+    from harness.seriestests import install_requirements
+
+    monkeypatch.setattr(venvs.importlib.metadata, "version", lambda name: "21.0")
+    record = install_requirements("/env/bin/python", ("pytest<9",), managed=True)
+    assert record == {
+        "requirements": ["pytest<9"],
+        "installed": False,
+        "reason": f"pip 21.0 of {sys.executable} cannot install into another environment "
+        "(pip --python needs pip >= 22.3)",
+    }
