@@ -50,13 +50,17 @@ class OldEventTimer(BlockTimer):
         return start.elapsed_time(end) * 1e-3, 0.0
 
 
-def old_deadline_warmup(fn, sync, warmup_s=0.05):
-    """The warm-up before the fix: enqueue until a host deadline, one synchronize at the end."""
-    deadline = time.perf_counter() + warmup_s
+def old_deadline_warmup(fn, sync, warmup_s=0.05, enqueue_s=1e-5):
+    """The warm-up before the fix: enqueue until a host deadline, one synchronize at the end. The host
+    clock is simulated (``enqueue_s`` seconds per enqueued call) so the flood does not depend on how fast
+    this machine is right now: a busy CI host must reproduce it too."""
+    now = 0.0
+    deadline = now + warmup_s
     fn()
     sync()
-    while time.perf_counter() < deadline:
+    while now < deadline:
         fn()
+        now += enqueue_s
     sync()
 
 
