@@ -159,10 +159,10 @@ def _rounds_text(data: dict) -> str:
     if added:
         lo, hi = res.processes_range(data)
         span = f"{lo}" if lo == hi else f"{lo}-{hi}"
-        text += (
-            f" + {added} adaptive rounds for the cells whose CI was wider than ±{run['adaptive']['target']:.1%} "
-            f"({span} processes per cell and side)"
-        )
+        launch = run["adaptive"].get("launch_bound_target")
+        target = f"±{run['adaptive']['target']:.1%}" + (f" (launch-bound cells ±{launch:.1%})" if launch else "")
+        text += f" + {added} adaptive rounds for the cells whose CI was wider than {target}"
+        text += f": {span} processes per cell and side"
     return text
 
 

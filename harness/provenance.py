@@ -179,7 +179,27 @@ def collect_env(timeout: float = 180.0) -> str | None:
     worker = threading.Thread(target=run, name="collect_env", daemon=True)
     worker.start()
     worker.join(timeout)
-    return report[0] if report else None
+    if not report:
+        return None
+    return report[0] + installed_packages(report[0])
+
+
+#: torch's collect_env line when ``python -m pip list`` fails, e.g. in an environment without its own pip
+PIP_NOT_COLLECTED = "[pip3] Could not collect"
+
+
+def installed_packages(text: str) -> str:
+    """The packages of this environment (``importlib.metadata``, ``name==version`` sorted) as lines to
+    append to collect_env's ``text`` when its own pip list failed (:data:`PIP_NOT_COLLECTED`: the
+    environments the harness creates have no pip, :mod:`harness.venvs`); "" otherwise."""
+    import importlib.metadata
+
+    if PIP_NOT_COLLECTED not in text:
+        return ""
+    names = sorted({f"{d.metadata['Name']}=={d.version}" for d in importlib.metadata.distributions()}, key=str.lower)
+    return "Packages in this environment (importlib.metadata; it has no pip of its own):\n" + "".join(
+        f"[meta] {n}\n" for n in names
+    )
 
 
 def probe(device: str, variables: list[str], with_collect_env: bool = False) -> dict:

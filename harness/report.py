@@ -709,7 +709,8 @@ def _config_sections(data: dict, analysis: Analysis, unit: str, scale: float) ->
 def _per_config_summary(run: dict, summaries: list[str]) -> list[str]:
     """The stock-vs-patched-per-config section: the rule, the adaptive sampling line, the summaries."""
     n, floor = run["rounds"], stats.min_processes()
-    more = " in the planned rounds, more for some cells in the adaptive rounds below," if _adaptive_text(run) else ""
+    added = (run.get("adaptive") or {}).get("rounds_added")
+    more = " in the planned rounds, more for some cells in the adaptive rounds below" if added else ""
     enough = (
         f" (a verdict needs at least {floor})."
         if n >= floor

@@ -173,7 +173,7 @@ def install_requirements(python: str, requirements: tuple[str, ...], managed: bo
     try:
         pip = pip_command(python)
     except BuildInputError as exc:
-        record["reason"] = exc.cause
+        record["reason"] = f"{exc.cause} -- {exc.remedy}"
         return record
     cmd = [*pip, "install", "--disable-pip-version-check", "--no-input", "-q", NO_COMPILE, *requirements]
     proc = subprocess.run(cmd, capture_output=True, text=True)

@@ -126,7 +126,12 @@ def pip_command(python: Path | str) -> list[str]:
         raise BuildInputError(
             f"pip {version or '(none)'} of {sys.executable} cannot install into another environment "
             f"(pip --python needs pip >= {PIP_WITH_PYTHON})",
-            f"{sys.executable} -m pip install --upgrade 'pip>={PIP_WITH_PYTHON}'",
+            (
+                f"{sys.executable} -m pip install --upgrade 'pip>={PIP_WITH_PYTHON}'"
+                if version
+                else f"{sys.executable} -m ensurepip --upgrade && {sys.executable} -m pip install --upgrade "
+                f"'pip>={PIP_WITH_PYTHON}'"
+            ),
         )
     return [sys.executable, "-m", "pip", "--python", str(python)]
 

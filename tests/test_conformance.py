@@ -320,3 +320,12 @@ def test_a_duty_cycle_keeps_every_block_synchronized_and_bounded():
         assert len(m.samples) == 2 and 0 < emu.most_calls_between_syncs <= MAX_BLOCK_CALLS
         # each pre-roll after a rest is followed by the timed block's own synchronize before the clock starts
         assert emu.trace.count("sync") - calls >= 2 * 2
+
+
+def test_collect_env_without_pip_lists_the_packages_from_their_metadata():
+    from harness.provenance import PIP_NOT_COLLECTED, installed_packages
+
+    assert installed_packages("Versions of relevant libraries:\n[pip3] numpy==2.0\n") == ""
+    lines = installed_packages(f"Versions of relevant libraries:\n{PIP_NOT_COLLECTED}\n").splitlines()
+    assert lines[0].startswith("Packages in this environment (importlib.metadata")
+    assert f"[meta] torch=={torch.__version__}" in lines

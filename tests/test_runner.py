@@ -306,7 +306,8 @@ def test_adaptive_sampling_adds_rounds_only_for_unconverged_cells(ab_run, tmp_pa
     n = 4 + adaptive["rounds_added"]  # both cells ran in every adaptive round
     assert (
         f"4 rounds of fresh processes per (build, config) + {adaptive['rounds_added']} adaptive rounds for the "
-        f"cells whose CI was wider than ±0.0% ({n} processes per cell and side), interleaved" in report
+        f"cells whose CI was wider than ±0.0% (launch-bound cells ±5.0%): {n} processes per cell and side, interleaved"
+        in report
     )
 
 
