@@ -59,8 +59,8 @@ SOURCE_ROOT = str(Path(harness.__file__).resolve().parent.parent)
 #: cell of the default matrix reached ±1 % in 9 min (docs/methodology.md, item 7).
 #: min_samples: blocks per cell at least; 5 on cpu (3 with --quick), where one half-precision GEMM
 #: call can take 0.2 s and block-to-block noise is small next to the spread between processes, so
-#: the time buys more processes instead; 4 on a GPU, whose blocks inside a process agree within
-#: 0.1-0.3 %.
+#: the time buys more processes instead; 4 on a GPU, whose blocks of one layout agree within 0.4 %
+#: (median max/min over the H200 default matrix's kernel-bound cells, 5 ms blocks).
 #: On a GPU, after 10 ms of single warm-up calls, a cell that is not host-bound
 #: (:attr:`harness.bench.timer.Measurement.host_bound`) is timed at a duty cycle of 1/3 (the device
 #: rests twice each block's time after it: :meth:`harness.bench.timer.BlockTimer.measure`), so it runs
