@@ -117,7 +117,9 @@ def test_a_pip_without_the_python_option_is_one_line_before_any_environment(tmp_
         f"pip {version or '(none)'} of {sys.executable} cannot install into another environment "
         "(pip --python needs pip >= 22.3)"
     )
-    assert info.value.remedy == f"{sys.executable} -m pip install --upgrade 'pip>=22.3'"
+    upgrade = f"{sys.executable} -m pip install --upgrade 'pip>=22.3'"
+    # without any pip, pip itself must come first
+    assert info.value.remedy == (upgrade if version else f"{sys.executable} -m ensurepip --upgrade && {upgrade}")
     assert not [p for p in (tmp_path / "envs").rglob("*") if p.name.startswith("torch")]
 
 
@@ -135,5 +137,5 @@ def test_series_test_requirements_with_an_old_pip_are_recorded_not_installed(mon
         "requirements": ["pytest<9"],
         "installed": False,
         "reason": f"pip 21.0 of {sys.executable} cannot install into another environment "
-        "(pip --python needs pip >= 22.3)",
+        f"(pip --python needs pip >= 22.3) -- {sys.executable} -m pip install --upgrade 'pip>=22.3'",
     }
