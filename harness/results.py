@@ -395,7 +395,7 @@ def processes_range(data: dict) -> tuple[int, int]:
     """Fewest and most processes that measured one cell of one (build, config) (adaptive rounds
     add processes for some cells only); ``(0, 0)`` when none did."""
     counts = [
-        len(process_medians(records))
+        sum(1 for r in records if r.get("status") == "ok" and r.get("measurement"))  # as process_medians counts
         for per_cell in cell_table(data).values()
         for per_build in per_cell.values()
         for records in per_build.values()

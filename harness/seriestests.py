@@ -211,9 +211,10 @@ def run_all(
         }
     installed, done = {}, {}
     for build, python in interpreters.items() if requirements else ():
-        if (python, build in managed) not in done:
-            done[python, build in managed] = install_requirements(python, requirements, build in managed)
-        installed[build] = copy.deepcopy(done[python, build in managed])
+        key = (python, build in managed)
+        if key not in done:
+            done[key] = install_requirements(python, requirements, build in managed)
+        installed[build] = copy.deepcopy(done[key])
     out = []
     for number, test in enumerate(tests, start=1):
         per_build, ran = {}, {}

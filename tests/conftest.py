@@ -154,7 +154,7 @@ def probes_as(wrapper: Path, python: str = sys.executable) -> None:
 @pytest.fixture(scope="session", autouse=True)
 def probe_once(run_cache) -> Iterator[None]:
     """Commands run in-process probe each build interpreter (``harness.runner.probe_build``: a
-    subprocess that imports torch, then ``torch.utils.collect_env`` in another: about 8 s) on every
+    subprocess that imports torch and makes torch's collect_env report: about 4 s) on every
     call. The facts of one interpreter, device and environment do not change within a run, so each
     distinct probe runs for real once per run (its answer kept in :func:`run_cache`, shared by the
     pytest-xdist workers) and is replayed (a copy) after that; so is a probe whose interpreter ran and
