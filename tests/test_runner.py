@@ -373,3 +373,27 @@ def test_report_shows_build_manifests_flags_and_datasheet_peaks(ab_run):
     tflops = 2 * 64**3 / median / 1e12
     assert row.split(" | ")[4] == f"{tflops:.3g} ({tflops / 67.0:.0%})"  # FP32 peak of the H200: 67 TFLOP/s
     assert "patched TFLOP/s (% of peak)" in report.render(data)
+
+
+@pytest.mark.e2e
+def test_the_first_round_records_each_cells_kernel_and_a_planted_route_is_an_error_on_the_first_screen(ab_run):
+    """cpu: MKL's SGEMM for mm float32, observed inline at the untimed first call, once per (build, config);
+    then the same run re-rendered with ``mm = "metal"`` declared under `default` (what a series declaring
+    the wrong route records: benchmarks/planted-route) names the mismatch before the details."""
+    from harness import report
+    from harness import results as res
+
+    out, _, proc = ab_run
+    assert proc.returncode == 0, proc.stderr
+    data = res.load(out)
+    for build in ("stock", "patched"):
+        mm = data["kernels"][build]["default"]["mm/64x64x64/float32"]
+        assert mm["path"] == "mkl" and mm["names"] == ["mkl:SGEMM(N,N,64,64,64)"], mm
+    assert all("kernels" not in p for p in data["processes"])  # kept once, in data["kernels"]
+    first = report.render(data).split("<details>")[0]
+    assert "**Error:**" not in first and "Kernels: A `patched/default` MKL ×2" in first
+    data["configs"]["default"]["routes"] = {"mm": "metal"}
+    first = report.render(data).split("<details>")[0]
+    assert (
+        "> **Error:** declared metal, observed MKL for mm float32 under `default` on stock, patched (1 cell)" in first
+    )
