@@ -7,7 +7,8 @@ op takes there (``default`` where none is declared). Each build's observed call 
 default is a mismatch; so is ``default`` declared and another route observed. A declared non-default
 route must be observed on at least one build: where stock and patched route an op differently under
 one config, the manifest names the looser path (docs/new-series.md), which one build takes, so
-a build taking the default path there is not itself a mismatch; no build taking it is. A call whose trace
+a build taking the default path there is not itself a mismatch; no build taking it is (which build takes
+it the manifest does not say, so it is not checked: the PR block's kernels line shows each side's). A call whose trace
 printed nothing (``no trace``) or could not be classified has no route and is not judged.
 
 No measuring, no file access: this module reads a results document."""

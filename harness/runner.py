@@ -1247,6 +1247,7 @@ class Recorder:
                 python, spec, self.by_config[config], self.raw, name, self.plan.timeout, self.plan.keep_env, extra
             )
         seen = dict(record.get("kernels") or {})
+        note(f"{name}: kernels of {len(seen)} of {len(keys)} cells observed ({trace.source})")
         for key in keys:
             if key not in seen:
                 why = record["cells"].get(key, {}).get("reason") or record.get("reason") or "probe ended early"

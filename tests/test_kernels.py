@@ -44,6 +44,8 @@ CUDA_NAMES = {
     "align1::Params)": "cutlass",
     "sm90_xmma_gemm_f32f32_tf32f32_f32_nn_n_tilesize128x128x32_warpgroupsize1x1x1_execute_segment_k_off": "tf32",
     "nvjet_sm90_hsh_128x256_64x4_2x1_v_bz_coopA_NNN": "nvjet",
+    "fmha_cutlassF_f32_aligned_64x64_rf_sm80(PyTorchMemEffAttention::AttentionKernel<float>::Params)": "attention",
+    "void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<64, 128, 64, 4>>(Flash_fwd_params)": "attention",
 }
 
 #: MPS profiler lines in upstream's format (OperationInfo::toString, CopyInfo::toString,

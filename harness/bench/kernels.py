@@ -79,12 +79,13 @@ class Rule:
 RULES: dict[str, tuple[Rule, ...]] = {
     "cuda": (
         Rule(r"(?i)memset|memcpy|splitKreduce|reduce_kernel", None),
+        # before cutlass: the memory-efficient SDPA kernels are fmha_cutlassF_*
+        Rule(r"(?i)flash|fmha|efficient_attention|attention|sdpa", "attention"),
         Rule(r"(?i)tf32", "tf32"),
         Rule(r"nvjet", "nvjet"),
         Rule(r"(?i)cutlass", "cutlass"),
         Rule(r"xmma", "xmma"),
         Rule(r"(?i)gemv", "gemv"),
-        Rule(r"(?i)flash|fmha|efficient_attention|attention", "attention"),
         Rule(r"(?i)gemm", "gemm"),
     ),
     "cpu": (
