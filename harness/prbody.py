@@ -14,8 +14,8 @@ from __future__ import annotations
 import math
 
 from harness import contrasts as con
+from harness import observed, stats
 from harness import results as res
-from harness import stats
 from harness.evidence import EQUIVALENCE_CLAIMS, Contrast, Evidence, default_contrasts
 
 #: words for a claim's outcome in the block
@@ -110,6 +110,14 @@ def contrast_block(result: con.ContrastResult, unit: str, scale: float) -> list[
             "",
         ]
     return [head, "", *contrast_table(result, unit, scale), ""]
+
+
+def with_kernels(block: list[str], line: str) -> list[str]:
+    """A contrast block with its kernels line (:func:`harness.observed.contrast_line`): a nested bullet under a
+    one-line block, a paragraph under a heading with a table."""
+    if block[0].startswith("- "):
+        return [block[0], f"  - {line}", *block[1:]]
+    return [block[0], "", line, *block[1:]]
 
 
 def _provenance_sentence(data: dict) -> str:
@@ -234,7 +242,7 @@ def render_block(data: dict, results: list[con.ContrastResult], notes: list[str]
             "",
         ]
     for result in results:
-        out += contrast_block(result, unit, scale)
+        out += with_kernels(contrast_block(result, unit, scale), observed.contrast_line(data, result.contrast))
     out += tests_table(data.get("series_tests"), data["run"]["builds"])
     return out
 

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from harness import configs as cfg
-from harness import plots, prbody, stats
+from harness import observed, plots, prbody, stats
 from harness import results as res
 from harness.bench.workloads import Cell
 from harness.errors import ResultsError
@@ -744,7 +744,8 @@ def render(data: dict, analysis: Analysis | None = None) -> str:
     summaries, sections, problems = _config_sections(data, analysis, unit, scale)
     drifted = [f"`{c}` {b}" for (b, c), d in analysis.drifts.items() if d.verdict == "drift"]
     contrasts = prbody.evaluate_all(data, THRESHOLD, LAUNCH_BOUND_THRESHOLD)
-    out += prbody.render_block(data, contrasts, _what_was_compared(data))
+    errors = [line for note in observed.error_notes(data) for line in (note, "")]
+    out += prbody.render_block(data, contrasts, errors + _what_was_compared(data))
     if drifted:
         out += [f"> **Drift:** {', '.join(drifted)} changed over the run (see Drift in the details).", ""]
     out += [
@@ -766,6 +767,7 @@ def render(data: dict, analysis: Analysis | None = None) -> str:
     out += prbody.details_tables(contrasts, data)
     out += _correctness(data, analysis)
     out += _consistency(data.get("consistency"), analysis.builds)
+    out += observed.details(data)
     out += _drift_lines(analysis, run["configs"])
     out += ["## Failures and skips", ""] + (problems or ["None."]) + [""]
     out += ["## Provenance", ""] + _provenance(data) + [""] + prbody.collect_env_lines(data)

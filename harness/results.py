@@ -269,6 +269,52 @@ def problem(data: dict) -> str | None:
         stray = [key for key in proc["cells"] if key not in planned]
         if stray:
             return f"{at}.cells[{stray[0]!r}] is a cell that is not in run.cells (the plan)"
+    return kernels_problem(data.get("kernels"), run)
+
+
+def kernels_problem(kernels, run: dict) -> str | None:
+    """What is wrong with the optional ``kernels`` section (``{build: {config: {cell key: observation}}}``,
+    harness.bench.kernels), or None: builds, configs and cells must be the plan's; an observation has
+    ``names`` (a list of strings), ``path`` and ``route`` (a string or null; no path without names),
+    ``trace`` (a string) and, optionally, ``error`` (a string)."""
+    if kernels is None:
+        return None
+    if not isinstance(kernels, dict):
+        return f"kernels is {_kind(kernels)}, not an object"
+    for build, per_config in kernels.items():
+        if build not in run["builds"]:
+            return f"kernels.{build} is not a build of run.builds (the plan)"
+        if not isinstance(per_config, dict):
+            return f"kernels.{build} is {_kind(per_config)}, not an object"
+        for config, per_cell in per_config.items():
+            at = f"kernels.{build}.{config}"
+            if config not in run["configs"]:
+                return f"{at}: {config!r} is not in run.configs (the plan)"
+            if not isinstance(per_cell, dict):
+                return f"{at} is {_kind(per_cell)}, not an object"
+            for key, seen in per_cell.items():
+                found = _observation_problem(f"{at}[{key!r}]", seen)
+                if key not in run["cells"]:
+                    found = f"{at}[{key!r}] is a cell that is not in run.cells (the plan)"
+                if found:
+                    return found
+    return None
+
+
+def _observation_problem(at: str, seen) -> str | None:
+    if not isinstance(seen, dict):
+        return f"{at} is {_kind(seen)}, not an observation"
+    names = seen.get("names")
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        return f"{at}.names is not a list of strings"
+    for key in ("path", "route"):
+        if not isinstance(seen.get(key), (str, type(None))):
+            return f"{at}.{key} is {_kind(seen.get(key))}, not a string or null"
+    if seen.get("path") is not None and not names:
+        return f"{at}.path is {seen['path']!r} with no kernel names"
+    for key, required in (("trace", True), ("error", False)):
+        if (required or key in seen) and not isinstance(seen.get(key), str):
+            return f"{at}.{key} is {_kind(seen.get(key))}, not a string"
     return None
 
 

@@ -38,6 +38,7 @@ import harness
 from harness import configs as cfg
 from harness import evidence as ev
 from harness import results as res
+from harness.bench import kernels
 from harness.bench.ops import key_hint
 from harness.bench.timer import first_layout, steady_start
 from harness.bench.workloads import DTYPES, ITEMSIZE, Cell, default_cells
@@ -254,17 +255,22 @@ def _status_path(raw: Path, name: str) -> Path:
     return raw / f"{name}.status.json"
 
 
-def read_worker_records(path: Path) -> tuple[dict, dict, bool]:
-    """Parse a worker's jsonl: (start record, {cell key: record}, saw the end record)."""
-    start, cells, ended = {}, {}, False
+def read_worker_records(path: Path) -> tuple[dict, dict, bool, dict]:
+    """Parse a worker's jsonl: (start record, {cell key: record}, saw the end record, {cell key: observed
+    kernels} from ``kernels`` records and the cell records' ``kernels``: harness.bench.kernels)."""
+    start, cells, ended, seen = {}, {}, False, {}
     for rec in read_jsonl(path):
         if rec.get("type") == "start":
             start = rec
         elif rec.get("type") == "cell":
-            cells[rec["key"]] = {k: v for k, v in rec.items() if k not in ("type", "key")}
+            cells[rec["key"]] = {k: v for k, v in rec.items() if k not in ("type", "key", "kernels")}
+            if isinstance(rec.get("kernels"), dict):
+                seen[rec["key"]] = rec["kernels"]
+        elif rec.get("type") == "kernels":
+            seen[rec["key"]] = {k: v for k, v in rec.items() if k not in ("type", "key")}
         elif rec.get("type") == "end":
             ended = True
-    return start, cells, ended
+    return start, cells, ended, seen
 
 
 def read_jsonl(path: Path) -> list[dict]:
@@ -426,8 +432,9 @@ def run_worker(
             pass
         proc.wait()
         _worker_path(raw, name).unlink(missing_ok=True)
-    start, cells, ended = read_worker_records(out_path)
-    unfinished = [key for key in spec["cells"] if key not in cells]
+    start, cells, ended, seen = read_worker_records(out_path)
+    probe = spec.get("observe") == "only"  # a probe process's cells are its kernels records
+    unfinished = [key for key in spec["cells"] if key not in (seen if probe else cells)]
     where = last_step(out_path) if stalled else None
     if where:
         reason = f"{reason} (stalled in cell {where[0]}, step {where[1]})"
@@ -450,6 +457,7 @@ def run_worker(
         "worker_started": start.get("started"),
         "finished": time.time(),
         "cells": cells,
+        **({"kernels": seen} if seen or probe else {}),
     }
     atomic_write_json(_status_path(raw, name), record)
     return record
@@ -1217,13 +1225,45 @@ class Recorder:
             "record_env": sorted(plan.extra_env),
             **({"measure_s": measure} if measure else {}),
             **({"plant_k": plan.plant_k} if plan.plant_k and build == "patched" else {}),
+            **({"observe": "inline"} if rnd == 0 and not kernels.TRACES[plan.device].own_process else {}),
         }
+
+    def observe(self, build: str, config: str, keys: list[str]) -> None:
+        """Record the kernels each cell runs under (build, config) in ``data["kernels"]``
+        (:mod:`harness.bench.kernels`). Where the device's trace would slow a timed process
+        (:attr:`harness.bench.kernels.Trace.own_process`), a short probe process ``probe-<build>-<config>``
+        of the config's variables plus the trace's runs first (kept when finished earlier); a cell it
+        could not observe is recorded with the reason as ``error``."""
+        trace = kernels.TRACES[self.plan.device]
+        if not trace.own_process:
+            return
+        name = f"probe-{build}-{config.replace('+', '_')}"
+        record = kept_record(_status_path(self.raw, name), self.plan.retry_failed)
+        if record is None:
+            spec = {**self.spec(1, build, config, keys, name), "observe": "only", "check": False}
+            extra = {**self.plan.extra_env, **trace.env}
+            python = Path(self.data["builds"][build]["interpreter"])
+            record = run_worker(
+                python, spec, self.by_config[config], self.raw, name, self.plan.timeout, self.plan.keep_env, extra
+            )
+        seen = dict(record.get("kernels") or {})
+        note(f"{name}: kernels of {len(seen)} of {len(keys)} cells observed ({trace.source})")
+        for key in keys:
+            if key not in seen:
+                why = record["cells"].get(key, {}).get("reason") or record.get("reason") or "probe ended early"
+                seen[key] = {"names": [], "path": None, "route": None, "trace": trace.source, "error": why}
+        self._keep_kernels(build, config, seen)
+
+    def _keep_kernels(self, build: str, config: str, seen: dict) -> None:
+        self.data.setdefault("kernels", {}).setdefault(build, {}).setdefault(config, {}).update(seen)
 
     def process(self, rnd: int, build: str, config: str, keys: list[str], measure: dict | None = None) -> None:
         """Run (or keep, when finished earlier) one worker process and record it."""
         name = _proc_name(rnd, build, config)
         record = kept_record(_status_path(self.raw, name), self.plan.retry_failed)
         verb = "kept"
+        if rnd == 0:
+            self.observe(build, config, keys)
         if record is None:
             python = Path(self.data["builds"][build]["interpreter"])
             spec = self.spec(rnd, build, config, keys, name, measure)
@@ -1240,6 +1280,9 @@ class Recorder:
             )
             verb = "ran"
         processes = self.data["processes"]
+        if record.get("kernels"):  # observed inline (first round): kept once, in data["kernels"]
+            self._keep_kernels(build, config, record["kernels"])
+        record.pop("kernels", None)
         record.update({"name": name, "round": rnd, "build": build, "config": config, "slot": len(processes)})
         processes.append(record)
         bad = [k for k, v in record["cells"].items() if v["status"] == "failed"]

@@ -5,6 +5,7 @@ code here, which the mode must refuse, next to the current code, which it must p
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -329,3 +330,49 @@ def test_collect_env_without_pip_lists_the_packages_from_their_metadata():
     lines = installed_packages(f"Versions of relevant libraries:\n{PIP_NOT_COLLECTED}\n").splitlines()
     assert lines[0].startswith("Packages in this environment (importlib.metadata")
     assert f"[meta] torch=={torch.__version__}" in lines
+
+
+def test_rule5_the_emulated_profiler_log_shows_metal_exactly_where_prefer_metal_routes(monkeypatch):
+    """The mps probe (its own process: PYTORCH_MPS_LOG_PROFILE_INFO=1 on top of the config) parsed from
+    lines in upstream's MPSProfiler format, under every mps config of the MPS series; the observed routes
+    agree with the series' declarations (harness.observed: no mismatch)."""
+    from harness import observed
+    from harness.bench import kernels
+    from harness.bench.worker import observe_cell
+
+    keys = [f"{op}/16x8x4/float16" for op in ("mm", "addmm", "linear")] + ["bmm/2x16x8x4/float16"]
+    found = {}
+    for config in MPS_PROFILES:
+        with monkeypatch.context() as m:
+            for name in [k for k in os.environ if k.startswith("PYTORCH_MPS")]:
+                m.delenv(name)
+            for name, value in {**config.env, **kernels.TRACES["mps"].env}.items():
+                m.setenv(name, value)
+            with emulate(torch) as (device, _):
+                found[config.name] = {k: observe_cell(torch, device, Cell.from_key(k), {}, {}) for k in keys}
+    metal = {c: sorted(k.split("/")[0] for k, o in per.items() if o["path"] == "metal") for c, per in found.items()}
+    assert metal == {
+        "vanilla": [],
+        "fast_math": [],
+        "prefer_metal": ["addmm", "mm"],
+        "fast_math+prefer_metal": ["addmm", "mm"],
+        "all": ["addmm", "mm"],  # the emulation is stock upstream: the series' variable is not read
+    }
+    assert found["prefer_metal"]["mm/16x8x4/float16"]["names"] == ["Metal:matmul:MPS:Half[16, 4]:MPS:Half[4, 8]"]
+    assert found["vanilla"]["mm/16x8x4/float16"]["path"] == "mpsgraph"
+    data = {
+        "run": {"device": "mps", "builds": ["stock"], "configs": list(found), "cells": keys},
+        "configs": {c.name: c.to_json() for c in MPS_PROFILES},
+        "kernels": {
+            "stock": {
+                c: {k: {x: v for x, v in o.items() if x not in ("type", "key")} for k, o in per.items()}
+                for c, per in found.items()
+            }
+        },
+    }
+    assert observed.mismatches(data) == []
+    # the same observations against a planted declaration: linear routed to Metal under prefer_metal
+    data["configs"]["prefer_metal"]["routes"]["linear"] = "metal"
+    assert [m.text for m in observed.mismatches(data)] == [
+        "declared metal, observed MPSGraph for linear float16 under `prefer_metal` on stock (1 cell)"
+    ]

@@ -151,7 +151,15 @@ def test_report_command_re_renders_report_and_plots_byte_for_byte(ab_run, tmp_pa
     assert {n: (out / n).read_bytes() for n in names} == original
 
 
-def test_crashing_worker_marks_its_cells_failed_and_the_run_continues(tmp_path, this_python):
+def test_crashing_worker_marks_its_cells_failed_and_the_run_continues(tmp_path, this_python, monkeypatch):
+    """Also the cuda/mps kernel path on cpu: with the trace marked own_process, the first round runs
+    probe-<build>-<config> (no timing) before the timed worker; a probe that crashes leaves each cell's
+    observation with the reason, never a guessed kernel."""
+    from dataclasses import replace
+
+    from harness.bench import kernels
+
+    monkeypatch.setitem(kernels.TRACES, "cpu", replace(kernels.TRACES["cpu"], own_process=True))
     crash = fake_python(tmp_path, "import os; os.abort()")
     proc = harness(
         "compare",
@@ -180,6 +188,13 @@ def test_crashing_worker_marks_its_cells_failed_and_the_run_continues(tmp_path, 
     first, *rest = (c["reason"] for c in by_build["patched"]["cells"].values())
     assert first == reason and set(rest) <= {f"not measured: {reason}"}  # the cell it was in, then the others
     assert "failed: worker killed by SIGABRT" in (tmp_path / "out" / "report.md").read_text()
+    assert sorted(p["name"] for p in data["processes"]) == ["r00-patched-default", "r00-stock-default"]
+    assert (tmp_path / "out" / "raw" / "probe-stock-default.status.json").is_file()
+    stock = data["kernels"]["stock"]["default"]["mm/64x64x64/float32"]
+    assert stock["names"] == ["mkl:SGEMM(N,N,64,64,64)"] and "error" not in stock
+    patched = data["kernels"]["patched"]["default"]["mm/64x64x64/float32"]
+    assert patched["path"] is None and patched["error"].startswith("worker killed by SIGABRT"), patched
+    assert "not observed: worker killed by SIGABRT" in (tmp_path / "out" / "report.md").read_text()
 
 
 def test_hanging_worker_times_out(tmp_path, this_python):
@@ -373,3 +388,27 @@ def test_report_shows_build_manifests_flags_and_datasheet_peaks(ab_run):
     tflops = 2 * 64**3 / median / 1e12
     assert row.split(" | ")[4] == f"{tflops:.3g} ({tflops / 67.0:.0%})"  # FP32 peak of the H200: 67 TFLOP/s
     assert "patched TFLOP/s (% of peak)" in report.render(data)
+
+
+@pytest.mark.e2e
+def test_the_first_round_records_each_cells_kernel_and_a_planted_route_is_an_error_on_the_first_screen(ab_run):
+    """cpu: MKL's SGEMM for mm float32, observed inline at the untimed first call, once per (build, config);
+    then the same run re-rendered with ``mm = "metal"`` declared under `default` (what a series declaring
+    the wrong route records: benchmarks/planted-route) names the mismatch before the details."""
+    from harness import report
+    from harness import results as res
+
+    out, _, proc = ab_run
+    assert proc.returncode == 0, proc.stderr
+    data = res.load(out)
+    for build in ("stock", "patched"):
+        mm = data["kernels"][build]["default"]["mm/64x64x64/float32"]
+        assert mm["path"] == "mkl" and mm["names"] == ["mkl:SGEMM(N,N,64,64,64)"], mm
+    assert all("kernels" not in p for p in data["processes"])  # kept once, in data["kernels"]
+    first = report.render(data).split("<details>")[0]
+    assert "**Error:**" not in first and "Kernels: A `patched/default` MKL ×2" in first
+    data["configs"]["default"]["routes"] = {"mm": "metal"}
+    first = report.render(data).split("<details>")[0]
+    assert (
+        "> **Error:** declared metal, observed MKL for mm float32 under `default` on stock, patched (1 cell)" in first
+    )

@@ -24,13 +24,28 @@ untagged copy. Each rule cites the upstream file it emulates:
    ``aten/src/ATen/native/mps/operations/LinearAlgebra.mm``), so an unbounded queue makes the next
    synchronize wait for all of it. More raises :class:`ConformanceError`.
 
-Rules 1-2 emulate upstream behaviour (the harness must cope with it: skip the dtype, convert in
+5. **The MPS profiler's operation log.** With ``PYTORCH_MPS_LOG_PROFILE_INFO`` set when the emulation
+   starts (upstream reads it once, in the ``MPSProfiler`` constructor: ``aten/src/ATen/mps/MPSProfiler.mm``
+   at ``458fd422`` and ``05b8ccb7``) and its ``OPERATION_INFO`` bit (1) on, every device call prints
+   ``OperationInfo::toString`` to stderr (fd 2) when it begins: ``aten::<key> (id=<G|K><n>, run=<n>)``,
+   ``G`` with a per-graph counter, ``K`` with a per-kernel one, ``run`` per graph or kernel
+   (``beginProfileKernel``, same commits). Routing is upstream main's (``LinearAlgebra.mm`` @ ``001077cb``,
+   docs/mps-gemm-prefer-fast-math.md): ``mm`` and ``addmm`` of floating dtypes run the Metal kernels
+   ``matmul`` / ``addmm`` (key ``<name>:MPS:<dtype><sizes>`` per operand: ``buildKernelString``) when
+   ``PYTORCH_MPS_PREFER_METAL`` is present (read by presence), MPSGraph otherwise; every other call is
+   an MPSGraph execution keyed by its name. The graph key's tail (upstream: ``getTensorsStringKey``) is
+   not emulated exactly: the parser (:func:`harness.bench.kernels.parse_mps`) reads only the line's
+   frame and the ``G``/``K`` mark. The emulation is of stock upstream: a series' own variable does not
+   change its routing.
+
+Rules 1-2 and 5 emulate upstream behaviour (the harness must cope with it: skip the dtype, convert in
 two steps); rules 3-4 are constraints on the harness's own code. ``trace`` records every
 synchronize and device call, for tests. Standard library + torch only.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -68,8 +83,16 @@ def _is_mps(device) -> bool:
     return device is not None and str(device).split(":")[0] == "mps"
 
 
+#: c10 ScalarType names, as ``BaseInfo::buildTensorString`` prints them
+_SCALAR_TYPE = {"float32": "Float", "float16": "Half", "bfloat16": "BFloat16", "float64": "Double"}
+#: the Metal GEMM kernels PYTORCH_MPS_PREFER_METAL selects on upstream main (LinearAlgebra.mm @ 001077cb)
+_METAL_GEMM = {"mm": "matmul", "addmm": "addmm"}
+#: torch function name -> the aten GEMM it reaches with 2-D operands
+_GEMM_NAMES = {"__matmul__": "mm", "matmul": "mm", "mm": "mm", "addmm": "addmm", "bmm": "bmm", "linear": "linear"}
+
+
 class Emulation:
-    """State of one conformance run: the emulated macOS, the sync trace, the call counter."""
+    """State of one conformance run: the emulated macOS, the sync trace, the call counter, the profiler log."""
 
     def __init__(self, torch, macos: tuple[int, int] = (14, 0), max_calls: int = MAX_BLOCK_CALLS) -> None:
         self.torch = torch
@@ -78,6 +101,30 @@ class Emulation:
         self.trace: list[str] = []
         self.calls_since_sync = 0
         self.most_calls_between_syncs = 0
+        log = os.environ.get("PYTORCH_MPS_LOG_PROFILE_INFO")  # read once, as the profiler's constructor does
+        self.log_operations = bool(log) and bool(int(log, 0) & 1)  # LogOptions::OPERATION_INFO
+        self.prefer_metal = "PYTORCH_MPS_PREFER_METAL" in os.environ
+        self.handles: dict[tuple[str, str], list[int]] = {}  # (kind, key) -> [profile id, run count]
+        self.counters = {"G": 0, "K": 0}  # m_graph_counter, m_kernel_counter
+
+    def profile(self, name: str, tensors: list) -> None:
+        """Print the profiler's operation line of one device call ``name`` on ``tensors`` (rule 5), when the
+        log is on."""
+        if not self.log_operations:
+            return
+        operands = [t for t in tensors if isinstance(t, self.torch.Tensor)]
+        op = _GEMM_NAMES.get(name, name)
+        floating = bool(operands) and all(t.dtype.is_floating_point for t in operands)
+        kernel = _METAL_GEMM.get(op) if self.prefer_metal and floating else None
+        shown = operands[-2:] if kernel else operands  # a Metal GEMM names its two matrix operands
+        tail = "".join(f":MPS:{_SCALAR_TYPE.get(str(t.dtype).split('.')[-1], t.dtype)}{list(t.shape)}" for t in shown)
+        kind, key = ("K", kernel + tail) if kernel else ("G", op + tail)
+        if (kind, key) not in self.handles:
+            self.counters[kind] += 1
+            self.handles[(kind, key)] = [self.counters[kind], 0]
+        handle = self.handles[(kind, key)]
+        handle[1] += 1
+        os.write(2, f"aten::{key} (id={kind}{handle[0]}, run={handle[1]})\n".encode())
 
     def synchronize(self) -> None:
         self.trace.append("sync")
@@ -160,6 +207,7 @@ def _make_mode(emu: Emulation):
                 emu.check_dtype(t)
             if tensors:
                 emu.device_call(getattr(func, "__name__", str(func)))
+                emu.profile(getattr(func, "__name__", str(func)), list(_flatten((args, kwargs))))
             for t in tensors:
                 setattr(t, _TAG, True)
             return out

@@ -12,7 +12,8 @@ SPEC (written by :mod:`harness.runner`)::
      "timer_sanity": false,                                  # doctor: a timer_sanity record at the end
      "timing": {"warmup_s": 0.05, "measure_s": 0.5, "min_block_s": 0.001},
      "measure_s": {"mm/512x512x512/float32": 0.8},              # optional: per-cell measure_s (adaptive rounds)
-     "plant_k": null}                                        # or 0.05: GEMMs run with K grown (compare --plant-k)
+     "plant_k": null,                                        # or 0.05: GEMMs run with K grown (compare --plant-k)
+     "observe": null}                                        # "inline" | "only": harness.bench.kernels
 
 OUT gets one JSON object per line, flushed and fsynced as each is written, so a crash keeps every
 finished cell: a ``start`` record (pid, torch version, the raw torch-steering variables this
@@ -21,7 +22,10 @@ process saw, plus the ``record_env`` ones), before each stage of a cell a ``step
 worker can name the cell and the step it stalled in, one ``cell`` record per cell (``status``
 ``ok`` | ``skipped`` | ``failed``, ``reason``, ``measurement`` =
 :class:`harness.bench.timer.Measurement`, ``check`` = :class:`harness.checks.accuracy.CheckResult`),
-and an ``end`` record. With ``save_outputs`` (a path), every GEMM output is saved there for
+and an ``end`` record. With ``observe: "inline"`` a cell record also has ``kernels``: the kernels its
+untimed first call ran (:func:`harness.bench.kernels.observe`); with ``observe: "only"`` (a probe
+process, for devices whose trace would slow timing) the worker times nothing and writes one
+``kernels`` record per cell (:func:`observe_cell`). With ``save_outputs`` (a path), every GEMM output is saved there for
 :mod:`harness.checks.consistency`, whether or not the cell is checked.
 
 The same code runs on every device; what differs is :mod:`harness.bench.devices`. With
@@ -38,7 +42,7 @@ import sys
 import time
 from contextlib import ExitStack
 
-from harness.bench import devices
+from harness.bench import devices, kernels
 from harness.bench.timer import BlockTimer
 from harness.bench.workloads import Cell, make_inputs, op_callable, planted, reference
 from harness.checks.accuracy import check
@@ -147,9 +151,13 @@ def run_cell(
         inputs = make_inputs(cell, device.torch_device, seed=spec.get("seed", 0))
         fn = op_callable(cell, inputs)
         keep = outputs is not None and cell.family == "gemm"
-        if spec.get("check") or keep:
+        observe = spec.get("observe") == "inline"
+        if spec.get("check") or keep or observe:
             step(record["key"], "check")
-            out = fn()
+            if observe:  # the untimed first call, under the device's trace (harness.bench.kernels)
+                out, record["kernels"] = kernels.observe(device.name, torch, fn, device.sync)
+            else:
+                out = fn()
             if keep:
                 outputs[record["key"]] = out.detach().cpu()
             if spec.get("check"):
@@ -172,6 +180,28 @@ def run_cell(
         record["status"] = "failed"
         record["reason"] = "check failed: " + record["check"]["reason"]
     return record
+
+
+def observe_cell(torch, device: devices.DeviceProfile, cell: Cell, spec: dict, unsupported: dict) -> dict:
+    """A probe process's ``kernels`` record of one cell (``observe: "only"``): inputs, one untraced
+    call (one-time set-up: library handles, graph compilation), then one call under the device's trace
+    (:func:`harness.bench.kernels.observe`). Nothing is timed. Never raises for the cell's own failures:
+    an unsupported dtype, too little memory or the op's exception is the record's ``error``."""
+    record = {"type": "kernels", "key": cell.key}
+    why = unsupported_reason(unsupported, cell.dtype, cell.op)
+    free = device.free_bytes()
+    if not why and free is not None and cell.peak_bytes() > 0.8 * free:
+        why = f"needs about {cell.peak_bytes() / 2**30:.2f} GiB, {free / 2**30:.2f} GiB free"
+    if why:
+        return {**record, **kernels.observation(device.name, [], f"not observed: {why}")}
+    try:
+        fn = op_callable(cell, make_inputs(cell, device.torch_device, seed=spec.get("seed", 0)))
+        fn()
+        device.sync()
+        _, seen = kernels.observe(device.name, torch, fn, device.sync)
+    except Exception as exc:  # the op's own failure, in its words
+        seen = kernels.observation(device.name, [], f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}")
+    return {**record, **seen}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -206,6 +236,11 @@ def main(argv: list[str] | None = None) -> int:
         # the build's provenance probe already measured it; probe only when run on its own
         unsupported = spec.get("dtype_support") or dtype_support(torch, device.torch_device)
         outputs = {} if spec.get("save_outputs") else None
+        if spec.get("observe") == "only":  # a probe process: kernels records, no timing
+            for key in spec["cells"]:
+                _emit(out, observe_cell(torch, device, Cell.from_key(key), spec, unsupported))
+            _emit(out, {"type": "end", "finished": time.time()})
+            return 0
         for key in spec["cells"]:
             _emit(
                 out,

@@ -1,0 +1,306 @@
+"""Which kernel ran: one call of a cell observed through the backend's own trace, named and classified.
+
+The manifest *declares* the kernel path a config sends an op to (:attr:`harness.configs.EnvConfig.routes`);
+this module *observes* it. One call per (build, config, cell), in the first round, never inside a
+timed region. Each device has one :class:`Trace` in :data:`TRACES` (a registry, like
+:mod:`harness.bench.devices`; an unknown device is a ``KeyError``, never a default):
+
+- **cuda**: the names of the device kernels ``torch.profiler.profile(activities=[ProfilerActivity.CUDA])``
+  records around one call (``FunctionEvent.name`` of the events whose ``device_type`` is CUDA;
+  ``torch.profiler.profile``, ``ProfilerActivity`` and ``profile.events()`` exist in torch 2.6 to
+  current). In **its own short process**: Kineto leaves CUPTI attached after a profile ends unless
+  ``TEARDOWN_CUPTI=1`` and slows later kernels (pytorch issue 144455: 10-20 % after profiling,
+  pytorch PR 146604), so a timed worker never profiles.
+- **cpu**: the libraries' own verbose logs, switched on at run time by torch for the one call only
+  (``torch.backends.mkl.verbose`` / ``torch.backends.mkldnn.verbose``, torch 2.6 to current) and read
+  from the C library's stdout (fd 1, captured through a pipe around the call and restored).
+  ``MKL_VERBOSE SGEMM(N,N,16,64,32,...)`` names the BLAS call, ``onednn_verbose,...,exec,cpu,matmul,
+  brg_matmul:avx512_core_bf16,...`` the oneDNN implementation. Measured here (torch 2.13.0, oneMKL
+  2024.0, oneDNN 3.12, AVX-512 BF16 CPU): float32 mm/addmm/linear print ``SGEMM``, bmm ``SGEMM_BATCH``;
+  bfloat16 mm/addmm/bmm/linear print ``brg_matmul:avx512_core_bf16``; float16 prints nothing (no
+  library call: ATen's own kernel), recorded as "no trace". In the first-round timed worker, at the
+  untimed first call of each cell (the switches are off again before any timing).
+- **mps**: the MPS profiler's operation log (``PYTORCH_MPS_LOG_PROFILE_INFO=1``, ``OPERATION_INFO``).
+  Upstream ``aten/src/ATen/mps/MPSProfiler.mm`` (stored versions ``458fd422`` with ``getenv`` and
+  ``05b8ccb7`` with ``c10::utils::get_env``; the same in both) reads the variable once, in the
+  profiler's constructor (a function-local ``static``), so it cannot be switched for one call; and with
+  it set, every graph and kernel launch builds a string, prints it to stderr and adds a completion
+  handler (``beginProfileExecution`` / ``addProfilerCompletedHandler``): host cost per call that would
+  distort launch-bound timing. So mps is observed in **its own short process** per (build, config) in
+  the first round, with the variable set there only. Format (``OperationInfo::toString``, both commits):
+  ``aten::<key> (id=<G|K><n>, run=<n>[, gpu=<ms> ms][, cpu=<ms> ms])`` on stderr (fd 2); ``G`` is an
+  MPSGraph execution (key: the graph cache key, ``MPSGraphCache::profileCachedGraph``), ``K`` a Metal
+  kernel (key: ``OperationInfo::buildKernelString``: the name given to ``beginProfileKernel`` and
+  ``:MPS:<dtype>[sizes]`` per tensor, e.g. v2.6.0 ``naive_matmul``, main ``matmul`` / ``addmm`` in
+  ``aten/src/ATen/native/mps/operations/LinearAlgebra.mm``). The log options are the bits of
+  ``LogOptions`` in ``MPSProfiler.h`` (stored ``21887b14``): ``OPERATION_INFO = 1 << 0``; without
+  ``INCLUDE_GPU_TIME`` a line is printed when the execution begins (``isProfileInfoLoggingEnabled``).
+
+Classification is a per-device table of rules (:data:`RULES`: pattern, path, accuracy route): the first
+rule matching a name classifies it; names a rule marks ``None`` (memsets, split-K reductions) are kept
+but do not classify. A name no rule matches is path ``unclassified``. The path is a kernel *family*
+(a kernel name does not tell which library launched it: cuBLAS calls cuBLASLt's kernels), the route the
+accuracy path (:data:`harness.checks.accuracy.PATHS`) it implies.
+
+Standard library + torch only (runs inside build interpreters).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import re
+import sys
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+#: an observation whose trace printed nothing for the call
+NO_TRACE = "no trace"
+#: the path of names no rule of the device matches
+UNCLASSIFIED = "unclassified"
+#: names kept per observation (the first ones; a GEMM launches one to three)
+MAX_NAMES = 8
+#: characters kept per name
+MAX_NAME_CHARS = 200
+
+
+@dataclass(frozen=True)
+class Rule:
+    """``pattern`` (re.search on a name) -> ``path`` (None: an auxiliary kernel that does not classify)
+    and the accuracy ``route`` that path implies."""
+
+    pattern: str
+    path: str | None
+    route: str = "default"
+
+
+#: device -> rules, first match wins
+RULES: dict[str, tuple[Rule, ...]] = {
+    "cuda": (
+        Rule(r"(?i)memset|memcpy|splitKreduce|reduce_kernel", None),
+        # before cutlass: the memory-efficient SDPA kernels are fmha_cutlassF_*
+        Rule(r"(?i)flash|fmha|efficient_attention|attention|sdpa", "attention"),
+        Rule(r"(?i)tf32", "tf32"),
+        Rule(r"nvjet", "nvjet"),
+        Rule(r"(?i)cutlass", "cutlass"),
+        Rule(r"xmma", "xmma"),
+        Rule(r"(?i)gemv", "gemv"),
+        Rule(r"(?i)gemm", "gemm"),
+    ),
+    "cpu": (
+        Rule(r"^mkl:", "mkl"),
+        Rule(r"^onednn:", "onednn"),
+    ),
+    "mps": (
+        Rule(r"^Metal:", "metal", "metal"),
+        Rule(r"^MPSGraph:", "mpsgraph"),
+    ),
+}
+#: how a path is written in the report
+LABELS = {"mpsgraph": "MPSGraph", "metal": "Metal", "mkl": "MKL", "onednn": "oneDNN", "tf32": "TF32"}
+
+
+def label(path: str | None) -> str:
+    """The path as the report writes it (``None``: no trace)."""
+    return NO_TRACE if path is None else LABELS.get(path, path)
+
+
+def classify(device: str, names: list[str]) -> tuple[str | None, str | None]:
+    """(path, route) of the kernel ``names`` of one call on ``device``: the first name a rule classifies
+    decides; (None, None) when there are no names, (``unclassified``, None) when no rule matches.
+
+    Raises:
+        KeyError: an unknown device.
+    """
+    rules = RULES[device]
+    matched = False
+    for name in names:
+        rule = next((r for r in rules if re.search(r.pattern, name)), None)
+        if rule is not None:
+            matched = True
+            if rule.path is not None:
+                return rule.path, rule.route
+    return (UNCLASSIFIED if names and not matched else None), None
+
+
+# ------------------------------------------------------------------------------------ parsers
+_MKL = re.compile(r"^MKL_VERBOSE\s+([A-Za-z][A-Za-z0-9_]*)\(([^)]*)\)")
+_MPS = re.compile(r"^aten::(?P<key>.*) \(id=(?P<kind>[GK])\d+, run=\d+[^()]*\)\s*$")
+
+
+def parse_cpu(lines: list[str]) -> list[str]:
+    """Kernel names from MKL_VERBOSE and oneDNN verbose lines: ``mkl:SGEMM(N,N,16,64,32)`` (the call and
+    its leading non-pointer arguments: transposes, M, N, K) and ``onednn:matmul:brg_matmul:avx512_core_bf16``
+    (primitive kind and implementation of each ``exec`` line; ``onednn_verbose``/``dnnl_verbose``, with or
+    without the ``v1,primitive`` fields of oneDNN >= 3.1). Header and info lines are left out."""
+    names = []
+    for line in lines:
+        m = _MKL.match(line.strip())
+        if m:
+            lead = []
+            for a in m.group(2).split(","):  # transposes and sizes come first; stop at the first pointer
+                if not re.fullmatch(r"[A-Za-z]|\d+", a.strip()):
+                    break
+                lead.append(a.strip())
+            names.append(f"mkl:{m.group(1)}({','.join(lead)})")
+            continue
+        fields = line.strip().split(",")
+        if fields[0] in ("onednn_verbose", "dnnl_verbose") and "exec" in fields:
+            at = fields.index("exec")
+            if len(fields) > at + 3:
+                names.append(f"onednn:{fields[at + 2]}:{fields[at + 3]}")
+    return names
+
+
+def parse_mps(lines: list[str]) -> list[str]:
+    """Names from MPS profiler operation lines (module docstring): ``MPSGraph:<graph key>`` for ``id=G…``,
+    ``Metal:<kernel key>`` for ``id=K…``; copy, CPU-fallback and statistics lines are left out."""
+    names = []
+    for line in lines:
+        m = _MPS.match(line.strip())
+        if m:
+            names.append(("MPSGraph:" if m.group("kind") == "G" else "Metal:") + m.group("key"))
+    return names
+
+
+def parse_cuda(lines: list[str]) -> list[str]:
+    """The kernel names themselves (one per device event), blank ones left out."""
+    return [line.strip() for line in lines if line.strip()]
+
+
+# ----------------------------------------------------------------------------------- capturing
+def _flush_c() -> None:
+    """Flush the C library's stdio buffers (the verbose logs are printf'd), where ctypes can reach libc."""
+    try:
+        ctypes.CDLL(None).fflush(None)
+    except (OSError, AttributeError, TypeError):
+        pass
+
+
+def capture_fd(fd: int, call: Callable[[], object]) -> tuple[object, list[str]]:
+    """(``call()``'s result, the lines written to file descriptor ``fd`` while it ran). The descriptor is
+    pointed at a pipe read by a thread (nothing is written to disk) and restored afterwards, also when
+    ``call`` raises."""
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    _flush_c()
+    read_end, write_end = os.pipe()
+    chunks: list[bytes] = []
+    reader = threading.Thread(target=lambda: chunks.extend(iter(lambda: os.read(read_end, 65536), b"")))
+    reader.start()
+    saved = os.dup(fd)
+    try:
+        os.dup2(write_end, fd)
+        try:
+            result = call()
+        finally:
+            for stream in (sys.stdout, sys.stderr):
+                stream.flush()
+            _flush_c()
+            os.dup2(saved, fd)
+    finally:
+        os.close(saved)
+        os.close(write_end)
+        reader.join()
+        os.close(read_end)
+    return result, b"".join(chunks).decode(errors="replace").splitlines()
+
+
+def _cpu_capture(torch, call: Callable[[], object], sync: Callable[[], None]) -> tuple[object, list[str]]:
+    from contextlib import ExitStack
+
+    def traced():
+        with ExitStack() as stack:
+            for backend in (torch.backends.mkl, torch.backends.mkldnn):
+                if backend.is_available():  # the verbose switch asserts on a build without the library
+                    stack.enter_context(backend.verbose(backend.VERBOSE_ON))
+            out = call()
+            sync()
+            return out
+
+    return capture_fd(1, traced)
+
+
+def profiler_names(torch, call: Callable[[], object], sync: Callable[[], None], kind: str = "CUDA"):
+    """(``call()``'s result, the names of the ``kind`` events torch.profiler recorded around it). ``kind``
+    is a ``ProfilerActivity`` and ``DeviceType`` name (CUDA; CPU in tests on a CPU-only build)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[getattr(ProfilerActivity, kind)]) as prof:
+        out = call()
+        sync()
+    return out, [e.name for e in prof.events() if str(e.device_type).rsplit(".", 1)[-1] == kind]
+
+
+def _mps_capture(torch, call: Callable[[], object], sync: Callable[[], None]) -> tuple[object, list[str]]:
+    def traced():
+        out = call()
+        sync()
+        return out
+
+    return capture_fd(2, traced)
+
+
+@dataclass(frozen=True)
+class Trace:
+    """How one device's kernels are observed.
+
+    Attributes:
+        device: ``cpu`` | ``cuda`` | ``mps``.
+        source: what is read, as the report names it.
+        own_process: observed in a short process of its own per (build, config) in the first round
+            (the trace would slow a timed process), else inline in the first-round worker.
+        env: variables that process gets on top of its config's.
+        capture: ``(torch, call, sync) -> (call's result, raw lines)``.
+        parse: raw lines -> kernel names.
+    """
+
+    device: str
+    source: str
+    own_process: bool
+    capture: Callable
+    parse: Callable[[list[str]], list[str]]
+    env: Mapping[str, str] = field(default_factory=dict)
+
+
+TRACES: dict[str, Trace] = {
+    "cpu": Trace("cpu", "MKL_VERBOSE / oneDNN verbose", False, _cpu_capture, parse_cpu),
+    "cuda": Trace("cuda", "torch.profiler CUDA kernels", True, profiler_names, parse_cuda),
+    "mps": Trace(
+        "mps",
+        "MPS profiler log (PYTORCH_MPS_LOG_PROFILE_INFO=1)",
+        True,
+        _mps_capture,
+        parse_mps,
+        {"PYTORCH_MPS_LOG_PROFILE_INFO": "1"},
+    ),
+}
+
+
+def observation(device: str, names: list[str], error: str | None = None) -> dict:
+    """The JSON record of one observed call: ``names`` (at most :data:`MAX_NAMES`, each cut to
+    :data:`MAX_NAME_CHARS`), ``path`` and ``route`` (:func:`classify`; None: no trace), ``trace``
+    (:attr:`Trace.source`), and ``error`` where the call or its trace failed."""
+    path, route = classify(device, names)
+    record = {
+        "names": [n[:MAX_NAME_CHARS] for n in names[:MAX_NAMES]],
+        "path": path,
+        "route": route,
+        "trace": TRACES[device].source,
+    }
+    if error:
+        record["error"] = error
+    return record
+
+
+def observe(device: str, torch, call: Callable[[], object], sync: Callable[[], None]) -> tuple[object, dict]:
+    """Run ``call`` once under ``device``'s trace: (its result, :func:`observation`). A trace that cannot
+    be taken is recorded as the observation's ``error``; the call's own exception propagates."""
+    trace = TRACES[device]
+    try:
+        out, lines = trace.capture(torch, call, sync)
+    except (AssertionError, RuntimeError, OSError) as exc:  # the trace itself, not the op: run it plainly
+        text = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+        return call(), observation(device, [], f"trace unavailable: {text}")
+    return out, observation(device, trace.parse(lines))

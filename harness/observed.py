@@ -1,0 +1,183 @@
+"""Observed kernel paths against declared routes: what results.json ``kernels`` says ran, per
+(build, config, cell), read against each config's ``routes`` (:attr:`harness.configs.EnvConfig.routes`).
+
+Rule (one, for every device): a config's route for an op is the accuracy path the manifest says the
+op takes there (``default`` where none is declared). Each build's observed call has a route
+(:func:`harness.bench.kernels.classify`). An observed route that is neither the declared one nor the
+default is a mismatch; so is ``default`` declared and another route observed. A declared non-default
+route must be observed on at least one build: where stock and patched route an op differently under
+one config, the manifest names the looser path (docs/new-series.md), which one build takes, so
+a build taking the default path there is not itself a mismatch; no build taking it is (which build takes
+it the manifest does not say, so it is not checked: the PR block's kernels line shows each side's). A call whose trace
+printed nothing (``no trace``) or could not be classified has no route and is not judged.
+
+No measuring, no file access: this module reads a results document."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+from harness import configs as cfg
+from harness.bench.kernels import label
+from harness.bench.workloads import Cell
+
+#: characters of a kernel name shown in the report
+SHOWN_CHARS = 60
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    """Builds whose observed kernel path for (op, dtype) under ``config`` is not the declared route."""
+
+    config: str
+    op: str
+    dtype: str
+    declared: str
+    observed: str
+    builds: tuple[str, ...]
+    cells: int
+
+    @property
+    def text(self) -> str:
+        where = f"{self.cells} cells" if self.cells > 1 else "1 cell"
+        return (
+            f"declared {self.declared}, observed {self.observed} for {self.op} {self.dtype} under "
+            f"`{self.config}` on {', '.join(self.builds)} ({where})"
+        )
+
+
+def seen(data: dict, build: str, config: str, key: str) -> dict | None:
+    """The observation of one (build, config, cell), or None where the run recorded none."""
+    return ((data.get("kernels") or {}).get(build) or {}).get(config, {}).get(key)
+
+
+def mismatches(data: dict) -> list[Mismatch]:
+    """Every declared route the observed kernels contradict (module rule), grouped by config, op, dtype,
+    declared and observed path, in plan order."""
+    if not data.get("kernels"):
+        return []
+    run, groups = data["run"], {}
+    for config in run["configs"]:
+        routes = data["configs"].get(config, {}).get("routes", {})
+        for key in run["cells"]:
+            cell = Cell.from_key(key)
+            declared = routes.get(cell.op, "default")
+            obs = {b: o for b in run["builds"] if (o := seen(data, b, config, key)) and o.get("route")}
+            routes_seen = {b: o["route"] for b, o in obs.items()}
+            if declared == "default":
+                bad = [b for b, r in routes_seen.items() if r != "default"]
+            elif declared not in routes_seen.values():
+                bad = list(routes_seen)
+            else:
+                bad = [b for b, r in routes_seen.items() if r not in (declared, "default")]
+            for b in bad:
+                group = (config, cell.op, cell.dtype, declared, label(obs[b]["path"]))
+                builds, keys = groups.setdefault(group, ([], set()))
+                if b not in builds:
+                    builds.append(b)
+                keys.add(key)
+    return [Mismatch(*g, tuple(builds), len(keys)) for g, (builds, keys) in groups.items()]
+
+
+def error_notes(data: dict) -> list[str]:
+    """The report's first-screen errors: one blockquote per :class:`Mismatch`."""
+    return [
+        f"> **Error:** {m.text}: the accuracy bound and any claim about this config rest on a kernel path "
+        "that did not run (observed kernels: Kernels in the details)."
+        for m in mismatches(data)
+    ]
+
+
+def short(name: str) -> str:
+    """A kernel name cut to :data:`SHOWN_CHARS`, safe in a markdown table cell."""
+    name = name.replace("|", "/").replace("`", "'")
+    return name if len(name) <= SHOWN_CHARS else name[: SHOWN_CHARS - 1] + "…"
+
+
+def describe(obs: dict | None) -> str:
+    """One observation in words: ``<path> `<first kernel>```, ``no trace``, or ``not observed: <why>``."""
+    if obs is None:
+        return "not observed"
+    if obs.get("error"):
+        return f"not observed: {obs['error']}"
+    if not obs["names"]:
+        return label(None)
+    return f"{label(obs['path'])} `{short(obs['names'][0])}`"
+
+
+def default_config(device: str) -> str:
+    """The device's default env config (the first of :data:`harness.configs.PROFILES`), against which
+    "same kernel" is said."""
+    return cfg.PROFILES[device][0].name
+
+
+def same_kernel(data: dict, build: str, config: str, key: str) -> bool:
+    """Whether ``config`` ran exactly the kernels the device's default config ran for this build and cell."""
+    mine, base = seen(data, build, config, key), seen(data, build, default_config(data["run"]["device"]), key)
+    return bool(mine and base and mine["names"] and not mine.get("error") and mine["names"] == base["names"])
+
+
+def _side_words(data: dict, side, keys: list[str]) -> str:
+    found = [seen(data, side.build, side.config, k) for k in keys]
+    paths = Counter(describe(o) if o is None or o.get("error") else label(o["path"]) for o in found)
+    names = sorted({o["names"][0] for o in found if o and o["names"] and not o.get("error")})
+    text = ", ".join(f"{p} ×{n}" for p, n in paths.items())
+    if 0 < len(names) <= 2:
+        text += " (" + ", ".join(f"`{short(n)}`" for n in names) + ")"
+    return f"`{side.label}` {text}"
+
+
+def contrast_line(data: dict, contrast) -> str:
+    """One line for a contrast's PR block: which kernel ran on each side over its covered cells, and
+    whether it was the same kernel."""
+    keys = [k for k in data["run"]["cells"] if contrast.covers(Cell.from_key(k).op, Cell.from_key(k).dtype)]
+    if not data.get("kernels"):
+        return "Kernels: not observed (this run's results.json predates kernel observation)."
+    if not keys:
+        return "Kernels: no cell of this run is covered."
+    same = sum(
+        1
+        for k in keys
+        if (a := seen(data, contrast.a.build, contrast.a.config, k))
+        and (b := seen(data, contrast.b.build, contrast.b.config, k))
+        and a["names"]
+        and not a.get("error")
+        and a["names"] == b["names"]
+    )
+    verdict = (
+        "the same kernel in every cell"
+        if same == len(keys)
+        else (f"the same kernel in {same} of {len(keys)} cells" if same else "a different kernel in every cell")
+    )
+    return f"Kernels: A {_side_words(data, contrast.a, keys)}; B {_side_words(data, contrast.b, keys)}; {verdict}."
+
+
+def details(data: dict) -> list[str]:
+    """The report's Kernels section: per config, each cell's observed kernel per build, "same kernel as
+    `<default>`" where the config ran what the device's default config ran."""
+    out = ["## Kernels", ""]
+    if not data.get("kernels"):
+        return out + ["Not observed: this run's results.json predates kernel observation.", ""]
+    run = data["run"]
+    base = default_config(run["device"])
+    traces = sorted({o["trace"] for per in data["kernels"].values() for c in per.values() for o in c.values()})
+    out += [
+        f"One untimed call per (build, config, cell) in the first round, observed through {', '.join(traces)} "
+        "(harness/bench/kernels.py); the first kernel name is shown.",
+        "",
+    ]
+    out += [f"- **Error:** {m.text}" for m in mismatches(data)] + ([""] if mismatches(data) else [])
+    for config in run["configs"]:
+        head = "| cell | " + " | ".join(run["builds"]) + " |"
+        out += [f"`{config}`", "", head, "|---" * (1 + len(run["builds"])) + "|"]
+        for key in run["cells"]:
+            row = [
+                f"same kernel as `{base}`"
+                if config != base and same_kernel(data, b, config, key)
+                else describe(seen(data, b, config, key))
+                for b in run["builds"]
+            ]
+            out.append(f"| {key} | " + " | ".join(row) + " |")
+        out.append("")
+    return out
