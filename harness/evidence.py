@@ -172,13 +172,15 @@ class Evidence:
         return out
 
     def accumulators(self, ref: str | None) -> dict[str, str]:
-        """Kernel path -> accumulator on base ``ref`` (series.toml ``[base.accumulators]``); with no base
-        told (None), a path on which the series' bases disagree is ``unknown``
-        (:data:`harness.checks.accuracy.UNKNOWN`)."""
+        """Kernel path -> accumulator on base ``ref`` (series.toml ``[base.accumulators]``) for every path
+        any base states; ``unknown`` (:data:`harness.checks.accuracy.UNKNOWN`) where that base does not
+        state it (e.g. a base ``rebase`` added, not yet read) or, with no base told (None), where the
+        series' bases disagree."""
+        paths = {p for b in self.bases for p in b.get("accumulators", {})}
         for base in self.bases:
             if base["ref"] == ref:
-                return {p: a["accumulator"] for p, a in base.get("accumulators", {}).items()}
-        paths = {p for b in self.bases for p in b.get("accumulators", {})}
+                own = base.get("accumulators", {})
+                return {p: own[p]["accumulator"] if p in own else "unknown" for p in sorted(paths)}
         out = {}
         for path in sorted(paths):
             seen = {b.get("accumulators", {}).get(path, {}).get("accumulator") for b in self.bases}

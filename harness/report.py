@@ -367,9 +367,11 @@ def check_notes(data: dict) -> list[str]:
     unknown = sorted({b for _, _, b, r in records if r.get("accumulator") == UNKNOWN})
     for b in unknown:
         how = (data["builds"].get(b, {}).get("base") or {}).get("how", "no base recorded")
+        base = (data["builds"].get(b, {}).get("base") or {}).get("ref")
+        where = f"on base {base} it is not stated in series.toml" if base else f"the base could not be told ({how})"
         notes.append(
-            f"> **Note:** the base of build {b} could not be told ({how}): its routed kernels' accumulator is "
-            "unknown, so their checks use the looser (input-dtype accumulation) bound."
+            f"> **Note:** build {b}: the accumulator of its routed kernels is unknown ({where}), so their "
+            "checks use the looser (input-dtype accumulation) bound."
         )
     pairs = [
         f"{_cell_words(k)} on {b} (bound {v['bound']:.2g})"

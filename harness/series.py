@@ -347,32 +347,7 @@ def load_series(spec: str | Path) -> Series:
             label = f"{where}: [[base]] #{number} (ref {base.ref!r})"
             raise SeriesError(f"{label}: key 'ref': duplicate base ref {base.ref!r}", "keep one [[base]] per ref")
         bases.append(base)
-    _check_routed_paths(where, evidence, bases)
     return Series(folder, data["name"], data["title"], data["upstream"], tuple(bases), related, env, evidence)
-
-
-def _check_routed_paths(where: str, evidence: dict, bases: list[Base]) -> None:
-    """Every kernel path a config routes to (``[evidence.<device>] routes``), but ``default``, must have
-    its accumulator stated in every ``[[base]]``: it is a fact of the base (harness.checks.accuracy)."""
-    paths = sorted(
-        {
-            path
-            for table in evidence.values()
-            if isinstance(table, dict)
-            for per_op in (table.get("routes") or {}).values()
-            if isinstance(per_op, dict)
-            for path in per_op.values()
-            if path != "default"
-        }
-    )
-    for base in bases:
-        lacking = [p for p in paths if p not in base.accumulators]
-        if lacking:
-            raise SeriesError(
-                f"{where}: [[base]] #{base.index} (ref {base.ref!r}) routes GEMMs to {lacking[0]!r} but has no "
-                f"[base.accumulators.{lacking[0]}]",
-                "read what that base's kernel sums in (float32 or input) and cite file and commit in `source`",
-            )
 
 
 # ------------------------------------------------------------------------------------- manifest edits
