@@ -250,20 +250,31 @@ def run_device(device: str, ev) -> dict:
 
 
 def catch_table(tallies: dict) -> list[str]:
-    lines = []
+    """Per device and mutation: checks that fail on it (caught), whose bound is informative, whose bound is
+    not (reported "check uninformative", never passed), informative ones that missed it (must be 0), and
+    checks where it does not apply."""
+    head = f"  {'mutation':<24} {'caught':>7} {'informative':>12} {'uninformative':>14} {'missed':>7} {'n/a':>5}"
+    lines = [
+        "caught: the check fails on the planted output; informative: 2 x bound <= the cell's smallest planted",
+        "defect's error (docs/env-configs.md), else the check is reported 'check uninformative'; missed: an",
+        "informative check that passed a planted defect (must be 0); n/a: one-row outputs (M = 1) have no row",
+        "to take from another. A stale output of another shape is caught by the shape check.",
+    ]
     for device, tally in tallies.items():
         lines.append(
             f"{device}: {tally['cells']} GEMM cells x (config, base) = {tally['checks']} accuracy checks per mutation"
         )
-        lines.append(f"  {'mutation':<24} {'caught':>7} {'informative':>12} {'uninformative':>14} {'n/a':>5}")
+        lines.append(head)
         for mutation in MUTATIONS:
             row = tally[mutation]
-            counts = f"{row['caught']:>7} {row['informative']:>12} {row['uninformative']:>14} {row['n/a']:>5}"
-            lines.append(f"  {mutation:<24} {counts}")
-        lines.append(f"  consistency ({' vs '.join(tally.get('pair') or ('none',))}), the wrong side as A and as B:")
+            counts = f"{row['caught']:>7} {row['informative']:>12} {row['uninformative']:>14} {len(row['missed']):>7}"
+            lines.append(f"  {mutation:<24} {counts} {row['n/a']:>5}")
+        pair = " vs ".join(tally.get("pair") or ("none",))
+        lines.append(f"  consistency ({pair}; the wrong side as A and as B, per base):")
         for mutation in MUTATIONS:
             row = tally["consistency"][mutation]
-            lines.append(f"  {mutation:<24} {row['caught']:>7} {row['informative']:>12} {row['uninformative']:>14}")
+            counts = f"{row['caught']:>7} {row['informative']:>12} {row['uninformative']:>14} {len(row['missed']):>7}"
+            lines.append(f"  {mutation:<24} {counts}")
     return lines
 
 
