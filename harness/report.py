@@ -348,7 +348,7 @@ def check_notes(data: dict) -> list[str]:
     if loose:
         notes.append(
             f"> **Check uninformative:** {len(loose)} accuracy check(s) have a bound too loose to fail on a plainly "
-            "wrong output (the smallest planted defect's error is not twice the bound; docs/reading-the-report.md): "
+            "wrong output (twice the bound exceeds the smallest planted defect's error; docs/env-configs.md): "
             + _named(loose)
             + ". Their errors are recorded, not passed."
         )
