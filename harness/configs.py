@@ -100,7 +100,8 @@ class EnvConfig:
         reduced_fp32: the config lets float32 GEMM run with a 10-bit mantissa (TF32 on cuda),
             which loosens the float32 accuracy bound (harness.checks.accuracy).
         routes: op -> kernel path the config may send it to, where that path changes the accuracy
-            bound (:data:`harness.checks.accuracy.PATHS`); ops not listed take the default path.
+            bound (what the path accumulates in is a fact of each base: series.toml
+            ``[base.accumulators]``); ops not listed take the default path.
             When stock and patched builds route an op differently under one config, the entry
             names the looser path, so one bound holds for both builds.
     """

@@ -146,6 +146,46 @@ class Evidence:
     contrasts: tuple[Contrast, ...] = ()
     tests: tuple[SeriesTest, ...] = ()
     test_requirements: tuple[str, ...] = ()
+    #: the series' bases: ``{"ref", "commit", "hash", "accumulators"}`` each (``hash``: the series hash of
+    #: that base's patches; ``accumulators``: kernel path -> ``{"accumulator", "source"}``, series.toml)
+    bases: tuple[Mapping, ...] = ()
+
+    def base_of(self, builds: Mapping[str, Mapping]) -> dict[str, dict]:
+        """Which of the series' bases each build is on, and how that is known: build name ->
+        ``{"ref": ref or None, "how": one line}``. ``builds``: results.json ``builds`` entries (their
+        ``build`` manifest and ``provenance.torch_version``).
+
+        Told by, in order: the build manifest's series hash (a patched build of that base's patches) or
+        base commit (a ``[[base]] commit``); the torch version's local label (``+<series>.<hash[:8]>``,
+        ``+stock.<commit[:8]>``); a release version ``X.Y.Z`` with no label against a ``vX.Y.Z`` ref;
+        then a build whose manifest names the same base commit as a build told above. Otherwise None:
+        the check uses the base-independent (looser) bound and the report says so."""
+        out = {name: _base_by_identity(self.bases, build) for name, build in builds.items()}
+        for name, build in builds.items():
+            sha = _manifest(build).get("base_sha")
+            if out[name]["ref"] is None and sha:
+                twin = next(
+                    (n for n, b in builds.items() if out[n]["ref"] and _manifest(b).get("base_sha") == sha), None
+                )
+                if twin:
+                    out[name] = {"ref": out[twin]["ref"], "how": f"same base commit {sha[:12]} as {twin}"}
+        return out
+
+    def accumulators(self, ref: str | None) -> dict[str, str]:
+        """Kernel path -> accumulator on base ``ref`` (series.toml ``[base.accumulators]``) for every path
+        any base states; ``unknown`` (:data:`harness.checks.accuracy.UNKNOWN`) where that base does not
+        state it (e.g. a base ``rebase`` added, not yet read) or, with no base told (None), where the
+        series' bases disagree."""
+        paths = {p for b in self.bases for p in b.get("accumulators", {})}
+        for base in self.bases:
+            if base["ref"] == ref:
+                own = base.get("accumulators", {})
+                return {p: own[p]["accumulator"] if p in own else "unknown" for p in sorted(paths)}
+        out = {}
+        for path in sorted(paths):
+            seen = {b.get("accumulators", {}).get(path, {}).get("accumulator") for b in self.bases}
+            out[path] = seen.pop() if len(seen) == 1 and None not in seen else "unknown"
+        return out
 
     def profiles(self, device: str) -> tuple[cfg.EnvConfig, ...]:
         """The device's env configs: the generic ones (:data:`harness.configs.PROFILES`) and the series'
@@ -179,6 +219,7 @@ class Evidence:
             "contrasts": [c.to_json() for c in self.contrasts],
             "tests": [t.to_json() for t in self.tests],
             "test_requirements": list(self.test_requirements),
+            "bases": [_plain(b) for b in self.bases],
         }
 
     @classmethod
@@ -196,7 +237,41 @@ class Evidence:
                 for t in d.get("tests", ())
             ),
             tuple(d.get("test_requirements", ())),
+            tuple(d.get("bases", ())),
         )
+
+
+def _manifest(build: Mapping) -> Mapping:
+    manifest = build.get("build")
+    return manifest if isinstance(manifest, Mapping) else {}
+
+
+def _label_segment(digest: str) -> str:
+    """The 8 hex digits as a local version label carries them (harness.build._hex_segment)."""
+    head = digest[:8].lower()
+    return f"g{head}" if head.isdigit() and head.startswith("0") else head
+
+
+def _base_by_identity(bases: tuple[Mapping, ...], build: Mapping) -> dict:
+    """The base one build's own records name (see :meth:`Evidence.base_of`), or ``{"ref": None, ...}``."""
+    manifest = _manifest(build)
+    series = manifest.get("series") if isinstance(manifest.get("series"), Mapping) else {}
+    version = str((build.get("provenance") or {}).get("torch_version") or "")
+    release, _, label = version.partition("+")
+    for base in bases:
+        if series.get("hash") and series["hash"] == base.get("hash"):
+            return {"ref": base["ref"], "how": f"build manifest: series hash {base['hash'][:8]}"}
+        if base.get("commit") and manifest.get("base_sha") == base["commit"]:
+            return {"ref": base["ref"], "how": f"build manifest: base commit {base['commit'][:12]}"}
+        parts = label.split(".")
+        if base.get("hash") and len(parts) > 1 and parts[-1] == _label_segment(base["hash"]) and parts[0] != "stock":
+            return {"ref": base["ref"], "how": f"torch version {version}: series hash {base['hash'][:8]}"}
+        if base.get("commit") and parts[:1] == ["stock"] and parts[-1] == _label_segment(base["commit"]):
+            return {"ref": base["ref"], "how": f"torch version {version}: base commit {base['commit'][:8]}"}
+        if not label and re.fullmatch(r"\d+\.\d+\.\d+", release) and base["ref"] == f"v{release}":
+            return {"ref": base["ref"], "how": f"torch release {release}"}
+    refs = ", ".join(b["ref"] for b in bases) or "none declared"
+    return {"ref": None, "how": f"torch {version or '?'} names none of the series' bases ({refs})"}
 
 
 def _plain(x):
@@ -417,4 +492,14 @@ def for_run(found, contrasts: list[str]) -> Evidence:
     """
     base = validate(found.evidence, found.env, found.name) if found else Evidence()
     extra = tuple(parse_contrast(text) for text in contrasts)
-    return Evidence(base.series, base.markers, base.device, base.contrasts + extra, base.tests, base.test_requirements)
+    bases = ()
+    if found:
+        from harness.series import series_hash  # the series' patch files: hashed where series.toml is owned
+
+        bases = tuple(
+            {"ref": b.ref, "commit": b.commit, "hash": series_hash(found, b), "accumulators": _plain(b.accumulators)}
+            for b in found.bases
+        )
+    return Evidence(
+        base.series, base.markers, base.device, base.contrasts + extra, base.tests, base.test_requirements, bases
+    )

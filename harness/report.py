@@ -27,6 +27,7 @@ from harness import configs as cfg
 from harness import observed, plots, prbody, stats
 from harness import results as res
 from harness.bench.workloads import Cell
+from harness.checks.accuracy import FAILED, UNINFORMATIVE, UNKNOWN, status_of
 from harness.errors import ResultsError
 from harness.fsutil import atomic_write_text
 from harness.peaks import peak_tflops
@@ -308,6 +309,89 @@ def _what_was_compared(data: dict) -> list[str]:
     return [line for note in notes for line in (note, "")]  # one blockquote each
 
 
+#: cells a first-screen note names before it says "and N more"
+NAMED_CELLS = 6
+
+
+def checked(data: dict) -> list[tuple[str, str, str, dict]]:
+    """Every accuracy check record of the run: ``(config, cell key, build, check)``, in process order."""
+    return [
+        (proc["config"], key, proc["build"], rec["check"])
+        for proc in data["processes"]
+        for key, rec in proc.get("cells", {}).items()
+        if isinstance(rec, dict) and isinstance(rec.get("check"), dict)
+    ]
+
+
+def _named(items: list[str]) -> str:
+    shown = ", ".join(items[:NAMED_CELLS])
+    return shown + (f" and {len(items) - NAMED_CELLS} more" if len(items) > NAMED_CELLS else "")
+
+
+def _cell_words(key: str) -> str:
+    cell = cell_of(key)
+    return f"{cell.op} {cell.label} {cell.dtype}"
+
+
+def check_notes(data: dict) -> list[str]:
+    """First-screen lines about the checks themselves (harness.checks.accuracy): checks whose bound is too
+    loose to fail on a plainly wrong output (**check uninformative**, with bound and error), the routed
+    kernel's errors over the default path's bound (**finding**), builds whose base could not be told,
+    and uninformative consistency pairs."""
+    notes = []
+    records = checked(data)
+    loose = [
+        f"`{c}` {_cell_words(k)} on {b} (bound {r['bound']:.2g}, error {_err(r['rel_error'])})"
+        for c, k, b, r in records
+        if status_of(r) == UNINFORMATIVE
+    ]
+    if loose:
+        notes.append(
+            f"> **Check uninformative:** {len(loose)} accuracy check(s) have a bound too loose to fail on a plainly "
+            "wrong output (twice the bound exceeds the smallest planted defect's error; docs/env-configs.md): "
+            + _named(loose)
+            + ". Their errors are recorded, not passed."
+        )
+    finding = [
+        f"`{c}` {_cell_words(k)} on {b}: {r['rel_error']:.2e} > {r['default_bound']:.1e}"
+        for c, k, b, r in records
+        if r.get("default_bound") is not None and r.get("rel_error") is not None and r["rel_error"] > r["default_bound"]
+    ]
+    if finding:
+        notes.append(
+            f"> **Finding:** {len(finding)} check(s) on a routed kernel that accumulates in lower precision err "
+            "beyond the default path's (float32-accumulation) bound, evidence about that kernel: "
+            + _named(finding)
+            + "."
+        )
+    unknown = sorted({b for _, _, b, r in records if r.get("accumulator") == UNKNOWN})
+    for b in unknown:
+        how = (data["builds"].get(b, {}).get("base") or {}).get("how", "no base recorded")
+        base = (data["builds"].get(b, {}).get("base") or {}).get("ref")
+        where = f"on base {base} it is not stated in series.toml" if base else f"the base could not be told ({how})"
+        notes.append(
+            f"> **Note:** build {b}: the accumulator of its routed kernels is unknown ({where}), so their "
+            "checks use the looser (input-dtype accumulation) bound."
+        )
+    pairs = [
+        f"{_cell_words(k)} on {b} (bound {v['bound']:.2g})"
+        for b, result in ((data.get("consistency") or {}).get("builds") or {}).items()
+        for k, v in (result.get("cells") or {}).items()
+        if status_of(v) == UNINFORMATIVE
+    ]
+    if pairs:
+        a, b = data["consistency"]["pair"]
+        notes.append(
+            f"> **Check uninformative:** {len(pairs)} `{a}` vs `{b}` consistency check(s) have a sum of bounds too "
+            "loose to fail on a wrong side: " + _named(pairs) + "."
+        )
+    return [line for note in notes for line in (note, "")]
+
+
+def _err(x: float | None) -> str:
+    return "–" if x is None else f"{x:.2e}"
+
+
 def series_markers(data: dict) -> list[str]:
     """The series' markers: recorded in results.json ``evidence``; for runs before it was recorded, the
     variables looked for in the libraries that no generic config of the device sets."""
@@ -401,13 +485,22 @@ def _consistency(section: dict | None, builds: list[str]) -> list[str]:
             lines.append(f"- **{build}**: not checked: {result['error']}")
             continue
         cells = result["cells"]
-        bad = {k: v for k, v in cells.items() if not v["passed"]}
-        worst = max(cells.items(), key=lambda kv: kv[1]["rel_diff"] / kv[1]["bound"], default=None)
-        text = f"- **{build}**: {len(cells) - len(bad)}/{len(cells)} cells agree"
+        bad = {k: v for k, v in cells.items() if status_of(v) == FAILED}
+        loose = {k: v for k, v in cells.items() if status_of(v) == UNINFORMATIVE}
+        finite = [kv for kv in cells.items() if kv[1]["rel_diff"] is not None]
+        worst = max(finite, key=lambda kv: kv[1]["rel_diff"] / kv[1]["bound"], default=None)
+        text = f"- **{build}**: {len(cells) - len(bad) - len(loose)}/{len(cells)} cells agree"
+        if loose:
+            text += f", {len(loose)} **check uninformative** (sum of bounds too loose to fail)"
         if worst:
             text += f"; largest difference {worst[1]['rel_diff']:.2e} (bound {worst[1]['bound']:.1e}) in `{worst[0]}`"
         lines.append(
-            text + "".join(f"; **differs** `{k}` {v['rel_diff']:.2e} > {v['bound']:.1e}" for k, v in bad.items())
+            text
+            + "".join(
+                f"; **differs** `{k}` "
+                + (f"{v['rel_diff']:.2e} > {v['bound']:.1e}" if v["rel_diff"] is not None else v.get("reason", ""))
+                for k, v in bad.items()
+            )
         )
     return lines + [""]
 
@@ -745,7 +838,7 @@ def render(data: dict, analysis: Analysis | None = None) -> str:
     drifted = [f"`{c}` {b}" for (b, c), d in analysis.drifts.items() if d.verdict == "drift"]
     contrasts = prbody.evaluate_all(data, THRESHOLD, LAUNCH_BOUND_THRESHOLD)
     errors = [line for note in observed.error_notes(data) for line in (note, "")]
-    out += prbody.render_block(data, contrasts, errors + _what_was_compared(data))
+    out += prbody.render_block(data, contrasts, errors + _what_was_compared(data) + check_notes(data))
     if drifted:
         out += [f"> **Drift:** {', '.join(drifted)} changed over the run (see Drift in the details).", ""]
     out += [
@@ -779,7 +872,7 @@ def _correctness(data: dict, analysis: Analysis) -> list[str]:
     """One row per (config, cell): each build's relative error against float64, and the bound."""
     builds = analysis.builds
     table = analysis.table
-    lines, failed, count = [], 0, 0
+    lines, failed, loose, found, count = [], 0, 0, 0, 0
     for config in data["run"]["configs"]:
         for key, per_build in table.get(config, {}).items():
             checks = {b: next((r["check"] for r in per_build.get(b, []) if r.get("check")), None) for b in builds}
@@ -794,8 +887,17 @@ def _correctness(data: dict, analysis: Analysis) -> list[str]:
                     cols.append("–")
                     continue
                 err = "–" if chk["rel_error"] is None else f"{chk['rel_error']:.2e}"
-                failed += not chk["passed"]
-                cols.append(err if chk["passed"] else f"**{err} NO: {chk['reason']}**")
+                status = status_of(chk)
+                failed += status == FAILED
+                loose += status == UNINFORMATIVE
+                over = chk.get("default_bound") is not None and (chk["rel_error"] or 0) > chk["default_bound"]
+                found += over
+                err += f" (finding: > default {chk['default_bound']:.1e})" if over else ""
+                if status == FAILED:
+                    err = f"**{err} NO: {chk['reason']}**"
+                elif status == UNINFORMATIVE:
+                    err = f"{err} **check uninformative**"
+                cols.append(err)
             cell = cell_of(key)
             lines.append(
                 f"| {config} | {cell.op} | {cell.label} | {cell.dtype} | " + " | ".join(cols) + f" | {bound:.1e} |"
@@ -811,7 +913,9 @@ def _correctness(data: dict, analysis: Analysis) -> list[str]:
         return out + ["No checks ran.", ""]
     out += [
         f"{count} (config, cell) pairs checked in {len(builds)} build(s): "
-        + ("**all within their bounds**." if not failed else f"**{failed} check(s) over the bound**."),
+        + ("**all within their bounds**." if not failed else f"**{failed} check(s) over the bound**.")
+        + (f" **{loose} check(s) uninformative** (bound too loose to fail on a wrong output)." if loose else "")
+        + (f" {found} finding(s): a routed kernel over the default path's bound." if found else ""),
         "",
         "<details><summary>relative error per cell</summary>",
         "",

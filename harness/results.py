@@ -189,6 +189,9 @@ def cells_problem(cells, where: str) -> str | None:
             return f"{at} is {_kind(rec)}, not a cell record"
         if not isinstance(rec.get("status"), str):
             return f"{at}.status is {_kind(rec.get('status'))}, not a string"
+        found = check_problem(rec.get("check"), f"{at}.check")
+        if found:
+            return found
         if rec["status"] == "ok":
             m = rec.get("measurement")
             if not isinstance(m, dict):
@@ -218,6 +221,29 @@ def cells_problem(cells, where: str) -> str | None:
                     f"{at}.measurement.median is {m['median']!r}, outside its samples "
                     f"({min(samples)!r} .. {max(samples)!r})"
                 )
+    return None
+
+
+#: a check record's statuses (harness.checks.accuracy): within an informative bound, failed, or within a
+#: bound too loose to fail on a plainly wrong output
+CHECK_STATUSES = ("passed", "failed", "uninformative")
+
+
+def check_problem(check, where: str) -> str | None:
+    """What is wrong with one cell's ``check`` record at ``where`` (None: absent or sound). Checked: an
+    object with a numeric ``bound``; ``status`` (when recorded) one of :data:`CHECK_STATUSES` and
+    ``passed`` true exactly when it is ``passed`` (an uninformative check never reads as passed)."""
+    if check is None:
+        return None
+    if not isinstance(check, dict):
+        return f"{where} is {_kind(check)}, not an object"
+    if not _number(check.get("bound")):
+        return f"{where}.bound is {check.get('bound')!r}, not a number"
+    if "status" in check:
+        if check["status"] not in CHECK_STATUSES:
+            return f"{where}.status is {check['status']!r}, not one of {', '.join(CHECK_STATUSES)}"
+        if check.get("passed") is not (check["status"] == "passed"):
+            return f"{where}.passed is {check.get('passed')!r} with status {check['status']!r}"
     return None
 
 

@@ -42,6 +42,7 @@ from harness.bench import kernels
 from harness.bench.ops import key_hint
 from harness.bench.timer import first_layout, steady_start
 from harness.bench.workloads import DTYPES, ITEMSIZE, Cell, default_cells
+from harness.checks.accuracy import FAILED, status_of
 from harness.errors import HarnessError, ResultsError, UsageError
 from harness.fsutil import atomic_write_json, exclusive_lock, inside
 from harness.progress import note, task
@@ -502,7 +503,8 @@ def run_consistency(
             continue
         env = cfg.worker_environment(cfg.EnvConfig("consistency"))
         env["PYTHONPATH"] = SOURCE_ROOT
-        described = [json.dumps(configs[c].to_json()) for c in pair]
+        accumulators = info.get("base", {}).get("accumulators", {})
+        described = [json.dumps({**configs[c].to_json(), "accumulators": accumulators}) for c in pair]
         proc = subprocess.run(
             [info["interpreter"], "-m", "harness.checks.consistency", *map(str, files), *described],
             capture_output=True,
@@ -1180,6 +1182,9 @@ def probe_builds(plan: Plan) -> dict[str, dict]:
         manifest = build_manifest(build)
         if manifest:
             build_info[name]["build"] = manifest
+    if plan.evidence.bases:  # which base each build is on sets the routed kernels' accumulators
+        for name, told in plan.evidence.base_of(build_info).items():
+            build_info[name]["base"] = {**told, "accumulators": plan.evidence.accumulators(told["ref"])}
     support = next(iter(build_info.values()))["provenance"]["dtype_support"]
     if plan.dtypes_given:
         lacking = sorted({(c.dtype, c.op) for c in plan.cells if unsupported_reason(support, c.dtype, c.op)})
@@ -1218,6 +1223,7 @@ class Recorder:
             "save_outputs": str(self.raw / f"{name}.outputs.pt") if save else None,
             "reduced_fp32": env_config.reduced_fp32,
             "routes": dict(env_config.routes),
+            "accumulators": dict(self.data["builds"][build].get("base", {}).get("accumulators", {})),
             "seed": plan.seed,
             "timing": dict(plan.timing),
             "threads": plan.threads,
@@ -1432,6 +1438,6 @@ def execute(request: RunRequest) -> int:
 def consistency_failures(consistency: dict) -> int:
     """Cells whose outputs disagree between two configs of a build, plus builds whose check broke."""
     builds = consistency["builds"]
-    return sum(not v["passed"] for r in builds.values() for v in r.get("cells", {}).values()) + sum(
+    return sum(status_of(v) == FAILED for r in builds.values() for v in r.get("cells", {}).values()) + sum(
         "error" in r for r in builds.values()
     )

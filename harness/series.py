@@ -5,7 +5,10 @@ The manifest (the project's shared series contract): top-level ``name``, ``title
 ``ref``, optional ``commit`` (pinned 40-hex SHA), ``dir`` (default: the ref), ordered ``patches``
 (``git format-patch`` files in ``patches/<series>/<dir>/``), optional ``files``, ``notes`` and
 ``[[base.read]]`` provenance (``path``, ``commit``, optional ``blob``: the file's git blob SHA when it was
-read whole). Unknown keys are errors; every error names the file and the key.
+read whole), and ``[base.accumulators.<path>]`` per kernel path the series routes GEMMs to
+(``accumulator``: ``float32`` or ``input``, what that base's kernel sums in; ``source``: where in
+that base's upstream source it was read, file and commit). Unknown keys are errors; every error
+names the file and the key.
 
 Operations, all on the worktrees of :mod:`harness.upstream`:
 
@@ -37,6 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness import progress
+from harness.checks.accuracy import ACCUMULATORS
 from harness.errors import HarnessError, SeriesError, UpstreamError
 from harness.evidence import EvidenceError
 from harness.evidence import validate as validate_evidence
@@ -62,9 +66,19 @@ PATCHES_DIR = Path("patches")
 MANIFEST = "series.toml"
 _TOP_KEYS = {"name": str, "title": str, "upstream": str, "related": list, "env": list, "base": list, "evidence": dict}
 _TOP_REQUIRED = ("name", "title", "upstream", "base")
-_BASE_KEYS = {"ref": str, "commit": str, "dir": str, "patches": list, "files": list, "notes": str, "read": list}
+_BASE_KEYS = {
+    "ref": str,
+    "commit": str,
+    "dir": str,
+    "patches": list,
+    "files": list,
+    "notes": str,
+    "read": list,
+    "accumulators": dict,
+}
 _BASE_REQUIRED = ("ref", "patches")
 _READ_KEYS = {"path": str, "commit": str, "blob": str}
+_ACCUMULATOR_KEYS = {"accumulator": str, "source": str}
 _SHA = re.compile(r"[0-9a-f]{40}")
 #: format-patch options of refresh/rebase: stable bytes for the same commits (see module doc).
 FORMAT_PATCH_ARGS = (
@@ -98,6 +112,8 @@ class Base:
     files: tuple[str, ...] | None = None
     notes: str = ""
     read: tuple[dict, ...] = ()
+    #: kernel path -> ``{"accumulator": "float32" | "input", "source": citation}`` (harness.checks.accuracy)
+    accumulators: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -271,6 +287,17 @@ def _load_base(where: str, folder: Path, number: int, table: dict) -> Base:
             ("path", "commit"),
             "add `{key} = ...` to that [[base.read]]",
         )
+    accumulators = table.get("accumulators", {})
+    for path, item in accumulators.items():
+        where_acc = f"{label} [base.accumulators.{path}]"
+        if not isinstance(item, dict):
+            raise SeriesError(f"{where_acc} must be a table", "give it accumulator = ... and source = ...")
+        _check_keys(where_acc, item, _ACCUMULATOR_KEYS, ("accumulator", "source"), "add `{key} = ...` to that table")
+        if item["accumulator"] not in ACCUMULATORS:
+            raise SeriesError(
+                f"{where_acc}: accumulator {item['accumulator']!r} is not one of {', '.join(ACCUMULATORS)}",
+                "name what that base's kernel sums in, read in its source",
+            )
     files = _strings(label, "files", table["files"]) if "files" in table else None
     return Base(
         number,
@@ -281,6 +308,7 @@ def _load_base(where: str, folder: Path, number: int, table: dict) -> Base:
         files,
         table.get("notes", ""),
         tuple(reads),
+        dict(accumulators),
     )
 
 

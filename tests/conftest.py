@@ -64,6 +64,16 @@ SLOWEST_FILES = (
 )
 
 
+def pytest_terminal_summary(terminalreporter) -> None:
+    """Print the planted-defect catch table (tests/test_planted_defects.py, recorded as the test's
+    ``catch_table`` property) after the run: it shows with or without ``-s`` and from xdist workers."""
+    for rep in terminalreporter.stats.get("passed", []) + terminalreporter.stats.get("failed", []):
+        for name, value in getattr(rep, "user_properties", ()):
+            if name == "catch_table":
+                terminalreporter.write_sep("-", "planted-defect catch table")
+                terminalreporter.write_line(value)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Run :data:`SLOWEST_FILES` first, in that order (a stable sort: tests keep their order in a file)."""
     rank = {name: i for i, name in enumerate(SLOWEST_FILES)}

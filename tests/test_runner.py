@@ -264,7 +264,13 @@ def test_consistency_flags_outputs_that_differ(tmp_path):
     result = compare_outputs(a, b, {}, {})
     assert not result["mm/8x8x8/float32"]["passed"]
     assert abs(result["mm/8x8x8/float32"]["rel_diff"] - 0.001 / 1.001) < 1e-7  # 1.001 rounded to float32
-    assert result["mm/4x4x4/float16"] == {"rel_diff": 0.0, "bound": result["mm/4x4x4/float16"]["bound"], "passed": True}
+    assert result["mm/4x4x4/float16"] == {
+        "rel_diff": 0.0,
+        "bound": result["mm/4x4x4/float16"]["bound"],
+        "passed": True,
+        "status": "passed",
+        "reason": "",
+    }
 
 
 def test_resume_refuses_a_run_measured_with_other_builds_or_cells(ab_run, tmp_path):

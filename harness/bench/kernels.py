@@ -40,7 +40,7 @@ Classification is a per-device table of rules (:data:`RULES`: pattern, path, acc
 rule matching a name classifies it; names a rule marks ``None`` (memsets, split-K reductions) are kept
 but do not classify. A name no rule matches is path ``unclassified``. The path is a kernel *family*
 (a kernel name does not tell which library launched it: cuBLAS calls cuBLASLt's kernels), the route the
-accuracy path (:data:`harness.checks.accuracy.PATHS`) it implies.
+accuracy path (the route names of :attr:`harness.configs.EnvConfig.routes`) it implies.
 
 Standard library + torch only (runs inside build interpreters).
 """

@@ -5,7 +5,8 @@
 SPEC (written by :mod:`harness.runner`)::
 
     {"device": "cpu", "cells": ["mm/512x512x512/float32", ...], "check": true,
-     "reduced_fp32": false, "routes": {"mm": "metal"}, "seed": 0, "threads": 1, "save_outputs": null,
+     "reduced_fp32": false, "routes": {"mm": "metal"}, "accumulators": {"metal": "input"},
+     "seed": 0, "threads": 1, "save_outputs": null,
      "dtype_support": {"float16": {"mm": null, ...}, ...},   # optional, from harness.provenance
      "record_env": ["OMP_NUM_THREADS"],                      # optional: --env names to record
      "emulate": null,                                        # or {"macos": [13, 5]}: harness.bench.conformance
@@ -45,7 +46,7 @@ from contextlib import ExitStack
 from harness.bench import devices, kernels
 from harness.bench.timer import BlockTimer
 from harness.bench.workloads import Cell, make_inputs, op_callable, planted, reference
-from harness.checks.accuracy import check
+from harness.checks.accuracy import DEFAULT_ACCUMULATOR, FAILED, UNKNOWN, check, status_of
 from harness.configs import snapshot
 from harness.provenance import dtype_support, unsupported_reason
 
@@ -111,6 +112,13 @@ def measure_layouts(torch, timer: BlockTimer, cell: Cell, inputs: list, torch_de
     return m
 
 
+def accumulator(cell: Cell, spec: dict) -> str:
+    """What ``cell``'s op sums in under the spec: float32 on the ``default`` path; for a routed path
+    (``routes``), the build's base's accumulator (``accumulators``), else ``unknown``."""
+    path = spec.get("routes", {}).get(cell.op, "default")
+    return DEFAULT_ACCUMULATOR if path == "default" else spec.get("accumulators", {}).get(path, UNKNOWN)
+
+
 def run_cell(
     torch,
     timer: BlockTimer,
@@ -161,8 +169,8 @@ def run_cell(
             if keep:
                 outputs[record["key"]] = out.detach().cpu()
             if spec.get("check"):
-                path = spec.get("routes", {}).get(cell.op, "default")
-                result = check(cell, out, reference(cell, inputs), spec.get("reduced_fp32", False), path)
+                reduced = spec.get("reduced_fp32", False)
+                result = check(cell, out, reference(cell, inputs), reduced, accumulator(cell, spec))
                 record["check"] = result.to_json()
             del out
         step(record["key"], "measure")
@@ -176,7 +184,7 @@ def run_cell(
     if bad:
         return {**record, "status": "failed", "reason": f"{len(bad)} timing samples are not finite positive seconds"}
     record["measurement"] = m.to_json()
-    if record.get("check") and not record["check"]["passed"]:
+    if record.get("check") and status_of(record["check"]) == FAILED:
         record["status"] = "failed"
         record["reason"] = "check failed: " + record["check"]["reason"]
     return record

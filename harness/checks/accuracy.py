@@ -1,35 +1,69 @@
-"""Relative error of a device result against a float64 CPU reference, and its per-dtype bound.
+"""Relative error of a device result against a float64 CPU reference, its bound, and whether the bound can fail.
 
 ``rel_error = ‖out − ref‖_F / ‖ref‖_F`` where ``ref`` is :func:`harness.bench.workloads.reference`
 computed in float64 on the CPU from the *same rounded inputs* the device saw, so input
 rounding is not counted: what remains is the backend's accumulation and output rounding.
 
-Bound: ``rel_error <= 2·u_out + 4·u_acc·sqrt(n)``. ``u_out`` is the unit roundoff of the output
+**Bound**: ``rel_error <= 2·u_out + 4·u_acc·sqrt(n)``. ``u_out`` is the unit roundoff of the output
 dtype (rounding the result: float16 2⁻¹¹, bfloat16 2⁻⁸, float32 2⁻²⁴); ``n`` is the inner-product
-length (:attr:`Cell.reduction`, from the op's registry record
-:attr:`harness.bench.ops.Op.reduction`); ``u_acc`` is the roundoff of the accumulator, which follows the
-kernel path the config routes the op to (:attr:`harness.configs.EnvConfig.routes`, :data:`PATHS`):
+length (:attr:`Cell.reduction`, from the op's registry record :attr:`harness.bench.ops.Op.reduction`);
+``u_acc`` is the roundoff of the accumulator the kernel sums in (:data:`ACCUMULATORS`):
 
-- ``default``: float32 (2⁻²⁴), because cuBLAS, oneDNN/MKL and MPSGraph accumulate half-precision
-  products in float32; 2⁻¹¹ under a reduced-precision config (TF32 on cuda), where float32 outputs
-  are also held to ``u_out = 2⁻¹¹``.
-- ``metal``: PyTorch's own Metal GEMM kernels, which ``PYTORCH_MPS_PREFER_METAL`` selects. They
-  accumulate in the tensor's own dtype: v2.6.0 ``naive_matmul`` sums ``T rc += v1[i] * v2[i]``
-  (``dot_product`` in ``aten/src/ATen/native/mps/kernels/LinearAlgebra.metal``, Debian's
-  pytorch_2.6.0+dfsg source), so ``u_acc`` is the dtype's own roundoff (float16 2⁻¹¹, bfloat16
-  2⁻⁸). A float16 ``mm`` with K = 512 summed that way errs by about 3e-3 (numpy emulation,
-  tests/test_accuracy.py), three times the default bound of 9.8e-4.
+- ``float32``: 2⁻²⁴. cuBLAS, oneDNN/MKL and MPSGraph accumulate half-precision products in float32
+  (the ``default`` kernel path); 2⁻¹¹ under a reduced-precision config (TF32 on cuda), where float32
+  outputs are also held to ``u_out = 2⁻¹¹``.
+- ``input``: the tensor's own dtype (float16 2⁻¹¹, bfloat16 2⁻⁸).
+- ``unknown``: the build's base could not be told, so which of the two a routed kernel uses is not
+  known; the bound is the looser (``input``) one and the record says ``unknown``, so the report
+  names it (never silently the favourable one).
+
+Which accumulator a *routed* kernel path uses is a fact of the base, not of this module: each
+``[[base]]`` of a series names it with its citation in ``series.toml`` (``[base.accumulators.<path>]``;
+:mod:`harness.evidence`). For the MPS series: v2.6.0's Metal GEMM ``naive_matmul`` sums ``T rc +=
+v1[i] * v2[i]`` (``dot_product``, ``aten/src/ATen/native/mps/kernels/LinearAlgebra.metal`` lines
+5-10, Debian's pytorch_2.6.0+dfsg, blob 85b82e3a; also the stored upstream copy at b83072ba), i.e.
+``input``; main's ``matmul``/``addmm`` kernels (``do_metal_mm`` looks up ``matmul_<dtype>`` in
+``LinearAlgebra.mm`` at 001077cb) sum in ``c10::metal::opmath_t<T>`` (``matmul_inner``, stored copy
+at 0055b0d0), i.e. ``float32``. A float16 ``mm`` with K = 512 summed in float16 errs by about 3e-3
+(numpy emulation, tests/test_conformance.py), three times the float32-accumulation bound of 9.8e-4.
 
 ``PYTORCH_MPS_FAST_MATH`` changes no bound: MPSGraph never reads it, and it reaches only Metal
-shaders compiled at run time (``OperationUtils.mm``, ``MetalShaderLibrary::compileLibrary``). The sqrt(n) growth
-is the probabilistic rounding-error bound for inner products (Higham & Mary, "A New Approach to
+shaders compiled at run time (``OperationUtils.mm``, ``MetalShaderLibrary::compileLibrary``). The sqrt(n)
+growth is the probabilistic rounding-error bound for inner products (Higham & Mary, "A New Approach to
 Probabilistic Rounding Error Analysis", SIAM J. Sci. Comput. 41(5), 2019); the factors 2 and 4 are
 headroom for the tail. Measured on CPU (torch 2.13, quick cells): float16 ≈ 2e-4 against bounds
 ≈ 1e-3, bfloat16 ≈ 2e-3 against ≈ 8e-3, float32 ≈ 3e-7 against ≈ 5e-6.
 
-A result over the bound, or with NaN/Inf, fails the cell's check. The error itself is recorded
-either way: fast math is known to cost accuracy on MPS (pytorch issue 84936), so the number is
-evidence for the report, not only a pass/fail.
+**Informative** (:func:`informative`): a bound is evidence only while it is well below the error of
+plainly wrong outputs. For inputs of independent zero-mean entries (:func:`harness.bench.workloads.make_inputs`)
+the relative errors of the wrong outputs a broken GEMM kernel gives are, in expectation:
+
+- all zeros: 1; NaN: not finite (fails whatever the bound);
+- a transposed operand, or the previous cell's output (a stale buffer): ≈ √2 (uncorrelated with
+  the reference, of the same norm);
+- the last 1/8 of the reduction dropped: ‖A₂B₂‖/‖AB‖ ≈ √(1/8) ≈ 0.354 (the dropped part carries 1/8
+  of the variance of each output);
+- one output row taken from another, out of R rows (R = M, B·M for bmm): ‖y_j − y_i‖/‖Y‖ ≈ √(2/R)
+  (0.022 at R = 4096).
+
+:func:`smallest_defect` is the smallest of these for the cell (GEMM; for SDPA, whose output rows are
+attention averages without such a formula, the all-zero output alone). The check is informative when
+``bound · INFORMATIVE_MARGIN <= smallest_defect`` (margin 2: the defect is caught even at half its
+expected error). A check that is not informative, and whose error is within its bound, has status
+``uninformative`` (never ``passed``): the report counts and names these cells on its first screen
+with their bounds and errors. So bfloat16 K = 4096 under ``input`` accumulation (bound 1.008, which
+an all-zero output passes) is uninformative, and so is float16 under ``input`` at K >= 256 (bound
+≥ 0.032 > 0.022 / 2 for the 4096-row cells): a row of 4096 wrong is below what its bound can see.
+tests/test_planted_defects.py plants each of those outputs in every GEMM cell of every device's
+default matrix and prints how many cells catch each.
+
+**Finding**: where the accumulator is not float32, the record also carries ``default_bound`` (the
+float32-accumulation bound): an error over it is evidence that the routed kernel is less accurate
+than the default path, and the report shows it as such rather than as a pass.
+
+A result over the bound, or with NaN/Inf, or of the wrong shape, fails the cell's check. The error
+itself is recorded either way: fast math is known to cost accuracy on MPS (pytorch issue 84936), so
+the number is evidence for the report, not only a pass/fail.
 """
 
 from __future__ import annotations
@@ -47,40 +81,90 @@ UNIT_ROUNDOFF = {
 }
 #: roundoff of a 10-bit-mantissa computation (TF32, half-precision accumulation)
 REDUCED_ROUNDOFF = 2.0**-11
-#: kernel path -> what it accumulates in: "float32", or "input" (the tensor's own dtype)
-PATHS = {"default": "float32", "metal": "input"}
+#: what a kernel accumulates in: float32, or the tensor's own dtype (``input``)
+ACCUMULATORS = ("float32", "input")
+#: a routed path whose accumulator is not known (the build's base could not be told)
+UNKNOWN = "unknown"
+#: the accumulator of the ``default`` path (every backend's library GEMM)
+DEFAULT_ACCUMULATOR = "float32"
+#: check outcomes: within an informative bound, over the bound (or not finite, or misshapen), or within
+#: a bound too loose to have failed on a plainly wrong output
+PASSED, FAILED, UNINFORMATIVE = "passed", "failed", "uninformative"
+#: a bound is informative when this many times it is still at most the smallest planted defect's error
+INFORMATIVE_MARGIN = 2.0
+#: the fraction of the reduction a planted defect drops (its error is sqrt of it)
+DROPPED_FRACTION = 1 / 8
 
 
-def bound(dtype: str, reduction: int, reduced_fp32: bool = False, path: str = "default") -> float:
+def bound(dtype: str, reduction: int, reduced_fp32: bool = False, accumulator: str = DEFAULT_ACCUMULATOR) -> float:
     """The relative-error bound for ``dtype`` and inner-product length ``reduction`` (see module).
 
     ``reduced_fp32`` is the config's flag (:attr:`harness.configs.EnvConfig.reduced_fp32`);
-    ``path`` the kernel path the config routes the op to (:attr:`harness.configs.EnvConfig.routes`).
+    ``accumulator`` what the kernel sums in (:data:`ACCUMULATORS`, or :data:`UNKNOWN`: the looser).
 
     Raises:
-        ValueError: an unknown path (the message lists :data:`PATHS`).
+        ValueError: an unknown accumulator (the message lists them).
     """
-    if path not in PATHS:
-        raise ValueError(f"unknown kernel path {path!r}; choose one of {', '.join(PATHS)}")
+    if accumulator not in (*ACCUMULATORS, UNKNOWN):
+        raise ValueError(f"unknown accumulator {accumulator!r}; choose one of {', '.join(ACCUMULATORS)}")
     u_out = UNIT_ROUNDOFF[dtype]
     u_acc = UNIT_ROUNDOFF["float32"]
     if reduced_fp32:
         u_acc = REDUCED_ROUNDOFF
         u_out = max(u_out, REDUCED_ROUNDOFF) if dtype == "float32" else u_out
-    if PATHS[path] == "input":
+    if accumulator != "float32":
         u_acc = max(u_acc, UNIT_ROUNDOFF[dtype])
     return 2.0 * u_out + 4.0 * u_acc * math.sqrt(reduction)
 
 
+def output_rows(cell) -> int:
+    """Rows of the cell's output (every size but the last multiplied: M, or B·M for bmm)."""
+    return math.prod(cell.output_shape()[:-1])
+
+
+def smallest_defect(cell) -> float:
+    """The smallest expected relative error among the planted wrong outputs for ``cell`` (see module):
+    GEMM ``min(1, sqrt(1/8), sqrt(2/R))`` with R output rows (the row term only when R >= 2); other
+    families 1 (the all-zero output)."""
+    if cell.family != "gemm":
+        return 1.0
+    rows = output_rows(cell)
+    return min(1.0, math.sqrt(DROPPED_FRACTION), math.sqrt(2.0 / rows) if rows >= 2 else math.inf)
+
+
+def informative(limit: float, cell) -> bool:
+    """Whether a bound ``limit`` on ``cell``'s relative error can fail on every planted wrong output:
+    ``limit · INFORMATIVE_MARGIN <= smallest_defect(cell)``."""
+    return limit * INFORMATIVE_MARGIN <= smallest_defect(cell)
+
+
+def status_of(record: dict) -> str:
+    """A check record's status (:data:`PASSED`, :data:`FAILED`, :data:`UNINFORMATIVE`); records written
+    before the status existed read as passed/failed from their ``passed``."""
+    return record.get("status") or (PASSED if record.get("passed") else FAILED)
+
+
 @dataclass
 class CheckResult:
-    """Outcome of one accuracy check: ``rel_error`` (dimensionless), its ``bound``, ``passed``,
-    and ``reason`` when it failed (non-finite output, over the bound)."""
+    """Outcome of one accuracy check.
+
+    Attributes:
+        rel_error: ‖out − ref‖/‖ref‖ (dimensionless), None when the output is not finite or misshapen.
+        bound: the bound it was held to.
+        passed: True only for status ``passed``.
+        reason: why it failed, or why it is uninformative.
+        status: :data:`PASSED`, :data:`FAILED` or :data:`UNINFORMATIVE`.
+        accumulator: the accumulator the bound assumed (:data:`ACCUMULATORS` or :data:`UNKNOWN`).
+        default_bound: the float32-accumulation bound, when ``accumulator`` is not float32 (the finding's yardstick).
+    """
 
     rel_error: float | None
     bound: float
     passed: bool
     reason: str = ""
+    status: str = PASSED
+    accumulator: str = DEFAULT_ACCUMULATOR
+    default_bound: float | None = None
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -96,19 +180,37 @@ def rel_error(out, ref) -> float:
     return num / den if den else math.inf
 
 
-def check(cell, out, ref, reduced_fp32: bool = False, path: str = "default") -> CheckResult:
-    """Compare ``out`` (any device/dtype) with the float64 reference ``ref`` for ``cell``, under
-    the bound of ``path`` (see :func:`bound`)."""
+def judge(cell, err: float, limit: float, what: str = "relative error") -> tuple[str, str]:
+    """(status, reason) of a finite error ``err`` against ``limit`` for ``cell`` (see :func:`informative`)."""
+    if err > limit:
+        return FAILED, f"{what} {err:.3g} exceeds the {cell.dtype} bound {limit:.3g}"
+    if not informative(limit, cell):
+        return UNINFORMATIVE, (
+            f"bound {limit:.3g} is not below half the smallest planted defect's error "
+            f"({smallest_defect(cell):.3g}): it cannot tell a wrong output"
+        )
+    return PASSED, ""
+
+
+def check(cell, out, ref, reduced_fp32: bool = False, accumulator: str = DEFAULT_ACCUMULATOR) -> CheckResult:
+    """Compare ``out`` (any device/dtype) with the float64 reference ``ref`` for ``cell``, under the
+    bound of ``accumulator`` (see :func:`bound`); status per :func:`judge`.
+
+    Raises:
+        ValueError: an unknown accumulator.
+    """
     import torch
 
-    limit = bound(cell.dtype, cell.reduction, reduced_fp32, path)
+    limit = bound(cell.dtype, cell.reduction, reduced_fp32, accumulator)
+    default = bound(cell.dtype, cell.reduction, reduced_fp32) if accumulator != DEFAULT_ACCUMULATOR else None
+    extra = {"accumulator": accumulator, "default_bound": default}
     if tuple(out.shape) != tuple(ref.shape):
-        return CheckResult(None, limit, False, f"output shape {tuple(out.shape)} != reference {tuple(ref.shape)}")
+        why = f"output shape {tuple(out.shape)} != reference {tuple(ref.shape)}"
+        return CheckResult(None, limit, False, why, FAILED, **extra)
     out = out.detach().cpu().to(torch.float64)  # float8 has no isfinite kernel; MPS has no float64
     if not bool(torch.isfinite(out).all()):
         bad = int((~torch.isfinite(out)).sum())
-        return CheckResult(None, limit, False, f"{bad} non-finite values (NaN/Inf) in the output")
+        return CheckResult(None, limit, False, f"{bad} non-finite values (NaN/Inf) in the output", FAILED, **extra)
     err = rel_error(out, ref)
-    if err > limit:
-        return CheckResult(err, limit, False, f"relative error {err:.3g} exceeds the {cell.dtype} bound {limit:.3g}")
-    return CheckResult(err, limit, True)
+    status, reason = judge(cell, err, limit)
+    return CheckResult(err, limit, status == PASSED, reason, status, **extra)

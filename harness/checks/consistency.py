@@ -6,14 +6,19 @@ and this module, run afterwards in the same build's interpreter, compares them::
 
     <build python> -m harness.checks.consistency A.outputs.pt B.outputs.pt CONFIG_A CONFIG_B
 
-(``CONFIG_*``: a config's JSON, :meth:`harness.configs.EnvConfig.to_json`; its ``reduced_fp32``
-and ``routes`` set the bound). It prints one JSON object: cell key -> ``{rel_diff, bound, passed}``,
+(``CONFIG_*``: a config's JSON, :meth:`harness.configs.EnvConfig.to_json`, plus ``accumulators``:
+kernel path -> accumulator in this build's base, :meth:`harness.evidence.Evidence.accumulators`; its
+``reduced_fp32``, ``routes`` and ``accumulators`` set the bound; a routed path with no accumulator is
+``unknown``). It prints one JSON object: cell key -> ``{rel_diff, bound, passed, status}``,
 where ``rel_diff = ‖out_A − out_B‖_F / ‖out_B‖_F`` and ``bound`` is the sum of the two configs'
 accuracy bounds (:func:`harness.checks.accuracy.bound`): two results that are each within their
 bound of the float64 reference are within the sum of the bounds of each other (triangle
-inequality). Two output files with no cell in common are an error (exit status 2, one line on
-stderr), never an empty "all agree": the workers save every GEMM output they compute, whether or
-not they check it.
+inequality). ``status`` is :func:`harness.checks.accuracy.judge`'s: a sum of bounds that a planted
+wrong side (all zeros: rel_diff 1; a stale or transposed result: ≈ √2; the reduction's last 1/8
+dropped: ≈ 0.354; one row of R wrong: ≈ √(2/R)) could pass is ``uninformative``, never ``passed``
+(the all-zero side B gives an infinite rel_diff and fails anyway). Two output files with no cell in
+common are an error (exit status 2, one line on stderr), never an empty "all agree": the workers
+save every GEMM output they compute, whether or not they check it.
 
 The pair is chosen by the run: a series names its own per device in ``series.toml``
 (``[evidence.<device>] consistency``, :mod:`harness.evidence`); otherwise the device's generic pair
@@ -27,14 +32,37 @@ import json
 import sys
 
 from harness.bench.workloads import Cell
-from harness.checks.accuracy import bound
+from harness.checks.accuracy import DEFAULT_ACCUMULATOR, FAILED, PASSED, UNKNOWN, bound, judge
+
+
+def config_accumulator(cell: Cell, config: dict) -> str:
+    """The accumulator ``cell``'s op sums in under a config's JSON: the ``default`` path's float32,
+    else the base's accumulator of the routed path (``accumulators``), else :data:`UNKNOWN`."""
+    path = config.get("routes", {}).get(cell.op, "default")
+    if path == "default":
+        return DEFAULT_ACCUMULATOR
+    return config.get("accumulators", {}).get(path, UNKNOWN)
 
 
 def config_bound(cell: Cell, config: dict) -> float:
-    """The accuracy bound of ``cell`` under a config's JSON (its ``reduced_fp32`` and ``routes``)."""
-    return bound(
-        cell.dtype, cell.reduction, bool(config.get("reduced_fp32")), config.get("routes", {}).get(cell.op, "default")
-    )
+    """The accuracy bound of ``cell`` under a config's JSON (its ``reduced_fp32``, ``routes``, ``accumulators``)."""
+    return bound(cell.dtype, cell.reduction, bool(config.get("reduced_fp32")), config_accumulator(cell, config))
+
+
+def judge_pair(cell: Cell, x, y, limit: float) -> dict:
+    """``{rel_diff, bound, passed, status[, reason]}`` of two float64 outputs of ``cell`` (y the reference side)."""
+    import torch
+
+    if tuple(x.shape) != tuple(y.shape):
+        why = f"output shapes differ: {tuple(x.shape)} and {tuple(y.shape)}"
+        return {"rel_diff": None, "bound": limit, "passed": False, "status": FAILED, "reason": why}
+    if not (bool(torch.isfinite(x).all()) and bool(torch.isfinite(y).all())):
+        why = "non-finite values (NaN/Inf) in an output"
+        return {"rel_diff": None, "bound": limit, "passed": False, "status": FAILED, "reason": why}
+    den = torch.linalg.vector_norm(y).item()
+    diff = torch.linalg.vector_norm(x - y).item() / den if den else float("inf")
+    status, reason = judge(cell, diff, limit, "relative difference")
+    return {"rel_diff": diff, "bound": limit, "passed": status == PASSED, "status": status, "reason": reason}
 
 
 def compare_outputs(a: dict, b: dict, config_a: dict, config_b: dict) -> dict:
@@ -52,10 +80,7 @@ def compare_outputs(a: dict, b: dict, config_a: dict, config_b: dict) -> dict:
     for key in shared:
         cell = Cell.from_key(key)
         limit = config_bound(cell, config_a) + config_bound(cell, config_b)
-        x, y = a[key].to(torch.float64), b[key].to(torch.float64)
-        den = torch.linalg.vector_norm(y).item()
-        diff = torch.linalg.vector_norm(x - y).item() / den if den else float("inf")
-        out[key] = {"rel_diff": diff, "bound": limit, "passed": diff <= limit}
+        out[key] = judge_pair(cell, a[key].to(torch.float64), b[key].to(torch.float64), limit)
     return out
 
 
