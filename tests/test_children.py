@@ -21,8 +21,8 @@ import pytest
 from conftest import run_harness
 
 from harness import build as build_mod
-from harness import children, runner, seriestests, venvs
 from harness import configs as cfg
+from harness import runner, seriestests, venvs
 from harness.errors import HarnessError
 from harness.paths import slug
 
@@ -75,7 +75,7 @@ def test_a_probe_whose_torch_import_hangs_is_stopped_naming_the_step(tmp_path, m
 
 def test_a_slow_torch_import_is_said_while_it_runs_and_when_it_ends(tmp_path, monkeypatch, capsys):
     """A 20 s import passed unmentioned: past SLOW_S it is said, with its deadline."""
-    monkeypatch.setattr(children, "SLOW_S", 0.3, raising=False)
+    monkeypatch.setattr("harness.children.SLOW_S", 0.3)
     body = "time.sleep(1.2)\nraise ImportError('this fake torch is not torch')"
     python = wrapper(tmp_path, "python", pythonpath=fake_torch(tmp_path, body))
     with pytest.raises(HarnessError, match="cannot run the probe: ImportError: this fake torch is not torch"):
