@@ -249,3 +249,16 @@ def test_waiting_for_an_environment_has_a_deadline(tmp_path, monkeypatch):
         venvs.ensure_interpreter(build, envs_dir=envs)
     assert info.value.cause.startswith(f"waited 0.3 s for another process creating environment {root}: ")
     assert f"is in use by pid {os.getppid()}" in info.value.cause
+
+
+def test_a_git_command_past_its_deadline_is_stopped_and_named(tmp_path, monkeypatch):
+    """git commands (worktrees, apply, submodules) had no deadline: one that hangs hung the harness."""
+    from harness import upstream
+
+    monkeypatch.setattr(upstream, "GIT_S", 0.5, raising=False)
+    started = time.monotonic()
+    with pytest.raises(HarnessError) as info:
+        upstream.git_run(tmp_path, "-c", "alias.hang=!sleep 6", "hang")
+    assert time.monotonic() - started < 5
+    assert info.value.cause.startswith(f"`git -c alias.hang=!sleep 6 hang` failed in {tmp_path}: Timeout: the command")
+    assert info.value.cause.endswith("did not complete in 0.5 secs.")
