@@ -51,11 +51,13 @@ def fake_torch(tmp_path: Path, body: str) -> Path:
 
 
 def _gone(pid: int) -> bool:
+    """The process ``pid`` has ended (a zombie left to a container's init that does not reap counts)."""
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (ProcessLookupError, FileNotFoundError):
         return True
-    return False
+    return state == "Z"
 
 
 # ------------------------------------------------------------------------------ 1: deadlines
@@ -262,3 +264,17 @@ def test_a_git_command_past_its_deadline_is_stopped_and_named(tmp_path, monkeypa
     assert time.monotonic() - started < 5
     assert info.value.cause.startswith(f"`git -c alias.hang=!sleep 6 hang` failed in {tmp_path}: Timeout: the command")
     assert info.value.cause.endswith("did not complete in 0.5 secs.")
+
+
+def test_a_build_step_past_its_deadline_is_stopped_with_what_it_started(tmp_path):
+    """The base's build command and a build venv's pip install ran without a deadline."""
+    log_path = tmp_path / "build.log"
+    step = ["/bin/sh", "-c", f"sleep 30 & echo $! > {tmp_path / 'pid'}; wait"]
+    started = time.monotonic()
+    with open(log_path, "a") as log, pytest.raises(HarnessError) as info:
+        build_mod._run_logged(step, log, deadline=0.5)
+    assert time.monotonic() - started < 5
+    command = f"/bin/sh -c 'sleep 30 & echo $! > {tmp_path / 'pid'}; wait'"
+    assert info.value.cause == f"`{command}` took longer than 0.5 s (stopped); its log: {log_path}"
+    time.sleep(0.2)
+    assert _gone(int((tmp_path / "pid").read_text()))  # the grandchild too
