@@ -43,6 +43,7 @@ import platform as _platform
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -53,16 +54,16 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness import progress
+from harness import children, progress
 from harness import series as series_mod
 from harness import upstream as upstream_mod
-from harness.errors import BuildError, UsageError
+from harness.errors import BuildError, HarnessError, UsageError
 from harness.fsutil import atomic_write_json, exclusive_lock, inside, sha256_file
 from harness.paths import cache_dir, slug
 from harness.series import patches_hash
 from harness.upstream import git_run
 from harness.upstream import missing_submodules as upstream_missing
-from harness.venvs import pip_command, venv_python
+from harness.venvs import PIP_INSTALL_S, pip_command, venv_python
 
 KINDS = ("stock", "patched")
 BUILD_TYPES = ("Release", "RelWithDebInfo", "Debug", "MinSizeRel")
@@ -701,12 +702,17 @@ def cmake_required(source_dir: Path) -> str | None:
     return match.group(1) if match else None
 
 
+#: seconds a toolchain probe (``c++ --version``, ``cmake --version``, ``xcrun metal --version``) may take
+TOOL_PROBE_S = 120.0
+
+
 def _first_line(cmd: Sequence[str], env: Mapping[str, str] | None = None) -> tuple[int, str]:
-    """Exit status and first line of stdout (else the last of stderr) of ``cmd``; (-1, reason) when it cannot run."""
+    """Exit status and first line of stdout (else the last of stderr) of ``cmd``; (-1, reason) when it cannot
+    run or takes over :data:`TOOL_PROBE_S` (the reason names the command and the deadline)."""
     try:
-        proc = subprocess.run(list(cmd), capture_output=True, text=True, env=dict(env) if env else None, timeout=120)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return -1, str(exc)
+        proc = children.run(list(cmd), what=f"`{' '.join(map(str, cmd[:3]))}`", deadline=TOOL_PROBE_S, env=env)
+    except HarnessError as exc:
+        return -1, exc.cause
     lines = proc.stdout.strip().splitlines() or proc.stderr.strip().splitlines()[-1:] or ["no output"]
     return proc.returncode, lines[0].strip()
 
@@ -1067,27 +1073,54 @@ def build_steps(text: str) -> tuple[int, int] | None:
     return last
 
 
-def _run_logged(cmd: Sequence[str], log, *, cwd: Path | None = None, env: Mapping[str, str] | None = None) -> int:
+#: seconds one logged build step may run (the base's build command, a build venv's pip install): a
+#: from-scratch PyTorch build with CUDA takes 1-4 h on a workstation (docs/building.md); 12 h stops a
+#: build that waits for input or deadlocks without cutting a slow one short
+BUILD_STEP_S = 12 * 3600.0
+
+
+def _run_logged(
+    cmd: Sequence[str],
+    log,
+    *,
+    cwd: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    deadline: float | None = None,
+) -> int:
     """Run ``cmd`` with its output appended to the open ``log``; on a terminal, a progress bar
-    follows the build-step counters (:func:`build_steps`) the log gains. Returns the exit status."""
+    follows the build-step counters (:func:`build_steps`) the log gains. Returns the exit status.
+
+    Raises:
+        BuildError: it ran past ``deadline`` seconds (default :data:`BUILD_STEP_S`); it was killed.
+    """
+    deadline = BUILD_STEP_S if deadline is None else deadline
     log.write(f"$ {shlex.join(cmd)}\n")
     log.flush()
-    proc = subprocess.Popen(list(cmd), cwd=cwd, env=dict(env) if env else None, stdout=log, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        list(cmd), cwd=cwd, env=dict(env) if env else None, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+    )
+    started = time.monotonic()
     try:
-        if not progress.interactive():
-            return proc.wait()
         with progress.task(f"build: {Path(cmd[0]).name} {' '.join(cmd[1:3])}") as bar, open(log.name, "rb") as tail:
             tail.seek(0, os.SEEK_END)
             while proc.poll() is None:
                 time.sleep(0.5)
-                steps = build_steps(tail.read().decode(errors="replace"))
+                if time.monotonic() - started > deadline:
+                    raise BuildError(
+                        f"`{shlex.join(cmd[:3])}` took longer than {deadline:g} s (stopped); its log: {log.name}",
+                        "read the end of the log: a build waiting for input or a hung compiler",
+                    )
+                steps = build_steps(tail.read().decode(errors="replace")) if progress.interactive() else None
                 if steps:
                     bar.update(completed=steps[0], total=steps[1])
         return proc.returncode
-    except BaseException:  # Ctrl-C or an error here: the build must not outlive the harness
-        proc.kill()
-        proc.wait()
-        raise
+    finally:  # Ctrl-C, the deadline or an error here: the build must not outlive the harness
+        if proc.poll() is None:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except OSError:
+                pass
+            proc.wait()
 
 
 def build_venv_path(requirements: Sequence[str]) -> Path:
@@ -1132,8 +1165,8 @@ def toolchain_versions(env: Mapping[str, str]) -> dict[str, str]:
         if exe is None:
             out[key] = "missing"
             continue
-        proc = subprocess.run([exe, *cmd[1:]], capture_output=True, text=True, env=dict(env))
-        out[key] = (proc.stdout.strip().splitlines() or ["unknown"])[0]
+        rc, line = _first_line([exe, *cmd[1:]], env)
+        out[key] = line if rc == 0 else "unknown"
     return out
 
 
@@ -1363,7 +1396,8 @@ mod = importlib.import_module(sys.argv[1])
 out = {"version": str(getattr(mod, "__version__", "")), "file": getattr(mod, "__file__", None)}
 if sys.argv[1] == "torch":
     out["mps_built"] = bool(mod.backends.mps.is_built())
-print(json.dumps(out))
+with open(sys.argv[-1], "a") as fh:  # the answer channel (harness.channel): ``--answer FILE``
+    fh.write(json.dumps({"answer": out}) + "\n")
 """
 
 _LIBRARY_SUFFIXES = (".so", ".dylib", ".pyd", ".dll")
@@ -1508,21 +1542,27 @@ def _install_and_probe(wheel: Path, import_name: str, venv_dir: Path | None) -> 
     with tempfile.TemporaryDirectory(prefix="verify-", dir=venv_dir) as tmp:
         venv = Path(tmp) / "venv"
         # a venv without its own pip (fast); this interpreter's pip installs into it (pip >= 22.3 --python)
-        for step in (
-            [sys.executable, "-m", "venv", "--without-pip", str(venv)],
-            [*pip_command(venv_python(venv)), "install", "--quiet", str(wheel)],
+        for what, step in (
+            ("creating a venv", [sys.executable, "-m", "venv", "--without-pip", str(venv)]),
+            (f"pip install {wheel.name}", [*pip_command(venv_python(venv)), "install", "--quiet", str(wheel)]),
         ):
-            proc = subprocess.run(step, capture_output=True, text=True)
+            proc = children.run(step, what=f"verify: {what}", deadline=PIP_INSTALL_S)
             if proc.returncode != 0:
-                last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-                raise VerifyError(f"installing {wheel.name} into a fresh venv failed: {last}", "see pip's message")
-        proc = subprocess.run(
-            [str(venv_python(venv)), "-c", _PROBE, import_name], capture_output=True, text=True, cwd=tmp
+                raise VerifyError(
+                    f"installing {wheel.name} into a fresh venv failed: {proc.last_line()}", "see pip's message"
+                )
+        proc = children.run(
+            [str(venv_python(venv)), "-c", _PROBE, import_name],
+            what=f"verify: importing {import_name} from {wheel.name}",
+            deadline=children.IMPORT_TORCH_S,
+            answer=True,
+            cwd=tmp,
         )
-        if proc.returncode != 0:
-            last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-            raise VerifyError(f"{wheel.name}: `import {import_name}` fails in a fresh venv: {last}", "fix the build")
-        probe = json.loads(proc.stdout.strip().splitlines()[-1])
+        if proc.returncode != 0 or not isinstance(proc.answer, dict):
+            raise VerifyError(
+                f"{wheel.name}: `import {import_name}` fails in a fresh venv: {proc.last_line()}", "fix the build"
+            )
+        probe = proc.answer
     return probe
 
 

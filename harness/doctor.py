@@ -45,14 +45,36 @@ class Row:
     detail: str
 
 
+#: ``python -c`` code that answers whether CUDA is available on the channel given last (harness.channel)
+_CUDA_CODE = (
+    "import json, sys\n"
+    "def say(record):\n"
+    "    with open(sys.argv[-1], 'a') as fh:\n"
+    "        fh.write(json.dumps(record) + '\\n')\n"
+    "say({'step': 'importing torch'})\n"
+    "import torch\n"
+    "say({'step': 'asking torch for CUDA'})\n"
+    "say({'answer': bool(torch.cuda.is_available())})\n"
+)
+
+
 def _auto_device(python: Path) -> str:
-    import subprocess
+    """``mps`` on macOS, else ``cuda`` when ``python``'s torch has CUDA, else ``cpu`` (also when it does
+    not answer: the provenance probe then says why)."""
+    from harness import children
+    from harness.provenance import IMPORT_STEP, STEPS
 
     if sys.platform == "darwin":
         return "mps"
-    code = "import torch; print(int(torch.cuda.is_available()))"
-    proc = subprocess.run([str(python), "-c", code], capture_output=True, text=True)
-    return "cuda" if proc.stdout.strip() == "1" else "cpu"
+    proc = children.run(
+        [str(python), "-c", _CUDA_CODE],
+        what=f"doctor: choosing the device with {python}",
+        deadline=STEPS["probing the device"],
+        steps={IMPORT_STEP: STEPS[IMPORT_STEP]},
+        answer=True,
+        remedy=f"time it by hand: time {python} -c 'import torch' (or pass --device)",
+    )
+    return "cuda" if proc.answer is True else "cpu"
 
 
 def cells() -> list[str]:

@@ -14,9 +14,9 @@ from __future__ import annotations
 import html
 import re
 import shutil
-import subprocess
 from pathlib import Path
 
+from harness import children
 from harness.errors import UsageError
 from harness.fsutil import atomic_write_text
 
@@ -35,6 +35,8 @@ img { max-width: 100%; }
 details { margin-bottom: 16px; }
 """
 
+#: seconds Chromium may take for one screenshot
+SCREENSHOT_S = 120.0
 CHROMIUM = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 
 
@@ -85,9 +87,11 @@ def screenshot(page: Path, png: Path, width: int) -> Path:
         f"--screenshot={png.resolve()}",
         page.resolve().as_uri(),
     ]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    proc = children.run(
+        cmd, what="Chromium taking the screenshot", deadline=SCREENSHOT_S, remedy="run it by hand: " + " ".join(cmd)
+    )
     if proc.returncode != 0 or not png.is_file():
-        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        last = proc.last_line()
         raise UsageError(
             f"Chromium could not take the screenshot (exit {proc.returncode}): {last}",
             "run it by hand to see why: " + " ".join(cmd),

@@ -1,7 +1,9 @@
 """Facts about one torch build, probed inside that build's interpreter.
 
-Run as ``<build python> -m harness.provenance --device cpu --vars A,B`` (standard library + torch
-only); prints one JSON object. :mod:`harness.runner` stores it in ``results.json`` under
+Run as ``<build python> -m harness.provenance --device cpu --vars A,B --answer FILE`` (standard library +
+torch only); answers one JSON object on the channel ``FILE`` (:mod:`harness.channel`; without
+``--answer`` it prints it), after announcing each of :data:`STEPS`, whose deadlines
+:func:`harness.runner.probe_build` applies. :mod:`harness.runner` stores it in ``results.json`` under
 ``builds.<name>.provenance``.
 
 Recorded: torch version and git hash, ``torch.__config__.show()``, MPS built/available, CUDA
@@ -23,14 +25,21 @@ import threading
 from pathlib import Path
 
 from harness.bench.devices import mps_gpu_name
+from harness.channel import Channel
+
+#: the probe's steps, as announced on its channel, and the seconds each may take (harness.runner.probe_build).
+#: "probing the device": the first CUDA call creates its context (1-3 s on an H200; tens of seconds while
+#: another process holds the GPU) and the dtype table runs every op in six dtypes. collect_env gives up
+#: after :func:`collect_env`'s own 180 s, so its deadline is above that.
+IMPORT_STEP, DEVICE_STEP, COLLECT_STEP = "importing torch", "probing the device", "making torch's collect_env report"
+STEPS = {IMPORT_STEP: 120.0, DEVICE_STEP: 120.0, COLLECT_STEP: 240.0}
 
 PROBE_DTYPES = ("float16", "bfloat16", "float32", "float64", "float8_e4m3fn", "float8_e5m2")
 
 
 def _cpu_name() -> str:
     if sys.platform == "darwin":
-        out = subprocess.run(["sysctl", "-n", "machdep.cpu.brand_string"], capture_output=True, text=True)
-        return out.stdout.strip() or platform.processor()
+        return (_run_text(["sysctl", "-n", "machdep.cpu.brand_string"]) or "").strip() or platform.processor()
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.lower().startswith("model name"):
@@ -48,8 +57,9 @@ def _os_name() -> dict:
         "platform": platform.platform(),
     }
     if sys.platform == "darwin":
-        out = subprocess.run(["sw_vers", "-productVersion"], capture_output=True, text=True)
-        info["macos_product_version"] = out.stdout.strip() or platform.mac_ver()[0]
+        info["macos_product_version"] = (_run_text(["sw_vers", "-productVersion"]) or "").strip() or platform.mac_ver()[
+            0
+        ]
     return info
 
 
@@ -202,12 +212,16 @@ def installed_packages(text: str) -> str:
     )
 
 
-def probe(device: str, variables: list[str], with_collect_env: bool = False) -> dict:
+def probe(device: str, variables: list[str], with_collect_env: bool = False, steps: Channel | None = None) -> dict:
     """Collect the provenance dict (see module docstring). ``variables`` are looked for in the
     build's libraries; ``with_collect_env`` adds torch's ``collect_env`` report (seconds) when the device
-    is usable (``device_error`` None: a device that cannot produce evidence is refused without it)."""
+    is usable (``device_error`` None: a device that cannot produce evidence is refused without it);
+    ``steps``: where each of :data:`STEPS` is announced as it starts."""
+    steps = steps or Channel(None)
+    steps.step(IMPORT_STEP)
     import torch
 
+    steps.step(DEVICE_STEP)
     torch_dir = Path(torch.__file__).parent
     mps_built = bool(getattr(torch.backends, "mps", None) and torch.backends.mps.is_built())
     mps_available = bool(mps_built and torch.backends.mps.is_available())
@@ -250,6 +264,7 @@ def probe(device: str, variables: list[str], with_collect_env: bool = False) -> 
         info["device_error"] = health(torch, device)
     info["dtype_support"] = dtype_support(torch, device) if info["device_error"] is None else {}
     if with_collect_env and info["device_error"] is None:
+        steps.step(COLLECT_STEP)
         info["collect_env"] = collect_env()
     return info
 
@@ -259,8 +274,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", required=True, choices=("cpu", "cuda", "mps"))
     parser.add_argument("--vars", default="", help="comma-separated env variable names to look for")
     parser.add_argument("--collect-env", action="store_true", help="add python -m torch.utils.collect_env's report")
+    parser.add_argument("--answer", help="the answer channel (harness.channel); without it the JSON is printed")
     args = parser.parse_args(argv)
     names = [v for v in args.vars.split(",") if v]
+    if args.answer:
+        answer = Channel(args.answer)
+        answer.answer(probe(args.device, names, args.collect_env, answer))
+        return 0
     # stdout carries the JSON alone: what torch or its collect_env prints meanwhile goes to stderr
     stdout, sys.stdout = sys.stdout, sys.stderr
     json.dump(probe(args.device, names, args.collect_env), stdout)

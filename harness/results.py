@@ -92,9 +92,39 @@ def _number(value) -> bool:
 MIN_SECONDS = 1e-12
 
 
+#: no timed block lasts a day (a whole run's default budget is minutes: harness.runner.BUDGET_S); a larger
+#: time is a damaged or forged number, and one near the float maximum overflows the statistics
+MAX_SECONDS = 86400.0
+
+
+SECONDS_RANGE = f"not a finite number of seconds from {MIN_SECONDS:g} to {MAX_SECONDS:g}"
+
+
 def _seconds(value) -> bool:
-    """A finite time of at least :data:`MIN_SECONDS` (NaN, infinities, 0 and negatives are not)."""
-    return _number(value) and math.isfinite(value) and value >= MIN_SECONDS
+    """A finite time from :data:`MIN_SECONDS` to :data:`MAX_SECONDS` (NaN, infinities, 0 and negatives are not)."""
+    return _number(value) and math.isfinite(value) and MIN_SECONDS <= value <= MAX_SECONDS
+
+
+def verdict_problem(record, at: str, error_key: str = "rel_error") -> str | None:
+    """What is wrong with an accuracy verdict ``{<error_key>, bound, passed, ...}`` at JSON path ``at``, or None:
+    ``bound`` a finite number > 0; ``passed`` a boolean, and true only with a finite error within the bound;
+    the error (:func:`harness.checks.accuracy.check`'s ``rel_error``) None (no error could be computed) or a
+    number >= 0, infinite when the reference was all zero. For ``rel_diff`` (:mod:`harness.checks.consistency`)
+    the error may also be NaN (an output held NaN; then ``passed`` is false). Other keys are not
+    looked at."""
+    if not isinstance(record, dict):
+        return f"{at} is {_kind(record)}, not an object"
+    bound, error, passed = record.get("bound"), record.get(error_key), record.get("passed")
+    if not (_number(bound) and math.isfinite(bound) and bound > 0):
+        return f"{at}.bound is {bound!r}, not a finite number > 0"
+    nan_ok = error_key == "rel_diff" and _number(error) and math.isnan(error)
+    if error is not None and not (nan_ok or (_number(error) and error >= 0)):
+        return f"{at}.{error_key} is {error!r}, not a number >= 0 or null"
+    if type(passed) is not bool:
+        return f"{at}.passed is {_kind(passed)} {passed!r}, not a boolean"
+    if passed and not (error is not None and math.isfinite(error) and error <= bound):
+        return f"{at}.passed is true but its {error_key} {error!r} is not within its bound {bound!r}"
+    return None
 
 
 #: keys of ``run`` and their types (docs/results-schema.md); optional ones may be absent
@@ -179,8 +209,9 @@ def run_problem(data: dict) -> str | None:
 def cells_problem(cells, where: str) -> str | None:
     """What is wrong with one process's ``cells`` (``{key: record}``) at JSON path ``where``, or None.
 
-    Checked: a dict of dicts, each with a string ``status``; an ``ok`` record has a ``measurement``
-    with a positive numeric ``median`` (seconds) and a ``samples`` list of numbers."""
+    Checked: a dict of dicts, each with a string ``status`` and, when it has one, a ``check`` verdict
+    (:func:`verdict_problem`); an ``ok`` record has a ``measurement`` with a ``median`` and a ``samples``
+    list of times (seconds, :data:`MIN_SECONDS` to :data:`MAX_SECONDS`; the median within the samples)."""
     if not isinstance(cells, dict):
         return f"{where} is {_kind(cells)}, not an object of cell records"
     for key, rec in cells.items():
@@ -199,7 +230,7 @@ def cells_problem(cells, where: str) -> str | None:
             if not (_number(m.get("median")) and m["median"] > 0):
                 return f"{at}.measurement.median is {m.get('median')!r}, not a positive number of seconds"
             if not _seconds(m["median"]):
-                return f"{at}.measurement.median is {m['median']!r}, not a finite number of seconds >= {MIN_SECONDS:g}"
+                return f"{at}.measurement.median is {m['median']!r}, {SECONDS_RANGE}"
             samples = m.get("samples")
             if not isinstance(samples, list) or not all(map(_number, samples)):
                 return f"{at}.measurement.samples is not a list of numbers"
@@ -207,7 +238,7 @@ def cells_problem(cells, where: str) -> str | None:
                 return f"{at}.measurement.samples is an empty list in an ok record"
             bad = next((x for x in samples if not _seconds(x)), None)
             if bad is not None:
-                return f"{at}.measurement.samples holds {bad!r}, not a finite number of seconds >= {MIN_SECONDS:g}"
+                return f"{at}.measurement.samples holds {bad!r}, {SECONDS_RANGE}"
             layouts = m.get("layouts", [])
             if not (
                 isinstance(layouts, list)
@@ -229,21 +260,45 @@ def cells_problem(cells, where: str) -> str | None:
 CHECK_STATUSES = ("passed", "failed", "uninformative")
 
 
-def check_problem(check, where: str) -> str | None:
-    """What is wrong with one cell's ``check`` record at ``where`` (None: absent or sound). Checked: an
-    object with a numeric ``bound``; ``status`` (when recorded) one of :data:`CHECK_STATUSES` and
-    ``passed`` true exactly when it is ``passed`` (an uninformative check never reads as passed)."""
+def check_problem(check, where: str, error_key: str = "rel_error") -> str | None:
+    """What is wrong with one cell's ``check`` record at ``where`` (None: absent or sound). Checked: a
+    sound verdict (:func:`verdict_problem`, its error under ``error_key``); ``status`` (when recorded) one of
+    :data:`CHECK_STATUSES` and ``passed`` true exactly when it is ``passed`` (an uninformative check never
+    reads as passed)."""
     if check is None:
         return None
-    if not isinstance(check, dict):
-        return f"{where} is {_kind(check)}, not an object"
-    if not _number(check.get("bound")):
-        return f"{where}.bound is {check.get('bound')!r}, not a number"
+    if found := verdict_problem(check, where, error_key):
+        return found
     if "status" in check:
         if check["status"] not in CHECK_STATUSES:
             return f"{where}.status is {check['status']!r}, not one of {', '.join(CHECK_STATUSES)}"
         if check.get("passed") is not (check["status"] == "passed"):
             return f"{where}.passed is {check.get('passed')!r} with status {check['status']!r}"
+    return None
+
+
+def consistency_problem(section) -> str | None:
+    """What is wrong with ``consistency`` (:func:`harness.runner.run_consistency`), or None: an object whose
+    ``builds`` map each build to ``{"error": str}`` or ``{"cells": {key: verdict}}`` (:func:`check_problem`
+    with ``rel_diff``); None (not run yet) is fine."""
+    if section is None:
+        return None
+    if not isinstance(section, dict):
+        return f"consistency is {_kind(section)}, not an object"
+    builds = section.get("builds", {})
+    if not isinstance(builds, dict):
+        return f"consistency.builds is {_kind(builds)}, not an object"
+    for build, result in builds.items():
+        at = f"consistency.builds[{build!r}]"
+        if not isinstance(result, dict):
+            return f"{at} is {_kind(result)}, not an object"
+        if "error" in result:
+            continue
+        if not isinstance(result.get("cells"), dict):
+            return f"{at}.cells is {_kind(result.get('cells'))}, not an object"
+        for key, verdict in result["cells"].items():
+            if found := check_problem(verdict, f"{at}.cells[{key!r}]", "rel_diff"):
+                return found
     return None
 
 
@@ -269,7 +324,7 @@ def problem(data: dict) -> str | None:
             return f"run.{key} names {absent[0]!r}, which is not in {key}"
     if not isinstance(data["processes"], list):
         return f"processes is {_kind(data['processes'])}, not a list"
-    found = run_problem(data)
+    found = run_problem(data) or (consistency_problem(data["consistency"]) if "consistency" in data else None)
     if found:
         return found
     planned = set(run["cells"])

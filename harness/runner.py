@@ -35,6 +35,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import harness
+from harness import children, provenance
 from harness import configs as cfg
 from harness import evidence as ev
 from harness import results as res
@@ -42,6 +43,7 @@ from harness.bench import kernels
 from harness.bench.ops import key_hint
 from harness.bench.timer import first_layout, steady_start
 from harness.bench.workloads import DTYPES, ITEMSIZE, Cell, default_cells
+from harness.checks import consistency
 from harness.checks.accuracy import FAILED, status_of
 from harness.errors import HarnessError, ResultsError, UsageError
 from harness.fsutil import atomic_write_json, exclusive_lock, inside
@@ -218,34 +220,70 @@ def probe_build(
     names = sorted(set(cfg.variables(device)) | set(names))
     env = cfg.worker_environment(cfg.EnvConfig("probe"), keep=keep)
     env["PYTHONPATH"] = SOURCE_ROOT
-    proc = subprocess.run(
-        [
-            str(python),
-            "-m",
-            "harness.provenance",
-            "--device",
-            device,
-            "--vars",
-            ",".join(names),
-            *(["--collect-env"] if with_collect_env else []),
-        ],
-        capture_output=True,
-        text=True,
+    what = f"build {name} probe ({python})"
+    cmd = [str(python), "-m", "harness.provenance", "--device", device, "--vars", ",".join(names)]
+    proc = children.run(
+        [*cmd, *(["--collect-env"] if with_collect_env else [])],
+        what=what,
+        deadline=max(PROBE_STEPS.values()),
+        steps=PROBE_STEPS,
+        answer=True,
         env=env,
+        remedy=f"run it by hand to see where it stops: PYTHONPATH={SOURCE_ROOT} {' '.join(cmd)}",
     )
+    info = proc.answer
     if proc.returncode != 0:
-        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        raise HarnessError(
-            f"build {name} ({python}) cannot run the probe: {last}",
+        raise not_started(f"build {name}", python, proc) or HarnessError(
+            f"build {name} ({python}) cannot run the probe: {proc.last_line()}",
             "make sure that interpreter has torch installed (python -c 'import torch')",
         )
-    info = json.loads(proc.stdout)
+    if not isinstance(info, dict):  # /bin/true, or a program that is not Python
+        raise HarnessError(
+            f"build {name} ({python}) did not answer the probe (exit status 0, no answer written): "
+            "it is not a Python interpreter that runs the harness",
+            "pass python:/path/to/python of an environment that has torch (python -c 'import torch')",
+        )
     if info.get("device_error"):
         raise HarnessError(
             f"device {device} is not usable in build {name} (torch {info['torch_version']}): {info['device_error']}",
             "refusing to produce evidence for it; choose another --device (cpu always works)",
         )
     return info
+
+
+#: the probe's deadline per step (harness.provenance.STEPS); tests shorten them
+PROBE_STEPS = dict(provenance.STEPS)
+
+
+def not_started(who: str, python: Path | str, proc: children.Outcome) -> HarnessError | None:
+    """The error for an interpreter that stopped before running any code (a "Fatal Python error" at
+    start-up, e.g. under ``PYTHONHOME=/nonexistent``), or None when it started."""
+    fatal = proc.fatal()
+    if fatal is None:
+        return None
+    return HarnessError(
+        f"{who}'s interpreter {python} did not start under this environment: {fatal}",
+        "check the variables given to it (--env, --keep-env: PYTHONHOME, PYTHONPATH) and run it by hand",
+    )
+
+
+def check_starts(name: str, python: Path, keep: tuple[str, ...], extra: dict[str, str]) -> None:
+    """Start ``python`` once under the workers' environment with ``extra`` (--env), so that variables that
+    stop the interpreter (``PYTHONHOME=/nonexistent``) are refused in one line before any worker runs.
+
+    Raises:
+        HarnessError: the interpreter does not start under them ("Fatal Python error" at start-up).
+    """
+    env = {**cfg.worker_environment(cfg.EnvConfig("start"), keep=keep), **extra, "PYTHONPATH": SOURCE_ROOT}
+    proc = children.run(
+        [str(python), "-c", ""], what=f"build {name} ({python}) under --env", deadline=children.START_S, env=env
+    )
+    failed = not_started(f"build {name}", python, proc)
+    if failed:
+        raise HarnessError(
+            f"{failed.cause} (--env {' '.join(f'{k}={v}' for k, v in extra.items())})",
+            "drop or fix the --env variable that stops it (PYTHONHOME, PYTHONSAFEPATH, ...)",
+        )
 
 
 def _proc_name(rnd: int, build: str, config: str) -> str:
@@ -374,7 +412,7 @@ def reap_orphans(raw: Path) -> list[int]:
         try:
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
-            cmdline = subprocess.run(["ps", "-p", str(pid), "-o", "command="], capture_output=True, text=True).stdout
+            cmdline = children.run(["ps", "-p", str(pid), "-o", "command="], what="ps", deadline=30.0).stdout
         if "harness.bench.worker" in cmdline and str(raw) in cmdline:
             os.killpg(pid, signal.SIGKILL)
             killed.append(pid)
@@ -437,14 +475,16 @@ def run_worker(
     probe = spec.get("observe") == "only"  # a probe process's cells are its kernels records
     unfinished = [key for key in spec["cells"] if key not in (seen if probe else cells)]
     where = last_step(out_path) if stalled else None
-    if where:
+    if not start and reason:  # it never wrote its start record: no cell was begun
+        reason = unstarted_reason(reason, returncode, err_path, out_path, timeout)
+    elif where:
         reason = f"{reason} (stalled in cell {where[0]}, step {where[1]})"
     elif unfinished and reason:
         reason = f"{reason} while measuring {unfinished[0]}"  # a worker runs its cells in order
     for key in unfinished:
         cells[key] = {
             "status": "failed",
-            "reason": (reason if key == unfinished[0] else f"not measured: {reason}")
+            "reason": (reason if key == unfinished[0] or not start else f"not measured: {reason}")
             if reason
             else "worker ended without measuring this cell",
         }
@@ -462,6 +502,21 @@ def run_worker(
     }
     atomic_write_json(_status_path(raw, name), record)
     return record
+
+
+def unstarted_reason(reason: str, returncode: int | None, err_path: Path, out_path: Path, timeout: float) -> str:
+    """Why a worker that never wrote its ``start`` record (written once torch is imported) failed: its
+    interpreter did not start (a "Fatal Python error" on stderr, e.g. ``--env PYTHONHOME=/nonexistent``),
+    or it was still starting Python or importing torch (its ``importing`` record) at the deadline; else
+    ``reason``, said to be before any cell. Every cell of the worker gets this reason."""
+    fatal = children.fatal_line(err_path.read_text(errors="replace")) if err_path.is_file() else None
+    if fatal and returncode:
+        return f"the build's interpreter did not start under this environment: {fatal}"
+    if returncode is None:  # stopped at the deadline
+        importing = any(r.get("type") == "importing" for r in read_jsonl(out_path))
+        step = "importing torch" if importing else "starting the interpreter"
+        return f"worker timed out after {timeout:g} s before it started: {step} took longer than that"
+    return f"{reason} before it started (no cell was begun)"
 
 
 def run_consistency(
@@ -501,25 +556,43 @@ def run_consistency(
                 "error": "the first-round workers did not save their outputs (crashed or failed)"
             }
             continue
-        env = cfg.worker_environment(cfg.EnvConfig("consistency"))
-        env["PYTHONPATH"] = SOURCE_ROOT
         accumulators = info.get("base", {}).get("accumulators", {})
         described = [json.dumps({**configs[c].to_json(), "accumulators": accumulators}) for c in pair]
-        proc = subprocess.run(
-            [info["interpreter"], "-m", "harness.checks.consistency", *map(str, files), *described],
-            capture_output=True,
-            text=True,
-            env=env,
-        )
-        if proc.returncode != 0:
-            tail = (proc.stderr.strip().splitlines() or ["no output"])[-1][:300]
-            result["builds"][build] = {"error": f"consistency check failed to run: {tail}"}
+        result["builds"][build] = consistency_of(build, info["interpreter"], [*map(str, files), *described])
+        if "error" in result["builds"][build]:
             continue
-        result["builds"][build] = {"cells": json.loads(proc.stdout)}
         atomic_write_json(kept, result["builds"][build])
         for f in files:
             f.unlink()  # the numbers are kept; the tensors are large
     return result
+
+
+#: the consistency check's deadline per step (harness.checks.consistency.STEPS); tests shorten them
+CONSISTENCY_STEPS = dict(consistency.STEPS)
+
+
+def consistency_of(build: str, python: str, args: list[str]) -> dict:
+    """Run :mod:`harness.checks.consistency` on ``args`` in ``python`` under its deadlines; ``{"cells":
+    answer}``, or ``{"error": why}`` (it failed, did not start, did not answer, or ran out of time)."""
+    env = cfg.worker_environment(cfg.EnvConfig("consistency"))
+    env["PYTHONPATH"] = SOURCE_ROOT
+    try:
+        proc = children.run(
+            [python, "-m", "harness.checks.consistency", *args],
+            what=f"consistency check of build {build}",
+            deadline=max(CONSISTENCY_STEPS.values()),
+            steps=CONSISTENCY_STEPS,
+            answer=True,
+            env=env,
+        )
+    except HarnessError as exc:  # out of time: the run's measurements stand; the report says why
+        return {"error": f"consistency check did not finish: {exc.cause}"}
+    if proc.returncode != 0:
+        failed = not_started(f"build {build}", python, proc)
+        return {"error": f"consistency check failed to run: {failed.cause if failed else proc.last_line()}"}
+    if not isinstance(proc.answer, dict):
+        return {"error": "consistency check failed to run: it exited with status 0 and wrote no answer"}
+    return {"cells": proc.answer}
 
 
 def run_series_tests(
@@ -1177,6 +1250,8 @@ def probe_builds(plan: Plan) -> dict[str, dict]:
         note(f"build {name}: {'reusing' if reused else 'created'} {python}")
         if str(python) not in probed:
             probed[str(python)] = probe_build(name, python, plan.device, plan.keep_env, names, with_collect_env=True)
+            if plan.extra_env:
+                check_starts(name, python, plan.keep_env, dict(plan.extra_env))
         info = copy.deepcopy(probed[str(python)])  # each build's record is its own
         build_info[name] = {"input": build.to_json(), "interpreter": str(python), "provenance": info}
         manifest = build_manifest(build)

@@ -34,14 +34,14 @@ from __future__ import annotations
 
 import copy
 import re
-import subprocess
 import xml.etree.ElementTree as ET
 from pathlib import Path, PurePosixPath
 
+from harness import children
 from harness import configs as cfg
-from harness.errors import BuildInputError
+from harness.errors import BuildInputError, HarnessError
 from harness.evidence import SeriesTest
-from harness.venvs import NO_COMPILE, pip_command
+from harness.venvs import NO_COMPILE, PIP_INSTALL_S, pip_command
 
 #: seconds one test selection may take on one build
 TIMEOUT_S = 900.0
@@ -118,11 +118,11 @@ def run_one(python: str, test: SeriesTest, source: Path, junit: Path, keep: tupl
     env = cfg.worker_environment(cfg.EnvConfig(f"test {test.name}", dict(test.env)), keep=keep)
     env.pop("PYTHONPATH", None)
     try:
-        proc = subprocess.run(
-            command(python, test, junit), cwd=folder, env=env, capture_output=True, text=True, timeout=TIMEOUT_S
+        proc = children.run(
+            command(python, test, junit), what=f"pytest {test.file}", deadline=TIMEOUT_S, cwd=folder, env=env
         )
-    except subprocess.TimeoutExpired:
-        return {"outcome": "error", "reason": f"timed out after {TIMEOUT_S:g} s", "returncode": None}
+    except HarnessError as exc:  # out of time (or not startable): this selection's record says so
+        return {"outcome": "error", "reason": exc.cause, "returncode": None}
     tail = ((proc.stderr or proc.stdout).strip().splitlines() or [""])[-1][:300]
     if not junit.is_file():
         fix = ""
@@ -176,7 +176,11 @@ def install_requirements(python: str, requirements: tuple[str, ...], managed: bo
         record["reason"] = f"{exc.cause} -- {exc.remedy}"
         return record
     cmd = [*pip, "install", "--disable-pip-version-check", "--no-input", "-q", NO_COMPILE, *requirements]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    try:
+        proc = children.run(cmd, what=f"pip install {' '.join(requirements)}", deadline=PIP_INSTALL_S)
+    except HarnessError as exc:
+        record["reason"] = exc.cause
+        return record
     if proc.returncode:
         lines = [ln for ln in (proc.stderr or proc.stdout).splitlines() if ln.startswith("ERROR")] or [""]
         record["reason"] = f"pip exit status {proc.returncode}: {lines[-1][:200]}"

@@ -76,6 +76,10 @@ PYTORCH_DEFAULT_SUBMODULES = (
 )
 #: git must never stop to ask for a password in a non-interactive harness run.
 _NO_PROMPT = {"GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "true", "SSH_ASKPASS": "true"}
+#: seconds one git command of :func:`git_run` may take (then GitPython's ``kill_after_timeout`` kills it and its
+#: children, and the error quotes "did not complete in N secs"): checking out PyTorch's ~20,000 files or
+#: fetching its submodules over a slow link takes minutes, not half an hour
+GIT_S = 1800.0
 
 
 # --------------------------------------------------------------------------------------- git calls
@@ -130,6 +134,7 @@ def git_run(
             with_exceptions=False,
             env=full_env,
             strip_newline_in_stdout=False,
+            kill_after_timeout=GIT_S,
         )
     finally:
         if handle:

@@ -11,7 +11,8 @@ wheel's sha256 for a file, the requirement text otherwise) and the base interpre
 It is created once and reused while the input is unchanged: a ``harness-input.json`` written after
 a successful install records the input; a venv without it (an interrupted install) is rebuilt.
 Environment creation runs under a lock of that environment (``<cache>/envs/.locks/<env>``,
-:func:`harness.fsutil.exclusive_lock`); a ready environment is used without one. An environment has no
+:func:`harness.fsutil.exclusive_lock`); a ready environment is used without one, and a second process
+that needs an environment another one is creating waits for it and shares it. An environment has no
 pip of its own: this interpreter's pip installs into it (``pip --python``, pip >= 22.3,
 :func:`pip_command`), which saves ``ensurepip`` (about 7 s and 15 MB per environment).
 """
@@ -22,17 +23,20 @@ import hashlib
 import importlib.metadata
 import json
 import shutil
-import subprocess
 import sys
+import time
 import venv
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import InvalidVersion, Version
 
+from harness import children
 from harness.errors import BuildInputError
-from harness.fsutil import atomic_write_json, exclusive_lock, inside, sha256_file
+from harness.fsutil import LockHeld, atomic_write_json, exclusive_lock, inside, sha256_file
 from harness.paths import cache_dir, slug
 from harness.progress import note
 
@@ -41,6 +45,14 @@ MARKER = "harness-input.json"
 #: 2.13.0 CPU wheel, one core); without it the first import writes the bytecode of the modules it loads
 #: (about 2 s, once: the build's probe) and modules never imported are never compiled
 NO_COMPILE = "--no-compile"
+#: seconds one ``pip install`` may take: a CUDA torch wheel and its nvidia-* dependencies are about 3 GB
+#: (5 minutes at 10 MB/s); a local wheel installs in under a minute
+PIP_INSTALL_S = 1800.0
+#: seconds a second process waits for another that is creating the same environment (its pip install
+#: and a minute to spare), and between two lines saying that it still waits, and between two looks
+ENV_WAIT_S = PIP_INSTALL_S + 60.0
+WAIT_NOTE_S = 30.0
+WAIT_POLL_S = 1.0
 #: the first pip with ``--python`` (run this interpreter's pip on another environment): pip 22.3 (2022-10)
 PIP_WITH_PYTHON = Version("22.3")
 
@@ -153,7 +165,7 @@ def ensure_interpreter(build: BuildInput, *, envs_dir: Path | None = None) -> tu
         return python, True
     pip = pip_command(python)  # before the lock and the environment: an old pip is said at once
     # one lock per environment: a compare creating one does not block another that uses ready ones
-    with exclusive_lock(inside(envs_dir, f".locks/{root.name}", "environment lock"), f"creating {root.name}"):
+    with _creation_lock(inside(envs_dir, f".locks/{root.name}", "environment lock"), root):
         if _ready(root, python, build):
             return python, True
         if root.exists():
@@ -162,7 +174,12 @@ def ensure_interpreter(build: BuildInput, *, envs_dir: Path | None = None) -> tu
         venv.EnvBuilder(with_pip=False, clear=True).create(root)
         target = build.value
         cmd = [*pip, "install", "--disable-pip-version-check", "--no-input", NO_COMPILE, target]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
+        proc = children.run(
+            cmd,
+            what=f"pip install {target}",
+            deadline=PIP_INSTALL_S,
+            remedy="check the network (pip download it by hand) and run the command again",
+        )
         if proc.returncode != 0:
             log = root.parent / f"{root.name}.pip.log"  # with_suffix would cut a version's dots
             log.write_text(proc.stdout + proc.stderr)
@@ -178,6 +195,43 @@ def ensure_interpreter(build: BuildInput, *, envs_dir: Path | None = None) -> tu
             )
         atomic_write_json(root / MARKER, {"input": build.to_json()})
     return python, False
+
+
+@contextmanager
+def _creation_lock(lock_dir: Path, root: Path) -> Iterator[None]:
+    """Hold the lock of the environment ``root`` for its creation. While another process holds it (a second
+    ``compare`` with the same input, started before the first one's environment is ready), wait for it: a
+    line when the wait starts and every :data:`WAIT_NOTE_S`, up to :data:`ENV_WAIT_S`; the caller then finds
+    the environment ready and shares it (or, when the other process failed or died, creates it itself).
+
+    Raises:
+        BuildInputError: the other process still holds the lock after :data:`ENV_WAIT_S` seconds.
+    """
+    waited_from = said = None
+    while True:
+        held = ExitStack()
+        try:
+            held.enter_context(exclusive_lock(lock_dir, f"creating {root.name}"))
+        except LockHeld as exc:
+            now = time.monotonic()
+            waited_from = now if waited_from is None else waited_from
+            if now - waited_from >= ENV_WAIT_S:
+                raise BuildInputError(
+                    f"waited {ENV_WAIT_S:g} s for another process creating environment {root}: {exc.cause}",
+                    exc.remedy,
+                ) from None
+            if said is None or now - said >= WAIT_NOTE_S:
+                note(
+                    f"waiting for environment {root.name}: {exc.cause} ({now - waited_from:.0f} s of {ENV_WAIT_S:g} s)"
+                )
+                said = now
+            time.sleep(WAIT_POLL_S)
+            continue
+        with held:
+            if waited_from is not None:
+                note(f"environment {root.name}: its lock is free after {time.monotonic() - waited_from:.0f} s")
+            yield
+        return
 
 
 def _ready(root: Path, python: Path, build: BuildInput) -> bool:

@@ -12,6 +12,8 @@ import pytest
 from harness import cli, report
 from harness import results as res
 
+#: the range of a time, as the message gives it
+RANGE = "not a finite number of seconds from 1e-12 to 86400"
 EXAMPLE = Path(__file__).resolve().parent.parent / "docs" / "examples" / "cpu-ab" / "results.json"
 
 
@@ -62,11 +64,7 @@ def test_median_of_1e300_is_not_a_speedup(good, tmp_path, capsys):
     i, key = _ok_cell(data, "patched")
     data["processes"][i]["cells"][key]["measurement"]["median"] = 1e-300
     rc, out, _ = _report_line(tmp_path, data, capsys)
-    assert (
-        rc == 2
-        and f"processes[{i}].cells['{key}'].measurement.median is 1e-300, not a finite number " "of seconds >= 1e-12"
-        in out
-    ), out
+    assert rc == 2 and f"processes[{i}].cells['{key}'].measurement.median is 1e-300, {RANGE}" in out, out
 
 
 def _drop(path: str):
@@ -165,3 +163,85 @@ def test_harness_built_wheels_of_different_trees_are_not_aa(good):
     assert not report.same_identity(data, "stock", "patched")
     patched["build"] = {"base_sha": "1" * 40, "series": None}
     assert report.same_identity(data, "stock", "patched")
+
+
+# ------------------------------------------------------------------ issue 27: ranges and verdicts
+def _one_line(rc: int, out: str) -> str:
+    assert rc == 2 and "Traceback" not in out and out.count("\n") == 1, out
+    return out
+
+
+def test_samples_of_1e308_are_damage_not_an_overflow(good, tmp_path, capsys):
+    """issue 27: samples (and a median) of 1e308 s passed validation and overflowed the statistics:
+    a ValueError traceback from `report`. No timed block lasts a day (res.MAX_SECONDS)."""
+    data = copy.deepcopy(good)
+    _set_patched_samples(data, 1e308)
+    for proc in data["processes"]:
+        for rec in proc["cells"].values():
+            if proc["build"] == "patched" and rec["status"] == "ok":
+                rec["measurement"]["median"] = 1e308
+    rc, out, folder = _report_line(tmp_path, data, capsys)
+    i, key = _ok_cell(data, "patched")
+    line = _one_line(rc, out)
+    assert f"processes[{i}].cells['{key}'].measurement.median is 1e+308, {RANGE}" in line
+    assert not (folder / "report.md").exists()
+    _set_patched_samples(data, 86400.5)  # just over a day, a median in range: the samples are named
+    for proc in data["processes"]:
+        for rec in proc["cells"].values():
+            if proc["build"] == "patched" and rec["status"] == "ok":
+                rec["measurement"]["median"] = 86400.0
+                rec["measurement"]["samples"][0] = 86400.0
+    rc, out, _ = _report_line(tmp_path, data, capsys)
+    assert "measurement.samples holds 86400.5, not a finite number of seconds from 1e-12 to 86400" in _one_line(rc, out)
+
+
+@pytest.mark.parametrize(
+    "check, shown",
+    [
+        # the issue's case: rendered as passing
+        ({"rel_error": math.nan, "passed": True, "bound": -1}, ".check.bound is -1, not a finite number > 0"),
+        ({"rel_error": math.nan, "passed": True, "bound": 1e-3}, ".check.rel_error is nan, not a number >= 0 or null"),
+        ({"rel_error": -1e-9, "passed": False, "bound": 1e-3}, ".check.rel_error is -1e-09, not a number >= 0"),
+        (
+            {"rel_error": 0.5, "passed": True, "bound": 1e-3},
+            ".check.passed is true but its rel_error 0.5 is not within",
+        ),
+        ({"rel_error": None, "passed": True, "bound": 1e-3}, ".check.passed is true but its rel_error None is not"),
+        ({"rel_error": 1e-7, "passed": "yes", "bound": 1e-3}, ".check.passed is string 'yes', not a boolean"),
+        ({"rel_error": 1e-7, "passed": True, "bound": math.inf}, ".check.bound is inf, not a finite number > 0"),
+    ],
+)
+def test_a_check_out_of_range_or_at_odds_with_its_verdict_is_damage(good, tmp_path, capsys, check, shown):
+    data = copy.deepcopy(good)
+    i, key = _ok_cell(data, "patched")
+    data["processes"][i]["cells"][key]["check"] = check
+    rc, out, folder = _report_line(tmp_path, data, capsys)
+    assert f"processes[{i}].cells['{key}']{shown}" in _one_line(rc, out)
+    assert not (folder / "report.md").exists()
+
+
+def test_verdicts_that_hold_and_unknown_keys_are_accepted(good):
+    """A failed check over its bound, an infinite error (all-zero reference) that failed, no error at all
+    (non-finite output) that failed, and keys this harness does not know (a check status, a new top-level
+    section) are all valid: the rule is local, passed implies an error within the bound."""
+    data = copy.deepcopy(good)
+    i, key = _ok_cell(data, "patched")
+    cells = data["processes"][i]["cells"]
+    for value in (0.5, math.inf, None):
+        cells[key]["check"] = {"rel_error": value, "bound": 1e-3, "passed": False, "status": "finding", "x": [1]}
+        data["kernel_observation"] = {"anything": 1}
+        assert res.problem(data) is None
+    build = next(iter(data["consistency"]["builds"]))
+    first = next(iter(data["consistency"]["builds"][build]["cells"]))
+    data["consistency"]["builds"][build]["cells"][first] = {"rel_diff": math.nan, "bound": 1e-5, "passed": False}
+    assert res.problem(data) is None  # an output holding NaN: a failed comparison, recorded as such
+
+
+def test_a_consistency_verdict_at_odds_with_its_numbers_is_damage(good, tmp_path, capsys):
+    data = copy.deepcopy(good)
+    build = next(iter(data["consistency"]["builds"]))
+    first = next(iter(data["consistency"]["builds"][build]["cells"]))
+    data["consistency"]["builds"][build]["cells"][first] = {"rel_diff": 2.0, "bound": 1e-5, "passed": True}
+    rc, out, _ = _report_line(tmp_path, data, capsys)
+    line = _one_line(rc, out)
+    assert f"consistency.builds['{build}'].cells['{first}'].passed is true but its rel_diff 2.0 is not within" in line

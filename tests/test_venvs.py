@@ -67,7 +67,7 @@ def test_requirement_gets_a_venv_created_once_and_reused(tmp_path, monkeypatch):
     assert not list(python.parent.parent.glob("lib/python*/site-packages/pip"))
     with pytest.MonkeyPatch.context() as patch:  # reused: no venv is created and pip does not run
         patch.setattr(venvs.venv.EnvBuilder, "create", lambda *a, **k: pytest.fail("venv created again"))
-        patch.setattr(venvs.subprocess, "run", lambda *a, **k: pytest.fail(f"ran {a[0]} again"))
+        patch.setattr(venvs.children, "run", lambda *a, **k: pytest.fail(f"ran {a[0]} again"))
         again, reused = ensure_interpreter(build, envs_dir=envs)
     assert reused and again == python
 

@@ -17,11 +17,12 @@ SPEC (written by :mod:`harness.runner`)::
      "observe": null}                                        # "inline" | "only": harness.bench.kernels
 
 OUT gets one JSON object per line, flushed and fsynced as each is written, so a crash keeps every
-finished cell: a ``start`` record (pid, torch version, the raw torch-steering variables this
-process saw, plus the ``record_env`` ones), before each stage of a cell a ``step`` record
-(``key``, ``step``: ``inputs`` | ``check`` | ``measure``) so that a driver that stops a stalled
-worker can name the cell and the step it stalled in, one ``cell`` record per cell (``status``
-``ok`` | ``skipped`` | ``failed``, ``reason``, ``measurement`` =
+finished cell: an ``importing`` record before ``import torch`` (so that a driver that stops a worker
+before its start can say whether Python or torch was still starting), a ``start`` record (pid, torch
+version, the raw torch-steering variables this process saw, plus the ``record_env`` ones), before each
+stage of a cell a ``step`` record (``key``, ``step``: ``inputs`` | ``check`` | ``measure``) so that a
+driver that stops a stalled worker can name the cell and the step it stalled in, one ``cell`` record
+per cell (``status`` ``ok`` | ``skipped`` | ``failed``, ``reason``, ``measurement`` =
 :class:`harness.bench.timer.Measurement`, ``check`` = :class:`harness.checks.accuracy.CheckResult`),
 and an ``end`` record. With ``observe: "inline"`` a cell record also has ``kernels``: the kernels its
 untimed first call ran (:func:`harness.bench.kernels.observe`); with ``observe: "only"`` (a probe
@@ -217,6 +218,8 @@ def main(argv: list[str] | None = None) -> int:
     spec_path, out_path = argv
     with open(spec_path) as fh:
         spec = json.load(fh)
+    with open(out_path, "a") as out:
+        _emit(out, {"type": "importing", "module": "torch", "t": time.time()})
     import torch
 
     torch.manual_seed(spec.get("seed", 0))

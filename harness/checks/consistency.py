@@ -4,12 +4,13 @@ Configs run in separate processes (torch reads its variables once per process), 
 workers of the two configs save their GEMM outputs (``torch.save`` to ``raw/<proc>.outputs.pt``),
 and this module, run afterwards in the same build's interpreter, compares them::
 
-    <build python> -m harness.checks.consistency A.outputs.pt B.outputs.pt CONFIG_A CONFIG_B
+    <build python> -m harness.checks.consistency A.outputs.pt B.outputs.pt CONFIG_A CONFIG_B [--answer FILE]
 
 (``CONFIG_*``: a config's JSON, :meth:`harness.configs.EnvConfig.to_json`, plus ``accumulators``:
 kernel path -> accumulator in this build's base, :meth:`harness.evidence.Evidence.accumulators`; its
 ``reduced_fp32``, ``routes`` and ``accumulators`` set the bound; a routed path with no accumulator is
-``unknown``). It prints one JSON object: cell key -> ``{rel_diff, bound, passed, status}``,
+``unknown``). It answers one JSON object on the channel ``FILE`` (:mod:`harness.channel`, after
+announcing each of :data:`STEPS`; without ``--answer`` it prints it): cell key -> ``{rel_diff, bound, passed, status}``,
 where ``rel_diff = ‖out_A − out_B‖_F / ‖out_B‖_F`` and ``bound`` is the sum of the two configs'
 accuracy bounds (:func:`harness.checks.accuracy.bound`): two results that are each within their
 bound of the float64 reference are within the sum of the bounds of each other (triangle
@@ -32,6 +33,7 @@ import json
 import sys
 
 from harness.bench.workloads import Cell
+from harness.channel import Channel
 from harness.checks.accuracy import DEFAULT_ACCUMULATOR, FAILED, PASSED, UNKNOWN, bound, judge
 
 
@@ -42,6 +44,11 @@ def config_accumulator(cell: Cell, config: dict) -> str:
     if path == "default":
         return DEFAULT_ACCUMULATOR
     return config.get("accumulators", {}).get(path, UNKNOWN)
+
+
+#: the steps announced on the channel and the seconds each may take (:func:`harness.runner.run_consistency`):
+#: the saved outputs of the default cuda matrix are about 0.5 GB per config
+STEPS = {"importing torch": 120.0, "loading the saved outputs": 300.0, "comparing the outputs": 300.0}
 
 
 def config_bound(cell: Cell, config: dict) -> float:
@@ -85,17 +92,30 @@ def compare_outputs(a: dict, b: dict, config_a: dict, config_b: dict) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    answer = None
+    if "--answer" in args:
+        at = args.index("--answer")
+        answer = Channel(args[at + 1])
+        del args[at : at + 2]
+    steps = answer or Channel(None)
+    path_a, path_b, config_a, config_b = args
+    steps.step("importing torch")
     import torch
 
-    path_a, path_b, config_a, config_b = sys.argv[1:] if argv is None else argv
+    steps.step("loading the saved outputs")
     a = torch.load(path_a, map_location="cpu", weights_only=True)
     b = torch.load(path_b, map_location="cpu", weights_only=True)
+    steps.step("comparing the outputs")
     try:
         result = compare_outputs(a, b, json.loads(config_a), json.loads(config_b))
     except ValueError as exc:
         print(f"consistency: {exc}", file=sys.stderr)
         return 2
-    json.dump(result, sys.stdout)
+    if answer:
+        answer.answer(result)
+    else:
+        json.dump(result, sys.stdout)
     return 0
 
 

@@ -1,0 +1,280 @@
+"""Issue 27: every child process has a deadline named with its step, children answer JSON on a channel
+nothing else writes, an interpreter that does not start is said to, and two runs share one environment.
+
+Slow and hanging interpreters are small shell wrappers around this one (a fake ``torch`` package that
+sleeps, a ``sitecustomize`` that prints); the deadlines are module constants shortened here, so no test
+waits for a real deadline.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import stat
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from conftest import run_harness
+
+from harness import build as build_mod
+from harness import configs as cfg
+from harness import runner, seriestests, venvs
+from harness.errors import HarnessError
+from harness.paths import slug
+
+#: the probe's steps, each shortened to a second
+SHORT = {"importing torch": 1.0, "probing the device": 1.0, "making torch's collect_env report": 1.0}
+
+
+def wrapper(tmp_path: Path, name: str, *, pythonpath: Path | None = None, before: str = "") -> Path:
+    """An executable ``name`` that runs ``before`` (shell) and then this interpreter, with ``pythonpath``
+    put first on ``PYTHONPATH`` (a fake torch, a sitecustomize)."""
+    script = tmp_path / name
+    path = f'PYTHONPATH={pythonpath}:"$PYTHONPATH" ' if pythonpath else ""
+    script.write_text(f'#!/bin/sh\n{before}\n{path}exec {sys.executable} "$@"\n')
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    return script
+
+
+def fake_torch(tmp_path: Path, body: str) -> Path:
+    """A folder holding a package ``torch`` whose import runs ``body`` (and writes its pid to ``pid``)."""
+    folder = tmp_path / "fake"
+    (folder / "torch").mkdir(parents=True)
+    (folder / "torch" / "__init__.py").write_text(
+        f"import os, time\nopen({str(tmp_path / 'pid')!r}, 'w').write(str(os.getpid()))\n{body}\n"
+    )
+    return folder
+
+
+def _gone(pid: int) -> bool:
+    """The process ``pid`` has ended (a zombie left to a container's init that does not reap counts)."""
+    try:
+        os.kill(pid, 0)
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (ProcessLookupError, FileNotFoundError):
+        return True
+    return state == "Z"
+
+
+# ------------------------------------------------------------------------------ 1: deadlines
+def test_a_probe_whose_torch_import_hangs_is_stopped_naming_the_step(tmp_path, monkeypatch):
+    """An `import torch` that does not return hung `doctor`/`compare` until Ctrl-C (no deadline); a slow one
+    left the user without a word. Stopped at its step's deadline, named, and the process is gone."""
+    monkeypatch.setattr(runner, "PROBE_STEPS", SHORT, raising=False)
+    python = wrapper(tmp_path, "python", pythonpath=fake_torch(tmp_path, "time.sleep(8)"))
+    started = time.monotonic()
+    with pytest.raises(HarnessError) as info:
+        runner.probe_build("stock", python, "cpu")
+    assert time.monotonic() - started < 6
+    assert info.value.cause == f"build stock probe ({python}): importing torch took longer than 1 s (stopped)"
+    assert "run it by hand" in info.value.remedy
+    assert _gone(int((tmp_path / "pid").read_text()))  # killed with its process group, not left running
+
+
+def test_a_slow_torch_import_is_said_while_it_runs_and_when_it_ends(tmp_path, monkeypatch, capsys):
+    """A 20 s import passed unmentioned: past SLOW_S it is said, with its deadline."""
+    monkeypatch.setattr("harness.children.SLOW_S", 0.3)
+    body = "time.sleep(1.2)\nraise ImportError('this fake torch is not torch')"
+    python = wrapper(tmp_path, "python", pythonpath=fake_torch(tmp_path, body))
+    with pytest.raises(HarnessError, match="cannot run the probe: ImportError: this fake torch is not torch"):
+        runner.probe_build("stock", python, "cpu")
+    err = capsys.readouterr().err
+    assert f"build stock probe ({python}): importing torch has taken 0 s so far (stopped at 120 s)" in err
+    assert f"build stock probe ({python}): importing torch took 1 s" in err
+
+
+def test_a_worker_stopped_before_it_started_blames_no_cell(tmp_path):
+    """doctor with a 130 s import said "worker timed out ... while measuring mm/16x16x16/float16" though no
+    worker had started: now the step it was in (its `importing` record) is named, and no cell is blamed."""
+    python = wrapper(tmp_path, "python", pythonpath=fake_torch(tmp_path, "time.sleep(8)"))
+    cells = ["mm/16x16x16/float32", "mm/32x32x32/float32"]
+    spec = {"device": "cpu", "cells": cells, "check": False, "seed": 0, "threads": 1, "timing": {}}
+    record = runner.run_worker(python, spec, cfg.EnvConfig("default"), tmp_path, "w", timeout=1.5)
+    reason = "worker timed out after 1.5 s before it started: importing torch took longer than that"
+    assert record["reason"] == reason
+    assert {c["reason"] for c in record["cells"].values()} == {reason}
+
+
+def test_a_series_test_past_its_deadline_is_stopped_with_its_grandchildren(tmp_path, monkeypatch):
+    """harness/seriestests.py uses its TIMEOUT_S; a grandchild holding the output pipe no longer holds the
+    harness past it (subprocess.run's kill reached the child only, then waited for the pipe)."""
+    monkeypatch.setattr(seriestests, "TIMEOUT_S", 1.0)
+    python = wrapper(tmp_path, "python", before="sleep 20 & wait; exit 0")
+    (tmp_path / "src" / "test").mkdir(parents=True)
+    (tmp_path / "src" / "test" / "test_x.py").write_text("def test_x():\n    pass\n")
+    test = seriestests.SeriesTest("x", "test/test_x.py")
+    started = time.monotonic()
+    record = seriestests.run_one(str(python), test, tmp_path / "src", tmp_path / "junit.xml")
+    assert time.monotonic() - started < 8
+    assert record == {
+        "outcome": "error",
+        "reason": "pytest test/test_x.py took longer than 1 s (stopped)",
+        "returncode": None,
+    }
+
+
+def test_a_hanging_toolchain_probe_is_stopped_and_named(tmp_path, monkeypatch):
+    """A build's preflight (`c++ --version`, `cmake --version`) ran 120 s before a silent give-up, the
+    message Python's own; the deadline is a constant now, and named."""
+    monkeypatch.setattr(build_mod, "TOOL_PROBE_S", 0.5, raising=False)
+    cmake = tmp_path / "cmake"
+    cmake.write_text("#!/bin/sh\nsleep 5\necho 'cmake version 3.30.0'\n")
+    cmake.chmod(0o755)
+    assert build_mod._first_line([str(cmake), "--version"]) == (
+        -1,
+        f"`{cmake} --version` took longer than 0.5 s (stopped)",
+    )
+
+
+def test_a_pip_install_past_its_deadline_is_one_line(tmp_path, monkeypatch):
+    monkeypatch.setattr(venvs, "PIP_INSTALL_S", 0.5, raising=False)
+    monkeypatch.setattr(venvs, "pip_command", lambda python: [sys.executable, "-c", "import time; time.sleep(5)"])
+    with pytest.raises(HarnessError) as info:
+        venvs.ensure_interpreter(venvs.parse_input("torch==2.13.0", "stock"), envs_dir=tmp_path / "envs")
+    assert info.value.cause == "pip install torch==2.13.0 took longer than 0.5 s (stopped)"
+
+
+# ------------------------------------------------------------------- 2: the answer channel
+def test_probe_and_consistency_answer_past_an_interpreter_that_prints(tmp_path):
+    """A sitecustomize (or .pth) printing at start-up, and bytes written to fd 1 from C at exit, broke the probe
+    (JSONDecodeError at runner.probe_build) and, when only the consistency subprocess printed, lost the
+    run's results.json after every worker had run. Both answer on a channel of their own now."""
+    import torch
+
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(
+        "import atexit, os\nprint('hello from sitecustomize')\n"
+        "atexit.register(lambda: os.write(1, b'{not json written to fd 1\\n'))\n"
+    )
+    python = wrapper(tmp_path, "python", pythonpath=site)
+    info = runner.probe_build("stock", python, "cpu")
+    assert info["torch_version"] == torch.__version__ and info["device_error"] is None
+    pair = ("no_vec", "default")
+    configs = {c.name: c for c in cfg.PROFILES["cpu"]}
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    key = "mm/8x8x8/float32"
+    out = torch.randn(8, 8, generator=torch.Generator().manual_seed(0))
+    for name in pair:
+        torch.save({key: out}, raw / f"r00-stock-{name}.outputs.pt")
+    result = runner.run_consistency({"stock": {"interpreter": str(python)}}, "cpu", configs, raw)
+    assert result["pair"] == list(pair)
+    assert result["builds"]["stock"]["cells"][key]["rel_diff"] == 0.0
+    assert result["builds"]["stock"]["cells"][key]["passed"] is True
+
+
+def test_a_program_that_is_not_python_is_one_line(tmp_path):
+    """`doctor --build python:/bin/true`: a JSONDecodeError traceback; now one line, cause and remedy."""
+    with pytest.raises(HarnessError) as info:
+        runner.probe_build("stock", Path("/bin/true"), "cpu")
+    assert info.value.cause == (
+        "build stock (/bin/true) did not answer the probe (exit status 0, no answer written): "
+        "it is not a Python interpreter that runs the harness"
+    )
+    ran = run_harness("doctor", "--build", "python:/bin/true", "--out", str(tmp_path / "doctor"))
+    assert ran.returncode == 2 and "Traceback" not in ran.stderr, ran.stderr
+    errors = [line for line in ran.stderr.splitlines() if line.startswith("error:")]
+    cause = info.value.cause.replace("build stock", "build build")  # doctor's one build is named "build"
+    remedy = "pass python:/path/to/python of an environment that has torch (python -c 'import torch')"
+    assert errors == [f"error: {cause} -- {remedy}"]
+
+
+# ---------------------------------------------------------- 3: an interpreter that does not start
+FATAL = "the build's interpreter did not start under this environment: Fatal Python error: init_fs_encoding"
+
+
+def test_a_worker_whose_interpreter_does_not_start_says_so(tmp_path):
+    """`--env PYTHONHOME=/nonexistent` gave every cell "worker exited with status 1: <no Python frame>"."""
+    spec = {"device": "cpu", "cells": ["mm/16x16x16/float32", "mm/32x32x32/float32"], "check": False, "timing": {}}
+    record = runner.run_worker(
+        Path(sys.executable), spec, cfg.EnvConfig("default"), tmp_path, "w", 60.0, extra={"PYTHONHOME": "/nonexistent"}
+    )
+    assert record["reason"].startswith(FATAL), record["reason"]
+    assert {c["reason"] for c in record["cells"].values()} == {record["reason"]}
+
+
+def test_compare_under_an_env_that_stops_the_interpreter_is_refused_before_any_worker(tmp_path, this_python):
+    out = tmp_path / "out"
+    ran = run_harness(
+        "compare",
+        *("--stock", this_python, "--patched", this_python, "--device", "cpu", "--configs", "default"),
+        *("--cells", "mm/16x16x16/float32", "--rounds", "1", "--env", "PYTHONHOME=/nonexistent", "--out", str(out)),
+    )
+    assert ran.returncode == 2 and "Traceback" not in ran.stderr, ran.stderr
+    errors = [line for line in ran.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and f"build stock's interpreter {sys.executable} did not start" in errors[0], errors
+    assert "Fatal Python error: init_fs_encoding" in errors[0] and "(--env PYTHONHOME=/nonexistent)" in errors[0]
+    assert not list(out.glob("raw/*.jsonl"))  # no worker ran
+
+
+# -------------------------------------------------------------- 5: two runs, one environment
+def test_two_runs_creating_one_environment_share_it(tmp_path, monkeypatch, capsys):
+    """The second of two `compare` runs with the same requirement stopped at once ("is in use by pid ...");
+    it waits for the first one's environment (saying so) and shares it."""
+    monkeypatch.setattr(venvs, "WAIT_POLL_S", 0.05, raising=False)
+    slow_pip = [sys.executable, "-c", "import time; time.sleep(1.5)"]  # "installs" nothing, slowly
+    monkeypatch.setattr(venvs, "pip_command", lambda python: slow_pip)
+    build, envs = venvs.parse_input("torch==2.13.0", "stock"), tmp_path / "envs"
+    got: dict[str, object] = {}
+
+    def compare(name: str) -> None:
+        try:
+            got[name] = venvs.ensure_interpreter(build, envs_dir=envs)
+        except HarnessError as exc:
+            got[name] = exc.line()
+
+    first = threading.Thread(target=compare, args=("first",))
+    first.start()
+    time.sleep(0.5)  # the first one holds the environment's lock, installing
+    compare("second")
+    first.join()
+    python = got["first"][0]
+    assert got == {"first": (python, False), "second": (python, True)}, got
+    assert f"waiting for environment {python.parent.parent.name}: " in capsys.readouterr().err
+
+
+def test_waiting_for_an_environment_has_a_deadline(tmp_path, monkeypatch):
+    monkeypatch.setattr(venvs, "WAIT_POLL_S", 0.05)
+    monkeypatch.setattr(venvs, "ENV_WAIT_S", 0.3)
+    monkeypatch.setattr(venvs, "pip_command", lambda python: [sys.executable, "-c", "pass"])
+    build, envs = venvs.parse_input("torch==2.13.0", "stock"), tmp_path / "envs"
+    root = envs / f"{slug(build.value)[:60]}-{venvs.env_key(build)[:8]}"
+    lock = envs / ".locks" / root.name / ".lock"
+    lock.parent.mkdir(parents=True)
+    lock.write_text(json.dumps({"pid": os.getppid(), "host": socket.gethostname(), "what": "creating it"}))
+    with pytest.raises(HarnessError) as info:
+        venvs.ensure_interpreter(build, envs_dir=envs)
+    assert info.value.cause.startswith(f"waited 0.3 s for another process creating environment {root}: ")
+    assert f"is in use by pid {os.getppid()}" in info.value.cause
+
+
+def test_a_git_command_past_its_deadline_is_stopped_and_named(tmp_path, monkeypatch):
+    """git commands (worktrees, apply, submodules) had no deadline: one that hangs hung the harness."""
+    from harness import upstream
+
+    monkeypatch.setattr(upstream, "GIT_S", 0.5, raising=False)
+    started = time.monotonic()
+    with pytest.raises(HarnessError) as info:
+        upstream.git_run(tmp_path, "-c", "alias.hang=!sleep 6", "hang")
+    assert time.monotonic() - started < 5
+    assert info.value.cause.startswith(f"`git -c alias.hang=!sleep 6 hang` failed in {tmp_path}: Timeout: the command")
+    assert info.value.cause.endswith("did not complete in 0.5 secs.")
+
+
+def test_a_build_step_past_its_deadline_is_stopped_with_what_it_started(tmp_path):
+    """The base's build command and a build venv's pip install ran without a deadline."""
+    log_path = tmp_path / "build.log"
+    step = ["/bin/sh", "-c", f"sleep 30 & echo $! > {tmp_path / 'pid'}; wait"]
+    started = time.monotonic()
+    with open(log_path, "a") as log, pytest.raises(HarnessError) as info:
+        build_mod._run_logged(step, log, deadline=0.5)
+    assert time.monotonic() - started < 5
+    command = f"/bin/sh -c 'sleep 30 & echo $! > {tmp_path / 'pid'}; wait'"
+    assert info.value.cause == f"`{command}` took longer than 0.5 s (stopped); its log: {log_path}"
+    time.sleep(0.2)
+    assert _gone(int((tmp_path / "pid").read_text()))  # the grandchild too
