@@ -28,11 +28,13 @@ from pathlib import Path
 
 from harness import configs as cfg
 from harness.bench.workloads import DTYPES, OPS, probe_cell
-from harness.errors import UsageError
 from harness.fsutil import atomic_write_text
+from harness.numbers import Bound, number
 from harness.progress import note
 
 #: the doctor's timing: enough to run the timer's whole path once, not to measure anything
+#: --step-timeout: seconds a worker may go without finishing a cell (a day at most)
+STEP_TIMEOUT = Bound(0, 86400, low_open=True, unit="seconds")
 TIMING = {"warmup_s": 0.005, "warmup_calls": 3, "measure_s": 0.01, "min_block_s": 1e-4, "min_samples": 3}
 
 
@@ -119,14 +121,14 @@ def run(
     :func:`harness.build.toolchain_checks`.
 
     Raises:
-        UsageError: ``step_timeout`` <= 0. HarnessError: no torch in the build, or the device is unusable.
+        UsageError: ``step_timeout`` NaN, infinite or outside :data:`STEP_TIMEOUT`.
+        HarnessError: no torch in the build, or the device is unusable.
     """
     from harness import build as build_mod
     from harness.runner import probe_build, read_jsonl, run_worker
     from harness.venvs import ensure_interpreter, parse_input
 
-    if step_timeout <= 0:
-        raise UsageError(f"--step-timeout must be > 0 seconds, got {step_timeout:g}", "e.g. --step-timeout 30")
+    number(step_timeout, "--step-timeout", STEP_TIMEOUT)
     started = time.monotonic()
     python, _ = ensure_interpreter(parse_input(build, "build"))
     device = _auto_device(python) if device == "auto" else device

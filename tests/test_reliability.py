@@ -277,7 +277,7 @@ def test_unknown_and_missing_arguments_are_one_line(tmp_path, this_python):
     assert "the following arguments are required: --build, --out" in line
     # 0 jobs used to mean "the CPU count" silently
     assert one_line_error(*_cli("build", "--kind", "stock", "--jobs", "0", "--dry-run")) == (
-        "error: --jobs 0 is below 1 -- give a positive number of compile jobs"
+        "error: --jobs 0: out of range -- give --jobs a whole number of compile jobs in [1, 4096]"
     )
     assert not (tmp_path / "o").exists()
 

@@ -10,6 +10,7 @@ from harness import build as b
 from harness import progress
 from harness.commands.common import add_source_arguments
 from harness.errors import UsageError
+from harness.numbers import option
 
 
 class _Renamed(argparse.Action):
@@ -28,7 +29,12 @@ def add_arguments_build(parser: argparse.ArgumentParser) -> None:
     add_source_arguments(parser)
     parser.add_argument("--platform", choices=b.PLATFORMS, default=None, help="build environment (default: this host)")
     parser.add_argument("--dry-run", action="store_true", help="print the environment and command, build nothing")
-    parser.add_argument("--jobs", type=int, default=None, help="parallel compile jobs, MAX_JOBS (default: CPU count)")
+    parser.add_argument(
+        "--jobs",
+        type=option("--jobs", b.JOBS),
+        default=None,
+        help="parallel compile jobs, MAX_JOBS (default: CPU count)",
+    )
     parser.add_argument(
         "--build-env", action="append", default=[], metavar="KEY=VALUE", help="override a build variable (repeatable)"
     )
@@ -53,8 +59,6 @@ def add_arguments_build(parser: argparse.ArgumentParser) -> None:
 def run_build(args: argparse.Namespace) -> int:
     """``build``: plan (``--dry-run`` prints it), build, verify; prints the wheel's path."""
     overrides = b.parse_env_overrides(args.build_env)
-    if args.jobs is not None and args.jobs < 1:  # 0 would silently mean "the CPU count"
-        raise UsageError(f"--jobs {args.jobs} is below 1", "give a positive number of compile jobs")
     platform = args.platform or b.host_platform()
     if args.kind == "stock" and args.incremental:
         raise UsageError("--incremental applies to patched builds only", "drop --incremental for --kind stock")
