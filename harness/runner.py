@@ -44,6 +44,7 @@ from harness.bench.workloads import DTYPES, ITEMSIZE, Cell, default_cells
 from harness.errors import HarnessError, ResultsError, UsageError
 from harness.fsutil import atomic_write_json, exclusive_lock, inside
 from harness.numbers import Bound, number
+from harness.outdir import MARKER, RESULTS_WRITES, claim, clear
 from harness.progress import note, task
 from harness.provenance import unsupported_reason
 from harness.venvs import ensure_interpreter, parse_input
@@ -871,7 +872,7 @@ def _removed_on_failure(out: Path, created: list[Path]) -> Iterator[None]:
 def _remove_if_empty(out: Path, top: Path) -> None:
     """Remove ``out`` when it holds nothing but this run's traces (``.lock``, ``raw/plan.json``), then
     its parents up to ``top`` (the highest folder this run created) while they are empty."""
-    traces = {Path(".lock"), Path("raw"), Path("raw") / "plan.json"}
+    traces = {Path(".lock"), Path(MARKER), Path("raw"), Path("raw") / "plan.json"}
     try:
         if out.is_dir() and all(p.relative_to(out) in traces for p in out.rglob("*")):
             shutil.rmtree(out)
@@ -881,6 +882,15 @@ def _remove_if_empty(out: Path, top: Path) -> None:
                 parent.rmdir()
     except OSError:
         pass  # it stays; nothing in it is the user's
+
+
+@contextmanager
+def _claimed(out: Path, command: str) -> Iterator[Path]:
+    """``out`` claimed as a run's folder (:func:`harness.outdir.claim`: new, empty, or a run of ours;
+    its marker written first), then held (:func:`harness.fsutil.exclusive_lock`)."""
+    claim(out, "--out", RESULTS_WRITES, res.is_run)
+    with exclusive_lock(out, command) as lock:
+        yield lock
 
 
 # ------------------------------------------------------------------------------------- plan
@@ -1129,7 +1139,8 @@ def check_keep_env(keep: Sequence[str]) -> None:
 # ------------------------------------------------------------------------------- the out folder
 def open_out(plan: Plan) -> Path:
     """Make ``plan.out/raw`` ready: no symbolic link, orphans of a killed run reaped, ``--fresh``
-    honoured, a damaged results.json set aside. Returns the raw folder (not created yet).
+    honoured (:func:`harness.outdir.clear`: what the marker lists), a damaged results.json set aside.
+    Returns the raw folder (not created yet). ``plan.out`` was claimed (:func:`_claimed`).
 
     Raises:
         ResultsError: ``raw`` is a symbolic link; ``--fresh`` cannot remove it; results.json is of another schema.
@@ -1144,14 +1155,7 @@ def open_out(plan: Plan) -> Path:
     raw = inside(out, "raw", "--out folder")
     reap_orphans(raw)
     if plan.fresh:
-        try:
-            if raw.exists():
-                shutil.rmtree(raw)
-            inside(out, res.RESULTS, "--out results").unlink(missing_ok=True)
-        except OSError as exc:
-            raise ResultsError(
-                f"--fresh cannot remove {raw}: {exc.strerror or exc}", "fix its permissions, or use a new --out"
-            ) from None
+        clear(out)  # only what the folder's marker lists (harness.outdir)
     elif (out / res.RESULTS).exists():
         try:
             res.load(out)  # refuse to resume from (and overwrite) a results.json of another schema version
@@ -1368,7 +1372,7 @@ def execute(request: RunRequest) -> int:
     run = plan(request)
     out = run.out
     created = [d for d in (out, *out.parents) if not d.exists()]  # out and the parents this run makes
-    with exclusive_lock(out, " ".join(request.command or sys.argv)), _removed_on_failure(out, created):
+    with _removed_on_failure(out, created), _claimed(out, " ".join(request.command or sys.argv)):
         raw = open_out(run)
         data = res.new_document(run.run_json(), probe_builds(run), {c.name: c.to_json() for c in run.configs})
         data["evidence"] = run.evidence.to_json()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -11,6 +12,7 @@ from harness import progress
 from harness.commands.common import add_source_arguments
 from harness.errors import UsageError
 from harness.numbers import option
+from harness.outdir import DIST_WRITES, claim
 
 
 class _Renamed(argparse.Action):
@@ -21,6 +23,18 @@ class _Renamed(argparse.Action):
             "build --env was renamed --build-env (compare/bench --env sets worker variables instead)",
             f"write --build-env {values}",
         )
+
+
+def _holds_builds(dist: Path) -> bool:
+    """A --dist folder written before output folders were marked: it holds a build manifest of ours."""
+    for manifest in dist.glob("*.whl.build.json"):
+        try:
+            data = json.loads(manifest.read_text())
+        except (OSError, UnicodeDecodeError, ValueError):
+            continue
+        if isinstance(data, dict) and "schema" in data and "inputs" in data:
+            return True
+    return False
 
 
 def add_arguments_build(parser: argparse.ArgumentParser) -> None:
@@ -112,6 +126,7 @@ def run_build(args: argparse.Namespace) -> int:
         return 0
     if not args.no_verify:
         b.check_markers_declared(sources.series)  # said before a build of hours, not after it
+    claim(args.dist, "--dist", DIST_WRITES, _holds_builds)  # after the input is known good, before a write
     try:
         result, verified = b.build_and_verify(plan, force=args.force, verify=not args.no_verify)
     except b.BuildFailed as exc:
