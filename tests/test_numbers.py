@@ -98,13 +98,18 @@ def test_number_parses_and_refuses_with_the_range():
 
 @pytest.fixture
 def no_run_writes(monkeypatch):
-    """A run that got past parsing would take its --out lock first: fail there, nothing run (the base
-    code accepted these values and ran without deadlines, or grew memory without bound)."""
+    """A command that got past parsing fails at its first step, before anything runs or is written:
+    a run at its --out lock, the doctor, a build, a preview (the base code accepted these values and
+    ran without deadlines, or grew memory without bound)."""
+    from harness import build, doctor
+    from harness.commands import preview
 
-    def refuse(directory, what):
-        raise AssertionError(f"a run started in {directory}")
+    def refuse(*args, **kwargs):
+        raise AssertionError(f"a command started with {args}")
 
     monkeypatch.setattr(runner, "exclusive_lock", refuse)
+    for module, name in ((doctor, "run"), (build, "resolve_sources"), (preview, "write_html")):
+        monkeypatch.setattr(module, name, refuse)
 
 
 @pytest.mark.parametrize(
@@ -162,7 +167,9 @@ def _not_a_number(text: str) -> bool:
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
-def test_any_bad_number_for_any_option_is_one_line_rc_2_and_nothing_written(tmp_path, capsys, monkeypatch, data):
+def test_any_bad_number_for_any_option_is_one_line_rc_2_and_nothing_written(
+    tmp_path, capsys, monkeypatch, no_run_writes, data
+):
     monkeypatch.chdir(tmp_path)
     command, option = data.draw(st.sampled_from(CASES))
     value = data.draw(_beyond(OPTIONS[command][option]))
@@ -232,7 +239,9 @@ def test_manifest_env_keys_follow_the_env_rule(tmp_path, monkeypatch, capsys, no
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
-def test_any_bad_manifest_env_field_is_one_line_rc_2_and_nothing_written(tmp_path, capsys, monkeypatch, data):
+def test_any_bad_manifest_env_field_is_one_line_rc_2_and_nothing_written(
+    tmp_path, capsys, monkeypatch, no_run_writes, data
+):
     monkeypatch.chdir(tmp_path)
     folder = _series(tmp_path)
     field = data.draw(st.sampled_from(sorted(FIELDS)))

@@ -686,9 +686,8 @@ def tiny_source(tmp_path):
 
     repo = su.make_upstream(tmp_path / "src")
     dist = tmp_path / "dist"
-    dist.mkdir()
-    (dist / "tinyext-1.4.0+stock.earlier-py3-none-any.whl").write_bytes(b"an earlier build")
     outdir.claim(dist, "--dist", outdir.DIST_WRITES)  # a --dist of the harness (issue 27)
+    (dist / "tinyext-1.4.0+stock.earlier-py3-none-any.whl").write_bytes(b"an earlier build")
     return repo, dist
 
 
