@@ -135,6 +135,7 @@ def run(
     Raises:
         UsageError: ``step_timeout`` NaN, infinite or outside :data:`STEP_TIMEOUT`.
         HarnessError: no torch in the build, or the device is unusable.
+        ResultsError: ``out`` is not a folder the doctor may write in (:func:`harness.outdir.claim`).
     """
     from harness import build as build_mod
     from harness.runner import probe_build, read_jsonl, run_worker

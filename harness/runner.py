@@ -870,7 +870,7 @@ def _removed_on_failure(out: Path, created: list[Path]) -> Iterator[None]:
 
 
 def _remove_if_empty(out: Path, top: Path) -> None:
-    """Remove ``out`` when it holds nothing but this run's traces (``.lock``, ``raw/plan.json``), then
+    """Remove ``out`` when it holds nothing but this run's traces (``.lock``, the marker, ``raw/plan.json``), then
     its parents up to ``top`` (the highest folder this run created) while they are empty."""
     traces = {Path(".lock"), Path(MARKER), Path("raw"), Path("raw") / "plan.json"}
     try:
