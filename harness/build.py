@@ -59,6 +59,7 @@ from harness import series as series_mod
 from harness import upstream as upstream_mod
 from harness.errors import BuildError, HarnessError, UsageError
 from harness.fsutil import atomic_write_json, exclusive_lock, inside, sha256_file
+from harness.numbers import Bound, number
 from harness.paths import cache_dir, slug
 from harness.series import patches_hash
 from harness.upstream import git_run
@@ -67,6 +68,8 @@ from harness.venvs import PIP_INSTALL_S, pip_command, venv_python
 
 KINDS = ("stock", "patched")
 BUILD_TYPES = ("Release", "RelWithDebInfo", "Debug", "MinSizeRel")
+#: --jobs: parallel compile jobs (MAX_JOBS); 0 would silently mean "the CPU count"
+JOBS = Bound(1, 4096, integer=True, unit="compile jobs")
 
 #: Apple-silicon floor: macOS 11.0 is the first release that runs on arm64, and PyTorch's own
 #: arm64 wheels are tagged ``macosx_11_0_arm64`` (``.ci/wheel/build_wheel.sh``, ``mac_version``).
@@ -285,13 +288,12 @@ def platform_env(
     ("Cross-compile for M1") adds ``-arch``/``-isysroot`` flags.
 
     Raises:
-        UsageError: unknown platform or build type, jobs < 1.
+        UsageError: unknown platform or build type, jobs outside :data:`JOBS`.
     """
     spec = platform_spec(platform)
     if build_type not in BUILD_TYPES:
         raise UsageError(f"unknown build type {build_type!r}", f"choose one of: {', '.join(BUILD_TYPES)}")
-    if jobs < 1:
-        raise UsageError(f"--jobs {jobs} is below 1", "give a positive number of compile jobs")
+    number(jobs, "--jobs", JOBS)
     env = {"MAX_JOBS": str(jobs), "CMAKE_BUILD_TYPE": build_type, "BUILD_TEST": "0", **spec.env}
     if spec.macos:
         env.update(ARCHFLAGS="-arch arm64", MACOSX_DEPLOYMENT_TARGET=macos_deployment_target)

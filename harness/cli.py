@@ -66,6 +66,10 @@ def build_parser(command: str) -> argparse.ArgumentParser:
     module = importlib.import_module(module_name)
     parser = _Parser(prog=f"python -m harness {command}", description=help_text)
     getattr(module, f"add_arguments_{command}")(parser)
+    for action in parser._actions:  # every numeric option says its range (harness.numbers.option)
+        bound = getattr(action.type, "bound", None)
+        if bound is not None and action.help:
+            action.help += f"; {bound.describe()}"
     parser.set_defaults(_run=getattr(module, f"run_{command}"))
     return parser
 

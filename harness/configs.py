@@ -29,6 +29,7 @@ This module runs inside build interpreters: standard library only.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -56,6 +57,25 @@ INHERITED = (
     "CUDA_VISIBLE_DEVICES",
 )
 INHERITED_PREFIXES = ("LC_",)
+#: variables no worker may be given by ``--env``, a series' ``[evidence.<device>.env.<config>]`` or a
+#: ``[[evidence.test]]``'s ``env``: the harness sets them for its own processes (a worker's
+#: PYTHONPATH points at the harness source; a series test's is removed so that the build's torch is imported)
+RESERVED_ENV = ("PYTHONPATH",)
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def env_name_problem(key: str) -> str | None:
+    """Why ``key`` cannot be a variable set in a worker, or None when it can: the one rule for ``--env``
+    keys and the manifest's env keys (``[evidence.<device>.env.<config>]``, ``[[evidence.test]]`` env).
+    A name is letters, digits and ``_``, not starting with a digit (so no ``=``, NUL or empty name,
+    which ``os.environ`` refuses with a ValueError or drops), and not one of :data:`RESERVED_ENV`."""
+    if not _ENV_NAME.fullmatch(key):
+        return f"{key!r} is not an environment variable name (letters, digits and _, not starting with a digit)"
+    if key in RESERVED_ENV:
+        return f"the harness sets {key} for its workers"
+    return None
+
+
 #: Prefixes of torch-, CUDA-, MPS-, ROCm-, BLAS- and OpenMP-related variables: every one that reaches
 #: a worker is recorded with its results (:func:`snapshot`).
 RECORDED_PREFIXES = (

@@ -28,10 +28,15 @@ from pathlib import Path
 
 from harness import configs as cfg
 from harness.bench.workloads import DTYPES, OPS, probe_cell
-from harness.errors import UsageError
 from harness.fsutil import atomic_write_text
+from harness.numbers import Bound, number
+from harness.outdir import DOCTOR_WRITES, claim
 from harness.progress import note
 
+#: doctor.md's first line
+TITLE = "## torch-patch-harness doctor"
+#: --step-timeout: seconds a worker may go without finishing a cell (a day at most)
+STEP_TIMEOUT = Bound(0, 86400, low_open=True, unit="seconds")
 #: the doctor's timing: enough to run the timer's whole path once, not to measure anything
 TIMING = {"warmup_s": 0.005, "warmup_calls": 3, "measure_s": 0.01, "min_block_s": 1e-4, "min_samples": 3}
 
@@ -118,11 +123,20 @@ def config_row(config: cfg.EnvConfig, record: dict, sanity: dict | None) -> list
 
 def render(rows: list[Row], header: str) -> str:
     """The doctor's markdown: a header line and one table row per check."""
-    lines = ["## torch-patch-harness doctor", "", header, "", "| check | result | detail |", "|---|---|---|"]
+    lines = [TITLE, "", header, "", "| check | result | detail |", "|---|---|---|"]
     lines += [f"| {r.step} | {r.status} | {r.detail.replace('|', '/')} |" for r in rows]
     failed = sum(r.status == "failed" for r in rows)
     lines += ["", f"{len(rows) - failed} ok or skipped, {failed} failed."]
     return "\n".join(lines) + "\n"
+
+
+def _holds_a_doctor_run(out: Path) -> bool:
+    """A doctor folder written before output folders were marked: its doctor.md starts with :func:`render`'s title."""
+    try:
+        with open(out / "doctor.md", encoding="utf-8") as fh:
+            return fh.readline().startswith(TITLE)
+    except (OSError, UnicodeDecodeError):
+        return False
 
 
 def run(
@@ -141,14 +155,15 @@ def run(
     :func:`harness.build.toolchain_checks`.
 
     Raises:
-        UsageError: ``step_timeout`` <= 0. HarnessError: no torch in the build, or the device is unusable.
+        UsageError: ``step_timeout`` NaN, infinite or outside :data:`STEP_TIMEOUT`.
+        HarnessError: no torch in the build, or the device is unusable.
+        ResultsError: ``out`` is not a folder the doctor may write in (:func:`harness.outdir.claim`).
     """
     from harness import build as build_mod
     from harness.runner import probe_build, read_jsonl, run_worker
     from harness.venvs import ensure_interpreter, parse_input
 
-    if step_timeout <= 0:
-        raise UsageError(f"--step-timeout must be > 0 seconds, got {step_timeout:g}", "e.g. --step-timeout 30")
+    number(step_timeout, "--step-timeout", STEP_TIMEOUT)
     started = time.monotonic()
     python, _ = ensure_interpreter(parse_input(build, "build"))
     device = _auto_device(python) if device == "auto" else device
@@ -166,6 +181,7 @@ def run(
             f"{device}: a 64x64 matmul agrees with the CPU; " f"{supported}/{len(OPS)} ops run in float32",
         )
     ]
+    out = claim(out, "--out", DOCTOR_WRITES, _holds_a_doctor_run)  # after the input is known good, before a write
     raw = out / "raw"
     raw.mkdir(parents=True, exist_ok=True)
     for config in cfg.PROFILES[device]:

@@ -357,7 +357,19 @@ def _test_from_table(table: dict, where: str) -> SeriesTest:
     env = table.get("env", {})
     if not all(isinstance(v, str) for v in env.values()):
         raise EvidenceError(f"{where} key 'env': values must be strings (e.g. {{ PYTORCH_MPS_PREFER_METAL = \"1\" }})")
+    _env_names(f"{where} key 'env'", env)
     return SeriesTest(table["name"], file, table.get("k", ""), dict(env), dict(expect))
+
+
+def _env_names(where: str, env: Mapping) -> None:
+    """Every key of a manifest env table is a variable a worker can be given: the ``--env`` rule
+    (:func:`harness.configs.env_name_problem`); values NUL-free (``os.environ`` refuses NUL)."""
+    for key, value in env.items():
+        problem = cfg.env_name_problem(key)
+        if problem:
+            raise EvidenceError(f"{where}: {problem}")
+        if "\0" in value:
+            raise EvidenceError(f"{where}: the value of {key} contains a NUL byte")
 
 
 def _device_table(where: str, table: dict, device: str) -> dict:
@@ -378,6 +390,7 @@ def _device_table(where: str, table: dict, device: str) -> dict:
         _type(f"{where}.env.{name}", env, dict)
         if not all(isinstance(v, str) for v in env.values()):
             raise EvidenceError(f"{where}.env.{name}: values must be strings")
+        _env_names(f"{where}.env.{name}", env)
     for name, per_op in table.get("routes", {}).items():
         _type(f"{where}.routes.{name}", per_op, dict)
     return table

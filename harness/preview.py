@@ -19,6 +19,8 @@ from pathlib import Path
 from harness import children
 from harness.errors import UsageError
 from harness.fsutil import atomic_write_text
+from harness.outdir import PREVIEW_WRITES, claim
+from harness.results import is_run
 
 #: GitHub's markdown body is 980 px wide at most; these rules mimic its tables, code and images
 STYLE = """
@@ -99,16 +101,23 @@ def screenshot(page: Path, png: Path, width: int) -> Path:
     return png
 
 
+def _holds_a_report(directory: Path) -> bool:
+    """A folder written before output folders were marked: a run of ours, or nothing but a report and its pages."""
+    return is_run(directory) or all(p.name in ("report.md", *PREVIEW_WRITES) for p in directory.iterdir())
+
+
 def write_html(directory: Path, open_details: bool = False) -> Path:
     """``directory/report.md`` (or the report.md given) rendered to ``report.html`` beside it; returns its path.
 
     Raises:
         UsageError: there is no report.md; cmarkgfm is not installed.
+        ResultsError: the folder is not one the harness may write in (:func:`harness.outdir.claim`).
     """
     directory = directory.parent if directory.name == "report.md" else directory
     source = directory / "report.md"
     if not source.is_file():
         raise UsageError(f"{source} does not exist", "run `nox -s report -- DIR` (or compare) first")
+    claim(directory, "preview DIR", PREVIEW_WRITES, _holds_a_report)
     page = directory / "report.html"
     atomic_write_text(page, render_html(source.read_text(), f"report: {directory.name}", open_details))
     return page

@@ -42,6 +42,25 @@ REBUILD = (
 )
 
 
+def is_run(directory: Path) -> bool:
+    """Whether ``directory`` holds a compare/bench run of this harness written before output folders
+    were marked (:mod:`harness.outdir`), so that it stays resumable and re-renderable: a results.json
+    object with ``schema_version`` and the :data:`REQUIRED` keys (its contents may still be damaged:
+    the run sets it aside and rebuilds it), or a ``raw/plan.json`` object with the run's ``inputs`` and
+    ``torch`` (a run interrupted before its first results.json)."""
+    for path, keys in (
+        (Path(directory) / RESULTS, ("schema_version", *REQUIRED)),
+        (Path(directory) / "raw" / "plan.json", ("inputs", "torch")),
+    ):
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, UnicodeDecodeError, ValueError):
+            continue
+        if isinstance(data, dict) and all(k in data for k in keys):
+            return True
+    return False
+
+
 def load(directory: Path) -> dict:
     """Read ``<directory>/results.json`` and check its structure (:func:`problem`).
 

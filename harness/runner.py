@@ -47,6 +47,8 @@ from harness.checks import consistency
 from harness.checks.accuracy import FAILED, status_of
 from harness.errors import HarnessError, ResultsError, UsageError
 from harness.fsutil import atomic_write_json, exclusive_lock, inside
+from harness.numbers import Bound, number
+from harness.outdir import MARKER, RESULTS_WRITES, claim, clear
 from harness.progress import note, task
 from harness.provenance import unsupported_reason
 from harness.venvs import ensure_interpreter, parse_input
@@ -115,6 +117,31 @@ BUDGET_S = {"full": 540.0, "quick": 360.0}
 #: planned rounds (fresh processes per build and config) before adaptive ones: the floor at which
 #: the exact test can give a verdict (harness.stats.min_processes)
 ROUNDS = 4
+#: the allowed values of compare/bench's numeric options (parsed by harness.numbers.number on the
+#: command line and again in plan()): NaN, infinities and values outside are refused with the range.
+#: The upper ends are sanity bounds, not tuning: a day per worker, a week of budget, 1000 rounds,
+#: a seed that torch.manual_seed and numpy take alike, threads well beyond any host's cores.
+BOUNDS = {
+    "rounds": Bound(1, 1000, integer=True, unit="rounds"),
+    "timeout": Bound(0, 86400, low_open=True, unit="seconds"),
+    "stall_timeout": Bound(0, 86400, low_open=True, unit="seconds"),
+    "seed": Bound(0, 2**32 - 1, integer=True),
+    "threads": Bound(0, 4096, integer=True, unit="threads"),
+    "target_ci": Bound(0, 1, high_open=True),  # 0 turns adaptive rounds off
+    "target_ci_launch_bound": Bound(0, 1, low_open=True, high_open=True),
+    "budget_s": Bound(0, 7 * 86400, low_open=True, unit="seconds"),
+    "plant_k": Bound(0, 1, low_open=True, high_open=True),
+}
+
+
+def flag(name: str) -> str:
+    """The option of a :data:`BOUNDS` key (``stall_timeout`` -> ``--stall-timeout``)."""
+    return "--" + name.replace("_", "-")
+
+
+def bounded(name: str, value: float | int | None) -> float | int | None:
+    """:func:`harness.numbers.number` of a :data:`BOUNDS` option's value (None stays None: the default)."""
+    return None if value is None else number(value, flag(name), BOUNDS[name])
 
 
 def _now() -> str:
@@ -160,8 +187,8 @@ def cell_example(key: str) -> str:
     return key_hint(key.split("/")[0])
 
 
-#: variables --env may not set: the harness sets them for its own workers
-RESERVED_ENV = ("PYTHONPATH",)
+#: variables --env may not set: the harness sets them for its own workers (harness.configs.env_name_problem)
+RESERVED_ENV = cfg.RESERVED_ENV
 
 
 def parse_extra_env(
@@ -181,15 +208,15 @@ def parse_extra_env(
         key, sep, value = item.partition("=")
         if not sep:
             raise UsageError(f"malformed --env {item!r}: no '='", "write --env KEY=VALUE, e.g. --env OMP_NUM_THREADS=4")
-        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+        problem = cfg.env_name_problem(key)
+        if problem and key in RESERVED_ENV:
+            raise UsageError(f"--env {key}: {problem}", f"drop {key} from --env")
+        if problem:
             raise UsageError(
-                f"malformed --env {item!r}: {key!r} is not an environment variable name",
-                "KEY takes letters, digits and _, and does not start with a digit",
+                f"malformed --env {item!r}: {problem}", "write --env KEY=VALUE, e.g. --env OMP_NUM_THREADS=4"
             )
         if key in extra:
             raise UsageError(f"--env {key} is given twice ({extra[key]!r} and {value!r})", "give each variable once")
-        if key in RESERVED_ENV:
-            raise UsageError(f"--env {key}: the harness sets {key} for its workers", f"drop {key} from --env")
         if key in owned:
             setters = [c.name for c in configs if key in c.env] or [c.name for c in profiles if key in c.env]
             raise UsageError(
@@ -926,9 +953,9 @@ def _removed_on_failure(out: Path, created: list[Path]) -> Iterator[None]:
 
 
 def _remove_if_empty(out: Path, top: Path) -> None:
-    """Remove ``out`` when it holds nothing but this run's traces (``.lock``, ``raw/plan.json``), then
+    """Remove ``out`` when it holds nothing but this run's traces (``.lock``, the marker, ``raw/plan.json``), then
     its parents up to ``top`` (the highest folder this run created) while they are empty."""
-    traces = {Path(".lock"), Path("raw"), Path("raw") / "plan.json"}
+    traces = {Path(".lock"), Path(MARKER), Path("raw"), Path("raw") / "plan.json"}
     try:
         if out.is_dir() and all(p.relative_to(out) in traces for p in out.rglob("*")):
             shutil.rmtree(out)
@@ -938,6 +965,15 @@ def _remove_if_empty(out: Path, top: Path) -> None:
                 parent.rmdir()
     except OSError:
         pass  # it stays; nothing in it is the user's
+
+
+@contextmanager
+def _claimed(out: Path, command: str) -> Iterator[Path]:
+    """``out`` claimed as a run's folder (:func:`harness.outdir.claim`: new, empty, or a run of ours;
+    its marker written first), then held (:func:`harness.fsutil.exclusive_lock`)."""
+    claim(out, "--out", RESULTS_WRITES, res.is_run)
+    with exclusive_lock(out, command) as lock:
+        yield lock
 
 
 # ------------------------------------------------------------------------------------- plan
@@ -1047,17 +1083,12 @@ class Plan:
         }
 
 
-def _positive(flag: str, value: float, example: str) -> None:
-    if value <= 0:
-        raise UsageError(f"{flag} must be > 0 seconds, got {value:g}", f"e.g. {flag} {example}")
-
-
 def plan(request: RunRequest) -> Plan:
     """Check ``request`` and fill in its defaults (nothing runs, nothing is written).
 
     Raises:
-        UsageError: an unknown config, dtype or cell; a bound out of range (``rounds`` < 1, a timeout
-            or budget <= 0, a target outside (0, 1), ``threads`` < 0); a ``keep_env`` name that is not
+        UsageError: an unknown config, dtype or cell; a number that is NaN, infinite or outside its
+            :data:`BOUNDS` range (the range is in the message); a ``keep_env`` name that is not
             cleared anyway; a malformed or conflicting ``worker_env`` item.
         BuildInputError: a build input that is neither a wheel, a requirement nor ``python:/path``.
     """
@@ -1072,31 +1103,20 @@ def plan(request: RunRequest) -> Plan:
         raise UsageError(str(exc), "see python -m harness compare --help") from None
     check_contrasts(request.contrasts, list(builds), [c.name for c in configs])
     kind = "quick" if request.quick else "full"
-    target = request.target_ci or None  # 0: adaptive rounds off; bench has no CI to aim at
+    target = bounded("target_ci", request.target_ci) or None  # 0: adaptive rounds off; bench has no CI to aim at
     rounds = request.rounds if request.rounds is not None else (ROUNDS if request.quick or target is not None else 6)
-    if rounds < 1:
-        raise UsageError(
-            f"--rounds must be >= 1, got {rounds}",
-            "use --rounds 4 or more: with fewer processes per side no verdict can reach p < 0.05",
-        )
-    timeout = request.timeout if request.timeout is not None else (300.0 if request.quick else 900.0)
-    _positive("--timeout", timeout, "300")
-    stall = request.stall_timeout if request.stall_timeout is not None else STALL_TIMEOUT[kind]
-    _positive("--stall-timeout", stall, "120")
-    for flag, value in (("--target-ci", target), ("--target-ci-launch-bound", request.target_ci_launch_bound)):
-        if value is not None and not 0 < value < 1:
-            raise UsageError(f"{flag} must be a fraction between 0 and 1, got {value:g}", f"e.g. {flag} 0.01 for ±1 %")
-    if request.plant_k is not None and not 0 < request.plant_k < 1:
-        raise UsageError(
-            f"--plant-k must be a fraction between 0 and 1, got {request.plant_k:g}", "e.g. --plant-k 0.05 for +5 % K"
-        )
-    budget = BUDGET_S[kind] if request.budget_s is None else request.budget_s
-    if target is not None:
-        _positive("--budget-s", budget, "600")
-    if request.threads is not None and request.threads < 0:
-        raise UsageError(
-            f"--threads must be >= 0, got {request.threads}", "0 keeps torch's default; 1 is the cpu default"
-        )
+    rounds = bounded("rounds", rounds)
+    timeout = bounded(
+        "timeout", request.timeout if request.timeout is not None else (300.0 if request.quick else 900.0)
+    )
+    stall = bounded(
+        "stall_timeout", request.stall_timeout if request.stall_timeout is not None else STALL_TIMEOUT[kind]
+    )
+    bounded("target_ci_launch_bound", request.target_ci_launch_bound)
+    bounded("plant_k", request.plant_k)
+    budget = bounded("budget_s", BUDGET_S[kind] if request.budget_s is None else request.budget_s)
+    bounded("threads", request.threads)
+    bounded("seed", request.seed)
     check_keep_env(request.keep_env)
     return Plan(
         kind="compare" if "stock" in builds else "bench",
@@ -1202,7 +1222,8 @@ def check_keep_env(keep: Sequence[str]) -> None:
 # ------------------------------------------------------------------------------- the out folder
 def open_out(plan: Plan) -> Path:
     """Make ``plan.out/raw`` ready: no symbolic link, orphans of a killed run reaped, ``--fresh``
-    honoured, a damaged results.json set aside. Returns the raw folder (not created yet).
+    honoured (:func:`harness.outdir.clear`: what the marker lists), a damaged results.json set aside.
+    Returns the raw folder (not created yet). ``plan.out`` was claimed (:func:`_claimed`).
 
     Raises:
         ResultsError: ``raw`` is a symbolic link; ``--fresh`` cannot remove it; results.json is of another schema.
@@ -1217,14 +1238,7 @@ def open_out(plan: Plan) -> Path:
     raw = inside(out, "raw", "--out folder")
     reap_orphans(raw)
     if plan.fresh:
-        try:
-            if raw.exists():
-                shutil.rmtree(raw)
-            inside(out, res.RESULTS, "--out results").unlink(missing_ok=True)
-        except OSError as exc:
-            raise ResultsError(
-                f"--fresh cannot remove {raw}: {exc.strerror or exc}", "fix its permissions, or use a new --out"
-            ) from None
+        clear(out)  # only what the folder's marker lists (harness.outdir)
     elif (out / res.RESULTS).exists():
         try:
             res.load(out)  # refuse to resume from (and overwrite) a results.json of another schema version
@@ -1482,7 +1496,7 @@ def execute(request: RunRequest) -> int:
     run = plan(request)
     out = run.out
     created = [d for d in (out, *out.parents) if not d.exists()]  # out and the parents this run makes
-    with exclusive_lock(out, " ".join(request.command or sys.argv)), _removed_on_failure(out, created):
+    with _removed_on_failure(out, created), _claimed(out, " ".join(request.command or sys.argv)):
         raw = open_out(run)
         data = res.new_document(run.run_json(), probe_builds(run), {c.name: c.to_json() for c in run.configs})
         data["evidence"] = run.evidence.to_json()

@@ -264,6 +264,7 @@ def _load_base(where: str, folder: Path, number: int, table: dict) -> Base:
             f"{label}: key 'dir' must be a folder inside {folder}: {directory!r}", "use a relative folder name"
         )
     inside(folder, directory, f"{label}: key 'dir'")
+    seen: dict[Path, str] = {}
     for name in patches:
         if Path(name).is_absolute() or ".." in Path(name).parts or len(Path(name).parts) != 1:
             raise SeriesError(
@@ -276,6 +277,12 @@ def _load_base(where: str, folder: Path, number: int, table: dict) -> Base:
                 f"{label}: key 'patches': patch file absent: {shown(folder / directory / name)}",
                 "add the file, or remove it from 'patches'",
             )
+        if path in seen:  # names compared resolved: "./0001-x.patch" is "0001-x.patch"
+            raise SeriesError(
+                f"{label}: key 'patches' lists {shown(path)} twice ({seen[path]!r} and {name!r})",
+                "list each patch file once",
+            )
+        seen[path] = name
     reads = table.get("read", [])
     for item in reads:
         if not isinstance(item, dict):
@@ -312,12 +319,33 @@ def _load_base(where: str, folder: Path, number: int, table: dict) -> Base:
     )
 
 
+def _refuse_links(folder: Path) -> None:
+    """No symbolic link anywhere inside the series folder (its contents, listed or not): refresh writes
+    patch files by name, and a link to a sibling patch would carry one commit's text into the other.
+
+    Raises:
+        SeriesError: names the first link found and where it points.
+    """
+    for root, dirs, files in os.walk(folder):
+        for name in sorted(dirs + files):
+            path = Path(root) / name
+            if path.is_symlink():
+                raise SeriesError(
+                    f"{Path(shown(Path(root))) / name} is a symbolic link (to {os.readlink(path)}): a series folder "
+                    "holds only its own "
+                    "files (refresh would write through the link)",
+                    "replace the link with a copy of the file or folder it points to, or remove it",
+                )
+
+
 def load_series(spec: str | Path) -> Series:
     """Load and validate ``series.toml``; every patch file named must exist.
 
     Raises:
         SeriesError: unreadable TOML, unknown/missing/mistyped key, name != folder name, bad SHA,
-            duplicate base ref, a patch file absent. The line names the file and the offending key.
+            duplicate base ref, two bases in one folder, a patch file absent or listed twice (names
+            compared resolved), a symbolic link anywhere in the series folder. The line names the file
+            and the offending key.
     """
     folder = find_series(spec).resolve()
     manifest = folder / MANIFEST
@@ -340,12 +368,19 @@ def load_series(spec: str | Path) -> Series:
         raise SeriesError(f"{where}: {exc}", "fix that key (docs/new-series.md lists every [evidence] key)") from None
     if not data["base"] or not all(isinstance(b, dict) for b in data["base"]):
         raise SeriesError(f"{where}: key 'base' must be one or more [[base]] tables", "add a [[base]] table")
+    _refuse_links(folder)
     bases: list[Base] = []
     for number, table in enumerate(data["base"], start=1):
         base = _load_base(where, folder, number, table)
+        label = f"{where}: [[base]] #{number} (ref {base.ref!r})"
         if any(b.ref == base.ref for b in bases):
-            label = f"{where}: [[base]] #{number} (ref {base.ref!r})"
             raise SeriesError(f"{label}: key 'ref': duplicate base ref {base.ref!r}", "keep one [[base]] per ref")
+        same = [b for b in bases if (folder / b.dir).resolve() == (folder / base.dir).resolve()]
+        if same:  # refresh of one would write into, and remove stale patches from, the other's folder
+            raise SeriesError(
+                f"{label}: key 'dir': {base.dir!r} is the folder of [[base]] #{same[0].index} ({same[0].dir!r})",
+                "give each [[base]] its own folder",
+            )
         bases.append(base)
     return Series(folder, data["name"], data["title"], data["upstream"], tuple(bases), related, env, evidence)
 
@@ -810,10 +845,10 @@ def write_patches(worktree: Path, base_commit: str, folder: Path, old_names: lis
             )
             names.append(new.name)
             changed += 1
-    for stale in set(old_names) - set(names):
-        path = inside(folder, stale, "patch")
-        if path.is_file():
-            path.unlink()
+    kept = {inside(folder, name, "patch") for name in names}  # resolved: "./0001-x.patch" is "0001-x.patch"
+    for stale in dict.fromkeys(inside(folder, name, "patch") for name in old_names):
+        if stale not in kept and stale.is_file():
+            stale.unlink()
             changed += 1
     return names, changed
 

@@ -139,10 +139,12 @@ def test_plan_fills_defaults_and_owns_the_run_record(tmp_path):
 @pytest.mark.parametrize(
     "kw, fragment",
     [
-        ({"rounds": 0}, "--rounds must be >= 1"),
-        ({"stall_timeout": -1.0}, "--stall-timeout must be > 0 seconds"),
-        ({"target_ci": 1.5}, "--target-ci must be a fraction between 0 and 1"),
-        ({"plant_k": 2.0}, "--plant-k must be a fraction between 0 and 1"),
+        ({"rounds": 0}, "--rounds 0: out of range"),
+        ({"stall_timeout": -1.0}, "--stall-timeout -1.0: out of range"),
+        ({"stall_timeout": float("nan")}, "--stall-timeout nan: not a finite number"),
+        ({"target_ci": 1.5}, "--target-ci 1.5: out of range"),
+        ({"plant_k": 2.0}, "--plant-k 2.0: out of range"),
+        ({"threads": 10**20}, "--threads 100000000000000000000: out of range"),
         ({"keep_env": ("HOME",)}, "--keep-env HOME: every worker inherits it anyway"),
         ({"worker_env": ("PYTHONPATH=x",)}, "--env PYTHONPATH: the harness sets PYTHONPATH"),
     ],

@@ -157,9 +157,9 @@ def test_results_of_another_schema_version_or_incomplete_are_refused_and_kept(tm
 @pytest.mark.parametrize(
     "extra, fragment",
     [
-        (["--rounds", "0"], "--rounds must be >= 1, got 0"),
-        (["--threads", "-1"], "--threads must be >= 0, got -1"),
-        (["--timeout", "0"], "--timeout must be > 0 seconds"),
+        (["--rounds", "0"], "--rounds 0: out of range -- give --rounds a whole number of rounds in [1, 1000]"),
+        (["--threads", "-1"], "--threads -1: out of range -- give --threads a whole number of threads in [0, 4096]"),
+        (["--timeout", "0"], "--timeout 0: out of range -- give --timeout a number of seconds in (0, 86400]"),
         (["--keep-env", "PATH"], "--keep-env PATH: every worker inherits it anyway"),
     ],
 )
@@ -191,7 +191,7 @@ def test_target_ci_must_be_a_fraction(tmp_path, this_python):
         "--out",
         str(tmp_path / "o"),
     )
-    assert_one_line_error(proc, "--target-ci must be a fraction between 0 and 1, got 1.5")
+    assert_one_line_error(proc, "--target-ci 1.5: out of range -- give --target-ci a number in [0, 1)")
 
 
 def test_requirement_typo_is_one_line_without_packagings_caret_diagram(tmp_path, this_python):

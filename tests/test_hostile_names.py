@@ -160,6 +160,8 @@ WRITE_SITES = {
     "runner.read_status": "set_aside of a raw/ status file",
     "runner._remove_if_empty": "--out itself, only when this run created it and it holds only its traces",
     "runner.open_out": "inside",
+    "outdir.claim": "the marker in the output folder it has just checked (new, empty, or a run of ours)",
+    "outdir.clear": "--fresh: the entries of the output folder its marker lists, names of outdir.KNOWN only",
     "results.save": "results.json in the results folder (--out) given",
     "report.write": "report.md and PNGs in the results folder given",
     "plots._save": "called by report.write",

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from conftest import export_series, fixed_rounds, git, probes_as, run_harness, share_build_venvs
 
-from harness import cli
+from harness import cli, outdir
 from harness.upstream import patched_branch, worktrees
 
 REPO = Path(__file__).resolve().parent.parent
@@ -277,7 +277,7 @@ def test_unknown_and_missing_arguments_are_one_line(tmp_path, this_python):
     assert "the following arguments are required: --build, --out" in line
     # 0 jobs used to mean "the CPU count" silently
     assert one_line_error(*_cli("build", "--kind", "stock", "--jobs", "0", "--dry-run")) == (
-        "error: --jobs 0 is below 1 -- give a positive number of compile jobs"
+        "error: --jobs 0: out of range -- give --jobs a whole number of compile jobs in [1, 4096]"
     )
     assert not (tmp_path / "o").exists()
 
@@ -686,7 +686,7 @@ def tiny_source(tmp_path):
 
     repo = su.make_upstream(tmp_path / "src")
     dist = tmp_path / "dist"
-    dist.mkdir()
+    outdir.claim(dist, "--dist", outdir.DIST_WRITES)  # a --dist of the harness (issue 27)
     (dist / "tinyext-1.4.0+stock.earlier-py3-none-any.whl").write_bytes(b"an earlier build")
     return repo, dist
 
@@ -744,7 +744,7 @@ def test_missing_compiler_or_cmake_is_one_line_before_anything_is_installed(
     proc = _build(repo, dist, tmp_path, "--platform", platform, env={"PATH": _tools_path(tmp_path, *tools)})
     assert one_line_error(proc.stderr, proc.returncode).endswith(fragment)
     assert not (tmp_path / "cache" / "build-venvs").exists()  # refused before the build venv was made
-    assert [p.name for p in dist.iterdir()] == ["tinyext-1.4.0+stock.earlier-py3-none-any.whl"]
+    assert sorted(p.name for p in dist.iterdir()) == [outdir.MARKER, "tinyext-1.4.0+stock.earlier-py3-none-any.whl"]
     assert not (repo / "build").exists()
 
 
@@ -763,7 +763,7 @@ def test_disk_nearly_full_is_refused_against_the_real_free_space(tiny_source, tm
     )
     assert match, line
     assert abs(float(match.group(1)) - shutil.disk_usage(repo).free / 2**30) < 1.0  # the real free space
-    assert [p.name for p in dist.iterdir()] == ["tinyext-1.4.0+stock.earlier-py3-none-any.whl"]
+    assert sorted(p.name for p in dist.iterdir()) == [outdir.MARKER, "tinyext-1.4.0+stock.earlier-py3-none-any.whl"]
     assert not (tmp_path / "cache" / "build-venvs").exists()
     bad = _build(repo, dist, tmp_path, env={"TORCH_PATCH_HARNESS_BUILD_FREE_GIB": "lots"})
     assert one_line_error(bad.stderr, bad.returncode).startswith(

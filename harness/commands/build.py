@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -10,6 +11,8 @@ from harness import build as b
 from harness import progress
 from harness.commands.common import add_source_arguments
 from harness.errors import UsageError
+from harness.numbers import option
+from harness.outdir import DIST_WRITES, claim
 
 
 class _Renamed(argparse.Action):
@@ -22,13 +25,30 @@ class _Renamed(argparse.Action):
         )
 
 
+def _holds_builds(dist: Path) -> bool:
+    """A --dist folder written before output folders were marked: it holds a build manifest of ours."""
+    for manifest in dist.glob("*.whl.build.json"):
+        try:
+            data = json.loads(manifest.read_text())
+        except (OSError, UnicodeDecodeError, ValueError):
+            continue
+        if isinstance(data, dict) and "schema" in data and "inputs" in data:
+            return True
+    return False
+
+
 def add_arguments_build(parser: argparse.ArgumentParser) -> None:
     """Options of ``build`` (plus the common ``--upstream/--base/--series/--workdir``)."""
     parser.add_argument("--kind", choices=b.KINDS, required=True, help="stock (the base) or patched (base + series)")
     add_source_arguments(parser)
     parser.add_argument("--platform", choices=b.PLATFORMS, default=None, help="build environment (default: this host)")
     parser.add_argument("--dry-run", action="store_true", help="print the environment and command, build nothing")
-    parser.add_argument("--jobs", type=int, default=None, help="parallel compile jobs, MAX_JOBS (default: CPU count)")
+    parser.add_argument(
+        "--jobs",
+        type=option("--jobs", b.JOBS),
+        default=None,
+        help="parallel compile jobs, MAX_JOBS (default: CPU count)",
+    )
     parser.add_argument(
         "--build-env", action="append", default=[], metavar="KEY=VALUE", help="override a build variable (repeatable)"
     )
@@ -53,8 +73,6 @@ def add_arguments_build(parser: argparse.ArgumentParser) -> None:
 def run_build(args: argparse.Namespace) -> int:
     """``build``: plan (``--dry-run`` prints it), build, verify; prints the wheel's path."""
     overrides = b.parse_env_overrides(args.build_env)
-    if args.jobs is not None and args.jobs < 1:  # 0 would silently mean "the CPU count"
-        raise UsageError(f"--jobs {args.jobs} is below 1", "give a positive number of compile jobs")
     platform = args.platform or b.host_platform()
     if args.kind == "stock" and args.incremental:
         raise UsageError("--incremental applies to patched builds only", "drop --incremental for --kind stock")
@@ -108,6 +126,7 @@ def run_build(args: argparse.Namespace) -> int:
         return 0
     if not args.no_verify:
         b.check_markers_declared(sources.series)  # said before a build of hours, not after it
+    claim(args.dist, "--dist", DIST_WRITES, _holds_builds)  # after the input is known good, before a write
     try:
         result, verified = b.build_and_verify(plan, force=args.force, verify=not args.no_verify)
     except b.BuildFailed as exc:

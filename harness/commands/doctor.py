@@ -9,6 +9,7 @@ from pathlib import Path
 from harness import configs as cfg
 from harness import doctor
 from harness.commands import names
+from harness.numbers import option
 from harness.progress import note
 
 
@@ -28,7 +29,10 @@ def add_arguments_doctor(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--platform", help="build platform for the toolchain checks (default: this machine's)")
     parser.add_argument("--source", type=Path, help="an upstream source tree, to check CMake against its base")
     parser.add_argument(
-        "--step-timeout", type=float, default=30.0, help="seconds a worker may go without finishing a cell (default 30)"
+        "--step-timeout",
+        type=option("--step-timeout", doctor.STEP_TIMEOUT),
+        default=30.0,
+        help="seconds a worker may go without finishing a cell (default 30)",
     )
     parser.add_argument("--out", type=Path, default=Path("results/doctor"), help="where doctor.md goes")
     parser.add_argument(

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from harness import report
 from harness import results as res
+from harness.outdir import RESULTS_WRITES, claim
 
 
 def add_arguments_report(parser: argparse.ArgumentParser) -> None:
@@ -15,9 +16,11 @@ def add_arguments_report(parser: argparse.ArgumentParser) -> None:
 
 
 def run_report(args: argparse.Namespace) -> int:
-    """``report``: :func:`harness.report.write` from ``results.json`` alone; prints the paths written."""
+    """``report``: :func:`harness.report.write` from ``results.json`` alone, into the folder that holds it
+    (claimed first: :func:`harness.outdir.claim`); prints the paths written."""
     data = res.load(args.directory)
     directory = args.directory.parent if args.directory.name == res.RESULTS else args.directory
+    claim(directory, "report DIR", RESULTS_WRITES, res.is_run)
     for path in report.write(directory, data):
         print(path)
     return 0

@@ -10,7 +10,9 @@ from harness import configs as cfg
 from harness import evidence as ev
 from harness.bench.workloads import DTYPES, ITEMSIZE
 from harness.commands import names
+from harness.numbers import option
 from harness.runner import (
+    BOUNDS,
     BUDGET_S,
     QUICK_CPU_DTYPES,
     ROUNDS,
@@ -19,7 +21,14 @@ from harness.runner import (
     TARGET_CI_LAUNCH_BOUND,
     RunRequest,
     execute,
+    flag,
 )
+
+
+def _number(name: str):
+    """The argparse type of a numeric option: :func:`harness.numbers.number` in its range
+    (:data:`harness.runner.BOUNDS`)."""
+    return option(flag(name), BOUNDS[name])
 
 
 def _common_arguments(parser: argparse.ArgumentParser) -> None:
@@ -58,18 +67,20 @@ def _process_arguments(parser: argparse.ArgumentParser) -> None:
     """Rounds, limits, seed, and what every worker's environment holds."""
     parser.add_argument(
         "--rounds",
-        type=int,
+        type=_number("rounds"),
         help=f"planned fresh processes per (build, config) before adaptive rounds "
         f"(default {ROUNDS}; 6 without adaptive rounds, --quick 4; >= 4 for a verdict)",
     )
-    parser.add_argument("--timeout", type=float, help="seconds one worker process may take (default 900, --quick 300)")
+    parser.add_argument(
+        "--timeout", type=_number("timeout"), help="seconds one worker process may take (default 900, --quick 300)"
+    )
     parser.add_argument(
         "--stall-timeout",
-        type=float,
+        type=_number("stall_timeout"),
         help=f"seconds a worker may go without finishing a cell before it is stopped and the cell it "
         f"stalled in is named (default {STALL_TIMEOUT['full']:g}, --quick {STALL_TIMEOUT['quick']:g})",
     )
-    parser.add_argument("--seed", type=int, default=0, help="seed of the inputs and of the per-round order")
+    parser.add_argument("--seed", type=_number("seed"), default=0, help="seed of the inputs and of the per-round order")
     parser.add_argument(
         "--keep-env",
         default="",
@@ -88,7 +99,7 @@ def _process_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--threads",
-        type=int,
+        type=_number("threads"),
         help="torch intra-op threads in workers (default: 1 on cpu, where OpenMP threads that share "
         "cores with other processes add ms of spin-wait noise; torch's own default elsewhere; 0 = torch's default)",
     )
@@ -140,7 +151,7 @@ def add_arguments_compare(parser: argparse.ArgumentParser) -> None:
     _common_arguments(parser)
     parser.add_argument(
         "--target-ci",
-        type=float,
+        type=_number("target_ci"),
         default=TARGET_CI,
         metavar="FRACTION",
         help="adaptive sampling: after the planned rounds, add rounds of fresh processes (measuring only "
@@ -149,21 +160,21 @@ def add_arguments_compare(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--target-ci-launch-bound",
-        type=float,
+        type=_number("target_ci_launch_bound"),
         default=TARGET_CI_LAUNCH_BOUND,
         metavar="FRACTION",
         help=f"the target for launch-bound cells, whose time is host latency (default {TARGET_CI_LAUNCH_BOUND:g})",
     )
     parser.add_argument(
         "--budget-s",
-        type=float,
+        type=_number("budget_s"),
         help=f"wall seconds the worker processes may take in all, planned rounds included: an "
         f"adaptive round that would overrun it is not started (default {BUDGET_S['full']:g}, "
         f"--quick {BUDGET_S['quick']:g}); cells left wider are reported",
     )
     parser.add_argument(
         "--plant-k",
-        type=float,
+        type=_number("plant_k"),
         metavar="FRACTION",
         help="calibration: the patched side runs every GEMM with K grown by at least FRACTION "
         "(e.g. 0.05), a known extra cost; kernel-bound GEMM cells must then come out slower "

@@ -1,0 +1,194 @@
+"""Issue 27: an output folder is written only when it is new, empty, or holds a run of ours
+(harness.outdir: the marker a run writes first); ``--fresh`` removes only what the marker lists;
+``/``, ``$HOME``, the project root and a folder holding ``.git`` are refused in one line. Every
+command that writes an output folder goes through the one rule: compare/bench --out, report DIR,
+preview DIR, doctor --out, build --dist."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+from test_containment import tree_digest
+
+from harness import cli, outdir, runner
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "docs" / "examples" / "cpu-ab"
+BENCH = ["bench", "--build", f"python:{sys.executable}", "--device", "cpu", "--cells", "mm/8x8x8/float32"]
+BENCH += ["--quick", "--rounds", "1"]
+
+
+def _error(capsys, *args: str) -> str:
+    """The one error line of a command that must exit 2."""
+    rc = cli.main(list(args))
+    captured = capsys.readouterr()
+    text = captured.out + captured.err
+    errors = [line for line in captured.err.splitlines() if line.startswith("error:")]
+    assert rc == 2 and len(errors) == 1 and "Traceback" not in text, text
+    return errors[0]
+
+
+@pytest.fixture
+def no_run_writes(monkeypatch):
+    """A run that got past the output-folder check would take its lock first: fail there, before
+    anything is written (the base code wrote /results.json as root)."""
+
+    def refuse(directory, what):
+        raise AssertionError(f"a run would have written into {directory}")
+
+    monkeypatch.setattr(runner, "exclusive_lock", refuse)
+
+
+def _foreign(folder: Path) -> dict[str, str]:
+    (folder / "raw").mkdir(parents=True)
+    (folder / "raw" / "mine.txt").write_text("mine\n")
+    (folder / "report.md").write_text("my own report\n")
+    (folder / "speedup.png").write_bytes(b"my own plot")
+    return tree_digest(folder)
+
+
+# --------------------------------------------------------------------- compare/bench --out
+def test_fresh_does_not_delete_a_raw_folder_that_is_not_ours(tmp_path, capsys):
+    """`compare --fresh --out U` deleted U/raw/ whatever it held."""
+    out = tmp_path / "U"
+    before = _foreign(out)
+    line = _error(capsys, *BENCH, "--out", str(out), "--fresh")
+    assert line.startswith(f"error: --out {out} holds files that are not a run of the harness (raw, report.md, ")
+    assert line.endswith(
+        f"-- give a new or empty folder, e.g. results/<name>: the harness writes only into folders "
+        f"it marked ({outdir.MARKER})"
+    )
+    assert tree_digest(out) == before  # raw/mine.txt kept, no marker written
+
+
+def test_a_non_empty_unrelated_folder_is_not_written(tmp_path, capsys):
+    """`compare --out U` on an unrelated folder overwrote its report.md and speedup.png silently."""
+    out = tmp_path / "U"
+    before = _foreign(out)
+    line = _error(capsys, *BENCH, "--out", str(out))
+    assert "holds files that are not a run of the harness" in line
+    assert tree_digest(out) == before
+
+
+@pytest.mark.parametrize("where", ["root", "home", "project", "git"])
+def test_root_home_project_and_git_folders_are_refused(tmp_path, monkeypatch, capsys, no_run_writes, where):
+    """`--out /` as root wrote /results.json, /raw, /report.md."""
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    (tmp_path / "repo" / ".git").mkdir(parents=True)
+    folder, why = {
+        "root": (Path("/"), "the file-system root"),
+        "home": (home, "your home folder"),
+        "project": (outdir.PROJECT_ROOT, "the harness's project root"),
+        "git": (tmp_path / "repo", "a git checkout (it holds .git)"),
+    }[where]
+    line = _error(capsys, *BENCH, "--out", str(folder))
+    assert line == (
+        f"error: --out {folder} is {why}: the harness writes its files there and --fresh deletes them "
+        "-- give a new or empty folder, e.g. results/<name>"
+    )
+    assert not (folder / outdir.MARKER).exists() and not (folder / "results.json").exists()
+
+
+def test_fresh_removes_only_what_the_marker_lists(tmp_path):
+    out = outdir.claim(tmp_path / "run", "--out", outdir.RESULTS_WRITES)
+    marker = json.loads((out / outdir.MARKER).read_text())
+    assert marker["tool"] == "torch-patch-harness" and marker["writes"] == sorted(outdir.RESULTS_WRITES)
+    (out / "raw").mkdir()
+    (out / "raw" / "r00-build-default.status.json").write_text("{}")
+    for name in ("results.json", "report.md", "latency-gemm.png", "notes.txt", ".lock"):
+        (out / name).write_text("x")
+    # a marker edited to list everything removes no more than the harness's own names
+    marker["writes"].append("*")
+    (out / outdir.MARKER).write_text(json.dumps(marker))
+    assert outdir.clear(out) == ["latency-gemm.png", "raw", "report.md", "results.json"]
+    assert sorted(p.name for p in out.iterdir()) == [".lock", outdir.MARKER, "notes.txt"]
+
+
+def test_a_damaged_marker_is_refused_in_one_line(tmp_path, capsys):
+    out = tmp_path / "U"
+    out.mkdir()
+    (out / outdir.MARKER).write_text('{"tool": "torch-patch-harness", "writes": "*"}')
+    line = _error(capsys, *BENCH, "--out", str(out))
+    assert f"{out / outdir.MARKER} is damaged" in line and f"delete it if {out} holds only a run" in line
+
+
+# --------------------------------------------------------------- runs made before the marker
+def _legacy_run(folder: Path) -> Path:
+    """A results folder as the harness wrote it before the marker existed, plus a file of the user's."""
+    folder.mkdir(parents=True)
+    shutil.copy(EXAMPLE / "results.json", folder / "results.json")
+    (folder / "notes.txt").write_text("mine\n")
+    return folder
+
+
+def test_a_run_made_before_the_marker_is_re_rendered_and_then_marked(tmp_path, capsys):
+    run = _legacy_run(tmp_path / "old")
+    assert runner.res.is_run(run)
+    assert cli.main(["report", str(run)]) == 0
+    assert (run / "report.md").read_text() == (EXAMPLE / "report.md").read_text()
+    assert json.loads((run / outdir.MARKER).read_text())["writes"] == sorted(outdir.RESULTS_WRITES)
+    assert (run / "notes.txt").read_text() == "mine\n"
+    # --fresh on it removes the run's names only
+    (run / "raw").mkdir()
+    assert {"raw", "report.md", "results.json", "speedup.png"} <= set(outdir.clear(run))
+    assert sorted(p.name for p in run.iterdir()) == [outdir.MARKER, "notes.txt"]
+    assert (run / "notes.txt").read_text() == "mine\n"
+
+
+def test_a_run_interrupted_before_its_first_results_json_counts_as_ours(tmp_path):
+    run = tmp_path / "old"
+    (run / "raw").mkdir(parents=True)
+    (run / "raw" / "plan.json").write_text(json.dumps({"inputs": {}, "torch": {}, "rounds": 4}))
+    assert outdir.claim(run, "--out", outdir.RESULTS_WRITES, runner.res.is_run) == run.resolve()
+    (run / "raw" / "plan.json").write_text("[]")
+    (run / outdir.MARKER).unlink()
+    with pytest.raises(runner.ResultsError):
+        outdir.claim(run, "--out", outdir.RESULTS_WRITES, runner.res.is_run)
+
+
+# ------------------------------------------------------------------------- the other commands
+def test_report_refuses_a_git_checkout_holding_results(tmp_path, capsys):
+    run = _legacy_run(tmp_path / "repo")
+    (run / ".git").mkdir()
+    before = tree_digest(run)
+    line = _error(capsys, "report", str(run))
+    assert f"report DIR {run} is a git checkout (it holds .git)" in line
+    assert tree_digest(run) == before
+
+
+def test_preview_does_not_overwrite_a_foreign_folders_page(tmp_path, capsys):
+    (tmp_path / "report.md").write_text("# my report\n")
+    (tmp_path / "report.html").write_text("my own page\n")
+    (tmp_path / "notes.txt").write_text("mine\n")
+    before = tree_digest(tmp_path)
+    line = _error(capsys, "preview", str(tmp_path))
+    assert f"preview DIR {tmp_path} holds files that are not a run of the harness" in line
+    assert tree_digest(tmp_path) == before
+
+
+def test_doctor_does_not_write_into_a_foreign_folder(tmp_path, capsys):
+    out = tmp_path / "doc"
+    out.mkdir()
+    (out / "doctor.md").write_text("my notes on the doctor\n")
+    before = tree_digest(out)
+    line = _error(capsys, "doctor", "--device", "cpu", "--out", str(out))
+    assert f"--out {out} holds files that are not a run of the harness (doctor.md)" in line
+    assert tree_digest(out) == before
+
+
+def test_build_does_not_write_into_a_foreign_dist(tmp_path, capsys):
+    import small_upstream as su
+
+    repo = su.make_upstream(tmp_path / "src")
+    dist = tmp_path / "wheels"
+    dist.mkdir()
+    (dist / "someone-1.0-py3-none-any.whl").write_bytes(b"not ours")
+    before = tree_digest(dist)
+    line = _error(capsys, "build", "--kind", "stock", "--source", str(repo), "--jobs", "1", "--dist", str(dist))
+    assert f"--dist {dist} holds files that are not a run of the harness (someone-1.0-py3-none-any.whl)" in line
+    assert tree_digest(dist) == before
