@@ -5,7 +5,8 @@ The manifest (the project's shared series contract): top-level ``name``, ``title
 ``ref``, optional ``commit`` (pinned 40-hex SHA), ``dir`` (default: the ref), ordered ``patches``
 (``git format-patch`` files in ``patches/<series>/<dir>/``), optional ``files``, ``notes`` and
 ``[[base.read]]`` provenance (``path``, ``commit``, optional ``blob``: the file's git blob SHA when it was
-read whole). Unknown keys are errors; every error names the file and the key.
+read whole; ``repo``: where it was read, when not the upstream; ``applies``: whether the base's patch that
+changes the file must apply to that version). Unknown keys are errors; every error names the file and the key.
 
 Operations, all on the worktrees of :mod:`harness.upstream`:
 
@@ -64,7 +65,7 @@ _TOP_KEYS = {"name": str, "title": str, "upstream": str, "related": list, "env":
 _TOP_REQUIRED = ("name", "title", "upstream", "base")
 _BASE_KEYS = {"ref": str, "commit": str, "dir": str, "patches": list, "files": list, "notes": str, "read": list}
 _BASE_REQUIRED = ("ref", "patches")
-_READ_KEYS = {"path": str, "commit": str, "blob": str}
+_READ_KEYS = {"path": str, "commit": str, "blob": str, "repo": str, "applies": bool}
 _SHA = re.compile(r"[0-9a-f]{40}")
 #: format-patch options of refresh/rebase: stable bytes for the same commits (see module doc).
 FORMAT_PATCH_ARGS = (
