@@ -28,7 +28,8 @@ A version that refuses a patch the manifest says must apply, or takes one it say
 ``class TestCommon`` ... ``# TODO: Actually instantiate`` as first written from a 2023 file, and 0001
 with the ``is_macos_13_or_newer(MacOSVersion::MACOS_VER_14_4_PLUS)`` line as trailing context) show
 the check catching each. The Debian records are recomputed from Debian's real tree in a slow test,
-which also applies the real patches to the real files.
+which also applies the real patches to the real files; another compiles and lints (flake8, ruff with
+the tree's configuration) v2.6.0's test/test_mps.py with 0003 applied at its new anchor.
 
 Index lines are real or absent, and ``check`` / ``rebase`` name the file and hunk of the stale 0001
 on the rebuilt pytorch/pytorch@001077cb -> cyyever@0d188885 pair.
@@ -434,3 +435,29 @@ def test_main_cxx_change_is_clang_format_clean(tmp_path, debian_tarball):
     assert _clang_format_diff(repo, LINALG, text, ranges) == []
     bad = text.replace('("PYTORCH_MPS_PREFER_METAL") &&', '("PYTORCH_MPS_PREFER_METAL")&&', 1)
     assert bad != text and _clang_format_diff(repo, LINALG, bad, ranges) != []
+
+
+@pytest.mark.slow
+def test_main_0003_on_real_v2_6_0_compiles_and_passes_the_trees_linters(debian_import, tmp_path):
+    """0003 anchored on the module tail puts the class after v2.6.0's instantiate calls: the result
+    compiles, and flake8 and ruff with the tree's own configuration flag none of its lines."""
+    from test_patch_series import _lint
+
+    for path in (TEST_MPS, ".flake8", "pyproject.toml"):
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text(_debian_file(debian_import, path))
+    git(tmp_path, "apply", str(_patches()[2]))
+    compiled = subprocess.run([sys.executable, "-m", "py_compile", TEST_MPS], capture_output=True, cwd=tmp_path)
+    assert compiled.returncode == 0, compiled.stderr
+    lines = (tmp_path / TEST_MPS).read_text().splitlines()
+    first = lines.index("class TestGemmPreferFastMath(TestCaseMPS):") + 1
+    assert lines[first - 4 : first - 1] == ["instantiate_parametrized_tests(TestMPS)", "", ""]
+    assert lines[-4:] == ["", "", 'if __name__ == "__main__":', "    run_tests()"]
+    assert [f for f in _lint(tmp_path, TEST_MPS) if f[0] >= first - 2] == []
+    # negative control: a violation on a line of the new class is reported by both linters
+    probe = "test/_probe_test_mps.py"
+    text = (tmp_path / TEST_MPS).read_text()
+    bad = text.replace("        env.update(env_vars)\n", "        env.update(env_vars) ;\n", 1)
+    assert bad != text
+    (tmp_path / probe).write_text(bad)
+    assert {msg.split()[0] for line, msg in _lint(tmp_path, probe) if line >= first} == {"flake8", "ruff"}
