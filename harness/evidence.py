@@ -26,6 +26,7 @@ Everything that is a fact about one patch series lives in its ``series.toml`` (d
     k = "TestMyVariable"                    # optional pytest -k expression
     env = { PYTORCH_MPS_PREFER_METAL = "1" } # optional
     expect = { stock = "fail", patched = "pass" }
+    fails_with = "^AssertionError: Tensor-likes are not equal!"  # optional: the expected failure's first line
 
 The same contrast on the command line: ``--contrast 'patched/all vs stock/vanilla : mm,addmm : equivalent'``
 (:func:`parse_contrast`). This module is pure data (no torch, no filesystem): :mod:`harness.series`
@@ -54,7 +55,7 @@ OUTCOMES = ("pass", "fail", "skip")
 
 _DEVICE_KEYS = {"configs": list, "consistency": list, "routes": dict, "env": dict, "about": dict}
 _CONTRAST_KEYS = {"a": str, "b": str, "ops": list, "dtypes": list, "claim": str, "name": str}
-_TEST_KEYS = {"name": str, "file": str, "k": str, "env": dict, "expect": dict}
+_TEST_KEYS = {"name": str, "file": str, "k": str, "env": dict, "expect": dict, "fails_with": str}
 _TOP_KEYS = ("markers", "contrast", "test", "test_requirements", *cfg.DEVICES)
 
 
@@ -115,16 +116,22 @@ class Contrast:
 @dataclass(frozen=True)
 class SeriesTest:
     """An upstream test selection (pytest ``file`` [``-k k``]) with variables ``env`` and the outcome
-    expected on each build (``pass``/``fail``/``skip``)."""
+    expected on each build (``pass``/``fail``/``skip``). ``fails_with``: a Python regular expression
+    searched in the first line of each failing test's message (pytest's junit ``<failure message>``, e.g.
+    ``AssertionError: Tensor-likes are not equal!``) where ``fail`` is expected; empty: any assertion
+    failure counts, and the report says the expected failure was not declared
+    (:func:`harness.seriestests.judge`)."""
 
     name: str
     file: str
     k: str = ""
     env: Mapping[str, str] = field(default_factory=dict)
     expect: Mapping[str, str] = field(default_factory=dict)
+    fails_with: str = ""
 
     def to_json(self) -> dict:
-        return {"name": self.name, "file": self.file, "k": self.k, "env": dict(self.env), "expect": dict(self.expect)}
+        out = {"name": self.name, "file": self.file, "k": self.k, "env": dict(self.env), "expect": dict(self.expect)}
+        return out | ({"fails_with": self.fails_with} if self.fails_with else {})
 
 
 @dataclass(frozen=True)
@@ -233,7 +240,9 @@ class Evidence:
             dict(d.get("device", {})),
             tuple(Contrast.from_json(c) for c in d.get("contrasts", ())),
             tuple(
-                SeriesTest(t["name"], t["file"], t.get("k", ""), t.get("env", {}), t.get("expect", {}))
+                SeriesTest(
+                    t["name"], t["file"], t.get("k", ""), t.get("env", {}), t.get("expect", {}), t.get("fails_with", "")
+                )
                 for t in d.get("tests", ())
             ),
             tuple(d.get("test_requirements", ())),
@@ -358,7 +367,18 @@ def _test_from_table(table: dict, where: str) -> SeriesTest:
     if not all(isinstance(v, str) for v in env.values()):
         raise EvidenceError(f"{where} key 'env': values must be strings (e.g. {{ PYTORCH_MPS_PREFER_METAL = \"1\" }})")
     _env_names(f"{where} key 'env'", env)
-    return SeriesTest(table["name"], file, table.get("k", ""), dict(env), dict(expect))
+    fails_with = table.get("fails_with", "")
+    if fails_with:
+        if "fail" not in expect.values():
+            raise EvidenceError(f"{where} key 'fails_with': no build is expected to fail (expect = {dict(expect)})")
+        try:
+            re.compile(fails_with)
+        except re.error as exc:
+            raise EvidenceError(
+                f"{where} key 'fails_with': {fails_with!r} is not a regular expression ({exc}); "
+                'escape ( ) [ ] . with a backslash, e.g. "^AssertionError: Tensor-likes are not equal!"'
+            ) from None
+    return SeriesTest(table["name"], file, table.get("k", ""), dict(env), dict(expect), fails_with)
 
 
 def _env_names(where: str, env: Mapping) -> None:

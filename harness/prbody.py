@@ -204,18 +204,40 @@ def tests_table(section: dict | None, builds: list[str]) -> list[str]:
             if rec is None:
                 cells.append("–")
                 continue
-            counts = ", ".join(f"{rec[k]} {k}" for k in ("passed", "failed", "errors", "skipped") if rec.get(k))
-            text = rec["outcome"] + (f" ({counts})" if counts else "")
-            why = rec.get("reason") or (rec.get("skips") or [""])[0] if rec["outcome"] in ("skip", "error") else ""
-            if why:  # pytest's skip reason, or why pytest could not run; shortened to keep the row one line
-                text += f": {why[:120].replace('|', '/')}"
-            if rec.get("expected") and rec.get("as_expected") is None:  # a skip where pass/fail was expected
-                text += f" (expected {rec['expected']}; a skip here is not evidence either way)"
-            elif rec.get("expected"):
-                text += " ✓" if rec.get("as_expected") else f" **✗ expected {rec['expected']}**"
-            cells.append(text)
+            cells.append(_test_cell(rec))
         lines.append(f"| {test['name']} | {selection} | " + " | ".join(cells) + " |")
     return lines + [""] + _requirements_lines(section.get("requirements"))
+
+
+def _test_cell(rec: dict) -> str:
+    """One build's cell: outcome and counts (a fail with passing tests reads "fail, mixed"), the first line
+    of the first failure for every fail, the reason of a skip or error, and the judgement
+    (:func:`harness.seriestests.judge`: ✓, or **✗ expected …** with why, or neither for a skip)."""
+    counts = ", ".join(f"{rec[k]} {k}" for k in ("passed", "failed", "errors", "skipped") if rec.get(k))
+    outcome = rec["outcome"] + (", mixed" if rec["outcome"] == "fail" and rec.get("passed") else "")
+    text = outcome + (f" ({counts})" if counts else "")
+    if rec["outcome"] == "fail":
+        lines = rec.get("first_lines")  # older records: their "test: first line" entries
+        lines = [line for line in (lines if lines is not None else _after_name(rec.get("failures"))) if line]
+        if lines:
+            more = f" (+{len(lines) - 1} more)" if len(lines) > 1 else ""
+            first = lines[0][:160].replace("|", "/").replace("`", "'")
+            text += f": `{first}`{more}"
+    why = rec.get("reason") or (rec.get("skips") or [""])[0] if rec["outcome"] in ("skip", "error") else ""
+    if why:  # pytest's skip reason, or why pytest could not run; shortened to keep the row one line
+        text += f": {why[:120].replace('|', '/')}"
+    judged = (rec.get("expectation") or "").replace("|", "/")
+    if rec.get("expected") and rec.get("as_expected") is None:  # a skip where pass/fail was expected
+        text += f" (expected {rec['expected']}; a skip here is not evidence either way)"
+    elif rec.get("expected") and rec.get("as_expected"):
+        text += " ✓" + (f" ({judged})" if judged else "")
+    elif rec.get("expected"):
+        text += f" **✗ expected {rec['expected']}**" + (f": {judged}" if judged else "")
+    return text
+
+
+def _after_name(failures: list[str] | None) -> list[str]:
+    return [f.split(": ", 1)[-1] for f in failures or []]
 
 
 def _requirements_lines(installed: dict | None) -> list[str]:

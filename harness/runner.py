@@ -647,7 +647,12 @@ def run_series_tests(
     for test in result.get("tests", []):
         for build, record in test.get("builds", {}).items():
             if record.get("as_expected") is False:
-                note(f"series test {test['name']!r} on {build}: {record['outcome']}, expected {record['expected']}")
+                first = (seriestests.failure_lines(record) or [""])[0]
+                why = "; ".join(w for w in (record.get("expectation"), first and f"first line: {first}") if w)
+                note(
+                    f"series test {test['name']!r} on {build}: {record['outcome']}, expected {record['expected']}"
+                    + (f" ({why})" if why else "")
+                )
     return result
 
 

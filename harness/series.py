@@ -5,10 +5,11 @@ The manifest (the project's shared series contract): top-level ``name``, ``title
 ``ref``, optional ``commit`` (pinned 40-hex SHA), ``dir`` (default: the ref), ordered ``patches``
 (``git format-patch`` files in ``patches/<series>/<dir>/``), optional ``files``, ``notes`` and
 ``[[base.read]]`` provenance (``path``, ``commit``, optional ``blob``: the file's git blob SHA when it was
-read whole), and ``[base.accumulators.<path>]`` per kernel path the series routes GEMMs to
-(``accumulator``: ``float32`` or ``input``, what that base's kernel sums in; ``source``: where in
-that base's upstream source it was read, file and commit). Unknown keys are errors; every error
-names the file and the key.
+read whole; ``repo``: where it was read, when not the upstream; ``applies``: whether the base's patch that
+changes the file must apply to that version), and ``[base.accumulators.<path>]`` per kernel path the
+series routes GEMMs to (``accumulator``: ``float32`` or ``input``, what that base's kernel sums in;
+``source``: where in that base's upstream source it was read, file and commit). Unknown keys are errors;
+every error names the file and the key.
 
 Operations, all on the worktrees of :mod:`harness.upstream`:
 
@@ -77,7 +78,7 @@ _BASE_KEYS = {
     "accumulators": dict,
 }
 _BASE_REQUIRED = ("ref", "patches")
-_READ_KEYS = {"path": str, "commit": str, "blob": str}
+_READ_KEYS = {"path": str, "commit": str, "blob": str, "repo": str, "applies": bool}
 _ACCUMULATOR_KEYS = {"accumulator": str, "source": str}
 _SHA = re.compile(r"[0-9a-f]{40}")
 #: format-patch options of refresh/rebase: stable bytes for the same commits (see module doc).

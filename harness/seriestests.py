@@ -23,6 +23,13 @@ turns its TestCase into NoTest on a machine without MPS; on Linux its next line,
 hw.memsize``, then stops the collection. A ``skip`` where ``pass``/``fail`` was expected is not
 evidence either way (``as_expected`` None), never a mismatch.
 
+An expected ``fail`` must be the expected failure (:func:`judge`): a test that errored (junit ``<error>``:
+a fixture's setup or teardown), a collection error, or a failure whose first line (pytest's junit
+``<failure message>``: ``ModuleNotFoundError: No module named 'x'`` for an import inside the test,
+``AssertionError: Tensor-likes are not equal!`` for ``torch.testing``/``TestCase.assertEqual``) does not
+match the test's ``fails_with`` is not as expected. Without ``fails_with`` only assertion failures
+(``AssertionError``) count, and the record says the expected failure was not declared.
+
 ``[evidence] test_requirements`` (e.g. ``["pytest<9", "expecttest", "hypothesis", "numpy"]``: what
 upstream's test files import; v2.6.0's ``test/conftest.py`` declares a hook argument pytest 9 removed)
 is installed by pip into each build environment the harness created (:mod:`harness.venvs`; this
@@ -55,12 +62,13 @@ COLLECTION_FAILURE = "collection failure"
 def junit_outcome(path: Path) -> dict:
     """Counts and outcome from a junit XML file (pytest's ``--junitxml``).
 
-    Returns ``{outcome, passed, failed, skipped, errors, skips: [reason, ...], failures: [first line, ...],
-    collection: [last line of each collection error]}``; ``outcome`` is ``pass``/``fail``/``skip``, or
-    ``error`` when no test ran (nothing selected, or the file could not be collected)."""
+    Returns ``{outcome, passed, failed, skipped, errors, skips: [reason, ...], failures: ["test: first line",
+    ...] (the first 5), first_lines: [first line of every failed or errored test's message], collection:
+    [last line of each collection error]}``; ``outcome`` is ``pass``/``fail``/``skip``, or ``error`` when no
+    test ran (nothing selected, or the file could not be collected)."""
     root = ET.parse(path).getroot()
     counts = {"passed": 0, "failed": 0, "skipped": 0, "errors": 0}
-    skips, failures, collection = [], [], []
+    skips, failures, first_lines, collection = [], [], [], []
     for case in root.iter("testcase"):
         name = f"{case.get('classname', '')}.{case.get('name', '')}".strip(".")
         tags = {child.tag: child for child in case}
@@ -72,7 +80,8 @@ def junit_outcome(path: Path) -> dict:
             counts["failed" if "failure" in tags else "errors"] += 1
             node = tags.get("failure", tags.get("error"))
             first = (node.get("message") or (node.text or "")).strip().splitlines()
-            failures.append(f"{name}: {first[0][:200] if first else 'failed'}")
+            first_lines.append(first[0][:200] if first else "")
+            failures.append(f"{name}: {first_lines[-1] or 'failed'}")
         elif "skipped" in tags:
             counts["skipped"] += 1
             reason = (tags["skipped"].get("message") or "").strip()
@@ -87,7 +96,14 @@ def junit_outcome(path: Path) -> dict:
         outcome = "skip"
     else:
         outcome = "error"
-    return {"outcome": outcome, **counts, "skips": skips[:5], "failures": failures[:5], "collection": collection[:5]}
+    return {
+        "outcome": outcome,
+        **counts,
+        "skips": skips[:5],
+        "failures": failures[:5],
+        "first_lines": first_lines,
+        "collection": collection[:5],
+    }
 
 
 def command(python: str, test: SeriesTest, junit: Path) -> list[str]:
@@ -155,12 +171,49 @@ def no_test_reason(record: dict, returncode: int, output: str) -> dict:
     return {"outcome": "error", "reason": f"no test selected (exit status {returncode})"}
 
 
-def expectation(outcome: str, expected: str | None) -> bool | None:
-    """``as_expected`` of one record: None when nothing was expected, or when a ``skip`` stands where
-    ``pass``/``fail`` was expected (a test that did not run here is not evidence either way)."""
+#: the first line of an assertion failure: unittest's and torch.testing's asserts and pytest's rewritten
+#: ``assert`` raise AssertionError (junit message "AssertionError: ...")
+ASSERTION = re.compile(r"^(?:[\w.]+\.)?AssertionError\b")
+
+
+def judge(record: dict, expected: str | None, fails_with: str = "") -> tuple[bool | None, str]:
+    """``(as_expected, why)`` of one build's record (:func:`junit_outcome` plus ``outcome``).
+
+    None when nothing was expected, or when a ``skip`` stands where ``pass``/``fail`` was expected (a
+    test that did not run here is not evidence either way). Where ``fail`` is expected, the failure must
+    be the expected one: False when a test errored (junit ``<error>``), the file had a collection error,
+    no failing test was recorded, or a failing test's first line does not match ``fails_with`` (a
+    Python regular expression, searched), or, without ``fails_with``, is not an ``AssertionError``.
+    ``why``: a short phrase saying which (the record's ``first_lines`` hold the lines); for an
+    undeclared failure that counted, that it was not declared; else ""."""
+    outcome = record.get("outcome")
     if expected is None or (outcome == "skip" and expected != "skip"):
-        return None
-    return outcome == expected
+        return None, ""
+    if outcome != expected or expected != "fail":
+        return outcome == expected, ""
+    if record.get("errors"):
+        return False, "a test errored (setup or teardown), not the expected failure"
+    if record.get("collection"):
+        return False, f"collection error, not the expected failure: {record['collection'][0]}"
+    lines = failure_lines(record)
+    if not record.get("failed") or not lines:
+        return False, "no failing test recorded"
+    if fails_with:
+        if any(not re.search(fails_with, line) for line in lines):
+            return False, f"not the declared failure (fails_with `{fails_with}`)"
+        return True, ""
+    if any(not ASSERTION.match(line) for line in lines):
+        return False, "not an assertion failure (no fails_with declared)"
+    return True, "expected failure not declared (fails_with)"
+
+
+def failure_lines(record: dict) -> list[str]:
+    """The first line of each failed or errored test's message (records from before ``first_lines``
+    existed: taken from their "test: first line" entries)."""
+    lines = record.get("first_lines")
+    if lines is None:
+        lines = [f.split(": ", 1)[-1] for f in record.get("failures") or []]
+    return lines
 
 
 def install_requirements(python: str, requirements: tuple[str, ...], managed: bool) -> dict:
@@ -227,7 +280,8 @@ def run_all(
                 ran[python] = run_one(python, test, source, folder / f"{number:02d}-{build}.xml", keep)
             record = copy.deepcopy(ran[python])
             expected = test.expect.get(build)
-            record.update(expected=expected, as_expected=expectation(record["outcome"], expected))
+            as_expected, why = judge(record, expected, test.fails_with)
+            record.update(expected=expected, as_expected=as_expected, expectation=why)
             per_build[build] = record
         out.append({**test.to_json(), "builds": per_build})
     return {"source": str(source), **({"requirements": installed} if installed else {}), "tests": out}

@@ -210,13 +210,24 @@ def test_pr_body_of_the_mps_default_matrix_is_under_60_lines():
 
     data = synthetic("mps", configs, cells, 6, time_of)
     data["evidence"] = ev.to_json()
+    from harness.seriestests import judge
+
+    warning = "'Ignoring invalid value for boolean flag PYTORCH_MPS_GEMM_PREFER_FAST_MATH' not found in ''"
+    ran = {
+        "pass": {"outcome": "pass", "passed": 1, "failed": 0, "first_lines": []},
+        "fail": {"outcome": "fail", "passed": 0, "failed": 1, "first_lines": [f"AssertionError: {warning}"]},
+    }
     data["series_tests"] = {
         "source": "work/main/patched",
         "tests": [
             {
                 **t.to_json(),
                 "builds": {
-                    b: {"outcome": t.expect[b], "passed": 1, "expected": t.expect[b], "as_expected": True}
+                    b: {
+                        **ran[t.expect[b]],
+                        "expected": t.expect[b],
+                        **dict(zip(("as_expected", "expectation"), judge(ran[t.expect[b]], t.expect[b], t.fails_with))),
+                    }
                     for b in ("stock", "patched")
                 },
             }
@@ -228,7 +239,8 @@ def test_pr_body_of_the_mps_default_matrix_is_under_60_lines():
     assert len(block.splitlines()) < 60, block
     assert "the fix: GEMM under all three variables vs the slow case" in block and "**shown**" in block
     assert "equivalent within ±2% on all 33 cells" in block  # patched/vanilla vs stock/vanilla on mm, addmm, linear
-    assert "| the series' new test (0003) |" in block and "fail (1 passed) ✓" in block
+    assert "| the series' new test (0003) |" in block
+    assert f"| fail (1 failed): `AssertionError: {warning}` ✓ | pass (1 passed) ✓ |" in block
     assert text.index("## For the pull request") < text.index("<details><summary><b>Details</b>")
 
 
@@ -249,6 +261,7 @@ def test_junit_outcomes(tmp_path):
         "errors": 0,
         "skips": None,
         "failures": [],
+        "first_lines": [],
         "collection": [],
     }
     assert junit_outcome(xml)["skips"] == ["t.b: MPS not available"]
@@ -275,7 +288,7 @@ def test_junit_outcomes(tmp_path):
 
 
 def test_no_test_ran_is_a_skip_only_when_the_file_says_why():
-    from harness.seriestests import expectation, no_test_reason
+    from harness.seriestests import judge, no_test_reason
 
     stopped = {"collection": ["test_mps: subprocess.CalledProcessError: sysctl"]}
     said = "Running 0 items in this shard\nMPS not available, skipping tests\nsysctl: cannot stat /proc/sys/hw/memsize"
@@ -295,13 +308,14 @@ def test_no_test_ran_is_a_skip_only_when_the_file_says_why():
         "outcome": "error",
         "reason": "no test selected (exit status 5)",
     }
+    failed = {"outcome": "fail", "failed": 1, "first_lines": ["AssertionError: 1 != 2"]}
     assert [
-        expectation("skip", "fail"),
-        expectation("skip", "skip"),
-        expectation("pass", "fail"),
-        expectation("fail", "fail"),
-        expectation("error", "pass"),
-        expectation("pass", None),
+        judge({"outcome": "skip"}, "fail")[0],
+        judge({"outcome": "skip"}, "skip")[0],
+        judge({"outcome": "pass"}, "fail")[0],
+        judge(failed, "fail")[0],
+        judge({"outcome": "error"}, "pass")[0],
+        judge({"outcome": "pass"}, None)[0],
     ] == [None, True, False, True, False, None]
 
 

@@ -1,28 +1,44 @@
-"""The ``main`` base of mps-gemm-prefer-fast-math, applied to upstream files reassembled from the patches.
+"""The ``main`` base of mps-gemm-prefer-fast-math against real upstream files.
 
-What this verifies, and what it cannot (no network, and nothing from upstream is stored here but
-the context lines the patches carry):
+The patches were written without a checkout, from upstream files read through the `search` tool.
+Nothing from upstream is stored here but the context lines the patches carry, and CI has no network,
+so each version of a patched file that was read is kept as derived data only
+(``tests/data/mps-gemm-prefer-fast-math-main/<file>-<commit>.json``, made by
+``tools/upstream_lines.py`` from the read text): its size, its git blob where it was read whole, and
+a 12-hex SHA-256 per line of each window read. :func:`upstream_lines.rebuild` turns a record back
+into a file for a set of candidate lines (the pre-image lines of the patches tried): a line is the
+candidate with its hash, else a placeholder. ``git apply`` matches context and removed lines exactly,
+so ``git apply --check`` on the rebuilt file answers as on the real one for every line read.
 
-- The pre-image of every file the main patches touch is reassembled at test time from the hunks
-  themselves: each hunk's context and removed lines at the line numbers its header names, and
-  numbered filler lines elsewhere. ``git apply --check`` (and ``--3way``) of the series on that
-  tree must succeed: the hunk headers, counts and context agree with each other, and the series
-  applies in order. Whether the context matches the real upstream file is *not* verified here;
-  the files were read at the commits recorded in ``[[base.read]]`` and ``nox -s check -- --base
-  main`` verifies it against a real checkout.
-- Index lines are real or absent: a file section has an ``index`` line exactly when its
-  ``[[base.read]]`` records the whole file's ``blob``, and the line names that blob.
-- The stale-context case. A newer upstream LinearAlgebra.mm rewrote the last context line of 0001
-  (``is_macos_13_or_newer(MacOSVersion::MACOS_VER_14_4_PLUS)`` became
-  ``is_macos_at_least(MacOSVersion::MACOS_14_4)``). On the reassembled tree with that one line
-  changed: ``check --base main`` names the file and hunk; ``rebase --onto`` stops and names them
-  too, because 0001 names no blob to merge from; with an index line naming a blob the repository
-  has (what ``refresh`` writes after a real checkout), the same ``rebase`` succeeds by 3-way merge
-  and writes a new ``[[base]]`` whose patch carries the new context.
+Versions (``[[base.read]]`` entries with ``applies``; ``repo`` says where each was read):
+
+- LinearAlgebra.mm: pytorch/pytorch@001077cb (window around ``use_metal_mm``); the newest stored
+  copy, cyyever/pytorch@0d188885 (a fork that tracks main: ``is_macos_14_4_or_newer`` is gone from
+  under ``max_complex_inner_size`` and the fallbacks below it moved); Debian's v2.6.0 tree, which 0001
+  must not apply to (``std::getenv``: the v2.6.0 base has its own series).
+- docs/source/mps_environment_variables.md: pytorch/pytorch@39cc1c01 (whole, blob c2c2f6a7, which
+  0002's index line names) and @dbccb5ae (whole, older: no ``PYTORCH_MPS_METAL_VERSION`` row, which
+  0002's context has, so it must not apply); absent from v2.6.0 (its docs were ``.rst``).
+- test/test_mps.py: pytorch/pytorch@883bde12 and @001544b6 (2023, tail from ``TestCommon`` to the end
+  of the file) and Debian's v2.6.0 tree (tail from ``TestCommon``). 0003 is anchored on the module's
+  tail (one blank line, ``if __name__ == "__main__":``, ``run_tests()``), the same in all of them.
+
+A version that refuses a patch the manifest says must apply, or takes one it says must not, fails
+:func:`test_main_series_applies_where_the_manifest_says`; the planted stale hunks (0003 anchored on
+``class TestCommon`` ... ``# TODO: Actually instantiate`` as first written from a 2023 file, and 0001
+with the ``is_macos_13_or_newer(MacOSVersion::MACOS_VER_14_4_PLUS)`` line as trailing context) show
+the check catching each. The Debian records are recomputed from Debian's real tree in a slow test,
+which also applies the real patches to the real files; another compiles and lints (flake8, ruff with
+the tree's configuration) v2.6.0's test/test_mps.py with 0003 applied at its new anchor.
+
+Index lines are real or absent, and ``check`` / ``rebase`` name the file and hunk of the stale 0001
+on the rebuilt pytorch/pytorch@001077cb -> cyyever@0d188885 pair.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import os
 import re
 import shutil
@@ -37,10 +53,32 @@ from conftest import git
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SERIES = "mps-gemm-prefer-fast-math"
 SERIES_DIR = REPO_ROOT / "patches" / SERIES
+DATA = REPO_ROOT / "tests" / "data" / f"{SERIES}-main"
 LINALG = "aten/src/ATen/native/mps/operations/LinearAlgebra.mm"
+TEST_MPS = "test/test_mps.py"
 OLD_CONTEXT = "is_macos_13_or_newer(MacOSVersion::MACOS_VER_14_4_PLUS)"
-NEW_CONTEXT = "is_macos_at_least(MacOSVersion::MACOS_14_4)"
-HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+\d+(?:,\d+)? @@")
+DEBIAN = "debian/pytorch_2.6.0+dfsg-7"
+
+_spec = importlib.util.spec_from_file_location("upstream_lines", REPO_ROOT / "tools" / "upstream_lines.py")
+upstream_lines = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(upstream_lines)
+
+# The planted defects: the hunks as first written (patch text, not upstream's).
+STALE_0003_LEAD = [
+    "@@ -11700,6 +11700,51 @@ class TestCommon(TestCase):",
+    '             cpu_tensor = ones("cpu")',
+    "             self.assertEqual(mps_tensor.cpu(), cpu_tensor)",
+    " ",
+]
+STALE_0003_TRAIL = [
+    ' # TODO: Actually instantiate that test for the "mps" device to better reflect what it is doing.',
+    " # This requires mps to be properly registered in the device generic test framework which is not the",
+    " # case right now. We can probably use `allow_mps` introduced in https://github.com/pytorch/pytorch/pull/87342",
+]
+STALE_0001_HEADER = (
+    "@@ -298,7 +298,10 @@ std::tuple<MPSGraphTensor*, MPSGraphTensor*, MPSGraphTensor*> do_mm(MPSGraph* gr"
+)
+STALE_0001_TRAIL = f"   static bool is_macos_14_4_or_newer = {OLD_CONTEXT};"
 
 
 def _main_base() -> dict:
@@ -65,83 +103,180 @@ def _sections(text: str) -> list[tuple[str, str, list[str]]]:
     return sections
 
 
-def preimages() -> dict[str, list[str]]:
-    """Each touched file's pre-image, reassembled from the hunks (filler lines where no hunk reaches)."""
-    placed: dict[str, dict[int, str]] = {}
-    for patch in _patches():
-        for path, _, hunks in _sections(patch.read_text()):
-            lines = placed.setdefault(path, {})
-            for hunk in hunks:
-                head, *rest = hunk.splitlines()
-                start = int(HUNK.match(head).group(1))
-                old = [line[1:] for line in rest if line[:1] in (" ", "-")]
-                for offset, line in enumerate(old):
-                    assert lines.get(start + offset, line) == line, f"{path}:{start + offset}: hunks disagree"
-                    lines[start + offset] = line
-    files = {}
-    for path, lines in placed.items():
-        last = max(lines) + 1  # one filler line after the last hunk: no hunk is at end-of-file
-        files[path] = [lines.get(n, f"filler line {n}") for n in range(1, last + 1)]
-    return files
+def _preimage(text: str) -> list[str]:
+    """The context and removed lines of every hunk of a patch (the lines git apply must find)."""
+    lines = []
+    for _, _, hunks in _sections(text):
+        for hunk in hunks:
+            lines += [line[1:] for line in hunk.splitlines()[1:] if line[:1] in (" ", "-")]
+    return lines
 
 
-def _write_tree(repo: Path, files: dict[str, list[str]]) -> None:
-    for path, lines in files.items():
-        target = repo / path
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text("\n".join(lines) + "\n")
+def _records() -> dict[str, dict]:
+    return {p.stem: json.loads(p.read_text()) for p in sorted(DATA.glob("*.json"))}
 
 
-@pytest.fixture
-def reassembled(tmp_path) -> Path:
-    """A git repository whose branch ``main`` holds the reassembled pre-images (tag ``main-read``)."""
-    repo = tmp_path / "upstream"
-    repo.mkdir()
-    git(repo, "init", "-q", "-b", "main")
-    _write_tree(repo, preimages())
-    git(repo, "add", "-A")
-    git(repo, "commit", "-q", "-m", "main as read (reassembled from the patches' context)")
-    git(repo, "tag", "main-read")
-    return repo
+def _checked_reads() -> list[dict]:
+    """The main base's ``[[base.read]]`` entries of patched files (those saying whether a patch applies)."""
+    return [r for r in _main_base()["read"] if "applies" in r]
+
+
+def _key(entry: dict) -> tuple[str, str, str]:
+    return entry["path"], entry.get("repo", "pytorch/pytorch"), entry["commit"]
+
+
+def _applies(record: dict, patch: str, workdir: Path) -> bool:
+    """``git apply --check`` of ``patch`` on the file rebuilt from ``record`` (alone in ``workdir``)."""
+    shutil.rmtree(workdir, ignore_errors=True)
+    workdir.mkdir(parents=True)
+    text = upstream_lines.rebuild(record, _preimage(patch))
+    if text is not None:
+        (workdir / record["path"]).parent.mkdir(parents=True, exist_ok=True)
+        (workdir / record["path"]).write_text(text)
+    (workdir / "p.patch").write_text(patch)
+    result = subprocess.run(["git", "apply", "--check", "p.patch"], cwd=workdir, capture_output=True, text=True)
+    return result.returncode == 0
+
+
+def _by_path(texts: list[str]) -> dict[str, str]:
+    """The patch text that changes each path (one patch per file in this series)."""
+    out = {}
+    for text in texts:
+        for path, _, _ in _sections(text):
+            assert path not in out, f"{path} changed by two patches"
+            out[path] = text
+    return out
+
+
+def mismatches(texts: list[str], workdir: Path) -> list[str]:
+    """Each recorded version where the patch changing its file applies against the manifest's word."""
+    patches = _by_path(texts)
+    expected = {_key(r): r["applies"] for r in _checked_reads()}
+    lines = []
+    for name, record in _records().items():
+        verdict = _applies(record, patches[record["path"]], workdir / name)
+        where = f"{record['path']} @ {record['repo']} {record['commit'][:8]}"
+        print(f"{where}: {'applies' if verdict else 'refused'}")
+        if verdict != expected[_key(record)]:
+            said = "must apply" if expected[_key(record)] else "must not apply"
+            lines.append(f"{where}: {said}, {'applies' if verdict else 'refused'}")
+    return lines
+
+
+def _current() -> list[str]:
+    return [p.read_text() for p in _patches()]
+
+
+def stale_0003(text: str) -> str:
+    """0003 with its hunk anchored as first written (the planted defect)."""
+    head, rest = text.split("\n@@ ", 1)
+    hunk, tail = rest.split("\n-- \n", 1)
+    added = [line for line in hunk.splitlines()[1:] if line.startswith("+")]
+    return "\n".join([head, *STALE_0003_LEAD, *added, *STALE_0003_TRAIL, "-- ", tail])
+
+
+def stale_0001(text: str) -> str:
+    """0001 with the trailing context line that the newest LinearAlgebra.mm no longer has (the planted defect)."""
+    header = re.search(r"(?m)^@@ .*$", text).group(0)
+    body = text.replace(header, STALE_0001_HEADER, 1)
+    last = "   constexpr auto max_complex_inner_size = 2048;\n"
+    assert body.count(last) == 1
+    return body.replace(last, last + STALE_0001_TRAIL + "\n")
+
+
+def test_every_checked_version_is_recorded_and_derived():
+    reads = _checked_reads()
+    records = _records()
+    assert sorted(_key(r) for r in reads) == sorted(_key(r) for r in records.values())
+    assert len(records) == 9
+    by_key = {_key(r): r for r in records.values()}
+    for read in reads:
+        record = by_key[_key(read)]
+        assert read.get("blob") == record.get("blob"), read  # blob recorded exactly where read whole
+        assert re.fullmatch(r"[0-9a-f]{40}", read["commit"])
+    # every patched file has at least one version each patch must apply to
+    assert {r["path"] for r in reads if r["applies"]} == set(_main_base()["files"])
+    # what the tool derives from the read docs text: the blob recorded when 0002 was written
+    docs = records["docs-39cc1c01"]
+    assert docs["blob"] == "c2c2f6a77f5eea3eae88a75dfbab9699b2ecee53" and docs["chars"] == 2360
+
+
+def test_main_series_applies_where_the_manifest_says(tmp_path, capsys):
+    assert mismatches(_current(), tmp_path) == []
+    table = capsys.readouterr().out
+    assert table.count("applies") == 6 and table.count("refused") == 3, table
+
+
+def test_planted_stale_0003_is_refused_by_v2_6_0(tmp_path):
+    texts = _current()
+    texts[2] = stale_0003(texts[2])
+    # the stale hunk still finds its 2023 context (the files it was written from), not v2.6.0's
+    assert mismatches(texts, tmp_path) == [f"{TEST_MPS} @ {DEBIAN} 1eba9b3a: must apply, refused"]
+
+
+def test_planted_stale_0001_is_refused_by_the_newest_linear_algebra(tmp_path):
+    texts = _current()
+    texts[0] = stale_0001(texts[0])
+    assert mismatches(texts, tmp_path) == [f"{LINALG} @ cyyever/pytorch 0d188885: must apply, refused"]
+
+
+def test_rebuild_keeps_unmatched_lines_distinct():
+    record = _records()["linalg-0d188885"]
+    text = upstream_lines.rebuild(record, _preimage(_current()[0]))
+    lines = text.splitlines()
+    assert lines[0] == upstream_lines.UNREAD and lines[-1] == upstream_lines.UNREAD
+    matched = [line for line in lines if not line.startswith("<<< ")]
+    assert matched == [
+        "}",
+        "",
+        "bool use_metal_mm(const Tensor& self, const Tensor& other, const Tensor& output) {",
+        '  static bool always_use_metal = c10::utils::has_env("PYTORCH_MPS_PREFER_METAL");',
+        "  constexpr auto max_stride_size = 32768;",
+        "  constexpr auto max_complex_inner_size = 2048;",
+    ]
+    # a line that is no candidate keeps its own placeholder: two different lines never compare equal
+    assert len({line for line in lines if line.startswith("<<< upstream line ")}) >= 25
 
 
 def test_index_lines_are_real_or_absent():
-    reads = {r["path"]: r for r in _main_base()["read"]}
+    blobs = {}
+    for read in _main_base()["read"]:
+        if "blob" in read:
+            blobs.setdefault(read["path"], []).append(read["blob"])
     seen = 0
     for patch in _patches():
         for path, header, _ in _sections(patch.read_text()):
             index = re.search(r"(?m)^index ([0-9a-f]+)\.\.([0-9a-f]+)", header)
-            blob = reads[path].get("blob")
-            if blob is None:
+            if path not in blobs:
                 assert index is None, f"{patch.name}: {path} has an index line but no blob was read"
             else:
-                assert index is not None and blob.startswith(index.group(1)) and len(index.group(1)) >= 12
+                assert index is not None and len(index.group(1)) >= 12
+                assert any(blob.startswith(index.group(1)) for blob in blobs[path])
                 seen += 1
     assert seen == 1  # docs/source/mps_environment_variables.md, read whole
 
 
-def test_main_patches_apply_to_the_reassembled_files(reassembled):
-    files = preimages()
-    assert sorted(files) == sorted(_main_base()["files"])
-    assert files[LINALG][303] == f"  static bool is_macos_14_4_or_newer = {OLD_CONTEXT};"  # line 304, as read
-    for patch in _patches():
-        for mode in ([], ["--3way"]):
-            result = subprocess.run(
-                ["git", "apply", "--check", *mode, str(patch)], cwd=reassembled, capture_output=True, text=True
-            )
-            assert result.returncode == 0, f"{patch.name} {mode}: {result.stderr}"
-    # applied in order, the series leaves exactly its files changed and the variable in all three
-    for patch in _patches():
-        git(reassembled, "apply", str(patch))
-    changed = git(reassembled, "diff", "--name-only").split()
-    assert sorted(changed) == sorted(_main_base()["files"])
-    for path in changed:
-        assert "PYTORCH_MPS_GEMM_PREFER_FAST_MATH" in (reassembled / path).read_text()
+def _rebuilt_repo(repo: Path, names: list[str], candidates: list[str]) -> list[str]:
+    """A git repository with one commit per record in ``names`` (its LinearAlgebra.mm rebuilt), beside the
+    docs and test files rebuilt from pytorch/pytorch@39cc1c01 and @001544b6; the commits' SHAs."""
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    candidates = candidates + [line for text in _current()[1:] for line in _preimage(text)]
+    shas = []
+    for name in names:
+        for record in (_records()[name], _records()["docs-39cc1c01"], _records()["test_mps-001544b6"]):
+            target = repo / record["path"]
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(upstream_lines.rebuild(record, candidates))
+        git(repo, "add", "-A")
+        git(repo, "commit", "-q", "-m", f"{record['repo']}@{record['commit'][:8]}")
+        shas.append(git(repo, "rev-parse", "HEAD").strip())
+    return shas
 
 
 @pytest.fixture
 def project_copy(tmp_path, monkeypatch) -> Path:
-    """A project with a copy of the series whose main base is unpinned (the reassembled repo has other SHAs)."""
+    """A project with a copy of the series whose main base is unpinned and whose 0001 is the stale one."""
     project = tmp_path / "project"
     shutil.copytree(SERIES_DIR, project / "patches" / SERIES)
     manifest = project / "patches" / SERIES / "series.toml"
@@ -149,6 +284,8 @@ def project_copy(tmp_path, monkeypatch) -> Path:
     pin = f'ref = "main"\ncommit = "{_main_base()["commit"]}"\n'
     assert text.count(pin) == 1
     manifest.write_text(text.replace(pin, 'ref = "main"\n'))
+    first = project / "patches" / SERIES / "main" / _patches()[0].name
+    first.write_text(stale_0001(first.read_text()))
     monkeypatch.chdir(project)
     return project
 
@@ -164,22 +301,24 @@ def _harness(project: Path, *args: str) -> subprocess.CompletedProcess:
     )
 
 
-def _stale(repo: Path) -> str:
-    """Commit the newer upstream's last-context-line change on ``main``; return the new SHA."""
-    path = repo / LINALG
-    path.write_text(path.read_text().replace(OLD_CONTEXT, NEW_CONTEXT))
-    git(repo, "commit", "-q", "-am", "upstream: is_macos_at_least")
-    return git(repo, "rev-parse", "HEAD").strip()
+def _linalg_pair(tmp_path) -> tuple[Path, str, str]:
+    candidates = _preimage(_current()[0]) + _preimage(stale_0001(_current()[0]))
+    repo = tmp_path / "upstream"
+    old, new = _rebuilt_repo(repo, ["linalg-001077cb", "linalg-0d188885"], candidates)
+    git(repo, "reset", "-q", "--hard", old)  # main: the older version; the newest is a dangling commit
+    git(repo, "tag", "newest", new)
+    return repo, old, new
 
 
-def test_stale_context_check_then_rebase_names_file_and_hunk(reassembled, project_copy, isolated_cache):
-    up = ["--upstream", str(reassembled)]
+def test_stale_context_check_then_rebase_names_file_and_hunk(tmp_path, project_copy, isolated_cache):
+    repo, _, fresh = _linalg_pair(tmp_path)
+    up = ["--upstream", str(repo)]
     ok = _harness(project_copy, "check", "--base", "main", *up)
     assert ok.returncode == 0, ok.stdout + ok.stderr
-    fresh = _stale(reassembled)
+    git(repo, "reset", "-q", "--hard", fresh)
     failed = _harness(project_copy, "check", "--base", "main", *up)
     assert failed.returncode == 1
-    hunk = f"{LINALG}: hunk #1 `@@ -298,7 +298,10 @@ std::tuple<MPSGraphTensor*, MPSGraphTensor*, MPS` does not apply"
+    hunk = f"{LINALG}: hunk #1 `{STALE_0001_HEADER[:69]}` does not apply"
     assert f"check:   {hunk}" in failed.stdout, failed.stdout
     rebased = _harness(project_copy, "rebase", "--base", "main", "--onto", fresh, *up)
     assert rebased.returncode == 1, rebased.stderr
@@ -190,16 +329,14 @@ def test_stale_context_check_then_rebase_names_file_and_hunk(reassembled, projec
         assert [b["ref"] for b in tomllib.load(f)["base"]] == ["v2.6.0", "main"]  # no variant written
 
 
-def test_stale_context_rebase_merges_three_way_when_the_blob_is_known(reassembled, project_copy, isolated_cache):
+def test_stale_context_rebase_merges_three_way_when_the_blob_is_known(tmp_path, project_copy, isolated_cache):
+    repo, old, fresh = _linalg_pair(tmp_path)
     # what refresh writes after `apply` on a real checkout: an index line naming the base's blob
-    blob = git(reassembled, "rev-parse", f"main-read:{LINALG}").strip()
-    folder = project_copy / "patches" / SERIES / "main"
-    first = sorted(folder.iterdir())[0]
-    text = first.read_text()
+    blob = git(repo, "rev-parse", f"{old}:{LINALG}").strip()
+    first = project_copy / "patches" / SERIES / "main" / _patches()[0].name
     header = f"diff --git a/{LINALG} b/{LINALG}\n"
-    first.write_text(text.replace(header, f"{header}index {blob[:12]}..{'0' * 12} 100644\n", 1))
-    fresh = _stale(reassembled)
-    rebased = _harness(project_copy, "rebase", "--base", "main", "--onto", fresh, "--upstream", str(reassembled))
+    first.write_text(first.read_text().replace(header, f"{header}index {blob[:12]}..{'0' * 12} 100644\n", 1))
+    rebased = _harness(project_copy, "rebase", "--base", "main", "--onto", fresh, "--upstream", str(repo))
     assert rebased.returncode == 0, rebased.stdout + rebased.stderr
     assert f"rebase: {SERIES} carried from main onto {fresh}" in rebased.stdout
     with open(project_copy / "patches" / SERIES / "series.toml", "rb") as f:
@@ -207,7 +344,8 @@ def test_stale_context_rebase_merges_three_way_when_the_blob_is_known(reassemble
     new = bases[fresh]
     assert new["notes"] == "rebased from main with 3-way merge" and new["commit"] == fresh
     patch = (project_copy / "patches" / SERIES / new.get("dir", fresh) / new["patches"][0]).read_text()
-    assert f" {NEW_CONTEXT};" in patch and OLD_CONTEXT not in patch
+    # the merged patch takes the newest file's context: the MACOS_VER_14_4_PLUS line is gone from it
+    assert OLD_CONTEXT not in patch and 'c10::utils::check_env("PYTORCH_MPS_GEMM_PREFER_FAST_MATH")' in patch
 
 
 def _added(patch: Path) -> list[str]:
@@ -237,23 +375,89 @@ def _tree_file(archive: Path, name: str) -> bytes:
     raise AssertionError(f"{name} not in {archive}")
 
 
+def _debian_file(store: Path, path: str) -> str | None:
+    shown = subprocess.run(["git", f"--git-dir={store}", "show", f"v2.6.0:{path}"], capture_output=True, text=True)
+    return shown.stdout if shown.returncode == 0 else None
+
+
 @pytest.mark.slow
-def test_main_cxx_change_is_clang_format_clean(reassembled, debian_tarball, tmp_path):
+def test_debian_records_are_derived_from_the_real_tree(debian_import, tmp_path):
+    """The v2.6.0 records are what tools/upstream_lines.py derives from Debian's real files, and the real
+    patches applied to the real files give the verdicts the records give."""
+    patches = _by_path(_current())
+    stale = _by_path([stale_0003(_current()[2])])
+    expected = {_key(r): r["applies"] for r in _checked_reads()}
+    debian = {name: r for name, r in _records().items() if r["repo"] == DEBIAN}
+    assert sorted(debian) == ["docs-v2.6.0", "linalg-v2.6.0", "test_mps-v2.6.0"]
+    for name, record in debian.items():
+        text = _debian_file(debian_import, record["path"])
+        if record.get("absent"):
+            assert text is None
+        else:
+            (window,) = record["windows"]
+            lines = text[window["start"] :].split("\n")[: len(window["lines"])]
+            spec = {**record, "name": name, "start": window["start"], "to_end": window["to_end"]}
+            assert upstream_lines.derive(spec, "\n".join(lines) + "\n")["windows"] == record["windows"]
+            assert record["chars"] == len(text)
+            (tmp_path / name / record["path"]).parent.mkdir(parents=True)
+            (tmp_path / name / record["path"]).write_text(text)
+        for texts, want in ((patches, expected[_key(record)]), (stale, False)):
+            if record["path"] not in texts:
+                continue
+            (tmp_path / "p.patch").write_text(texts[record["path"]])
+            (tmp_path / name).mkdir(exist_ok=True)
+            real = subprocess.run(["git", "apply", "--check", str(tmp_path / "p.patch")], cwd=tmp_path / name)
+            assert (real.returncode == 0) == want, (name, want)
+
+
+@pytest.mark.slow
+def test_main_cxx_change_is_clang_format_clean(tmp_path, debian_tarball):
     """clang-format (the version upstream's lint pins, see test_patch_series.py) with the real
-    ``.clang-format`` of PyTorch 2.6.0 (main's was not read) leaves 0001's changed lines as they are."""
+    ``.clang-format`` of PyTorch 2.6.0 (main's was not read) leaves 0001's changed lines as they are,
+    on the newest LinearAlgebra.mm window (rebuilt)."""
     import git as gitpython
     from test_patch_series import _changed_lines, _clang_format_diff
 
-    (reassembled / ".clang-format").write_bytes(_tree_file(debian_tarball, ".clang-format"))
-    git(reassembled, "add", ".clang-format")
-    git(reassembled, "commit", "-q", "-m", "clang-format config of 2.6.0")
-    base = git(reassembled, "rev-parse", "HEAD").strip()
-    git(reassembled, "apply", "--index", str(_patches()[0]))
-    git(reassembled, "commit", "-q", "-m", "0001")
-    repo = gitpython.Repo(reassembled)
-    ranges = _changed_lines(repo, base, LINALG)
-    assert ranges == [(301, 304)]
-    text = (reassembled / LINALG).read_text()
-    assert _clang_format_diff(reassembled, LINALG, text, ranges) == []
+    repo = tmp_path / "upstream"
+    _rebuilt_repo(repo, ["linalg-0d188885"], _preimage(_current()[0]))
+    # placeholders as C++ comments, so that clang-format parses the rebuilt window as code
+    source = repo / LINALG
+    source.write_text(re.sub(r"(?m)^<<< (.*) >>>$", r"// \1", source.read_text()))
+    (repo / ".clang-format").write_bytes(_tree_file(debian_tarball, ".clang-format"))
+    git(repo, "add", ".clang-format", LINALG)
+    git(repo, "commit", "-q", "-m", "clang-format config of 2.6.0")
+    base = git(repo, "rev-parse", "HEAD").strip()
+    git(repo, "apply", "--index", str(_patches()[0]))
+    git(repo, "commit", "-q", "-m", "0001")
+    ranges = _changed_lines(gitpython.Repo(repo), base, LINALG)
+    assert ranges == [(17, 20)]
+    text = (repo / LINALG).read_text()
+    assert _clang_format_diff(repo, LINALG, text, ranges) == []
     bad = text.replace('("PYTORCH_MPS_PREFER_METAL") &&', '("PYTORCH_MPS_PREFER_METAL")&&', 1)
-    assert bad != text and _clang_format_diff(reassembled, LINALG, bad, ranges) != []
+    assert bad != text and _clang_format_diff(repo, LINALG, bad, ranges) != []
+
+
+@pytest.mark.slow
+def test_main_0003_on_real_v2_6_0_compiles_and_passes_the_trees_linters(debian_import, tmp_path):
+    """0003 anchored on the module tail puts the class after v2.6.0's instantiate calls: the result
+    compiles, and flake8 and ruff with the tree's own configuration flag none of its lines."""
+    from test_patch_series import _lint
+
+    for path in (TEST_MPS, ".flake8", "pyproject.toml"):
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text(_debian_file(debian_import, path))
+    git(tmp_path, "apply", str(_patches()[2]))
+    compiled = subprocess.run([sys.executable, "-m", "py_compile", TEST_MPS], capture_output=True, cwd=tmp_path)
+    assert compiled.returncode == 0, compiled.stderr
+    lines = (tmp_path / TEST_MPS).read_text().splitlines()
+    first = lines.index("class TestGemmPreferFastMath(TestCaseMPS):") + 1
+    assert lines[first - 4 : first - 1] == ["instantiate_parametrized_tests(TestMPS)", "", ""]
+    assert lines[-4:] == ["", "", 'if __name__ == "__main__":', "    run_tests()"]
+    assert [f for f in _lint(tmp_path, TEST_MPS) if f[0] >= first - 2] == []
+    # negative control: a violation on a line of the new class is reported by both linters
+    probe = "test/_probe_test_mps.py"
+    text = (tmp_path / TEST_MPS).read_text()
+    bad = text.replace("        env.update(env_vars)\n", "        env.update(env_vars) ;\n", 1)
+    assert bad != text
+    (tmp_path / probe).write_text(bad)
+    assert {msg.split()[0] for line, msg in _lint(tmp_path, probe) if line >= first} == {"flake8", "ruff"}
