@@ -527,10 +527,8 @@ def for_run(found, contrasts: list[str]) -> Evidence:
     extra = tuple(parse_contrast(text) for text in contrasts)
     bases = ()
     if found:
-        from harness.series import series_hash  # the series' patch files: hashed where series.toml is owned
-
         bases = tuple(
-            {"ref": b.ref, "commit": b.commit, "hash": series_hash(found, b), "accumulators": _plain(b.accumulators)}
+            {"ref": b.ref, "commit": b.commit, "hash": found.hash_of(b), "accumulators": _plain(b.accumulators)}
             for b in found.bases
         )
     return Evidence(

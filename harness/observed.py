@@ -128,12 +128,16 @@ def _side_words(data: dict, side, keys: list[str]) -> str:
     return f"`{side.label}` {text}"
 
 
+#: the PR block's line for a run whose results.json has no ``kernels`` (made before kernels were observed)
+NOT_OBSERVED = "Kernels: not observed (this run's results.json predates kernel observation)."
+
+
 def contrast_line(data: dict, contrast) -> str:
     """One line for a contrast's PR block: which kernel ran on each side over its covered cells, and
     whether it was the same kernel."""
     keys = [k for k in data["run"]["cells"] if contrast.covers(Cell.from_key(k).op, Cell.from_key(k).dtype)]
     if not data.get("kernels"):
-        return "Kernels: not observed (this run's results.json predates kernel observation)."
+        return NOT_OBSERVED
     if not keys:
         return "Kernels: no cell of this run is covered."
     same = sum(

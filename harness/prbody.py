@@ -263,8 +263,11 @@ def render_block(data: dict, results: list[con.ContrastResult], notes: list[str]
             "equivalent when it lies inside.",
             "",
         ]
+    if results and not data.get("kernels"):  # said once, not under every contrast
+        out += [observed.NOT_OBSERVED, ""]
     for result in results:
-        out += with_kernels(contrast_block(result, unit, scale), observed.contrast_line(data, result.contrast))
+        block = contrast_block(result, unit, scale)
+        out += with_kernels(block, observed.contrast_line(data, result.contrast)) if data.get("kernels") else block
     out += tests_table(data.get("series_tests"), data["run"]["builds"])
     return out
 

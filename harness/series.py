@@ -164,6 +164,10 @@ class Series:
             for name in base.patches
         ]
 
+    def hash_of(self, base: Base) -> str:
+        """The series hash of ``base``: :func:`patches_hash` of its patch files (:func:`series_hash`)."""
+        return patches_hash(self.patch_paths(base))
+
 
 def patches_hash(patches: Iterable[Path]) -> str:
     """The series hash: sha256 (hex, 64 chars) over the patch files' bytes in series order; labels use ``[:8]``."""
@@ -175,7 +179,7 @@ def patches_hash(patches: Iterable[Path]) -> str:
 
 def series_hash(series: Series, base: Base) -> str:
     """:func:`patches_hash` of the base's patches."""
-    return patches_hash(series.patch_paths(base))
+    return series.hash_of(base)
 
 
 def shown(path: Path) -> str:

@@ -123,7 +123,7 @@ def test_a_base_that_does_not_state_the_accumulator_gets_unknown_and_a_bad_one_i
     manifest = folder / "series.toml"
     text = manifest.read_text()
     start = text.index('[base.accumulators.metal]\naccumulator = "float32"')
-    manifest.write_text(text[:start] + text[text.index("# Patched files.") :])
+    manifest.write_text(text[:start] + text[text.index("# Patched files:") :])
     from harness.evidence import for_run
 
     ev = for_run(load_series(folder), [])  # as after `rebase` added a base nobody read yet

@@ -203,3 +203,42 @@ def test_a_malformed_kernels_section_is_refused_on_read(planted, fragment):
     key = data["run"]["cells"][0]
     data["kernels"] = json.loads(json.dumps(planted).replace("KEY", key))
     assert fragment in (res.problem(data) or "")
+
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "docs" / "examples"
+
+
+def test_the_h200_example_records_the_gemm_kernel_of_every_build_config_and_cell():
+    # docs/examples/h200-kernels: one compare on the H200 (torch 2.11.0+cu130), A/A, 4 mm cells x 3 configs
+    data = res.load(EXAMPLES / "h200-kernels")
+    names = {}
+    for build in ("stock", "patched"):
+        for config in ("default", "cublaslt", "tf32_override"):
+            for key in data["run"]["cells"]:
+                obs = observed.seen(data, build, config, key)
+                assert obs and obs["names"] and not obs.get("error"), (build, config, key)
+                names[build, config, key] = [n for n in obs["names"] if classify("cuda", [n])[0]][0]
+    fp32, fp16 = "mm/1024x1024x1024/float32", "mm/1024x1024x1024/float16"
+    for build in ("stock", "patched"):
+        assert "tilesize128x64x8" in names[build, "default", fp32]
+        assert "tilesize64x128x8" in names[build, "cublaslt", fp32]  # cublaslt: another kernel for fp32
+        assert "cutlass_80_simt_sgemm" in names[build, "cublaslt", "mm/4096x4096x4096/float32"]
+        assert "tf32" in names[build, "tf32_override", fp32]
+        assert observed.seen(data, build, "tf32_override", fp32)["path"] == "tf32"
+        # fp16: the same nvjet kernel under all three configs, and the report says so
+        assert {names[build, c, fp16] for c in ("default", "cublaslt", "tf32_override")} == {
+            "nvjet_sm90_hsh_128x64_64x8_1x2_h_bz_NNT"
+        }
+    text = (EXAMPLES / "h200-kernels" / "report.md").read_text()
+    kernels = text[text.index("## Kernels") :]
+    assert f"| {fp16} | same kernel as `default` | same kernel as `default` |" in kernels
+    assert f"| {fp32} | same kernel as `default` |" not in kernels
+    assert observed.mismatches(data) == []
+
+
+def test_the_h200_planted_route_example_names_the_mismatch_on_the_first_screen():
+    # docs/examples/h200-planted-route: the same A/A with --series benchmarks/planted-route (mm = metal)
+    text = (EXAMPLES / "h200-planted-route" / "report.md").read_text()
+    first_screen = text[: text.index("<details>")]
+    assert "> **Error:** declared metal, observed xmma for mm float32 under `default` on stock, patched" in first_screen
+    assert "> **Error:** declared metal, observed nvjet for mm float16 under `default` on stock, patched" in first_screen

@@ -222,13 +222,13 @@ def test_a_check_out_of_range_or_at_odds_with_its_verdict_is_damage(good, tmp_pa
 
 def test_verdicts_that_hold_and_unknown_keys_are_accepted(good):
     """A failed check over its bound, an infinite error (all-zero reference) that failed, no error at all
-    (non-finite output) that failed, and keys this harness does not know (a check status, a new top-level
+    (non-finite output) that failed, and keys this harness does not know (in a check, a new top-level
     section) are all valid: the rule is local, passed implies an error within the bound."""
     data = copy.deepcopy(good)
     i, key = _ok_cell(data, "patched")
     cells = data["processes"][i]["cells"]
     for value in (0.5, math.inf, None):
-        cells[key]["check"] = {"rel_error": value, "bound": 1e-3, "passed": False, "status": "finding", "x": [1]}
+        cells[key]["check"] = {"rel_error": value, "bound": 1e-3, "passed": False, "status": "failed", "x": [1]}
         data["kernel_observation"] = {"anything": 1}
         assert res.problem(data) is None
     build = next(iter(data["consistency"]["builds"]))
