@@ -240,5 +240,6 @@ def test_the_h200_planted_route_example_names_the_mismatch_on_the_first_screen()
     # docs/examples/h200-planted-route: the same A/A with --series benchmarks/planted-route (mm = metal)
     text = (EXAMPLES / "h200-planted-route" / "report.md").read_text()
     first_screen = text[: text.index("<details>")]
-    assert "> **Error:** declared metal, observed xmma for mm float32 under `default` on stock, patched" in first_screen
-    assert "> **Error:** declared metal, observed nvjet for mm float16 under `default` on stock, patched" in first_screen
+    for path, dtype in (("xmma", "float32"), ("nvjet", "float16")):
+        line = f"> **Error:** declared metal, observed {path} for mm {dtype} under `default` on stock, patched"
+        assert line in first_screen
