@@ -10,8 +10,7 @@ length (:attr:`Cell.reduction`, from the op's registry record :attr:`harness.ben
 ``u_acc`` is the roundoff of the accumulator the kernel sums in (:data:`ACCUMULATORS`):
 
 - ``float32``: 2⁻²⁴. cuBLAS, oneDNN/MKL and MPSGraph accumulate half-precision products in float32
-  (the ``default`` kernel path); 2⁻¹¹ under a reduced-precision config (TF32 on cuda), where float32
-  outputs are also held to ``u_out = 2⁻¹¹``.
+  (the ``default`` kernel path).
 - ``input``: the tensor's own dtype (float16 2⁻¹¹, bfloat16 2⁻⁸).
 - ``unknown``: the build's base could not be told, so which of the two a routed kernel uses is not
   known; the bound is the looser (``input``) one and the record says ``unknown``, so the report
@@ -26,6 +25,18 @@ v1[i] * v2[i]`` (``dot_product``, ``aten/src/ATen/native/mps/kernels/LinearAlgeb
 ``LinearAlgebra.mm`` at 001077cb) sum in ``c10::metal::opmath_t<T>`` (``matmul_inner``, stored copy
 at 0055b0d0), i.e. ``float32``. A float16 ``mm`` with K = 512 summed in float16 errs by about 3e-3
 (numpy emulation, tests/test_conformance.py), three times the float32-accumulation bound of 9.8e-4.
+
+**TF32** (a config with ``reduced_fp32``: ``TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1`` on cuda) reaches float32
+GEMMs only: ``bgemm_internal_cublaslt`` sets ``CUBLAS_COMPUTE_32F_FAST_TF32`` inside ``if constexpr
+(std::is_same_v<Dtype, float>)`` (``aten/src/ATen/cuda/CUDABlas.cpp`` at 0040fe0d), and the H200 ran
+the same fp16 kernel under it as without it (docs/examples/h200-kernels). TF32 rounds each float32
+*input* to a 10-bit mantissa (``u_in = 2⁻¹¹``) and still accumulates in float32, so the reference (made
+from the float32 inputs) sees an input-rounding error that does not grow with ``n``: each product errs
+by at most ``2·u_in`` relative, and for independent roundings the relative error of the sum stays of
+that order. The float32 bound under TF32 is therefore ``2·u_out + 4·(2·u_in) + 4·u_acc·sqrt(n)`` with
+float32 ``u_out`` and ``u_acc``: 3.9e-3 at any K of the matrix. Measured on the H200 (torch 2.11.0+cu130,
+docs/examples/h200-aa-default-matrix): 2.89e-4 to 2.94e-4 for every float32 GEMM from K = 256 to
+K = 4096, i.e. 13 times below it and independent of K, as the model says.
 
 ``PYTORCH_MPS_FAST_MATH`` changes no bound: MPSGraph never reads it, and it reaches only Metal
 shaders compiled at run time (``OperationUtils.mm``, ``MetalShaderLibrary::compileLibrary``). The sqrt(n)
@@ -79,7 +90,7 @@ UNIT_ROUNDOFF = {
     "float8_e4m3fn": 2.0**-4,
     "float8_e5m2": 2.0**-3,
 }
-#: roundoff of a 10-bit-mantissa computation (TF32, half-precision accumulation)
+#: roundoff of a float32 input rounded to TF32's 10-bit mantissa (see module: TF32)
 REDUCED_ROUNDOFF = 2.0**-11
 #: what a kernel accumulates in: float32, or the tensor's own dtype (``input``)
 ACCUMULATORS = ("float32", "input")
@@ -109,12 +120,11 @@ def bound(dtype: str, reduction: int, reduced_fp32: bool = False, accumulator: s
         raise ValueError(f"unknown accumulator {accumulator!r}; choose one of {', '.join(ACCUMULATORS)}")
     u_out = UNIT_ROUNDOFF[dtype]
     u_acc = UNIT_ROUNDOFF["float32"]
-    if reduced_fp32:
-        u_acc = REDUCED_ROUNDOFF
-        u_out = max(u_out, REDUCED_ROUNDOFF) if dtype == "float32" else u_out
+    # TF32 rounds float32 inputs only (module: TF32): a term that does not grow with the reduction
+    inputs = 4.0 * 2.0 * REDUCED_ROUNDOFF if reduced_fp32 and dtype == "float32" else 0.0
     if accumulator != "float32":
         u_acc = max(u_acc, UNIT_ROUNDOFF[dtype])
-    return 2.0 * u_out + 4.0 * u_acc * math.sqrt(reduction)
+    return 2.0 * u_out + inputs + 4.0 * u_acc * math.sqrt(reduction)
 
 
 def output_rows(cell) -> int:
