@@ -377,3 +377,33 @@ def test_rule5_the_emulated_profiler_log_shows_metal_exactly_where_prefer_metal_
     assert [m.text for m in observed.mismatches(data)] == [
         "declared metal, observed MPSGraph for linear float16 under `prefer_metal` on stock (1 cell)"
     ]
+
+
+def test_rule5_routing_is_the_bases_v260_logs_naive_matmul_for_mm_only(monkeypatch):
+    """v2.6.0 reads PREFER_METAL only in use_metal_mm, which only mm_out_mps_impl calls (LinearAlgebra.mm
+    blob be94fca8 lines 76-85, 221), and logs its kernel as naive_matmul (line 45); main routes mm and addmm
+    (matmul, addmm: LinearAlgebra.mm @ 001077cb). A base with no emulated routing is refused."""
+    from harness.bench import kernels
+    from harness.bench.worker import observe_cell
+
+    keys = ["mm/16x8x4/float16", "addmm/16x8x4/float16"]
+    for name in [k for k in os.environ if k.startswith("PYTORCH_MPS")]:
+        monkeypatch.delenv(name)
+    for name, value in {
+        **next(c for c in MPS_PROFILES if c.name == "prefer_metal").env,
+        **kernels.TRACES["mps"].env,
+    }.items():
+        monkeypatch.setenv(name, value)
+    found = {}
+    for base in ("v2.6.0", "main"):
+        with emulate(torch, base=base) as (device, _):
+            found[base] = {k.split("/")[0]: observe_cell(torch, device, Cell.from_key(k), {}, {}) for k in keys}
+    assert found["v2.6.0"]["mm"]["names"] == ["Metal:naive_matmul:MPS:Half[16, 4]:MPS:Half[4, 8]"]
+    assert found["v2.6.0"]["addmm"]["path"] == "mpsgraph"
+    assert [found["main"][op]["names"][0].split(":")[:2] for op in ("mm", "addmm")] == [
+        ["Metal", "matmul"],
+        ["Metal", "addmm"],
+    ]
+    with pytest.raises(ValueError, match="no emulated routing for base 'v2.7.0'"):
+        with emulate(torch, base="v2.7.0"):
+            pass

@@ -48,14 +48,27 @@ CUDA_NAMES = {
     "void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<64, 128, 64, 4>>(Flash_fwd_params)": "attention",
 }
 
-#: MPS profiler lines in upstream's format (OperationInfo::toString, CopyInfo::toString,
-#: CpuFbInfo::toString: aten/src/ATen/mps/MPSProfiler.mm @ 458fd422 and 05b8ccb7)
+#: MPS profiler lines in upstream's format, one per variant the log options give (OperationInfo::toString,
+#: CopyInfo::toString, CpuFbInfo::toString, BaseInfo::buildTensorString: aten/src/ATen/mps/MPSProfiler.mm,
+#: the same at pytorch 458fd422, Debian v2.6.0 blob 2dd27045, ROCm/pytorch ee04104d, versi379/pytorch
+#: 2d8cc652 and pytorch 05b8ccb7; graph keys: MPSGraphCache::profileCachedGraph with the cache keys of
+#: LinearAlgebra.mm, v2.6.0 blob be94fca8 lines 226 and 413)
 MPS_LINES = [
-    "aten::naive_matmul:MPS:Half[64, 32]:MPS:Half[32, 16] (id=K1, run=1)",  # v2.6.0 do_metal_mm
-    "aten::matmul:MPS:BFloat16[64, 32]:MPS:BFloat16[32, 16] (id=K2, run=3, gpu=0.324 ms)",  # main
-    "aten::mmMPSHalf[64,32]MPSHalf[32,16] (id=G1, run=1, gpu=0.310 ms, cpu=0.036 ms)",
+    # OPERATION_INFO (1): printed when the execution begins; v2.6.0 do_metal_mm (LinearAlgebra.mm line 45)
+    "aten::naive_matmul:MPS:Half[64, 32]:MPS:Half[32, 16] (id=K1, run=1)",
+    # | INCLUDE_GPU_TIME (129): printed on completion with gpu=; main do_metal_mm (LinearAlgebra.mm @ 001077cb)
+    "aten::matmul:MPS:BFloat16[64, 32]:MPS:BFloat16[32, 16] (id=K2, run=3, gpu=0.324 ms)",
+    # | INCLUDE_KERNEL_TIME: gpu= and cpu=; an MPSGraph mm, keyed "mm_out_mps_impl" + getTensorsStringKey
+    "aten::mm_out_mps_impl:f16[64,32]:f16[32,16] (id=G1, run=1, gpu=0.310 ms, cpu=0.036 ms)",
+    # v2.6.0 addmm under PREFER_METAL: still a graph (key: operands, the bias expanded to the output, beta, alpha)
+    "aten::addmm_out_mps_impl:f16[64,32]:f16[32,16]:f16[64,16]:1.000000:1.000000 (id=G2, run=1)",
+    # | INCLUDE_BUFFER_ID (513): parentheses inside the key; main do_metal_addmm
+    "aten::addmm:MPS(buf#12:3):Float[64, 32]:MPS(buf#13:3):Float[32, 16] (id=K3, run=1)",
     "BlitCopySync: MPS:Float[64, 16] --> CPU:Float[64, 16] (len=4.00 KB)",
     "CPU Fallback::aten::foo:MPS:Float[2] (id=1, run=1, CopyOverhead=8 bytes)",
+    # the *_STATS exit table (logOperationsProfilingStats) and a warning never count as executions
+    "  K1      1        0.000          0.324          0.324      naive_matmul:MPS:Half[64, 32]:MPS:Half[32, 16]",
+    "UserWarning: beginProfileKernel() called without a stream, may end up profiling the wrong stream",
 ]
 
 
@@ -96,10 +109,13 @@ def test_mps_profiler_lines_tell_metal_kernels_from_graphs():
     assert names == [
         "Metal:naive_matmul:MPS:Half[64, 32]:MPS:Half[32, 16]",
         "Metal:matmul:MPS:BFloat16[64, 32]:MPS:BFloat16[32, 16]",
-        "MPSGraph:mmMPSHalf[64,32]MPSHalf[32,16]",
+        "MPSGraph:mm_out_mps_impl:f16[64,32]:f16[32,16]",
+        "MPSGraph:addmm_out_mps_impl:f16[64,32]:f16[32,16]:f16[64,16]:1.000000:1.000000",
+        "Metal:addmm:MPS(buf#12:3):Float[64, 32]:MPS(buf#13:3):Float[32, 16]",
     ]
-    assert classify("mps", names[:1]) == ("metal", "metal")
-    assert classify("mps", names[2:]) == ("mpsgraph", "default")
+    assert [classify("mps", [n]) for n in names] == [("metal", "metal")] * 2 + [("mpsgraph", "default")] * 2 + [
+        ("metal", "metal")
+    ]
 
 
 def test_capture_fd_reads_what_c_code_writes_and_restores_the_descriptor(capfd):
@@ -241,4 +257,6 @@ def test_the_h200_planted_route_example_names_the_mismatch_on_the_first_screen()
     text = (EXAMPLES / "h200-planted-route" / "report.md").read_text()
     first_screen = text[: text.index("<details>")]
     assert "> **Error:** declared metal, observed xmma for mm float32 under `default` on stock, patched" in first_screen
-    assert "> **Error:** declared metal, observed nvjet for mm float16 under `default` on stock, patched" in first_screen
+    assert (
+        "> **Error:** declared metal, observed nvjet for mm float16 under `default` on stock, patched" in first_screen
+    )

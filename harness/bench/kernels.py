@@ -21,20 +21,34 @@ timed region. Each device has one :class:`Trace` in :data:`TRACES` (a registry, 
   library call: ATen's own kernel), recorded as "no trace". In the first-round timed worker, at the
   untimed first call of each cell (the switches are off again before any timing).
 - **mps**: the MPS profiler's operation log (``PYTORCH_MPS_LOG_PROFILE_INFO=1``, ``OPERATION_INFO``).
-  Upstream ``aten/src/ATen/mps/MPSProfiler.mm`` (stored versions ``458fd422`` with ``getenv`` and
-  ``05b8ccb7`` with ``c10::utils::get_env``; the same in both) reads the variable once, in the
-  profiler's constructor (a function-local ``static``), so it cannot be switched for one call; and with
-  it set, every graph and kernel launch builds a string, prints it to stderr and adds a completion
-  handler (``beginProfileExecution`` / ``addProfilerCompletedHandler``): host cost per call that would
-  distort launch-bound timing. So mps is observed in **its own short process** per (build, config) in
-  the first round, with the variable set there only. Format (``OperationInfo::toString``, both commits):
-  ``aten::<key> (id=<G|K><n>, run=<n>[, gpu=<ms> ms][, cpu=<ms> ms])`` on stderr (fd 2); ``G`` is an
-  MPSGraph execution (key: the graph cache key, ``MPSGraphCache::profileCachedGraph``), ``K`` a Metal
-  kernel (key: ``OperationInfo::buildKernelString``: the name given to ``beginProfileKernel`` and
-  ``:MPS:<dtype>[sizes]`` per tensor, e.g. v2.6.0 ``naive_matmul``, main ``matmul`` / ``addmm`` in
-  ``aten/src/ATen/native/mps/operations/LinearAlgebra.mm``). The log options are the bits of
-  ``LogOptions`` in ``MPSProfiler.h`` (stored ``21887b14``): ``OPERATION_INFO = 1 << 0``; without
-  ``INCLUDE_GPU_TIME`` a line is printed when the execution begins (``isProfileInfoLoggingEnabled``).
+  Read in ``aten/src/ATen/mps/MPSProfiler.mm`` at five versions from before v2.6.0 to current:
+  pytorch ``458fd422`` (``getenv``, ``AT_ERROR``, no ``MTLCaptureManager``: older than v2.6.0), Debian's
+  pytorch_2.6.0+dfsg tree (v2.6.0, blob ``2dd27045``; ``MPSProfiler.h`` blob ``b72d572f``), ROCm/pytorch
+  ``ee04104d`` (a merge of upstream's switch to ``c10::utils::get_env``), versi379/pytorch ``2d8cc652`` (per-stream
+  ``beginProfileKernel`` with deprecated stream-less overloads) and pytorch ``05b8ccb7`` (current: the
+  stream-less overloads gone); ``MPSProfiler.h`` also at ``21887b14``. In every one: the variable
+  (``kEVLogProfileInfoStr``) is read once, in the profiler's constructor (a function-local ``static``),
+  and parsed with ``strtol(.., 0)`` (values over ``LOG_COUNT`` = 1023 fail a ``TORCH_CHECK``), so it
+  cannot be switched for one call; its bits are ``LogOptions`` (``OPERATION_INFO = 1 << 0``,
+  ``COPY_INFO`` 1 << 1, ``CPU_FALLBACK_INFO`` 1 << 2, the ``*_STATS`` bits 3-6 print tables at exit,
+  ``INCLUDE_GPU_TIME`` 1 << 7, ``INCLUDE_KERNEL_TIME`` 1 << 8, ``INCLUDE_BUFFER_ID`` 1 << 9; both headers).
+  The log goes to stderr (``fmt::print(stderr, ...)`` in ``beginProfileExecution`` /
+  ``endProfileExecution``), not to ``os_log``: os_signposts are ``PYTORCH_MPS_TRACE_SIGNPOSTS``'s. Without
+  ``INCLUDE_GPU_TIME``/``INCLUDE_KERNEL_TIME`` a line is printed when an execution begins
+  (``isProfileInfoLoggingEnabled``), with either when it completes, carrying ``gpu=``/``cpu=``. With it
+  set, every graph and kernel launch builds a string, prints it and adds a completion handler
+  (``addProfilerCompletedHandler``): host cost per call that would distort launch-bound timing. So mps
+  is observed in **its own short process** per (build, config) in the first round, with the variable
+  set there only. Format (``OperationInfo::toString``, identical in all five):
+  ``aten::<key> (id=<G|K><n>, run=<n>[, gpu=<ms> ms][, cpu=<ms> ms])`` on stderr (fd 2); ``G`` when the
+  info's type is ``GRAPH`` (an MPSGraph execution, key: the graph cache key,
+  ``MPSGraphCache::profileCachedGraph``, e.g. ``mm_out_mps_impl:f16[64,32]:f16[32,16]``), ``K``
+  otherwise (a Metal kernel, key: ``OperationInfo::buildKernelString``: the name given to
+  ``beginProfileKernel`` and ``:MPS:<ScalarType><sizes>`` per tensor, e.g. v2.6.0 ``naive_matmul``, main
+  ``matmul`` / ``addmm`` in ``aten/src/ATen/native/mps/operations/LinearAlgebra.mm``;
+  ``INCLUDE_BUFFER_ID`` would add ``(buf#<id>:<retain count>)`` after each ``MPS``). Copy lines
+  (``BlitCopy…``/``MemCopy…``), ``CPU Fallback::…`` lines, the exit tables and any warning text do not
+  match and are left out.
 
 Classification is a per-device table of rules (:data:`RULES`: pattern, path, accuracy route): the first
 rule matching a name classifies it; names a rule marks ``None`` (memsets, split-K reductions) are kept
