@@ -64,6 +64,10 @@ MPS_LINES = [
     "aten::addmm_out_mps_impl:f16[64,32]:f16[32,16]:f16[64,16]:1.000000:1.000000 (id=G2, run=1)",
     # | INCLUDE_BUFFER_ID (513): parentheses inside the key; main do_metal_addmm
     "aten::addmm:MPS(buf#12:3):Float[64, 32]:MPS(buf#13:3):Float[32, 16] (id=K3, run=1)",
+    # main's linear on macOS >= 15: MPSNDArrayMatrixMultiplication, also a K line (Linear.mm @ 033fee85)
+    "aten::mps_linear:MPS:Half[64, 32]:MPS:Half[16, 32]:MPS:Half[16] (id=K4, run=1)",
+    # a kernel that is not a GEMM (a made-up SDPA kernel name): neither Metal GEMM nor MPSNDArray
+    "aten::sdpa_vector_half_64:MPS:Half[1, 8, 1, 64] (id=K5, run=1)",
     "BlitCopySync: MPS:Float[64, 16] --> CPU:Float[64, 16] (len=4.00 KB)",
     "CPU Fallback::aten::foo:MPS:Float[2] (id=1, run=1, CopyOverhead=8 bytes)",
     # the *_STATS exit table (logOperationsProfilingStats) and a warning never count as executions
@@ -107,15 +111,25 @@ def test_profiler_names_use_the_real_torch_profiler_api():
 def test_mps_profiler_lines_tell_metal_kernels_from_graphs():
     names = parse_mps(MPS_LINES)
     assert names == [
-        "Metal:naive_matmul:MPS:Half[64, 32]:MPS:Half[32, 16]",
-        "Metal:matmul:MPS:BFloat16[64, 32]:MPS:BFloat16[32, 16]",
+        "Kernel:naive_matmul:MPS:Half[64, 32]:MPS:Half[32, 16]",
+        "Kernel:matmul:MPS:BFloat16[64, 32]:MPS:BFloat16[32, 16]",
         "MPSGraph:mm_out_mps_impl:f16[64,32]:f16[32,16]",
         "MPSGraph:addmm_out_mps_impl:f16[64,32]:f16[32,16]:f16[64,16]:1.000000:1.000000",
-        "Metal:addmm:MPS(buf#12:3):Float[64, 32]:MPS(buf#13:3):Float[32, 16]",
+        "Kernel:addmm:MPS(buf#12:3):Float[64, 32]:MPS(buf#13:3):Float[32, 16]",
+        "Kernel:mps_linear:MPS:Half[64, 32]:MPS:Half[16, 32]:MPS:Half[16]",
+        "Kernel:sdpa_vector_half_64:MPS:Half[1, 8, 1, 64]",
     ]
-    assert [classify("mps", [n]) for n in names] == [("metal", "metal")] * 2 + [("mpsgraph", "default")] * 2 + [
-        ("metal", "metal")
+    assert [classify("mps", [n]) for n in names] == [
+        ("metal", "metal"),
+        ("metal", "metal"),
+        ("mpsgraph", "default"),
+        ("mpsgraph", "default"),
+        ("metal", "metal"),
+        ("mpsndarray", "default"),  # an id=K line is not the Metal route by itself
+        ("kernel", "default"),
     ]
+    # a kernel whose name merely starts like a Metal GEMM is not one
+    assert classify("mps", ["Kernel:matmul_backward:MPS:Half[2]"]) == ("kernel", "default")
 
 
 def test_capture_fd_reads_what_c_code_writes_and_restores_the_descriptor(capfd):
@@ -173,7 +187,7 @@ def _mps_run(builds: dict[str, dict[str, str]], routes: dict) -> dict:
     """A results document reduced to what harness.observed reads: mps, the given route declarations,
     and per build {cell key: observed path}."""
     keys = sorted({k for per in builds.values() for k in per})
-    names = {"metal": "Metal:matmul:MPS:Half[2, 2]:MPS:Half[2, 2]", "mpsgraph": "MPSGraph:mm"}
+    names = {"metal": "Kernel:matmul:MPS:Half[2, 2]:MPS:Half[2, 2]", "mpsgraph": "MPSGraph:mm"}
     return {
         "run": {"device": "mps", "builds": list(builds), "configs": ["all"], "cells": keys},
         "configs": {"all": {"routes": routes}},

@@ -38,8 +38,12 @@ untagged copy. Each rule cites the upstream file it emulates:
    ``beginProfileKernel(matmulPSO, "naive_matmul", {self, other})``, line 45); on ``main`` ``mm`` and
    ``addmm`` (``LinearAlgebra.mm`` @ ``001077cb``: ``beginProfileKernel(matmulPSO, "matmul", {self_,
    other_})`` in ``do_metal_mm``, ``"addmm"`` in ``do_metal_addmm``, which hands ``beta == 0, alpha ==
-   1`` to ``do_metal_mm``: not emulated, the harness's addmm keeps the default scalars). The kernel key
-   is ``<name>:MPS:<dtype><sizes>`` per operand (``buildKernelString``); every other call is an MPSGraph
+   1`` to ``do_metal_mm``: not emulated, the harness's addmm keeps the default scalars). On ``main`` with
+   an emulated macOS >= 15, ``linear`` of real operands is a kernel line too, whatever the variables:
+   ``_mps_linear_nograph`` runs Apple's ``MPSNDArrayMatrixMultiplication`` and logs it with
+   ``beginProfileKernel(kernel, "mps_linear", {input, weight, bias})`` (``Linear.mm`` @ ``033fee85``;
+   upstream also requires contiguous operands, which the harness's are). The kernel key is
+   ``<name>:MPS:<dtype><sizes>`` per operand (``buildKernelString``); every other call is an MPSGraph
    execution keyed by its name. The graph key's tail (upstream: the graph cache key,
    ``"mm_out_mps_impl" + getTensorsStringKey(...)`` such as ``mm_out_mps_impl:f16[64,32]:f16[32,16]``)
    is not emulated exactly: the parser (:func:`harness.bench.kernels.parse_mps`) reads only the line's
@@ -109,6 +113,7 @@ class Emulation:
         if base not in METAL_GEMM:
             raise ValueError(f"no emulated routing for base {base!r}; choose one of {', '.join(METAL_GEMM)}")
         self.torch = torch
+        self.base = base
         self.metal_gemm = METAL_GEMM[base]
         self.macos = tuple(macos)
         self.max_calls = max_calls
@@ -131,6 +136,8 @@ class Emulation:
         floating = bool(operands) and all(t.dtype.is_floating_point for t in operands)
         kernel = self.metal_gemm.get(op) if self.prefer_metal and floating else None
         shown = operands[-2:] if kernel else operands  # a Metal GEMM names its two matrix operands
+        if kernel is None and op == "linear" and self.base == "main" and self.macos >= (15, 0) and floating:
+            kernel = "mps_linear"  # MPSNDArrayMatrixMultiplication, keyed with input, weight, bias
         tail = "".join(f":MPS:{_SCALAR_TYPE.get(str(t.dtype).split('.')[-1], t.dtype)}{list(t.shape)}" for t in shown)
         kind, key = ("K", kernel + tail) if kernel else ("G", op + tail)
         if (kind, key) not in self.handles:

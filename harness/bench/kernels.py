@@ -43,12 +43,16 @@ timed region. Each device has one :class:`Trace` in :data:`TRACES` (a registry, 
   ``aten::<key> (id=<G|K><n>, run=<n>[, gpu=<ms> ms][, cpu=<ms> ms])`` on stderr (fd 2); ``G`` when the
   info's type is ``GRAPH`` (an MPSGraph execution, key: the graph cache key,
   ``MPSGraphCache::profileCachedGraph``, e.g. ``mm_out_mps_impl:f16[64,32]:f16[32,16]``), ``K``
-  otherwise (a Metal kernel, key: ``OperationInfo::buildKernelString``: the name given to
-  ``beginProfileKernel`` and ``:MPS:<ScalarType><sizes>`` per tensor, e.g. v2.6.0 ``naive_matmul``, main
-  ``matmul`` / ``addmm`` in ``aten/src/ATen/native/mps/operations/LinearAlgebra.mm``;
-  ``INCLUDE_BUFFER_ID`` would add ``(buf#<id>:<retain count>)`` after each ``MPS``). Copy lines
-  (``BlitCopy…``/``MemCopy…``), ``CPU Fallback::…`` lines, the exit tables and any warning text do not
-  match and are left out.
+  otherwise: any handle given to ``beginProfileKernel`` with ``isGraph`` false, not only PyTorch's
+  Metal kernels (key: ``OperationInfo::buildKernelString``: the name given to ``beginProfileKernel`` and
+  ``:MPS:<ScalarType><sizes>`` per tensor; ``INCLUDE_BUFFER_ID`` would add ``(buf#<id>:<retain count>)``
+  after each ``MPS``). So a ``K`` line is named ``Kernel:<key>`` and :data:`RULES` tells the paths apart
+  by name: the Metal GEMMs PREFER_METAL selects (v2.6.0 ``naive_matmul``; main ``matmul`` / ``addmm``,
+  ``aten/src/ATen/native/mps/operations/LinearAlgebra.mm``) are the ``metal`` route; main's linear on
+  macOS >= 15 runs Apple's ``MPSNDArrayMatrixMultiplication`` as ``mps_linear`` (``Linear.mm`` @
+  ``033fee85``), path MPSNDArray, the default route; any other kernel (SDPA's Metal kernels on main) is
+  "other kernel", the default route. Copy lines (``BlitCopy…``/``MemCopy…``), ``CPU Fallback::…`` lines,
+  the exit tables and any warning text do not match and are left out.
 
 Classification is a per-device table of rules (:data:`RULES`: pattern, path, accuracy route): the first
 rule matching a name classifies it; names a rule marks ``None`` (memsets, split-K reductions) are kept
@@ -107,12 +111,27 @@ RULES: dict[str, tuple[Rule, ...]] = {
         Rule(r"^onednn:", "onednn"),
     ),
     "mps": (
-        Rule(r"^Metal:", "metal", "metal"),
+        # PyTorch's own Metal GEMM kernels, the `metal` route: v2.6.0 do_metal_mm's naive_matmul (LinearAlgebra.mm
+        # blob be94fca8 line 45), main's matmul / addmm (LinearAlgebra.mm @ 001077cb do_metal_mm, do_metal_addmm)
+        Rule(r"^Kernel:(naive_matmul|matmul|addmm)(:|$)", "metal", "metal"),
+        # Apple's MPSNDArrayMatrixMultiplication without a graph, also an id=K line: main's linear on macOS >= 15
+        # with contiguous real operands (Linear.mm @ 033fee85 _mps_linear_nograph, "mps_linear"), bmm past 2^32
+        # elements (v2.6.0 LinearAlgebra.mm line 523, " tiled_bmm_mps")
+        Rule(r"^Kernel:\s*(mps_linear|tiled_bmm_mps)(:|$)", "mpsndarray"),
+        Rule(r"^Kernel:", "kernel"),  # any other non-graph kernel (SDPA's Metal kernels on main, ...)
         Rule(r"^MPSGraph:", "mpsgraph"),
     ),
 }
 #: how a path is written in the report
-LABELS = {"mpsgraph": "MPSGraph", "metal": "Metal", "mkl": "MKL", "onednn": "oneDNN", "tf32": "TF32"}
+LABELS = {
+    "mpsgraph": "MPSGraph",
+    "metal": "Metal",
+    "mpsndarray": "MPSNDArray",
+    "kernel": "other kernel",
+    "mkl": "MKL",
+    "onednn": "oneDNN",
+    "tf32": "TF32",
+}
 
 
 def label(path: str | None) -> str:
@@ -169,12 +188,14 @@ def parse_cpu(lines: list[str]) -> list[str]:
 
 def parse_mps(lines: list[str]) -> list[str]:
     """Names from MPS profiler operation lines (module docstring): ``MPSGraph:<graph key>`` for ``id=G…``,
-    ``Metal:<kernel key>`` for ``id=K…``; copy, CPU-fallback and statistics lines are left out."""
+    ``Kernel:<kernel key>`` for ``id=K…`` (any execution that is not a graph: one of PyTorch's Metal
+    kernels or an MPS kernel object such as MPSNDArrayMatrixMultiplication; :data:`RULES` tells them
+    apart by name); copy, CPU-fallback and statistics lines are left out."""
     names = []
     for line in lines:
         m = _MPS.match(line.strip())
         if m:
-            names.append(("MPSGraph:" if m.group("kind") == "G" else "Metal:") + m.group("key"))
+            names.append(("MPSGraph:" if m.group("kind") == "G" else "Kernel:") + m.group("key"))
     return names
 
 
