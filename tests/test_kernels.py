@@ -212,6 +212,25 @@ def test_a_declared_route_no_build_takes_is_an_error_naming_config_op_dtype_and_
     ]
 
 
+def test_a_declared_route_no_trace_could_check_is_named_not_verified_never_silent():
+    """A trace that printed nothing for every build (an mps probe whose log was not captured) cannot
+    contradict a declared route; the first screen says the route went unchecked instead of staying silent."""
+    key = "mm/64x64x64/float16"
+    data = _mps_run({"stock": {key: "metal"}, "patched": {key: "mpsgraph"}}, {"mm": "metal"})
+    assert observed.unverified(data) == [] and observed.error_notes(data) == []
+    for build in ("stock", "patched"):
+        data["kernels"][build]["all"][key] = observation("mps", [])  # no trace
+    assert observed.mismatches(data) == []
+    assert observed.unverified(data) == [("all", "mm", "float16", "metal", 1)]
+    assert observed.error_notes(data) == [
+        "> **Route not verified:** declared metal for mm float16 under `all`, but no build's trace named a "
+        "kernel (1 cell): the bound rests on the declaration alone (Kernels in the details)."
+    ]
+    # one build observed is enough to judge the declaration
+    data["kernels"]["stock"]["all"][key] = observation("mps", ["Kernel:matmul:MPS:Half[2, 2]:MPS:Half[2, 2]"])
+    assert observed.unverified(data) == []
+
+
 def test_old_results_without_kernels_render_not_observed_and_validate():
     data = res.load(ROOT / "docs" / "examples" / "cpu-ab")
     assert "kernels" not in data and observed.mismatches(data) == []
