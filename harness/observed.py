@@ -9,7 +9,8 @@ route must be observed on at least one build: where stock and patched route an o
 one config, the manifest names the looser path (docs/new-series.md), which one build takes, so
 a build taking the default path there is not itself a mismatch; no build taking it is (which build takes
 it the manifest does not say, so it is not checked: the PR block's kernels line shows each side's). A call whose trace
-printed nothing (``no trace``) or could not be classified has no route and is not judged.
+printed nothing (``no trace``) or could not be classified has no route and is not judged; a declared
+non-default route that no build's observation could judge is named as not verified (:func:`unverified`).
 
 No measuring, no file access: this module reads a results document."""
 
@@ -80,13 +81,41 @@ def mismatches(data: dict) -> list[Mismatch]:
     return [Mismatch(*g, tuple(builds), len(keys)) for g, (builds, keys) in groups.items()]
 
 
+def unverified(data: dict) -> list[tuple[str, str, str, str, int]]:
+    """(config, op, dtype, declared route, cells) where a non-default route is declared and no build's
+    observation has a route (no trace, unclassified, or not observed): the declaration went unchecked. On
+    mps every GEMM logs a profiler line, so this means the trace itself failed, never that the route held."""
+    if not data.get("kernels"):
+        return []
+    run, groups = data["run"], {}
+    for config in run["configs"]:
+        routes = data["configs"].get(config, {}).get("routes", {})
+        for key in run["cells"]:
+            cell = Cell.from_key(key)
+            declared = routes.get(cell.op, "default")
+            if declared == "default":
+                continue
+            if not any((o := seen(data, b, config, key)) and o.get("route") for b in run["builds"]):
+                group = (config, cell.op, cell.dtype, declared)
+                groups[group] = groups.get(group, 0) + 1
+    return [(*g, n) for g, n in groups.items()]
+
+
 def error_notes(data: dict) -> list[str]:
-    """The report's first-screen errors: one blockquote per :class:`Mismatch`."""
-    return [
+    """The report's first-screen errors: one blockquote per :class:`Mismatch`, and one per declared route
+    no observation could check (:func:`unverified`)."""
+    notes = [
         f"> **Error:** {m.text}: the accuracy bound and any claim about this config rest on a kernel path "
         "that did not run (observed kernels: Kernels in the details)."
         for m in mismatches(data)
     ]
+    for config, op, dtype, declared, cells in unverified(data):
+        where = f"{cells} cells" if cells > 1 else "1 cell"
+        notes.append(
+            f"> **Route not verified:** declared {declared} for {op} {dtype} under `{config}`, but no build's "
+            f"trace named a kernel ({where}): the bound rests on the declaration alone (Kernels in the details)."
+        )
+    return notes
 
 
 def short(name: str) -> str:

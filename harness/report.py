@@ -341,7 +341,7 @@ def check_notes(data: dict) -> list[str]:
     notes = []
     records = checked(data)
     loose = [
-        f"`{c}` {_cell_words(k)} on {b} (bound {r['bound']:.2g}, error {_err(r['rel_error'])})"
+        f"`{c}` {_cell_words(k)} on {b} (bound {r['bound']:.3g}, error {_err(r['rel_error'])})"
         for c, k, b, r in records
         if status_of(r) == UNINFORMATIVE
     ]

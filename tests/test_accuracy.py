@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from harness.bench.workloads import Cell, make_inputs, op_callable, reference
-from harness.checks.accuracy import bound, check
+from harness.checks.accuracy import bound, check, judge
 
 
 def test_bound_formula():
@@ -77,7 +77,19 @@ def test_a_bound_that_cannot_fail_reports_uninformative_never_passed():
     ref = reference(cell, inputs)
     zeros = check(cell, torch.zeros(64, 64, dtype=torch.bfloat16), ref, accumulator="input")
     assert zeros.status == "uninformative" and not zeros.passed and zeros.rel_error == 1.0
-    assert "cannot tell a wrong output" in zeros.reason and zeros.default_bound < 0.01
+    assert zeros.default_bound < 0.01
+    # the reason names what the bound cannot see: here every planted defect, the all-zero output among them
+    assert (
+        "cannot tell all zeros, a transposed operand, the previous cell's output, the last 1/8 of K dropped, "
+        "one row of 64 taken from another (expected error 1, 1.41, 1.41, 0.354, 0.177)" in zeros.reason
+    )
+    # a bound that fails zeros, transposes and a dropped K but not one row of 4096: only that is named
+    thin = Cell("mm", (4096, 4096, 256), "float16")
+    assert judge(thin, 0.001, bound("float16", 256, accumulator="input")) == (
+        "uninformative",
+        "bound 0.0322 is not below half the smallest planted defect's error (0.0221): it cannot tell one row "
+        "of 4096 taken from another (expected error 0.0221) from a right output",
+    )
     assert check(cell, torch.zeros(64, 64, dtype=torch.bfloat16), ref).status == "failed"  # float32 accumulation
     right = check(cell, op_callable(cell, inputs)(), ref)
     assert right.status == "passed" and right.passed and right.accumulator == "float32" and right.default_bound is None

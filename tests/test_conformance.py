@@ -359,7 +359,7 @@ def test_rule5_the_emulated_profiler_log_shows_metal_exactly_where_prefer_metal_
         "fast_math+prefer_metal": ["addmm", "mm"],
         "all": ["addmm", "mm"],  # the emulation is stock upstream: the series' variable is not read
     }
-    assert found["prefer_metal"]["mm/16x8x4/float16"]["names"] == ["Metal:matmul:MPS:Half[16, 4]:MPS:Half[4, 8]"]
+    assert found["prefer_metal"]["mm/16x8x4/float16"]["names"] == ["Kernel:matmul:MPS:Half[16, 4]:MPS:Half[4, 8]"]
     assert found["vanilla"]["mm/16x8x4/float16"]["path"] == "mpsgraph"
     data = {
         "run": {"device": "mps", "builds": ["stock"], "configs": list(found), "cells": keys},
@@ -377,3 +377,63 @@ def test_rule5_the_emulated_profiler_log_shows_metal_exactly_where_prefer_metal_
     assert [m.text for m in observed.mismatches(data)] == [
         "declared metal, observed MPSGraph for linear float16 under `prefer_metal` on stock (1 cell)"
     ]
+
+
+def test_rule5_routing_is_the_bases_v260_logs_naive_matmul_for_mm_only(monkeypatch):
+    """v2.6.0 reads PREFER_METAL only in use_metal_mm, which only mm_out_mps_impl calls (LinearAlgebra.mm
+    blob be94fca8 lines 76-85, 221), and logs its kernel as naive_matmul (line 45); main routes mm and addmm
+    (matmul, addmm: LinearAlgebra.mm @ 001077cb). A base with no emulated routing is refused."""
+    from harness.bench import kernels
+    from harness.bench.worker import observe_cell
+
+    keys = ["mm/16x8x4/float16", "addmm/16x8x4/float16"]
+    for name in [k for k in os.environ if k.startswith("PYTORCH_MPS")]:
+        monkeypatch.delenv(name)
+    for name, value in {
+        **next(c for c in MPS_PROFILES if c.name == "prefer_metal").env,
+        **kernels.TRACES["mps"].env,
+    }.items():
+        monkeypatch.setenv(name, value)
+    found = {}
+    for base in ("v2.6.0", "main"):
+        with emulate(torch, base=base) as (device, _):
+            found[base] = {k.split("/")[0]: observe_cell(torch, device, Cell.from_key(k), {}, {}) for k in keys}
+    assert found["v2.6.0"]["mm"]["names"] == ["Kernel:naive_matmul:MPS:Half[16, 4]:MPS:Half[4, 8]"]
+    assert found["v2.6.0"]["addmm"]["path"] == "mpsgraph"
+    assert [found["main"][op]["names"][0].split(":")[:2] for op in ("mm", "addmm")] == [
+        ["Kernel", "matmul"],
+        ["Kernel", "addmm"],
+    ]
+    with pytest.raises(ValueError, match="no emulated routing for base 'v2.7.0'"):
+        with emulate(torch, base="v2.7.0"):
+            pass
+
+
+def test_rule5_main_linear_on_macos15_logs_mpsndarray_which_is_not_the_metal_route(monkeypatch):
+    """main's linear on macOS >= 15 runs MPSNDArrayMatrixMultiplication as an id=K line ("mps_linear",
+    Linear.mm @ 033fee85) under every config: classified MPSNDArray on the default route, so the series'
+    declarations (linear: default) raise no mismatch; on macOS 14 it is a graph."""
+    from harness import observed
+    from harness.bench import kernels
+    from harness.bench.worker import observe_cell
+
+    key = "linear/16x8x4/float16"
+    for name in [k for k in os.environ if k.startswith("PYTORCH_MPS")]:
+        monkeypatch.delenv(name)
+    for name, value in kernels.TRACES["mps"].env.items():
+        monkeypatch.setenv(name, value)
+    found = {}
+    for macos in ((15, 0), (14, 0)):
+        with emulate(torch, macos=macos) as (device, _):
+            found[macos] = observe_cell(torch, device, Cell.from_key(key), {}, {})
+    assert found[(15, 0)]["names"][0].startswith("Kernel:mps_linear:MPS:Half[16, 4]:MPS:Half[8, 4]")
+    assert (found[(15, 0)]["path"], found[(15, 0)]["route"]) == ("mpsndarray", "default")
+    assert found[(14, 0)]["path"] == "mpsgraph"
+    vanilla = next(c for c in MPS_PROFILES if c.name == "vanilla")
+    obs = {x: v for x, v in found[(15, 0)].items() if x not in ("type", "key")}
+    data = {
+        "run": {"device": "mps", "builds": ["stock"], "configs": ["vanilla"], "cells": [key]},
+        "configs": {"vanilla": vanilla.to_json()},
+        "kernels": {"stock": {"vanilla": {key: obs}}},
+    }
+    assert observed.mismatches(data) == []

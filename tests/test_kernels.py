@@ -48,14 +48,31 @@ CUDA_NAMES = {
     "void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<64, 128, 64, 4>>(Flash_fwd_params)": "attention",
 }
 
-#: MPS profiler lines in upstream's format (OperationInfo::toString, CopyInfo::toString,
-#: CpuFbInfo::toString: aten/src/ATen/mps/MPSProfiler.mm @ 458fd422 and 05b8ccb7)
+#: MPS profiler lines in upstream's format, one per variant the log options give (OperationInfo::toString,
+#: CopyInfo::toString, CpuFbInfo::toString, BaseInfo::buildTensorString: aten/src/ATen/mps/MPSProfiler.mm,
+#: the same at pytorch 458fd422, Debian v2.6.0 blob 2dd27045, ROCm/pytorch ee04104d, versi379/pytorch
+#: 2d8cc652 and pytorch 05b8ccb7; graph keys: MPSGraphCache::profileCachedGraph with the cache keys of
+#: LinearAlgebra.mm, v2.6.0 blob be94fca8 lines 226 and 413)
 MPS_LINES = [
-    "aten::naive_matmul:MPS:Half[64, 32]:MPS:Half[32, 16] (id=K1, run=1)",  # v2.6.0 do_metal_mm
-    "aten::matmul:MPS:BFloat16[64, 32]:MPS:BFloat16[32, 16] (id=K2, run=3, gpu=0.324 ms)",  # main
-    "aten::mmMPSHalf[64,32]MPSHalf[32,16] (id=G1, run=1, gpu=0.310 ms, cpu=0.036 ms)",
+    # OPERATION_INFO (1): printed when the execution begins; v2.6.0 do_metal_mm (LinearAlgebra.mm line 45)
+    "aten::naive_matmul:MPS:Half[64, 32]:MPS:Half[32, 16] (id=K1, run=1)",
+    # | INCLUDE_GPU_TIME (129): printed on completion with gpu=; main do_metal_mm (LinearAlgebra.mm @ 001077cb)
+    "aten::matmul:MPS:BFloat16[64, 32]:MPS:BFloat16[32, 16] (id=K2, run=3, gpu=0.324 ms)",
+    # | INCLUDE_KERNEL_TIME: gpu= and cpu=; an MPSGraph mm, keyed "mm_out_mps_impl" + getTensorsStringKey
+    "aten::mm_out_mps_impl:f16[64,32]:f16[32,16] (id=G1, run=1, gpu=0.310 ms, cpu=0.036 ms)",
+    # v2.6.0 addmm under PREFER_METAL: still a graph (key: operands, the bias expanded to the output, beta, alpha)
+    "aten::addmm_out_mps_impl:f16[64,32]:f16[32,16]:f16[64,16]:1.000000:1.000000 (id=G2, run=1)",
+    # | INCLUDE_BUFFER_ID (513): parentheses inside the key; main do_metal_addmm
+    "aten::addmm:MPS(buf#12:3):Float[64, 32]:MPS(buf#13:3):Float[32, 16] (id=K3, run=1)",
+    # main's linear on macOS >= 15: MPSNDArrayMatrixMultiplication, also a K line (Linear.mm @ 033fee85)
+    "aten::mps_linear:MPS:Half[64, 32]:MPS:Half[16, 32]:MPS:Half[16] (id=K4, run=1)",
+    # a kernel that is not a GEMM (a made-up SDPA kernel name): neither Metal GEMM nor MPSNDArray
+    "aten::sdpa_vector_half_64:MPS:Half[1, 8, 1, 64] (id=K5, run=1)",
     "BlitCopySync: MPS:Float[64, 16] --> CPU:Float[64, 16] (len=4.00 KB)",
     "CPU Fallback::aten::foo:MPS:Float[2] (id=1, run=1, CopyOverhead=8 bytes)",
+    # the *_STATS exit table (logOperationsProfilingStats) and a warning never count as executions
+    "  K1      1        0.000          0.324          0.324      naive_matmul:MPS:Half[64, 32]:MPS:Half[32, 16]",
+    "UserWarning: beginProfileKernel() called without a stream, may end up profiling the wrong stream",
 ]
 
 
@@ -94,12 +111,25 @@ def test_profiler_names_use_the_real_torch_profiler_api():
 def test_mps_profiler_lines_tell_metal_kernels_from_graphs():
     names = parse_mps(MPS_LINES)
     assert names == [
-        "Metal:naive_matmul:MPS:Half[64, 32]:MPS:Half[32, 16]",
-        "Metal:matmul:MPS:BFloat16[64, 32]:MPS:BFloat16[32, 16]",
-        "MPSGraph:mmMPSHalf[64,32]MPSHalf[32,16]",
+        "Kernel:naive_matmul:MPS:Half[64, 32]:MPS:Half[32, 16]",
+        "Kernel:matmul:MPS:BFloat16[64, 32]:MPS:BFloat16[32, 16]",
+        "MPSGraph:mm_out_mps_impl:f16[64,32]:f16[32,16]",
+        "MPSGraph:addmm_out_mps_impl:f16[64,32]:f16[32,16]:f16[64,16]:1.000000:1.000000",
+        "Kernel:addmm:MPS(buf#12:3):Float[64, 32]:MPS(buf#13:3):Float[32, 16]",
+        "Kernel:mps_linear:MPS:Half[64, 32]:MPS:Half[16, 32]:MPS:Half[16]",
+        "Kernel:sdpa_vector_half_64:MPS:Half[1, 8, 1, 64]",
     ]
-    assert classify("mps", names[:1]) == ("metal", "metal")
-    assert classify("mps", names[2:]) == ("mpsgraph", "default")
+    assert [classify("mps", [n]) for n in names] == [
+        ("metal", "metal"),
+        ("metal", "metal"),
+        ("mpsgraph", "default"),
+        ("mpsgraph", "default"),
+        ("metal", "metal"),
+        ("mpsndarray", "default"),  # an id=K line is not the Metal route by itself
+        ("kernel", "default"),
+    ]
+    # a kernel whose name merely starts like a Metal GEMM is not one
+    assert classify("mps", ["Kernel:matmul_backward:MPS:Half[2]"]) == ("kernel", "default")
 
 
 def test_capture_fd_reads_what_c_code_writes_and_restores_the_descriptor(capfd):
@@ -157,7 +187,7 @@ def _mps_run(builds: dict[str, dict[str, str]], routes: dict) -> dict:
     """A results document reduced to what harness.observed reads: mps, the given route declarations,
     and per build {cell key: observed path}."""
     keys = sorted({k for per in builds.values() for k in per})
-    names = {"metal": "Metal:matmul:MPS:Half[2, 2]:MPS:Half[2, 2]", "mpsgraph": "MPSGraph:mm"}
+    names = {"metal": "Kernel:matmul:MPS:Half[2, 2]:MPS:Half[2, 2]", "mpsgraph": "MPSGraph:mm"}
     return {
         "run": {"device": "mps", "builds": list(builds), "configs": ["all"], "cells": keys},
         "configs": {"all": {"routes": routes}},
@@ -180,6 +210,25 @@ def test_a_declared_route_no_build_takes_is_an_error_naming_config_op_dtype_and_
     assert [m.text for m in observed.mismatches(loose)] == [
         "declared default, observed Metal for mm float16 under `all` on stock (1 cell)"
     ]
+
+
+def test_a_declared_route_no_trace_could_check_is_named_not_verified_never_silent():
+    """A trace that printed nothing for every build (an mps probe whose log was not captured) cannot
+    contradict a declared route; the first screen says the route went unchecked instead of staying silent."""
+    key = "mm/64x64x64/float16"
+    data = _mps_run({"stock": {key: "metal"}, "patched": {key: "mpsgraph"}}, {"mm": "metal"})
+    assert observed.unverified(data) == [] and observed.error_notes(data) == []
+    for build in ("stock", "patched"):
+        data["kernels"][build]["all"][key] = observation("mps", [])  # no trace
+    assert observed.mismatches(data) == []
+    assert observed.unverified(data) == [("all", "mm", "float16", "metal", 1)]
+    assert observed.error_notes(data) == [
+        "> **Route not verified:** declared metal for mm float16 under `all`, but no build's trace named a "
+        "kernel (1 cell): the bound rests on the declaration alone (Kernels in the details)."
+    ]
+    # one build observed is enough to judge the declaration
+    data["kernels"]["stock"]["all"][key] = observation("mps", ["Kernel:matmul:MPS:Half[2, 2]:MPS:Half[2, 2]"])
+    assert observed.unverified(data) == []
 
 
 def test_old_results_without_kernels_render_not_observed_and_validate():

@@ -26,6 +26,7 @@ import torch
 
 from harness import report
 from harness.bench.conformance import emulate
+from harness.bench.worker import accumulator as worker_accumulator
 from harness.bench.workloads import Cell, default_cells, make_inputs, op_callable, reference
 from harness.checks import accuracy as acc
 from harness.checks.consistency import config_bound, judge_pair
@@ -158,8 +159,8 @@ def settings(device: str, ev) -> list[tuple[str, str, dict]]:
 
 
 def accumulator_of(cell: Cell, config: dict) -> str:
-    path = config.get("routes", {}).get(cell.op, "default")
-    return acc.DEFAULT_ACCUMULATOR if path == "default" else config["accumulators"].get(path, acc.UNKNOWN)
+    """The accumulator the worker holds ``cell`` to under ``config`` (its own code, not a copy of it)."""
+    return worker_accumulator(cell, config)
 
 
 #: cell key -> :func:`planted` on the host (shared by the cpu and cuda matrices, which are the same cells)
@@ -334,5 +335,6 @@ def test_all_zero_bfloat16_mm_k4096_is_never_ok_under_any_route_of_any_base():
     first["cells"][key]["check"] = loose.to_json()
     text = report.render(data)
     block = text.split("<details>")[0]
-    assert "**Check uninformative:** 1 accuracy check(s)" in block and "bound 1, error 1.00e+00" in block
+    # the bound with the digits that show the all-zero error (1.00) within it
+    assert "**Check uninformative:** 1 accuracy check(s)" in block and "bound 1.01, error 1.00e+00" in block
     assert "check uninformative**" in text.split("## Correctness")[1]

@@ -25,16 +25,28 @@ untagged copy. Each rule cites the upstream file it emulates:
    synchronize wait for all of it. More raises :class:`ConformanceError`.
 
 5. **The MPS profiler's operation log.** With ``PYTORCH_MPS_LOG_PROFILE_INFO`` set when the emulation
-   starts (upstream reads it once, in the ``MPSProfiler`` constructor: ``aten/src/ATen/mps/MPSProfiler.mm``
-   at ``458fd422`` and ``05b8ccb7``) and its ``OPERATION_INFO`` bit (1) on, every device call prints
-   ``OperationInfo::toString`` to stderr (fd 2) when it begins: ``aten::<key> (id=<G|K><n>, run=<n>)``,
-   ``G`` with a per-graph counter, ``K`` with a per-kernel one, ``run`` per graph or kernel
-   (``beginProfileKernel``, same commits). Routing is upstream main's (``LinearAlgebra.mm`` @ ``001077cb``,
-   docs/mps-gemm-prefer-fast-math.md): ``mm`` and ``addmm`` of floating dtypes run the Metal kernels
-   ``matmul`` / ``addmm`` (key ``<name>:MPS:<dtype><sizes>`` per operand: ``buildKernelString``) when
-   ``PYTORCH_MPS_PREFER_METAL`` is present (read by presence), MPSGraph otherwise; every other call is
-   an MPSGraph execution keyed by its name. The graph key's tail (upstream: ``getTensorsStringKey``) is
-   not emulated exactly: the parser (:func:`harness.bench.kernels.parse_mps`) reads only the line's
+   starts (upstream reads it once, in the ``MPSProfiler`` constructor, and parses it with ``strtol(.., 0)``)
+   and its ``OPERATION_INFO`` bit (``1 << 0``, ``LogOptions`` in ``MPSProfiler.h``) on, every device call
+   prints ``OperationInfo::toString`` to stderr (``fmt::print(stderr, ...)`` in ``beginProfileExecution``)
+   when it begins: ``aten::<key> (id=<G|K><n>, run=<n>)``, ``G`` with a per-graph counter, ``K`` with a
+   per-kernel one, ``run`` per graph or kernel (``beginProfileKernel``). The same in every version read
+   (:mod:`harness.bench.kernels` lists them: ``458fd422``, v2.6.0, ``ee04104d``, ``2d8cc652``,
+   ``05b8ccb7``). Which GEMM runs a Metal kernel under ``PYTORCH_MPS_PREFER_METAL`` (read by presence)
+   is a fact of the base (:data:`METAL_GEMM`, ``base=``): on ``v2.6.0`` only ``mm`` (``use_metal_mm``,
+   which only ``mm_out_mps_impl`` calls, ``LinearAlgebra.mm`` lines 76-85 and 221, Debian's
+   pytorch_2.6.0+dfsg blob ``be94fca8``), logged as ``naive_matmul`` (``do_metal_mm``:
+   ``beginProfileKernel(matmulPSO, "naive_matmul", {self, other})``, line 45); on ``main`` ``mm`` and
+   ``addmm`` (``LinearAlgebra.mm`` @ ``001077cb``: ``beginProfileKernel(matmulPSO, "matmul", {self_,
+   other_})`` in ``do_metal_mm``, ``"addmm"`` in ``do_metal_addmm``, which hands ``beta == 0, alpha ==
+   1`` to ``do_metal_mm``: not emulated, the harness's addmm keeps the default scalars). On ``main`` with
+   an emulated macOS >= 15, ``linear`` of real operands is a kernel line too, whatever the variables:
+   ``_mps_linear_nograph`` runs Apple's ``MPSNDArrayMatrixMultiplication`` and logs it with
+   ``beginProfileKernel(kernel, "mps_linear", {input, weight, bias})`` (``Linear.mm`` @ ``033fee85``;
+   upstream also requires contiguous operands, which the harness's are). The kernel key is
+   ``<name>:MPS:<dtype><sizes>`` per operand (``buildKernelString``); every other call is an MPSGraph
+   execution keyed by its name. The graph key's tail (upstream: the graph cache key,
+   ``"mm_out_mps_impl" + getTensorsStringKey(...)`` such as ``mm_out_mps_impl:f16[64,32]:f16[32,16]``)
+   is not emulated exactly: the parser (:func:`harness.bench.kernels.parse_mps`) reads only the line's
    frame and the ``G``/``K`` mark. The emulation is of stock upstream: a series' own variable does not
    change its routing.
 
@@ -85,8 +97,9 @@ def _is_mps(device) -> bool:
 
 #: c10 ScalarType names, as ``BaseInfo::buildTensorString`` prints them
 _SCALAR_TYPE = {"float32": "Float", "float16": "Half", "bfloat16": "BFloat16", "float64": "Double"}
-#: the Metal GEMM kernels PYTORCH_MPS_PREFER_METAL selects on upstream main (LinearAlgebra.mm @ 001077cb)
-_METAL_GEMM = {"mm": "matmul", "addmm": "addmm"}
+#: base -> aten GEMM -> the Metal kernel name PYTORCH_MPS_PREFER_METAL runs it with, as the profiler logs it
+#: (rule 5: v2.6.0 LinearAlgebra.mm blob be94fca8 do_metal_mm; main LinearAlgebra.mm @ 001077cb)
+METAL_GEMM = {"v2.6.0": {"mm": "naive_matmul"}, "main": {"mm": "matmul", "addmm": "addmm"}}
 #: torch function name -> the aten GEMM it reaches with 2-D operands
 _GEMM_NAMES = {"__matmul__": "mm", "matmul": "mm", "mm": "mm", "addmm": "addmm", "bmm": "bmm", "linear": "linear"}
 
@@ -94,8 +107,14 @@ _GEMM_NAMES = {"__matmul__": "mm", "matmul": "mm", "mm": "mm", "addmm": "addmm",
 class Emulation:
     """State of one conformance run: the emulated macOS, the sync trace, the call counter, the profiler log."""
 
-    def __init__(self, torch, macos: tuple[int, int] = (14, 0), max_calls: int = MAX_BLOCK_CALLS) -> None:
+    def __init__(
+        self, torch, macos: tuple[int, int] = (14, 0), max_calls: int = MAX_BLOCK_CALLS, base: str = "main"
+    ) -> None:
+        if base not in METAL_GEMM:
+            raise ValueError(f"no emulated routing for base {base!r}; choose one of {', '.join(METAL_GEMM)}")
         self.torch = torch
+        self.base = base
+        self.metal_gemm = METAL_GEMM[base]
         self.macos = tuple(macos)
         self.max_calls = max_calls
         self.trace: list[str] = []
@@ -115,8 +134,10 @@ class Emulation:
         operands = [t for t in tensors if isinstance(t, self.torch.Tensor)]
         op = _GEMM_NAMES.get(name, name)
         floating = bool(operands) and all(t.dtype.is_floating_point for t in operands)
-        kernel = _METAL_GEMM.get(op) if self.prefer_metal and floating else None
+        kernel = self.metal_gemm.get(op) if self.prefer_metal and floating else None
         shown = operands[-2:] if kernel else operands  # a Metal GEMM names its two matrix operands
+        if kernel is None and op == "linear" and self.base == "main" and self.macos >= (15, 0) and floating:
+            kernel = "mps_linear"  # MPSNDArrayMatrixMultiplication, keyed with input, weight, bias
         tail = "".join(f":MPS:{_SCALAR_TYPE.get(str(t.dtype).split('.')[-1], t.dtype)}{list(t.shape)}" for t in shown)
         kind, key = ("K", kernel + tail) if kernel else ("G", op + tail)
         if (kind, key) not in self.handles:
@@ -238,14 +259,18 @@ class _Event:
 
 
 @contextmanager
-def emulate(torch, macos: tuple[int, int] = (14, 0), max_calls: int = MAX_BLOCK_CALLS):
-    """Run the MPS profile on CPU tensors under the rules above; yields (profile, emulation).
+def emulate(torch, macos: tuple[int, int] = (14, 0), max_calls: int = MAX_BLOCK_CALLS, base: str = "main"):
+    """Run the MPS profile on CPU tensors under the rules above; yields (profile, emulation). ``base``: whose
+    GEMM routing rule 5 logs (:data:`METAL_GEMM`).
+
+    Raises:
+        ValueError: a base with no emulated routing.
 
     ``torch.mps.synchronize``, ``torch.mps.Event`` and ``torch.mps.event.Event`` are replaced for
     the duration and restored afterwards; the profile is :mod:`harness.bench.devices`' own ``mps``
     profile, so its code runs too.
     """
-    emu = Emulation(torch, macos, max_calls)
+    emu = Emulation(torch, macos, max_calls, base)
     saved = {
         (torch.mps, "synchronize"): torch.mps.synchronize,
         (torch.mps, "Event"): torch.mps.Event,

@@ -21,20 +21,38 @@ timed region. Each device has one :class:`Trace` in :data:`TRACES` (a registry, 
   library call: ATen's own kernel), recorded as "no trace". In the first-round timed worker, at the
   untimed first call of each cell (the switches are off again before any timing).
 - **mps**: the MPS profiler's operation log (``PYTORCH_MPS_LOG_PROFILE_INFO=1``, ``OPERATION_INFO``).
-  Upstream ``aten/src/ATen/mps/MPSProfiler.mm`` (stored versions ``458fd422`` with ``getenv`` and
-  ``05b8ccb7`` with ``c10::utils::get_env``; the same in both) reads the variable once, in the
-  profiler's constructor (a function-local ``static``), so it cannot be switched for one call; and with
-  it set, every graph and kernel launch builds a string, prints it to stderr and adds a completion
-  handler (``beginProfileExecution`` / ``addProfilerCompletedHandler``): host cost per call that would
-  distort launch-bound timing. So mps is observed in **its own short process** per (build, config) in
-  the first round, with the variable set there only. Format (``OperationInfo::toString``, both commits):
-  ``aten::<key> (id=<G|K><n>, run=<n>[, gpu=<ms> ms][, cpu=<ms> ms])`` on stderr (fd 2); ``G`` is an
-  MPSGraph execution (key: the graph cache key, ``MPSGraphCache::profileCachedGraph``), ``K`` a Metal
-  kernel (key: ``OperationInfo::buildKernelString``: the name given to ``beginProfileKernel`` and
-  ``:MPS:<dtype>[sizes]`` per tensor, e.g. v2.6.0 ``naive_matmul``, main ``matmul`` / ``addmm`` in
-  ``aten/src/ATen/native/mps/operations/LinearAlgebra.mm``). The log options are the bits of
-  ``LogOptions`` in ``MPSProfiler.h`` (stored ``21887b14``): ``OPERATION_INFO = 1 << 0``; without
-  ``INCLUDE_GPU_TIME`` a line is printed when the execution begins (``isProfileInfoLoggingEnabled``).
+  Read in ``aten/src/ATen/mps/MPSProfiler.mm`` at five versions from before v2.6.0 to current:
+  pytorch ``458fd422`` (``getenv``, ``AT_ERROR``, no ``MTLCaptureManager``: older than v2.6.0), Debian's
+  pytorch_2.6.0+dfsg tree (v2.6.0, blob ``2dd27045``; ``MPSProfiler.h`` blob ``b72d572f``), ROCm/pytorch
+  ``ee04104d`` (a merge of upstream's switch to ``c10::utils::get_env``), versi379/pytorch ``2d8cc652`` (per-stream
+  ``beginProfileKernel`` with deprecated stream-less overloads) and pytorch ``05b8ccb7`` (current: the
+  stream-less overloads gone); ``MPSProfiler.h`` also at ``21887b14``. In every one: the variable
+  (``kEVLogProfileInfoStr``) is read once, in the profiler's constructor (a function-local ``static``),
+  and parsed with ``strtol(.., 0)`` (values over ``LOG_COUNT`` = 1023 fail a ``TORCH_CHECK``), so it
+  cannot be switched for one call; its bits are ``LogOptions`` (``OPERATION_INFO = 1 << 0``,
+  ``COPY_INFO`` 1 << 1, ``CPU_FALLBACK_INFO`` 1 << 2, the ``*_STATS`` bits 3-6 print tables at exit,
+  ``INCLUDE_GPU_TIME`` 1 << 7, ``INCLUDE_KERNEL_TIME`` 1 << 8, ``INCLUDE_BUFFER_ID`` 1 << 9; both headers).
+  The log goes to stderr (``fmt::print(stderr, ...)`` in ``beginProfileExecution`` /
+  ``endProfileExecution``), not to ``os_log``: os_signposts are ``PYTORCH_MPS_TRACE_SIGNPOSTS``'s. Without
+  ``INCLUDE_GPU_TIME``/``INCLUDE_KERNEL_TIME`` a line is printed when an execution begins
+  (``isProfileInfoLoggingEnabled``), with either when it completes, carrying ``gpu=``/``cpu=``. With it
+  set, every graph and kernel launch builds a string, prints it and adds a completion handler
+  (``addProfilerCompletedHandler``): host cost per call that would distort launch-bound timing. So mps
+  is observed in **its own short process** per (build, config) in the first round, with the variable
+  set there only. Format (``OperationInfo::toString``, identical in all five):
+  ``aten::<key> (id=<G|K><n>, run=<n>[, gpu=<ms> ms][, cpu=<ms> ms])`` on stderr (fd 2); ``G`` when the
+  info's type is ``GRAPH`` (an MPSGraph execution, key: the graph cache key,
+  ``MPSGraphCache::profileCachedGraph``, e.g. ``mm_out_mps_impl:f16[64,32]:f16[32,16]``), ``K``
+  otherwise: any handle given to ``beginProfileKernel`` with ``isGraph`` false, not only PyTorch's
+  Metal kernels (key: ``OperationInfo::buildKernelString``: the name given to ``beginProfileKernel`` and
+  ``:MPS:<ScalarType><sizes>`` per tensor; ``INCLUDE_BUFFER_ID`` would add ``(buf#<id>:<retain count>)``
+  after each ``MPS``). So a ``K`` line is named ``Kernel:<key>`` and :data:`RULES` tells the paths apart
+  by name: the Metal GEMMs PREFER_METAL selects (v2.6.0 ``naive_matmul``; main ``matmul`` / ``addmm``,
+  ``aten/src/ATen/native/mps/operations/LinearAlgebra.mm``) are the ``metal`` route; main's linear on
+  macOS >= 15 runs Apple's ``MPSNDArrayMatrixMultiplication`` as ``mps_linear`` (``Linear.mm`` @
+  ``033fee85``), path MPSNDArray, the default route; any other kernel (SDPA's Metal kernels on main) is
+  "other kernel", the default route. Copy lines (``BlitCopy…``/``MemCopy…``), ``CPU Fallback::…`` lines,
+  the exit tables and any warning text do not match and are left out.
 
 Classification is a per-device table of rules (:data:`RULES`: pattern, path, accuracy route): the first
 rule matching a name classifies it; names a rule marks ``None`` (memsets, split-K reductions) are kept
@@ -93,12 +111,27 @@ RULES: dict[str, tuple[Rule, ...]] = {
         Rule(r"^onednn:", "onednn"),
     ),
     "mps": (
-        Rule(r"^Metal:", "metal", "metal"),
+        # PyTorch's own Metal GEMM kernels, the `metal` route: v2.6.0 do_metal_mm's naive_matmul (LinearAlgebra.mm
+        # blob be94fca8 line 45), main's matmul / addmm (LinearAlgebra.mm @ 001077cb do_metal_mm, do_metal_addmm)
+        Rule(r"^Kernel:(naive_matmul|matmul|addmm)(:|$)", "metal", "metal"),
+        # Apple's MPSNDArrayMatrixMultiplication without a graph, also an id=K line: main's linear on macOS >= 15
+        # with contiguous real operands (Linear.mm @ 033fee85 _mps_linear_nograph, "mps_linear"), bmm past 2^32
+        # elements (v2.6.0 LinearAlgebra.mm line 523, " tiled_bmm_mps")
+        Rule(r"^Kernel:\s*(mps_linear|tiled_bmm_mps)(:|$)", "mpsndarray"),
+        Rule(r"^Kernel:", "kernel"),  # any other non-graph kernel (SDPA's Metal kernels on main, ...)
         Rule(r"^MPSGraph:", "mpsgraph"),
     ),
 }
 #: how a path is written in the report
-LABELS = {"mpsgraph": "MPSGraph", "metal": "Metal", "mkl": "MKL", "onednn": "oneDNN", "tf32": "TF32"}
+LABELS = {
+    "mpsgraph": "MPSGraph",
+    "metal": "Metal",
+    "mpsndarray": "MPSNDArray",
+    "kernel": "other kernel",
+    "mkl": "MKL",
+    "onednn": "oneDNN",
+    "tf32": "TF32",
+}
 
 
 def label(path: str | None) -> str:
@@ -155,12 +188,14 @@ def parse_cpu(lines: list[str]) -> list[str]:
 
 def parse_mps(lines: list[str]) -> list[str]:
     """Names from MPS profiler operation lines (module docstring): ``MPSGraph:<graph key>`` for ``id=G…``,
-    ``Metal:<kernel key>`` for ``id=K…``; copy, CPU-fallback and statistics lines are left out."""
+    ``Kernel:<kernel key>`` for ``id=K…`` (any execution that is not a graph: one of PyTorch's Metal
+    kernels or an MPS kernel object such as MPSNDArrayMatrixMultiplication; :data:`RULES` tells them
+    apart by name); copy, CPU-fallback and statistics lines are left out."""
     names = []
     for line in lines:
         m = _MPS.match(line.strip())
         if m:
-            names.append(("MPSGraph:" if m.group("kind") == "G" else "Metal:") + m.group("key"))
+            names.append(("MPSGraph:" if m.group("kind") == "G" else "Kernel:") + m.group("key"))
     return names
 
 

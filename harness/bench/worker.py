@@ -9,7 +9,7 @@ SPEC (written by :mod:`harness.runner`)::
      "seed": 0, "threads": 1, "save_outputs": null,
      "dtype_support": {"float16": {"mm": null, ...}, ...},   # optional, from harness.provenance
      "record_env": ["OMP_NUM_THREADS"],                      # optional: --env names to record
-     "emulate": null,                                        # or {"macos": [13, 5]}: harness.bench.conformance
+     "emulate": null,                                        # or {"macos": [13, 5], "base": "v2.6.0"}: conformance
      "timer_sanity": false,                                  # doctor: a timer_sanity record at the end
      "timing": {"warmup_s": 0.05, "measure_s": 0.5, "min_block_s": 0.001},
      "measure_s": {"mm/512x512x512/float32": 0.8},              # optional: per-cell measure_s (adaptive rounds)
@@ -240,7 +240,10 @@ def main(argv: list[str] | None = None) -> int:
         if spec.get("emulate"):
             from harness.bench.conformance import emulate
 
-            device, _ = stack.enter_context(emulate(torch, tuple(spec["emulate"].get("macos", (14, 0)))))
+            em = spec["emulate"]
+            device, _ = stack.enter_context(
+                emulate(torch, tuple(em.get("macos", (14, 0))), base=em.get("base", "main"))
+            )
         else:
             device = devices.profile(spec["device"], torch)
         timer = BlockTimer(device)

@@ -132,14 +132,36 @@ def output_rows(cell) -> int:
     return math.prod(cell.output_shape()[:-1])
 
 
+def defects(cell) -> dict[str, float]:
+    """The planted wrong outputs a bound is meant to fail on, each with its expected relative error for
+    ``cell`` (see module): GEMM all zeros 1, a transposed operand and the previous cell's output √2, the
+    last 1/8 of the reduction dropped √(1/8), one row of R taken from another √(2/R) (only when R >= 2);
+    other families the all-zero output alone."""
+    if cell.family != "gemm":
+        return {"all zeros": 1.0}
+    out = {
+        "all zeros": 1.0,
+        "a transposed operand": math.sqrt(2.0),
+        "the previous cell's output": math.sqrt(2.0),
+        "the last 1/8 of K dropped": math.sqrt(DROPPED_FRACTION),
+    }
+    rows = output_rows(cell)
+    if rows >= 2:
+        out[f"one row of {rows} taken from another"] = math.sqrt(2.0 / rows)
+    return out
+
+
 def smallest_defect(cell) -> float:
-    """The smallest expected relative error among the planted wrong outputs for ``cell`` (see module):
+    """The smallest expected relative error among the planted wrong outputs for ``cell`` (:func:`defects`):
     GEMM ``min(1, sqrt(1/8), sqrt(2/R))`` with R output rows (the row term only when R >= 2); other
     families 1 (the all-zero output)."""
-    if cell.family != "gemm":
-        return 1.0
-    rows = output_rows(cell)
-    return min(1.0, math.sqrt(DROPPED_FRACTION), math.sqrt(2.0 / rows) if rows >= 2 else math.inf)
+    return min(defects(cell).values())
+
+
+def blind_to(limit: float, cell) -> list[str]:
+    """The planted wrong outputs (:func:`defects`) a bound ``limit`` cannot be trusted to fail: those whose
+    expected error is below ``limit · INFORMATIVE_MARGIN``."""
+    return [name for name, err in defects(cell).items() if limit * INFORMATIVE_MARGIN > err]
 
 
 def informative(limit: float, cell) -> bool:
@@ -195,9 +217,11 @@ def judge(cell, err: float, limit: float, what: str = "relative error") -> tuple
     if err > limit:
         return FAILED, f"{what} {err:.3g} exceeds the {cell.dtype} bound {limit:.3g}"
     if not informative(limit, cell):
+        blind = blind_to(limit, cell)
         return UNINFORMATIVE, (
             f"bound {limit:.3g} is not below half the smallest planted defect's error "
-            f"({smallest_defect(cell):.3g}): it cannot tell a wrong output"
+            f"({smallest_defect(cell):.3g}): it cannot tell {', '.join(blind)} "
+            f"(expected error {', '.join(f'{defects(cell)[b]:.3g}' for b in blind)}) from a right output"
         )
     return PASSED, ""
 
