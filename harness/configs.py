@@ -123,7 +123,9 @@ class EnvConfig:
             bound (what the path accumulates in is a fact of each base: series.toml
             ``[base.accumulators]``); ops not listed take the default path.
             When stock and patched builds route an op differently under one config, the entry
-            names the looser path, so one bound holds for both builds.
+            names the looser path, so one bound holds for both builds. On a build whose base is told
+            and declares ``[base.routes.<device>]``, that base's routes replace these (exact per build:
+            :meth:`harness.evidence.Evidence.routes_of`, ``harness.runner.build_routes``).
     """
 
     name: str

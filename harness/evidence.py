@@ -9,7 +9,9 @@ Everything that is a fact about one patch series lives in its ``series.toml`` (d
     [evidence.mps]                          # one table per device
     configs = ["vanilla", "all"]            # the configs compare runs by default on this device
     consistency = ["all", "vanilla"]        # GEMM outputs of these two configs of one build must agree
-    routes = { all = { mm = "metal" } }     # config -> op -> kernel path (accuracy bounds)
+    routes = { all = { mm = "metal" } }     # config -> op -> kernel path (accuracy bounds); the looser path
+                                            # where builds differ; a [[base]] with [base.routes.mps] overrides
+    patched_routes = { all = { mm = "default" } }  # what the patch changes, on builds carrying the series
     [evidence.mps.env.all]                  # configs the series adds to the device's generic ones
     PYTORCH_MPS_PREFER_METAL = "1"
     MY_NEW_VARIABLE = "1"
@@ -53,7 +55,14 @@ EQUIVALENCE_CLAIMS = ("unchanged", "equivalent")
 #: outcomes a series test may be expected to have on a build (pytest's junit results)
 OUTCOMES = ("pass", "fail", "skip")
 
-_DEVICE_KEYS = {"configs": list, "consistency": list, "routes": dict, "env": dict, "about": dict}
+_DEVICE_KEYS = {
+    "configs": list,
+    "consistency": list,
+    "routes": dict,
+    "patched_routes": dict,
+    "env": dict,
+    "about": dict,
+}
 _CONTRAST_KEYS = {"a": str, "b": str, "ops": list, "dtypes": list, "claim": str, "name": str}
 _TEST_KEYS = {"name": str, "file": str, "k": str, "env": dict, "expect": dict, "fails_with": str}
 _TOP_KEYS = ("markers", "contrast", "test", "test_requirements", *cfg.DEVICES)
@@ -153,14 +162,16 @@ class Evidence:
     contrasts: tuple[Contrast, ...] = ()
     tests: tuple[SeriesTest, ...] = ()
     test_requirements: tuple[str, ...] = ()
-    #: the series' bases: ``{"ref", "commit", "hash", "accumulators"}`` each (``hash``: the series hash of
-    #: that base's patches; ``accumulators``: kernel path -> ``{"accumulator", "source"}``, series.toml)
+    #: the series' bases: ``{"ref", "commit", "hash", "accumulators", "routes"}`` each (``hash``: the series
+    #: hash of that base's patches; ``accumulators``: kernel path -> ``{"accumulator", "source"}``;
+    #: ``routes``: device -> config -> op -> path on that base's upstream code; series.toml)
     bases: tuple[Mapping, ...] = ()
 
     def base_of(self, builds: Mapping[str, Mapping]) -> dict[str, dict]:
         """Which of the series' bases each build is on, and how that is known: build name ->
-        ``{"ref": ref or None, "how": one line}``. ``builds``: results.json ``builds`` entries (their
-        ``build`` manifest and ``provenance.torch_version``).
+        ``{"ref": ref or None, "how": one line, "patched": whether the build carries the series' patches
+        (True: told by its series hash; False: told by the base commit or release; None: not known)}``.
+        ``builds``: results.json ``builds`` entries (their ``build`` manifest and ``provenance.torch_version``).
 
         Told by, in order: the build manifest's series hash (a patched build of that base's patches) or
         base commit (a ``[[base]] commit``); the torch version's local label (``+<series>.<hash[:8]>``,
@@ -175,7 +186,11 @@ class Evidence:
                     (n for n, b in builds.items() if out[n]["ref"] and _manifest(b).get("base_sha") == sha), None
                 )
                 if twin:
-                    out[name] = {"ref": out[twin]["ref"], "how": f"same base commit {sha[:12]} as {twin}"}
+                    out[name] = {
+                        "ref": out[twin]["ref"],
+                        "how": f"same base commit {sha[:12]} as {twin}",
+                        "patched": None,
+                    }
         return out
 
     def accumulators(self, ref: str | None) -> dict[str, str]:
@@ -193,6 +208,24 @@ class Evidence:
             seen = {b.get("accumulators", {}).get(path, {}).get("accumulator") for b in self.bases}
             out[path] = seen.pop() if len(seen) == 1 and None not in seen else "unknown"
         return out
+
+    def routes_of(self, device: str, ref: str | None, patched: bool | None) -> dict[str, dict[str, str]] | None:
+        """Config -> op -> kernel path on one build of base ``ref`` (``patched``: whether it carries the
+        series' patches; :meth:`base_of`), exact for that build: the base's ``[base.routes.<device>]`` for
+        every config of the device (ops not named: ``default``), with ``[evidence.<device>] patched_routes``
+        laid over them where ``patched``. None where it cannot be exact: no base told, the base states no
+        routes for the device, or ``patched`` unknown while the series declares ``patched_routes``; the
+        build then keeps the series-wide routes (the looser path where builds differ)."""
+        base = next((b for b in self.bases if ref is not None and b["ref"] == ref), None)
+        own = (base or {}).get("routes", {}).get(device)
+        if own is None:
+            return None
+        over = self.device.get(device, {}).get("patched_routes", {})
+        if over and patched is None:
+            return None
+        return {
+            c.name: {**own.get(c.name, {}), **(over.get(c.name, {}) if patched else {})} for c in self.profiles(device)
+        }
 
     def profiles(self, device: str) -> tuple[cfg.EnvConfig, ...]:
         """The device's env configs: the generic ones (:data:`harness.configs.PROFILES`) and the series'
@@ -269,18 +302,26 @@ def _base_by_identity(bases: tuple[Mapping, ...], build: Mapping) -> dict:
     release, _, label = version.partition("+")
     for base in bases:
         if series.get("hash") and series["hash"] == base.get("hash"):
-            return {"ref": base["ref"], "how": f"build manifest: series hash {base['hash'][:8]}"}
+            return {"ref": base["ref"], "how": f"build manifest: series hash {base['hash'][:8]}", "patched": True}
         if base.get("commit") and manifest.get("base_sha") == base["commit"]:
-            return {"ref": base["ref"], "how": f"build manifest: base commit {base['commit'][:12]}"}
+            return {"ref": base["ref"], "how": f"build manifest: base commit {base['commit'][:12]}", "patched": False}
         parts = label.split(".")
         if base.get("hash") and len(parts) > 1 and parts[-1] == _label_segment(base["hash"]) and parts[0] != "stock":
-            return {"ref": base["ref"], "how": f"torch version {version}: series hash {base['hash'][:8]}"}
+            return {
+                "ref": base["ref"],
+                "how": f"torch version {version}: series hash {base['hash'][:8]}",
+                "patched": True,
+            }
         if base.get("commit") and parts[:1] == ["stock"] and parts[-1] == _label_segment(base["commit"]):
-            return {"ref": base["ref"], "how": f"torch version {version}: base commit {base['commit'][:8]}"}
+            return {
+                "ref": base["ref"],
+                "how": f"torch version {version}: base commit {base['commit'][:8]}",
+                "patched": False,
+            }
         if not label and re.fullmatch(r"\d+\.\d+\.\d+", release) and base["ref"] == f"v{release}":
-            return {"ref": base["ref"], "how": f"torch release {release}"}
+            return {"ref": base["ref"], "how": f"torch release {release}", "patched": False}
     refs = ", ".join(b["ref"] for b in bases) or "none declared"
-    return {"ref": None, "how": f"torch {version or '?'} names none of the series' bases ({refs})"}
+    return {"ref": None, "how": f"torch {version or '?'} names none of the series' bases ({refs})", "patched": None}
 
 
 def _plain(x):
@@ -411,8 +452,9 @@ def _device_table(where: str, table: dict, device: str) -> dict:
         if not all(isinstance(v, str) for v in env.values()):
             raise EvidenceError(f"{where}.env.{name}: values must be strings")
         _env_names(f"{where}.env.{name}", env)
-    for name, per_op in table.get("routes", {}).items():
-        _type(f"{where}.routes.{name}", per_op, dict)
+    for key in ("routes", "patched_routes"):
+        for name, per_op in table.get(key, {}).items():
+            _type(f"{where}.{key}.{name}", per_op, dict)
     return table
 
 
@@ -528,7 +570,13 @@ def for_run(found, contrasts: list[str]) -> Evidence:
     bases = ()
     if found:
         bases = tuple(
-            {"ref": b.ref, "commit": b.commit, "hash": found.hash_of(b), "accumulators": _plain(b.accumulators)}
+            {
+                "ref": b.ref,
+                "commit": b.commit,
+                "hash": found.hash_of(b),
+                "accumulators": _plain(b.accumulators),
+                "routes": _plain(b.routes),
+            }
             for b in found.bases
         )
     return Evidence(

@@ -3,14 +3,20 @@
 
 Rule (one, for every device): a config's route for an op is the accuracy path the manifest says the
 op takes there (``default`` where none is declared). Each build's observed call has a route
-(:func:`harness.bench.kernels.classify`). An observed route that is neither the declared one nor the
-default is a mismatch; so is ``default`` declared and another route observed. A declared non-default
-route must be observed on at least one build: where stock and patched route an op differently under
-one config, the manifest names the looser path (docs/new-series.md), which one build takes, so
-a build taking the default path there is not itself a mismatch; no build taking it is (which build takes
-it the manifest does not say, so it is not checked: the PR block's kernels line shows each side's). A call whose trace
-printed nothing (``no trace``) or could not be classified has no route and is not judged; a declared
-non-default route that no build's observation could judge is named as not verified (:func:`unverified`).
+(:func:`harness.bench.kernels.classify`). Where the runner told a build's base and that base declares its
+routes (results.json ``builds.<b>.base.routes``: series.toml ``[base.routes.<device>]``, with
+``patched_routes`` laid over them on a build carrying the series; :meth:`harness.evidence.Evidence.routes_of`),
+the build is judged exactly: any observed route other than its own declared one is a mismatch. Other
+builds are judged against the config's series-wide routes, the looser rule: an observed route that is
+neither the declared one nor the default is a mismatch; so is ``default`` declared and another route
+observed. A declared non-default route must be observed on at least one of those builds: where stock and
+patched route an op differently under one config, the series-wide table names the looser path, which
+one build takes, so a build taking the default path there is not itself a mismatch; no build taking it
+is (which build takes it that table does not say: the PR block's kernels line shows each side's).
+:func:`rules` says which rule judged each build; the Kernels details print it (runs of a series with
+bases). A call whose trace printed nothing (``no trace``) or could not be classified has no route and is
+not judged; a declared non-default route that no build's observation could judge is named as not
+verified (:func:`unverified`).
 
 No measuring, no file access: this module reads a results document."""
 
@@ -38,12 +44,15 @@ class Mismatch:
     observed: str
     builds: tuple[str, ...]
     cells: int
+    #: the base whose ``[base.routes]`` declared it (the exact per-build rule); "" for the series-wide routes
+    base: str = ""
 
     @property
     def text(self) -> str:
         where = f"{self.cells} cells" if self.cells > 1 else "1 cell"
+        whose = f" for base {self.base}" if self.base else ""
         return (
-            f"declared {self.declared}, observed {self.observed} for {self.op} {self.dtype} under "
+            f"declared {self.declared}{whose}, observed {self.observed} for {self.op} {self.dtype} under "
             f"`{self.config}` on {', '.join(self.builds)} ({where})"
         )
 
@@ -53,49 +62,87 @@ def seen(data: dict, build: str, config: str, key: str) -> dict | None:
     return ((data.get("kernels") or {}).get(build) or {}).get(config, {}).get(key)
 
 
+def build_routes(data: dict, build: str) -> dict | None:
+    """Config -> op -> declared path of one build, exact for it (its base's routes, module rule), or None
+    where the runner recorded none (base not told, no routes for it): the series-wide routes hold."""
+    return ((data.get("builds") or {}).get(build, {}).get("base") or {}).get("routes")
+
+
+def rules(data: dict) -> dict[str, str]:
+    """Build -> one line: which rule judges its observed routes (module rule)."""
+    out = {}
+    for b in data["run"]["builds"]:
+        told = (data.get("builds") or {}).get(b, {}).get("base") or {}
+        if build_routes(data, b) is not None:
+            out[b] = f"exact, the routes of base {told.get('ref')}"
+        else:
+            why = f"base {told['ref']} declares no routes here" if told.get("ref") else "base not told"
+            out[b] = f"series-wide routes, the looser rule ({why})"
+    return out
+
+
+def _judged(data: dict, config: str, key: str):
+    """(build, declared route, observation, base or "") for every build whose observation has a route, and
+    the builds judged by the looser rule, for one (config, cell)."""
+    run, op = data["run"], Cell.from_key(key).op
+    shared = data["configs"].get(config, {}).get("routes", {}).get(op, "default")
+    exact, loose = [], []
+    for b in run["builds"]:
+        own = build_routes(data, b)
+        declared = own.get(config, {}).get(op, "default") if own is not None else shared
+        base = ((data.get("builds") or {}).get(b, {}).get("base") or {}).get("ref", "") if own is not None else ""
+        (exact if own is not None else loose).append((b, declared, seen(data, b, config, key), base or ""))
+    return exact, loose, shared
+
+
 def mismatches(data: dict) -> list[Mismatch]:
     """Every declared route the observed kernels contradict (module rule), grouped by config, op, dtype,
-    declared and observed path, in plan order."""
+    declared and observed path and declaring base, in plan order."""
     if not data.get("kernels"):
         return []
     run, groups = data["run"], {}
     for config in run["configs"]:
-        routes = data["configs"].get(config, {}).get("routes", {})
         for key in run["cells"]:
             cell = Cell.from_key(key)
-            declared = routes.get(cell.op, "default")
-            obs = {b: o for b in run["builds"] if (o := seen(data, b, config, key)) and o.get("route")}
-            routes_seen = {b: o["route"] for b, o in obs.items()}
-            if declared == "default":
-                bad = [b for b, r in routes_seen.items() if r != "default"]
-            elif declared not in routes_seen.values():
-                bad = list(routes_seen)
+            exact, loose, shared = _judged(data, config, key)
+            bad = [(b, d, o, base) for b, d, o, base in exact if o and o.get("route") and o["route"] != d]
+            routes_seen = {b: o["route"] for b, _, o, _ in loose if o and o.get("route")}
+            if shared == "default":
+                wrong = [b for b, r in routes_seen.items() if r != "default"]
+            elif shared not in routes_seen.values():
+                wrong = list(routes_seen)
             else:
-                bad = [b for b, r in routes_seen.items() if r not in (declared, "default")]
-            for b in bad:
-                group = (config, cell.op, cell.dtype, declared, label(obs[b]["path"]))
+                wrong = [b for b, r in routes_seen.items() if r not in (shared, "default")]
+            bad += [(b, shared, seen(data, b, config, key), "") for b in wrong]
+            for b, declared, obs, base in bad:
+                group = (config, cell.op, cell.dtype, declared, label(obs["path"]), base)
                 builds, keys = groups.setdefault(group, ([], set()))
                 if b not in builds:
                     builds.append(b)
                 keys.add(key)
-    return [Mismatch(*g, tuple(builds), len(keys)) for g, (builds, keys) in groups.items()]
+    return [
+        Mismatch(c, op, dt, d, o, tuple(builds), len(keys), base)
+        for (c, op, dt, d, o, base), (builds, keys) in groups.items()
+    ]
 
 
 def unverified(data: dict) -> list[tuple[str, str, str, str, int]]:
-    """(config, op, dtype, declared route, cells) where a non-default route is declared and no build's
-    observation has a route (no trace, unclassified, or not observed): the declaration went unchecked. On
-    mps every GEMM logs a profiler line, so this means the trace itself failed, never that the route held."""
+    """(config, op, dtype, declared route, cells) where a non-default route is declared and no observation
+    that could judge it has a route (no trace, unclassified, or not observed): the declaration went
+    unchecked. Judged per build where its base's routes are exact, over the other builds together
+    otherwise. On mps every GEMM logs a profiler line, so this means the trace itself failed, never that
+    the route held."""
     if not data.get("kernels"):
         return []
     run, groups = data["run"], {}
     for config in run["configs"]:
-        routes = data["configs"].get(config, {}).get("routes", {})
         for key in run["cells"]:
             cell = Cell.from_key(key)
-            declared = routes.get(cell.op, "default")
-            if declared == "default":
-                continue
-            if not any((o := seen(data, b, config, key)) and o.get("route") for b in run["builds"]):
+            exact, loose, shared = _judged(data, config, key)
+            missing = {d for _, d, o, _ in exact if d != "default" and not (o and o.get("route"))}
+            if loose and shared != "default" and not any(o and o.get("route") for _, _, o, _ in loose):
+                missing.add(shared)
+            for declared in sorted(missing):
                 group = (config, cell.op, cell.dtype, declared)
                 groups[group] = groups.get(group, 0) + 1
     return [(*g, n) for g, n in groups.items()]
@@ -200,6 +247,8 @@ def details(data: dict) -> list[str]:
         "(harness/bench/kernels.py); the first kernel name is shown.",
         "",
     ]
+    if any((data.get("builds") or {}).get(b, {}).get("base") for b in run["builds"]):  # a series with bases
+        out += [f"Routes judged on {b}: {why}." for b, why in rules(data).items()] + [""]
     out += [f"- **Error:** {m.text}" for m in mismatches(data)] + ([""] if mismatches(data) else [])
     for config in run["configs"]:
         head = "| cell | " + " | ".join(run["builds"]) + " |"

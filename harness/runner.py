@@ -584,7 +584,10 @@ def run_consistency(
             }
             continue
         accumulators = info.get("base", {}).get("accumulators", {})
-        described = [json.dumps({**configs[c].to_json(), "accumulators": accumulators}) for c in pair]
+        described = [
+            json.dumps({**configs[c].to_json(), "routes": build_routes(info, configs[c]), "accumulators": accumulators})
+            for c in pair
+        ]
         result["builds"][build] = consistency_of(build, info["interpreter"], [*map(str, files), *described])
         if "error" in result["builds"][build]:
             continue
@@ -592,6 +595,14 @@ def run_consistency(
         for f in files:
             f.unlink()  # the numbers are kept; the tensors are large
     return result
+
+
+def build_routes(build: dict, config: cfg.EnvConfig) -> dict[str, str]:
+    """Op -> kernel path of ``config`` on one build (a results.json ``builds`` entry): its base's exact
+    routes where the runner told them (``base.routes``, :meth:`harness.evidence.Evidence.routes_of`), else
+    the config's series-wide ones (the looser path where builds differ)."""
+    told = (build.get("base") or {}).get("routes")
+    return dict(told[config.name]) if told and config.name in told else dict(config.routes)
 
 
 #: the consistency check's deadline per step (harness.checks.consistency.STEPS); tests shorten them
@@ -1276,9 +1287,12 @@ def probe_builds(plan: Plan) -> dict[str, dict]:
         manifest = build_manifest(build)
         if manifest:
             build_info[name]["build"] = manifest
-    if plan.evidence.bases:  # which base each build is on sets the routed kernels' accumulators
+    if plan.evidence.bases:  # which base each build is on sets its routes and the routed kernels' accumulators
         for name, told in plan.evidence.base_of(build_info).items():
             build_info[name]["base"] = {**told, "accumulators": plan.evidence.accumulators(told["ref"])}
+            routes = plan.evidence.routes_of(plan.device, told["ref"], told.get("patched"))
+            if routes is not None:  # exact for this build; absent: the configs' series-wide routes
+                build_info[name]["base"]["routes"] = routes
     support = next(iter(build_info.values()))["provenance"]["dtype_support"]
     if plan.dtypes_given:
         lacking = sorted({(c.dtype, c.op) for c in plan.cells if unsupported_reason(support, c.dtype, c.op)})
@@ -1316,7 +1330,7 @@ class Recorder:
             "check": rnd == 0,
             "save_outputs": str(self.raw / f"{name}.outputs.pt") if save else None,
             "reduced_fp32": env_config.reduced_fp32,
-            "routes": dict(env_config.routes),
+            "routes": dict(build_routes(self.data["builds"][build], env_config)),
             "accumulators": dict(self.data["builds"][build].get("base", {}).get("accumulators", {})),
             "seed": plan.seed,
             "timing": dict(plan.timing),

@@ -8,8 +8,10 @@ The manifest (the project's shared series contract): top-level ``name``, ``title
 read whole; ``repo``: where it was read, when not the upstream; ``applies``: whether the base's patch that
 changes the file must apply to that version), and ``[base.accumulators.<path>]`` per kernel path the
 series routes GEMMs to (``accumulator``: ``float32`` or ``input``, what that base's kernel sums in;
-``source``: where in that base's upstream source it was read, file and commit). Unknown keys are errors;
-every error names the file and the key.
+``source``: where in that base's upstream source it was read, file and commit), and ``[base.routes.<device>]``
+(``config = { op = path }``, the shape of ``[evidence.<device>.routes]``: where that base's upstream code
+sends each op under each config, on builds of that base; it replaces the series-wide routes for them,
+:meth:`harness.evidence.Evidence.routes_of`). Unknown keys are errors; every error names the file and the key.
 
 Operations, all on the worktrees of :mod:`harness.upstream`:
 
@@ -42,6 +44,7 @@ from pathlib import Path
 
 from harness import progress
 from harness.checks.accuracy import ACCUMULATORS
+from harness.configs import DEVICES
 from harness.errors import HarnessError, SeriesError, UpstreamError
 from harness.evidence import EvidenceError
 from harness.evidence import validate as validate_evidence
@@ -76,6 +79,7 @@ _BASE_KEYS = {
     "notes": str,
     "read": list,
     "accumulators": dict,
+    "routes": dict,
 }
 _BASE_REQUIRED = ("ref", "patches")
 _READ_KEYS = {"path": str, "commit": str, "blob": str, "repo": str, "applies": bool}
@@ -115,6 +119,8 @@ class Base:
     read: tuple[dict, ...] = ()
     #: kernel path -> ``{"accumulator": "float32" | "input", "source": citation}`` (harness.checks.accuracy)
     accumulators: dict = field(default_factory=dict)
+    #: device -> config -> op -> kernel path on this base's upstream code (``[base.routes.<device>]``)
+    routes: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -310,6 +316,19 @@ def _load_base(where: str, folder: Path, number: int, table: dict) -> Base:
                 f"{where_acc}: accumulator {item['accumulator']!r} is not one of {', '.join(ACCUMULATORS)}",
                 "name what that base's kernel sums in, read in its source",
             )
+    routes = table.get("routes", {})
+    for device, per_config in routes.items():
+        where_routes = f"{label} [base.routes.{device}]"
+        if device not in DEVICES:
+            raise SeriesError(f"{where_routes}: unknown device {device!r}", f"use one of {', '.join(DEVICES)}")
+        if not isinstance(per_config, dict):
+            raise SeriesError(f"{where_routes} must be a table", 'give it config = { op = "path" } entries')
+        for config, per_op in per_config.items():
+            if not isinstance(per_op, dict) or not all(isinstance(v, str) for v in per_op.values()):
+                raise SeriesError(
+                    f"{where_routes} key {config!r} must be a table of op = path strings",
+                    'write it as prefer_metal = { mm = "metal" }',
+                )
     files = _strings(label, "files", table["files"]) if "files" in table else None
     return Base(
         number,
@@ -321,6 +340,7 @@ def _load_base(where: str, folder: Path, number: int, table: dict) -> Base:
         table.get("notes", ""),
         tuple(reads),
         dict(accumulators),
+        {d: {c: dict(o) for c, o in t.items()} for d, t in routes.items()},
     )
 
 
@@ -368,7 +388,7 @@ def load_series(spec: str | Path) -> Series:
     env = _strings(where, "env", data.get("env", []))
     evidence = data.get("evidence", {})
     try:
-        validate_evidence(evidence, env, data["name"])
+        checked = validate_evidence(evidence, env, data["name"])
     except EvidenceError as exc:
         raise SeriesError(f"{where}: {exc}", "fix that key (docs/new-series.md lists every [evidence] key)") from None
     if not data["base"] or not all(isinstance(b, dict) for b in data["base"]):
@@ -378,6 +398,14 @@ def load_series(spec: str | Path) -> Series:
     for number, table in enumerate(data["base"], start=1):
         base = _load_base(where, folder, number, table)
         label = f"{where}: [[base]] #{number} (ref {base.ref!r})"
+        for device, per_config in base.routes.items():
+            known = [c.name for c in checked.profiles(device)]
+            stray = [c for c in per_config if c not in known]
+            if stray:
+                raise SeriesError(
+                    f"{label} [base.routes.{device}]: {stray[0]!r} is not a {device} config ({', '.join(known)})",
+                    "name a generic config or one of [evidence.<device>.env]",
+                )
         if any(b.ref == base.ref for b in bases):
             raise SeriesError(f"{label}: key 'ref': duplicate base ref {base.ref!r}", "keep one [[base]] per ref")
         same = [b for b in bases if (folder / b.dir).resolve() == (folder / base.dir).resolve()]

@@ -437,3 +437,119 @@ def test_rule5_main_linear_on_macos15_logs_mpsndarray_which_is_not_the_metal_rou
         "kernels": {"stock": {"vanilla": {key: obs}}},
     }
     assert observed.mismatches(data) == []
+
+
+def _observe_v260(monkeypatch, env: dict[str, str], keys: list[str]) -> dict:
+    """Each key's observation (harness.bench.worker.observe_cell) in the conformance mode on base v2.6.0,
+    under ``env`` plus the mps probe's trace variables."""
+    from harness.bench import kernels
+    from harness.bench.worker import observe_cell
+
+    with monkeypatch.context() as m:
+        for name in [k for k in os.environ if k.startswith("PYTORCH_MPS")]:
+            m.delenv(name)
+        for name, value in {**env, **kernels.TRACES["mps"].env}.items():
+            m.setenv(name, value)
+        with emulate(torch, base="v2.6.0") as (device, _):
+            found = {k: observe_cell(torch, device, Cell.from_key(k), {}, {}) for k in keys}
+    return {k: {x: v for x, v in o.items() if x not in ("type", "key")} for k, o in found.items()}
+
+
+def _v260_run(monkeypatch) -> tuple[dict, object]:
+    """A results document reduced to what harness.observed reads: an mps A/B on base v2.6.0 in the
+    conformance mode (stock told by its release, patched by its series hash), each build's routes as the
+    runner records them (Evidence.routes_of). The patched build under `all` is emulated with PREFER_METAL
+    unset: 0001 makes PREFER_METAL + GEMM_PREFER_FAST_MATH=1 route exactly like that (its commit message)."""
+    from harness.evidence import for_run
+
+    ev = for_run(_S, [])
+    keys = ["mm/16x8x4/float16", "addmm/16x8x4/float16"]
+    configs = {c.name: c for c in MPS_PROFILES}
+    builds = {
+        "stock": {"provenance": {"torch_version": "2.6.0"}},
+        "patched": {"build": {"series": {"hash": next(b["hash"] for b in ev.bases if b["ref"] == "v2.6.0")}}},
+    }
+    for name, told in ev.base_of(builds).items():
+        builds[name]["base"] = {**told, "routes": ev.routes_of("mps", told["ref"], told["patched"])}
+    kernels_seen = {"stock": {}, "patched": {}}
+    for config in ("prefer_metal", "all"):
+        env = dict(configs[config].env)
+        kernels_seen["stock"][config] = _observe_v260(monkeypatch, env, keys)
+        patched_env = {k: v for k, v in env.items() if k != "PYTORCH_MPS_PREFER_METAL"} if config == "all" else env
+        kernels_seen["patched"][config] = _observe_v260(monkeypatch, patched_env, keys)
+    data = {
+        "run": {"device": "mps", "builds": ["stock", "patched"], "configs": ["prefer_metal", "all"], "cells": keys},
+        "configs": {c: configs[c].to_json() for c in ("prefer_metal", "all")},
+        "builds": builds,
+        "kernels": kernels_seen,
+    }
+    return data, ev
+
+
+def test_routes_are_the_bases_a_v260_run_declares_mm_only_and_shows_no_false_addmm_error(monkeypatch):
+    """v2.6.0 sends only mm to Metal under PREFER_METAL (use_metal_mm's one caller is mm_out_mps_impl,
+    LinearAlgebra.mm:77); the series-wide routes name addmm too (main's routing). Judged by the base's own
+    routes, exactly per build, the v2.6.0 run has no error; judged by the series-wide ones (a build whose
+    base is not told) it would put a false addmm error on the first screen."""
+    from harness import observed
+
+    data, _ = _v260_run(monkeypatch)
+    assert data["builds"]["stock"]["base"]["routes"]["prefer_metal"] == {"mm": "metal"}
+    assert data["builds"]["patched"]["base"]["routes"]["all"] == {"mm": "default", "addmm": "default"}
+    assert data["builds"]["stock"]["base"]["routes"]["all"] == {"mm": "metal"}
+    routes = {b: {k: o["route"] for k, o in data["kernels"][b]["all"].items()} for b in ("stock", "patched")}
+    assert routes == {
+        "stock": {"mm/16x8x4/float16": "metal", "addmm/16x8x4/float16": "default"},
+        "patched": {"mm/16x8x4/float16": "default", "addmm/16x8x4/float16": "default"},
+    }
+    assert observed.mismatches(data) == [] and observed.error_notes(data) == []
+    assert observed.rules(data) == {b: "exact, the routes of base v2.6.0" for b in ("stock", "patched")}
+    assert "Routes judged on stock: exact, the routes of base v2.6.0." in observed.details(data)
+    # the same observations with no base told: the series-wide routes, and the error this change removes
+    for build in data["builds"].values():
+        del build["base"]
+    assert [m.text for m in observed.mismatches(data)] == [
+        "declared metal, observed MPSGraph for addmm float16 under `prefer_metal` on stock, patched (1 cell)",
+        "declared metal, observed MPSGraph for addmm float16 under `all` on stock, patched (1 cell)",
+    ]
+
+
+def test_a_wrong_per_base_route_is_named_on_the_first_screen_for_that_base_and_build(monkeypatch):
+    """Planted: v2.6.0's [base.routes.mps] declaring addmm = metal under prefer_metal (main's routing), and
+    the patched build's `all` declared as stock's. Each is an error naming the base and the build."""
+    from harness import observed
+
+    data, _ = _v260_run(monkeypatch)
+    data["builds"]["stock"]["base"]["routes"]["prefer_metal"]["addmm"] = "metal"
+    data["builds"]["patched"]["base"]["routes"]["all"]["mm"] = "metal"
+    assert [m.text for m in observed.mismatches(data)] == [
+        "declared metal for base v2.6.0, observed MPSGraph for addmm float16 under `prefer_metal` on stock (1 cell)",
+        "declared metal for base v2.6.0, observed MPSGraph for mm float16 under `all` on patched (1 cell)",
+    ]
+    assert observed.error_notes(data)[0].startswith(
+        "> **Error:** declared metal for base v2.6.0, observed MPSGraph for addmm float16 under `prefer_metal`"
+    )
+
+
+def test_the_v260_addmm_check_under_prefer_metal_uses_the_default_bound():
+    """The worker's spec and the consistency check take each build's routes (runner.build_routes): on
+    v2.6.0 addmm keeps the default (float32-accumulation) bound under prefer_metal and mm the Metal path's
+    (input accumulation); a build whose base is not told keeps the series-wide (looser) routes."""
+    from harness.bench.worker import accumulator
+    from harness.checks.accuracy import DEFAULT_ACCUMULATOR, bound
+    from harness.checks.consistency import config_accumulator
+    from harness.evidence import for_run
+    from harness.runner import build_routes
+
+    ev = for_run(_S, [])
+    prefer_metal = next(c for c in MPS_PROFILES if c.name == "prefer_metal")
+    build = {"base": {"ref": "v2.6.0", "routes": ev.routes_of("mps", "v2.6.0", False)}}
+    spec = {"routes": build_routes(build, prefer_metal), "accumulators": ev.accumulators("v2.6.0")}
+    mm, addmm = Cell.from_key("mm/64x64x4096/float16"), Cell.from_key("addmm/64x64x4096/float16")
+    assert spec["routes"] == {"mm": "metal"}
+    assert accumulator(addmm, spec) == config_accumulator(addmm, spec) == DEFAULT_ACCUMULATOR
+    assert accumulator(mm, spec) == "input"
+    assert bound("float16", 4096, accumulator=accumulator(addmm, spec)) == bound("float16", 4096)
+    assert bound("float16", 4096, accumulator="input") > bound("float16", 4096)
+    unknown = {"routes": build_routes({"base": {"ref": None}}, prefer_metal), "accumulators": ev.accumulators(None)}
+    assert unknown["routes"] == {"mm": "metal", "addmm": "metal"} and accumulator(addmm, unknown) == "unknown"

@@ -147,14 +147,19 @@ def stale(cell: Cell, before: Cell, outputs: dict, ref):
 
 
 def settings(device: str, ev) -> list[tuple[str, str, dict]]:
-    """(config, base label, the config's JSON with that base's ``accumulators``) for every config of the
-    device and every base the config's route depends on (``unknown``: a build whose base is not told)."""
+    """(config, base label, the config's JSON with that base's ``routes`` of a stock build and its
+    ``accumulators``) for every config of the device and every base the config's route depends on
+    (``unknown``: a build whose base is not told, held to the series-wide routes)."""
     out = []
     for config in ev.profiles(device):
         bases = [b["ref"] for b in ev.bases] + [None] if config.routes else ["any"]
         for ref in bases:
             accumulators = ev.accumulators(ref if ref != "any" else None)
-            out.append((config.name, ref or "unknown", {**config.to_json(), "accumulators": accumulators}))
+            told = ev.routes_of(device, ref if ref != "any" else None, False)
+            routes = told[config.name] if told else dict(config.routes)
+            out.append(
+                (config.name, ref or "unknown", {**config.to_json(), "routes": routes, "accumulators": accumulators})
+            )
     return out
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -483,3 +484,29 @@ def test_debian_rebase_clean_and_conflict(debian_import, debian_project, project
     assert "<<<<<<<" in (patched / MM).read_text()
     assert [b.ref for b in load_series(name).bases] == ["v2.6.0", "v2.6.0-moved"]
     git(patched, "am", "--abort")
+
+
+@pytest.mark.parametrize(
+    "old, new, expected",
+    [
+        ('prefer_metal = { mm = "metal" }', "prefer_metal = { mm = 1 }", "key 'prefer_metal' must be a table of op"),
+        ('prefer_metal = { mm = "metal" }', 'prefer_metl = { mm = "metal" }', "'prefer_metl' is not a mps config"),
+        ("[base.routes.mps]\nprefer_metal", "[base.routes.gpu]\nprefer_metal", "[base.routes.gpu]: unknown device"),
+        ('all = { mm = "metal" }\n', 'all = { mm = "metal" }\ncolour = "blue"\n', "key 'colour' must be a table"),
+        ("[evidence.mps.patched_routes]\nall = {", "[evidence.mps.patched_routes]\nall = 1 #", "patched_routes.all"),
+    ],
+)
+def test_a_malformed_per_base_route_is_one_line_naming_the_base_and_key(tmp_path, old, new, expected):
+    """[base.routes.<device>] (docs/new-series.md): config = { op = path } for a known device and config."""
+    from harness.errors import SeriesError
+
+    folder = tmp_path / "mps-gemm-prefer-fast-math"
+    shutil.copytree(Path(__file__).resolve().parent.parent / "patches" / folder.name, folder)
+    manifest = folder / "series.toml"
+    text = manifest.read_text()
+    assert old in text
+    manifest.write_text(text.replace(old, new, 1))
+    with pytest.raises(SeriesError) as caught:
+        load_series(folder)
+    assert expected in str(caught.value) and "series.toml" in str(caught.value)
+    assert "\n" not in str(caught.value)
