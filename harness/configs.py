@@ -108,6 +108,12 @@ CLEARED_PREFIXES = RECORDED_PREFIXES
 
 DEVICES = ("mps", "cuda", "cpu")
 
+#: kernel paths a config may route an op to (:attr:`EnvConfig.routes`): ``default`` (the backend's library
+#: GEMM) and ``metal`` (PyTorch's own Metal GEMM kernels, which ``PYTORCH_MPS_PREFER_METAL`` selects). The
+#: observed-kernel rules (:data:`harness.bench.kernels.RULES`) map traces onto these names; a series'
+#: ``[base.accumulators.<path>]`` names one of them but ``default``.
+ROUTES = ("default", "metal")
+
 
 @dataclass(frozen=True)
 class EnvConfig:

@@ -28,7 +28,7 @@ Everything that is a fact about one patch series lives in its ``series.toml`` (d
     k = "TestMyVariable"                    # optional pytest -k expression
     env = { PYTORCH_MPS_PREFER_METAL = "1" } # optional
     expect = { stock = "fail", patched = "pass" }
-    fails_with = "^AssertionError: Tensor-likes are not equal!"  # optional: the expected failure's first line
+    fails_with = "AssertionError: Tensor-likes are not equal!"  # optional: how the expected failure's first line starts
 
 The same contrast on the command line: ``--contrast 'patched/all vs stock/vanilla : mm,addmm : equivalent'``
 (:func:`parse_contrast`). This module is pure data (no torch, no filesystem): :mod:`harness.series`
@@ -64,6 +64,10 @@ _DEVICE_KEYS = {
     "about": dict,
 }
 _CONTRAST_KEYS = {"a": str, "b": str, "ops": list, "dtypes": list, "claim": str, "name": str}
+#: the build names a run gives its builds (compare: stock, patched; bench: build): what ``expect`` may name
+TEST_BUILDS = ("stock", "patched", "build")
+#: the longest ``fails_with`` (the start of a failure's first line; seriestests keeps 200 characters of it)
+FAILS_WITH_CHARS = 200
 _TEST_KEYS = {"name": str, "file": str, "k": str, "env": dict, "expect": dict, "fails_with": str}
 _TOP_KEYS = ("markers", "contrast", "test", "test_requirements", *cfg.DEVICES)
 
@@ -125,8 +129,8 @@ class Contrast:
 @dataclass(frozen=True)
 class SeriesTest:
     """An upstream test selection (pytest ``file`` [``-k k``]) with variables ``env`` and the outcome
-    expected on each build (``pass``/``fail``/``skip``). ``fails_with``: a Python regular expression
-    searched in the first line of each failing test's message (pytest's junit ``<failure message>``, e.g.
+    expected on each build (``pass``/``fail``/``skip``). ``fails_with``: plain text that the first line
+    of each failing test's message must start with (pytest's junit ``<failure message>``, e.g.
     ``AssertionError: Tensor-likes are not equal!``) where ``fail`` is expected; empty: any assertion
     failure counts, and the report says the expected failure was not declared
     (:func:`harness.seriestests.judge`)."""
@@ -394,6 +398,11 @@ def _test_from_table(table: dict, where: str) -> SeriesTest:
     _keys(where, table, _TEST_KEYS, ("name", "file", "expect"))
     expect = table["expect"]
     bad = [f"{b} = {o!r}" for b, o in expect.items() if o not in OUTCOMES]
+    stray = [b for b in expect if b not in TEST_BUILDS]
+    if stray:  # a misspelt build would run the test and judge nothing
+        raise EvidenceError(
+            f"{where} key 'expect': {stray[0]!r} is not a build ({', '.join(TEST_BUILDS)}: compare's, bench's)"
+        )
     if bad or not expect:
         raise EvidenceError(
             f"{where} key 'expect': {', '.join(bad) or 'empty'}; write build = "
@@ -412,14 +421,25 @@ def _test_from_table(table: dict, where: str) -> SeriesTest:
     if fails_with:
         if "fail" not in expect.values():
             raise EvidenceError(f"{where} key 'fails_with': no build is expected to fail (expect = {dict(expect)})")
-        try:
-            re.compile(fails_with)
-        except re.error as exc:
+        if "\n" in fails_with or len(fails_with) > FAILS_WITH_CHARS:
             raise EvidenceError(
-                f"{where} key 'fails_with': {fails_with!r} is not a regular expression ({exc}); "
-                'escape ( ) [ ] . with a backslash, e.g. "^AssertionError: Tensor-likes are not equal!"'
-            ) from None
+                f"{where} key 'fails_with': one line of at most {FAILS_WITH_CHARS} characters, the start of the "
+                "expected failure's first line (plain text, not a pattern), "
+                'e.g. "AssertionError: Tensor-likes are not equal!"'
+            )
     return SeriesTest(table["name"], file, table.get("k", ""), dict(env), dict(expect), fails_with)
+
+
+def route_problem(where: str, per_op: Mapping) -> None:
+    """Every value of one config's ``op = "path"`` table is a kernel path the harness knows
+    (:data:`harness.configs.ROUTES`): a misspelt path would silently take the looser bound.
+
+    Raises:
+        EvidenceError: the first unknown path, with the known ones.
+    """
+    for op, path in per_op.items():
+        if path not in cfg.ROUTES:
+            raise EvidenceError(f"{where}: {op} = {path!r} is not a kernel path ({', '.join(cfg.ROUTES)})")
 
 
 def _env_names(where: str, env: Mapping) -> None:
@@ -455,6 +475,7 @@ def _device_table(where: str, table: dict, device: str) -> dict:
     for key in ("routes", "patched_routes"):
         for name, per_op in table.get(key, {}).items():
             _type(f"{where}.{key}.{name}", per_op, dict)
+            route_problem(f"{where}.{key}.{name}", per_op)
     return table
 
 

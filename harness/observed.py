@@ -167,7 +167,7 @@ def error_notes(data: dict) -> list[str]:
 
 def short(name: str) -> str:
     """A kernel name cut to :data:`SHOWN_CHARS`, safe in a markdown table cell."""
-    name = name.replace("|", "/").replace("`", "'")
+    name = "".join(c if c.isprintable() else " " for c in name).replace("|", "/").replace("`", "'")
     return name if len(name) <= SHOWN_CHARS else name[: SHOWN_CHARS - 1] + "…"
 
 

@@ -359,7 +359,8 @@ def check_notes(data: dict) -> list[str]:
     ]
     if finding:
         notes.append(
-            f"> **Finding:** {len(finding)} check(s) on a routed kernel that accumulates in lower precision err "
+            f"> **Finding:** {len(finding)} check(s) on a routed kernel (accumulating in the input dtype, or in "
+            "an accumulator not stated for its base) err "
             "beyond the default path's (float32-accumulation) bound, evidence about that kernel: "
             + _named(finding)
             + "."

@@ -20,6 +20,7 @@ from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
 
+from harness.bench import kernels
 from harness.bench.timer import Measurement
 from harness.errors import ResultsError
 from harness.fsutil import atomic_write_json
@@ -393,7 +394,7 @@ def kernels_problem(kernels, run: dict) -> str | None:
             if not isinstance(per_cell, dict):
                 return f"{at} is {_kind(per_cell)}, not an object"
             for key, seen in per_cell.items():
-                found = _observation_problem(f"{at}[{key!r}]", seen)
+                found = _observation_problem(f"{at}[{key!r}]", seen, run.get("device"))
                 if key not in run["cells"]:
                     found = f"{at}[{key!r}] is a cell that is not in run.cells (the plan)"
                 if found:
@@ -401,17 +402,29 @@ def kernels_problem(kernels, run: dict) -> str | None:
     return None
 
 
-def _observation_problem(at: str, seen) -> str | None:
+def _observation_problem(at: str, seen, device: str | None) -> str | None:
+    """One observation: names are strings of printable characters (a newline would break the report's
+    tables), and ``path``/``route`` are what :func:`harness.bench.kernels.classify` gives those names on
+    the run's device, so an edited path or route cannot turn into a verdict."""
     if not isinstance(seen, dict):
         return f"{at} is {_kind(seen)}, not an observation"
     names = seen.get("names")
     if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
         return f"{at}.names is not a list of strings"
+    if any(not n.isprintable() for n in names):
+        return f"{at}.names holds a name with a control character (newline, tab, ...)"
     for key in ("path", "route"):
         if not isinstance(seen.get(key), (str, type(None))):
             return f"{at}.{key} is {_kind(seen.get(key))}, not a string or null"
     if seen.get("path") is not None and not names:
         return f"{at}.path is {seen['path']!r} with no kernel names"
+    if device in kernels.RULES and not seen.get("error"):
+        path, route = kernels.classify(device, names)
+        if (seen.get("path"), seen.get("route")) != (path, route):
+            return (
+                f"{at}: path {seen.get('path')!r} and route {seen.get('route')!r} are not what its names give "
+                f"on {device} ({path!r}, {route!r})"
+            )
     for key, required in (("trace", True), ("error", False)):
         if (required or key in seen) and not isinstance(seen.get(key), str):
             return f"{at}.{key} is {_kind(seen.get(key))}, not a string"

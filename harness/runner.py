@@ -1214,8 +1214,9 @@ def check_contrasts(texts: Sequence[str], builds: list[str], configs: list[str])
 
 
 def check_keep_env(keep: Sequence[str]) -> None:
-    """Refuse ``--keep-env`` names that reach the workers anyway (:data:`harness.configs.INHERITED`) or
-    that are not variable names.
+    """Refuse ``--keep-env`` names that reach the workers anyway (:data:`harness.configs.INHERITED`), that
+    are not variable names, or that the harness sets itself (:func:`harness.configs.env_name_problem`:
+    a kept ``PYTHONPATH`` was reported kept while the workers got the harness's own).
 
     Raises:
         UsageError: names the variables.
@@ -1227,12 +1228,13 @@ def check_keep_env(keep: Sequence[str]) -> None:
             "variables outside harness.configs.INHERITED are cleared)",
             "drop it from --keep-env",
         )
-    bad = [n for n in keep if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", n)]
-    if bad:
-        raise UsageError(
-            f"--keep-env {', '.join(bad)}: not an environment variable name",
-            "give names of letters, digits and _, e.g. --keep-env NVIDIA_TF32_OVERRIDE",
-        )
+    for name in keep:  # the --env rule: a name, and not one the harness sets itself (PYTHONPATH)
+        problem = cfg.env_name_problem(name)
+        if problem:
+            raise UsageError(
+                f"--keep-env {name}: {problem}",
+                "name variables the harness does not set itself, e.g. --keep-env NVIDIA_TF32_OVERRIDE",
+            )
 
 
 # ------------------------------------------------------------------------------- the out folder

@@ -44,9 +44,9 @@ from pathlib import Path
 
 from harness import progress
 from harness.checks.accuracy import ACCUMULATORS
-from harness.configs import DEVICES
+from harness.configs import DEVICES, ROUTES
 from harness.errors import HarnessError, SeriesError, UpstreamError
-from harness.evidence import EvidenceError
+from harness.evidence import EvidenceError, route_problem
 from harness.evidence import validate as validate_evidence
 from harness.fsutil import atomic_write_text, inside
 from harness.paths import slug
@@ -305,9 +305,38 @@ def _load_base(where: str, folder: Path, number: int, table: dict) -> Base:
             ("path", "commit"),
             "add `{key} = ...` to that [[base.read]]",
         )
-    accumulators = table.get("accumulators", {})
+    accumulators, routes = _accumulators(label, table.get("accumulators", {})), _routes(label, table.get("routes", {}))
+    files = _strings(label, "files", table["files"]) if "files" in table else None
+    return Base(
+        number,
+        table["ref"],
+        directory,
+        patches,
+        table.get("commit"),
+        files,
+        table.get("notes", ""),
+        tuple(reads),
+        accumulators,
+        routes,
+    )
+
+
+def _accumulators(label: str, accumulators: dict) -> dict:
+    """A base's ``[base.accumulators.<path>]`` tables, checked: ``path`` a routed kernel path
+    (:data:`harness.configs.ROUTES` but ``default``: a misspelt one would be ignored), ``accumulator``
+    one of :data:`harness.checks.accuracy.ACCUMULATORS` and a ``source``.
+
+    Raises:
+        SeriesError: the first bad table, named.
+    """
+    routed = [r for r in ROUTES if r != "default"]
     for path, item in accumulators.items():
         where_acc = f"{label} [base.accumulators.{path}]"
+        if path not in routed:
+            raise SeriesError(
+                f"{where_acc}: {path!r} is not a routed kernel path ({', '.join(routed)})",
+                "name the path the routes send GEMMs to",
+            )
         if not isinstance(item, dict):
             raise SeriesError(f"{where_acc} must be a table", "give it accumulator = ... and source = ...")
         _check_keys(where_acc, item, _ACCUMULATOR_KEYS, ("accumulator", "source"), "add `{key} = ...` to that table")
@@ -316,7 +345,17 @@ def _load_base(where: str, folder: Path, number: int, table: dict) -> Base:
                 f"{where_acc}: accumulator {item['accumulator']!r} is not one of {', '.join(ACCUMULATORS)}",
                 "name what that base's kernel sums in, read in its source",
             )
-    routes = table.get("routes", {})
+    return dict(accumulators)
+
+
+def _routes(label: str, routes: dict) -> dict:
+    """A base's ``[base.routes.<device>]`` tables, checked: a known device, config = { op = path } with
+    every path one of :data:`harness.configs.ROUTES` (configs are checked against the device's profiles
+    by :func:`load_series`).
+
+    Raises:
+        SeriesError: the first bad table, named.
+    """
     for device, per_config in routes.items():
         where_routes = f"{label} [base.routes.{device}]"
         if device not in DEVICES:
@@ -329,19 +368,11 @@ def _load_base(where: str, folder: Path, number: int, table: dict) -> Base:
                     f"{where_routes} key {config!r} must be a table of op = path strings",
                     'write it as prefer_metal = { mm = "metal" }',
                 )
-    files = _strings(label, "files", table["files"]) if "files" in table else None
-    return Base(
-        number,
-        table["ref"],
-        directory,
-        patches,
-        table.get("commit"),
-        files,
-        table.get("notes", ""),
-        tuple(reads),
-        dict(accumulators),
-        {d: {c: dict(o) for c, o in t.items()} for d, t in routes.items()},
-    )
+            try:
+                route_problem(f"{where_routes} key {config!r}", per_op)
+            except EvidenceError as exc:
+                raise SeriesError(str(exc), 'write it as prefer_metal = { mm = "metal" }') from None
+    return {d: {c: dict(o) for c, o in t.items()} for d, t in routes.items()}
 
 
 def _refuse_links(folder: Path) -> None:

@@ -27,7 +27,7 @@ An expected ``fail`` must be the expected failure (:func:`judge`): a test that e
 a fixture's setup or teardown), a collection error, or a failure whose first line (pytest's junit
 ``<failure message>``: ``ModuleNotFoundError: No module named 'x'`` for an import inside the test,
 ``AssertionError: Tensor-likes are not equal!`` for ``torch.testing``/``TestCase.assertEqual``) does not
-match the test's ``fails_with`` is not as expected. Without ``fails_with`` only assertion failures
+start with the test's ``fails_with`` (plain text) is not as expected. Without ``fails_with`` only assertion failures
 (``AssertionError``) count, and the record says the expected failure was not declared.
 
 ``[evidence] test_requirements`` (e.g. ``["pytest<9", "expecttest", "hypothesis", "numpy"]``: what
@@ -182,8 +182,9 @@ def judge(record: dict, expected: str | None, fails_with: str = "") -> tuple[boo
     None when nothing was expected, or when a ``skip`` stands where ``pass``/``fail`` was expected (a
     test that did not run here is not evidence either way). Where ``fail`` is expected, the failure must
     be the expected one: False when a test errored (junit ``<error>``), the file had a collection error,
-    no failing test was recorded, or a failing test's first line does not match ``fails_with`` (a
-    Python regular expression, searched), or, without ``fails_with``, is not an ``AssertionError``.
+    no failing test was recorded, or a failing test's first line does not start with ``fails_with``
+    (plain text, so a hostile manifest cannot make the match take exponential time), or, without
+    ``fails_with``, is not an ``AssertionError``.
     ``why``: a short phrase saying which (the record's ``first_lines`` hold the lines); for an
     undeclared failure that counted, that it was not declared; else ""."""
     outcome = record.get("outcome")
@@ -199,7 +200,7 @@ def judge(record: dict, expected: str | None, fails_with: str = "") -> tuple[boo
     if not record.get("failed") or not lines:
         return False, "no failing test recorded"
     if fails_with:
-        if any(not re.search(fails_with, line) for line in lines):
+        if any(not line.startswith(fails_with) for line in lines):  # plain text: no pattern to backtrack on
             return False, f"not the declared failure (fails_with `{fails_with}`)"
         return True, ""
     if any(not ASSERTION.match(line) for line in lines):

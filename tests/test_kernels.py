@@ -245,6 +245,29 @@ def test_old_results_without_kernels_render_not_observed_and_validate():
         ({"stock": {"default": {"mm/1x1x1/float32": {}}}}, "not in run.cells"),
         ({"stock": {"default": {"KEY": {"names": "SGEMM", "path": None, "route": None, "trace": "t"}}}}, "names"),
         ({"stock": {"default": {"KEY": {"names": [], "path": "mkl", "route": None, "trace": "t"}}}}, "no kernel"),
+        # an edited path or route, or a name that would break the report's tables (hostile review, N10)
+        (
+            {
+                "stock": {
+                    "default": {
+                        "KEY": {"names": ["mkl:SGEMM(N,N,1)"], "path": "bogus", "route": "default", "trace": "t"}
+                    }
+                }
+            },
+            "path 'bogus' and route 'default' are not what its names give on cpu ('mkl', 'default')",
+        ),
+        (
+            {
+                "stock": {
+                    "default": {"KEY": {"names": ["mkl:SGEMM(N,N,1)"], "path": "mkl", "route": "zzz", "trace": "t"}}
+                }
+            },
+            "route 'zzz'",
+        ),
+        (
+            {"stock": {"default": {"KEY": {"names": ["x\n# H"], "path": "unclassified", "route": None, "trace": "t"}}}},
+            "control character",
+        ),
     ],
 )
 def test_a_malformed_kernels_section_is_refused_on_read(planted, fragment):

@@ -847,3 +847,16 @@ def test_interrupted_build_resumes_compiling_only_what_was_left(tiny_source, tmp
     assert manifest["compiled_units"] == 1  # only config.cpp, the unit the interrupt stopped
     assert "src/config.cpp.o" in Path(manifest["log"]).read_text()
     assert (dist / "tinyext-1.4.0+stock.earlier-py3-none-any.whl").read_bytes() == b"an earlier build"
+
+
+def test_keep_env_refuses_a_variable_the_harness_sets_itself():
+    # hostile review of issue 27 (N8): --keep-env PYTHONPATH was reported "kept" while every worker got the
+    # harness's own PYTHONPATH; it follows the --env rule now
+    from harness.errors import UsageError
+    from harness.runner import check_keep_env
+
+    with pytest.raises(UsageError, match="--keep-env PYTHONPATH: the harness sets PYTHONPATH for its workers"):
+        check_keep_env(["PYTHONPATH"])
+    with pytest.raises(UsageError, match="'A=B' is not an environment variable name"):
+        check_keep_env(["A=B"])
+    check_keep_env(["NVIDIA_TF32_OVERRIDE"])  # a name the workers would not inherit: fine

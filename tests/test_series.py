@@ -494,6 +494,10 @@ def test_debian_rebase_clean_and_conflict(debian_import, debian_project, project
         ("[base.routes.mps]\nprefer_metal", "[base.routes.gpu]\nprefer_metal", "[base.routes.gpu]: unknown device"),
         ('all = { mm = "metal" }\n', 'all = { mm = "metal" }\ncolour = "blue"\n', "key 'colour' must be a table"),
         ("[evidence.mps.patched_routes]\nall = {", "[evidence.mps.patched_routes]\nall = 1 #", "patched_routes.all"),
+        # misspelt paths would silently take the looser bound (hostile review of issue 27, N11)
+        ('prefer_metal = { mm = "metal" }', 'prefer_metal = { mm = "metla" }', "mm = 'metla' is not a kernel path"),
+        ("[base.accumulators.metal]", "[base.accumulators.metla]", "'metla' is not a routed kernel path (metal)"),
+        ('prefer_metal = { mm = "metal", addmm', 'prefer_metal = { mm = "gpu", addmm', "mm = 'gpu' is not a kernel"),
     ],
 )
 def test_a_malformed_per_base_route_is_one_line_naming_the_base_and_key(tmp_path, old, new, expected):

@@ -16,7 +16,7 @@ from harness import prbody, seriestests
 from harness.evidence import EvidenceError, SeriesTest, validate
 
 RIGHT = "AssertionError: 'Ignoring invalid value for boolean flag X_FLAG' not found in ''"
-DECLARED = "^AssertionError: 'Ignoring invalid value for boolean flag X_FLAG' not found in "
+DECLARED = "AssertionError: 'Ignoring invalid value for boolean flag X_FLAG' not found in "
 
 TEST_FILE = """\
 import unittest
@@ -128,8 +128,11 @@ def test_errors_and_empty_failures_are_not_the_expected_failure():
 
 
 def test_fails_with_is_validated_in_one_line():
-    table = {"test": [{"name": "t", "file": "test/t.py", "expect": {"stock": "fail"}, "fails_with": "(unclosed"}]}
-    with pytest.raises(EvidenceError, match=r"key 'fails_with': '\(unclosed' is not a regular expression"):
+    table = {"test": [{"name": "t", "file": "test/t.py", "expect": {"stock": "fail"}, "fails_with": "a\nb"}]}
+    with pytest.raises(EvidenceError, match="key 'fails_with': one line of at most 200 characters"):
+        validate(table)
+    table["test"][0] |= {"fails_with": "x", "expect": {"stok": "fail"}}  # a misspelt build judged nothing
+    with pytest.raises(EvidenceError, match="key 'expect': 'stok' is not a build"):
         validate(table)
     table["test"][0] |= {"fails_with": "x", "expect": {"stock": "pass"}}
     with pytest.raises(EvidenceError, match="key 'fails_with': no build is expected to fail"):
@@ -137,3 +140,15 @@ def test_fails_with_is_validated_in_one_line():
     table["test"][0]["expect"] = {"stock": "fail"}
     (test,) = validate(table).tests
     assert test.fails_with == "x" and test.to_json()["fails_with"] == "x"
+
+
+def test_fails_with_is_plain_text_so_a_backtracking_pattern_cannot_hang_the_judgement():
+    # a regular expression like ^AssertionError: (a+)+$ took exponential time on "a" * 40 + "!" (hostile
+    # review of issue 27): fails_with is the start of the line, compared as text
+    record = {"outcome": "fail", "failed": 1, "first_lines": ["AssertionError: " + "a" * 40 + "!"]}
+    import time
+
+    start = time.perf_counter()
+    assert seriestests.judge(record, "fail", "^AssertionError: (a+)+$")[0] is False
+    assert seriestests.judge(record, "fail", "AssertionError: aaa") == (True, "")
+    assert time.perf_counter() - start < 1.0
