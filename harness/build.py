@@ -58,7 +58,7 @@ from harness import children, progress
 from harness import series as series_mod
 from harness import upstream as upstream_mod
 from harness.errors import BuildError, HarnessError, UsageError
-from harness.fsutil import atomic_write_json, exclusive_lock, inside, sha256_file
+from harness.fsutil import atomic_write_json, exclusive_lock, inside, open_write, sha256_file
 from harness.numbers import Bound, number
 from harness.paths import cache_dir, slug
 from harness.series import patches_hash
@@ -183,6 +183,8 @@ OTHER_DISK_MIN = 512 << 20
 #: GiB of free disk a build needs, overriding :func:`disk_estimate` (for a user who measured their
 #: own build, and for tests that provoke the "disk nearly full" refusal with a real free-space check).
 FREE_GIB_ENV = "TORCH_PATCH_HARNESS_BUILD_FREE_GIB"
+#: the range of $TORCH_PATCH_HARNESS_BUILD_FREE_GIB (GiB: up to an exbibyte, which int() of bytes holds)
+FREE_GIB_BOUND = Bound(0, 10**9, unit="GiB")
 
 #: Lines of the log shown on failure.
 TAIL_LINES = 40
@@ -609,16 +611,11 @@ def required_free_bytes(source_dir: Path, platform: str) -> tuple[int, str]:
     (:data:`FREE_GIB_ENV`) when set, else :func:`disk_estimate`.
 
     Raises:
-        UsageError: the variable is not a non-negative number.
+        UsageError: the variable is not a number of GiB in :data:`FREE_GIB_BOUND` (named with the range).
     """
     text = os.environ.get(FREE_GIB_ENV)
-    if text is not None:
-        try:
-            gib = float(text)
-        except ValueError:
-            gib = -1.0
-        if not gib >= 0:
-            raise UsageError(f"{FREE_GIB_ENV}={text!r} is not a number of GiB", "set it to e.g. 30, or unset it")
+    if text is not None:  # harness.numbers' one rule: NaN, inf, 1e400 and negatives refused in one line
+        gib = number(text, f"${FREE_GIB_ENV}", FREE_GIB_BOUND)
         return int(gib * GIB), f"set by {FREE_GIB_ENV}"
     root = Path(source_dir)
     pytorch = (root / "aten").is_dir() and (root / "torch").is_dir()
@@ -1229,7 +1226,7 @@ def find_identical(dist_dir: Path, inputs: dict) -> Path | None:
     for manifest in sorted(Path(dist_dir).glob("*.whl.build.json")):
         try:
             data = json.loads(manifest.read_text())
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):
             continue
         wheel = manifest.with_name(manifest.name[: -len(".build.json")])
         if data.get("inputs") == inputs and wheel.is_file() and sha256_file(wheel) == data.get("wheel_sha256"):
@@ -1327,7 +1324,7 @@ def build_wheel(plan: BuildPlan, dist_dir: Path | None = None, *, force: bool = 
                 _apply_series_in_tree(plan.source_dir, plan.series.patches)
                 applied = True
             progress.note(f"build {plan.kind}: {shlex.join(command)} (log: {log_path})")
-            with open(log_path, "a", encoding="utf-8") as log:
+            with open_write(log_path, append=True) as log:  # never through a link in --dist/logs
                 log.write("".join(f"{k}={v}\n" for k, v in sorted(plan.env.items())))
                 rc = _run_logged(command, log, cwd=plan.source_dir, env=env)
         finally:

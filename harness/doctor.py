@@ -167,7 +167,7 @@ def run(
     started = time.monotonic()
     python, _ = ensure_interpreter(parse_input(build, "build"))
     device = _auto_device(python) if device == "auto" else device
-    info = probe_build("build", python, device, keep)  # an unusable device: one line, exit 2
+    info = probe_build("", python, device, keep)  # an unusable device: one line, exit 2
     who = info.get("gpu_name") or info.get("cpu_name")
     header = (
         f"torch {info['torch_version']} (git {str(info.get('git_version'))[:12]}) on {device} ({who}), "

@@ -2,11 +2,16 @@
 
 Every result the user produced is written through :func:`atomic_write_text`
 (temporary file in the same directory, fsync, rename), so an interrupt or a
-crash leaves either the old file or the new one, never a torn one.
+crash leaves either the old file or the new one, never a torn one. The rename
+replaces a symbolic link at the path (``rename(2)`` acts on the link itself), so
+an atomic write never writes through a link; a file written in place (a
+worker's stderr, its records, a build log) is opened by :func:`open_write`,
+which refuses a link.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -15,7 +20,7 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from harness.errors import HarnessError
 
@@ -64,8 +69,38 @@ def inside(root: Path | str, name: Path | str, what: str) -> Path:
     return target
 
 
+class LinkRefused(HarnessError):
+    """A file the harness writes in place is a symbolic link: it is not followed."""
+
+
+def open_write(path: Path | str, append: bool = False, binary: bool = False) -> IO[Any]:
+    """``path`` opened for writing (created; truncated, or appended to with ``append``), never through
+    a symbolic link (``O_NOFOLLOW``): a link planted at ``path`` (``raw/<proc>.stderr -> ~/precious``)
+    is refused, its target untouched. Text files are UTF-8.
+
+    Raises:
+        LinkRefused: ``path`` is a symbolic link (the message names it and its target).
+        OSError: any other failure to open.
+    """
+    mode = ("a" if append else "w") + ("b" if binary else "")
+    try:  # open()'s own flags (O_TRUNC or O_APPEND) plus O_NOFOLLOW; the file keeps its name (``fh.name``)
+        return open(path, mode, encoding=None if binary else "utf-8", opener=_no_follow)  # noqa: SIM115
+    except OSError as exc:
+        if exc.errno not in (errno.ELOOP, errno.EMLINK) or not os.path.islink(path):
+            raise
+        raise LinkRefused(
+            f"{path} is a symbolic link (to {os.readlink(path)}): the harness does not write through links",
+            f"delete {path} (its target stays as it is) and run again",
+        ) from None
+
+
+def _no_follow(path: str, flags: int) -> int:
+    return os.open(path, flags | os.O_NOFOLLOW, 0o666)
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically (same-directory temp file, fsync, ``os.replace``)."""
+    """Write ``data`` to ``path`` atomically (same-directory temp file, fsync, ``os.replace``); a symbolic
+    link at ``path`` is replaced by the file, its target untouched."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -133,7 +168,7 @@ def exclusive_lock(directory: Path, what: str) -> Iterator[Path]:
         except FileExistsError:
             try:
                 holder = json.loads(lock.read_text())
-            except (OSError, ValueError):
+            except (OSError, ValueError, RecursionError):
                 holder = {}
             same_host = holder.get("host") == me["host"]
             if same_host and isinstance(holder.get("pid"), int) and not _pid_alive(holder["pid"]):

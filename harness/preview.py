@@ -19,8 +19,7 @@ from pathlib import Path
 from harness import children
 from harness.errors import UsageError
 from harness.fsutil import atomic_write_text
-from harness.outdir import PREVIEW_WRITES, claim
-from harness.results import is_run
+from harness.outdir import PREVIEW_WRITES, claim, holds_results
 
 #: GitHub's markdown body is 980 px wide at most; these rules mimic its tables, code and images
 STYLE = """
@@ -102,8 +101,9 @@ def screenshot(page: Path, png: Path, width: int) -> Path:
 
 
 def _holds_a_report(directory: Path) -> bool:
-    """A folder written before output folders were marked: a run of ours, or nothing but a report and its pages."""
-    return is_run(directory) or all(p.name in ("report.md", *PREVIEW_WRITES) for p in directory.iterdir())
+    """A folder written before output folders were marked: it holds a results.json of ours that loads
+    (:func:`harness.outdir.holds_results`; a report.md alone may be the user's, as may report.html)."""
+    return holds_results(directory)
 
 
 def write_html(directory: Path, open_details: bool = False) -> Path:

@@ -55,7 +55,7 @@ def is_run(directory: Path) -> bool:
     ):
         try:
             data = json.loads(path.read_text())
-        except (OSError, UnicodeDecodeError, ValueError):
+        except (OSError, UnicodeDecodeError, ValueError, RecursionError):
             continue
         if isinstance(data, dict) and all(k in data for k in keys):
             return True
@@ -76,7 +76,7 @@ def load(directory: Path) -> dict:
         raise ResultsError(f"{path} does not exist", "run `python -m harness compare ... --out DIR` first")
     try:
         data = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise DamagedResults(f"{path} is not readable JSON ({exc})", REBUILD) from None
     if not isinstance(data, dict):
         raise DamagedResults(f"{path} is not a results.json object (a JSON {_kind(data)}): damaged", REBUILD)

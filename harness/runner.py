@@ -46,7 +46,7 @@ from harness.bench.workloads import DTYPES, ITEMSIZE, Cell, default_cells
 from harness.checks import consistency
 from harness.checks.accuracy import FAILED, status_of
 from harness.errors import HarnessError, ResultsError, UsageError
-from harness.fsutil import atomic_write_json, exclusive_lock, inside
+from harness.fsutil import atomic_write_json, exclusive_lock, inside, open_write
 from harness.numbers import Bound, number
 from harness.outdir import MARKER, RESULTS_WRITES, claim, clear
 from harness.progress import note, task
@@ -237,6 +237,7 @@ def probe_build(
     with_collect_env: bool = False,
 ) -> dict:
     """Run :mod:`harness.provenance` in ``python``; raise when the device cannot produce evidence.
+    ``name``: the build's name in messages (``stock``), or ``""`` for "the build" (doctor's one build);
     ``keep``: inherited variables passed through (--keep-env), as in the workers; ``names``: variables
     and series markers looked for in the build's libraries (default: the device's generic variables);
     ``with_collect_env``: add ``python -m torch.utils.collect_env`` (a few seconds).
@@ -247,7 +248,8 @@ def probe_build(
     names = sorted(set(cfg.variables(device)) | set(names))
     env = cfg.worker_environment(cfg.EnvConfig("probe"), keep=keep)
     env["PYTHONPATH"] = SOURCE_ROOT
-    what = f"build {name} probe ({python})"
+    who = f"build {name}" if name else "the build"  # doctor's one build has no name: not "build build"
+    what = f"{who} probe ({python})"
     cmd = [str(python), "-m", "harness.provenance", "--device", device, "--vars", ",".join(names)]
     proc = children.run(
         [*cmd, *(["--collect-env"] if with_collect_env else [])],
@@ -260,19 +262,19 @@ def probe_build(
     )
     info = proc.answer
     if proc.returncode != 0:
-        raise not_started(f"build {name}", python, proc) or HarnessError(
-            f"build {name} ({python}) cannot run the probe: {proc.last_line()}",
+        raise not_started(who, python, proc) or HarnessError(
+            f"{who} ({python}) cannot run the probe: {proc.last_line()}",
             "make sure that interpreter has torch installed (python -c 'import torch')",
         )
     if not isinstance(info, dict):  # /bin/true, or a program that is not Python
         raise HarnessError(
-            f"build {name} ({python}) did not answer the probe (exit status 0, no answer written): "
+            f"{who} ({python}) did not answer the probe (exit status 0, no answer written): "
             "it is not a Python interpreter that runs the harness",
             "pass python:/path/to/python of an environment that has torch (python -c 'import torch')",
         )
     if info.get("device_error"):
         raise HarnessError(
-            f"device {device} is not usable in build {name} (torch {info['torch_version']}): {info['device_error']}",
+            f"device {device} is not usable in {who} (torch {info['torch_version']}): {info['device_error']}",
             "refusing to produce evidence for it; choose another --device (cpu always works)",
         )
     return info
@@ -425,15 +427,27 @@ def _worker_path(raw: Path, name: str) -> Path:
     return raw / f"{name}.worker.json"
 
 
+#: the largest process id a record in raw/ may name: Linux's PID_MAX_LIMIT (2**22, include/linux/threads.h;
+#: /proc/sys/kernel/pid_max is at most that); macOS pids stay below 99999. pid 1 (init) is never a worker.
+PID_MAX = 2**22
+
+
 def reap_orphans(raw: Path) -> list[int]:
     """Kill the process groups of workers that a killed driver left running (``raw/*.worker.json`` of a
     live worker without a status file), so they cannot overlap this run's timings; returns their pids."""
     killed = []
     for path in sorted(raw.glob("*.worker.json")) if raw.is_dir() else []:
         try:
-            pid = int(json.loads(path.read_text())["pid"])
+            pid = json.loads(path.read_text())["pid"]
+        except (OSError, ValueError, RecursionError, KeyError, TypeError):
+            pid = None
+        if isinstance(pid, bool) or not isinstance(pid, int) or not 1 < pid <= PID_MAX:
+            note(f"{path.name} names no process of this machine (pid {str(pid)[:30]}): a stale record, removed")
+            path.unlink(missing_ok=True)
+            continue
+        try:
             os.killpg(pid, 0)
-        except (OSError, ValueError, KeyError, TypeError):
+        except OSError:
             path.unlink(missing_ok=True)
             continue
         try:
@@ -472,7 +486,7 @@ def run_worker(
     started = time.time()
     reason, returncode, stalled = "", None, False
     err_path = raw / f"{name}.stderr"
-    with open(err_path, "w") as err:
+    with open_write(err_path) as err:  # never through a link planted in raw/ (fsutil.open_write)
         # its own process group (a terminal's Ctrl-C reaches the driver only), killed with the driver
         proc = subprocess.Popen(
             [str(python), "-m", "harness.bench.worker", str(spec_path), str(out_path)],
@@ -575,7 +589,12 @@ def run_consistency(
     for build, info in build_info.items():
         kept = raw / f"consistency-{build}.json"
         if kept.is_file():
-            result["builds"][build] = json.loads(kept.read_text())
+            try:
+                result["builds"][build] = json.loads(kept.read_text())
+            except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+                raise ResultsError(
+                    f"{kept} is damaged (not readable JSON)", "run again with --fresh, or with a new --out"
+                ) from None
             continue
         files = [raw / f"{_proc_name(0, build, c)}.outputs.pt" for c in pair]
         if not all(f.is_file() for f in files):
@@ -679,7 +698,7 @@ def build_manifest(build) -> dict | None:
     path = Path(build.value + ".build.json")
     try:
         data = json.loads(path.read_text())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None
     inputs = data.get("inputs", {})
     if data.get("wheel_sha256") != build.sha256:
@@ -881,7 +900,7 @@ def check_resumable(raw: Path, plan: dict, rounds: int, adaptive: bool = False) 
     if path.is_file():
         try:
             earlier = json.loads(path.read_text())
-        except (OSError, UnicodeDecodeError, ValueError):
+        except (OSError, UnicodeDecodeError, ValueError, RecursionError):
             earlier = None
         if not isinstance(earlier, dict):
             raise ResultsError(
@@ -946,7 +965,7 @@ def read_status(status: Path) -> dict | None:
     ``.damaged-<UTC time>`` (with a note) and the process counts as unfinished, to be run again."""
     try:
         record = json.loads(status.read_text())
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
         found = f"not readable JSON ({exc})"
     else:
         found = res.cells_problem(record.get("cells"), "cells") if isinstance(record, dict) else "not a JSON object"
@@ -1256,7 +1275,7 @@ def open_out(plan: Plan) -> Path:
     raw = inside(out, "raw", "--out folder")
     reap_orphans(raw)
     if plan.fresh:
-        clear(out)  # only what the folder's marker lists (harness.outdir)
+        clear(out, RESULTS_WRITES)  # only what the folder's marker lists and a run writes (harness.outdir)
     elif (out / res.RESULTS).exists():
         try:
             res.load(out)  # refuse to resume from (and overwrite) a results.json of another schema version

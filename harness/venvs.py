@@ -241,7 +241,7 @@ def _ready(root: Path, python: Path, build: BuildInput) -> bool:
         return False
     try:
         return json.loads(marker.read_text()).get("input") == build.to_json()
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return False
 
 

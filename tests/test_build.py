@@ -717,7 +717,8 @@ def test_toolchain_checks_missing_tools_never_raise(tmp_path, monkeypatch, roomy
     disk = dict((i, (ok, d)) for i, ok, d in b.toolchain_checks("linux-cpu", src))["disk"]
     assert disk == (
         False,
-        "error: TORCH_PATCH_HARNESS_BUILD_FREE_GIB='lots' is not a number of GiB -- set it to " "e.g. 30, or unset it",
+        "error: $TORCH_PATCH_HARNESS_BUILD_FREE_GIB lots: not a number -- "
+        "give $TORCH_PATCH_HARNESS_BUILD_FREE_GIB a number of GiB in [0, 1e+09]",
     )
     monkeypatch.delenv(b.FREE_GIB_ENV)
     disk = dict((i, (ok, d)) for i, ok, d in b.toolchain_checks("linux-cpu", src))["disk"]

@@ -179,7 +179,7 @@ def test_a_program_that_is_not_python_is_one_line(tmp_path):
     ran = run_harness("doctor", "--build", "python:/bin/true", "--out", str(tmp_path / "doctor"))
     assert ran.returncode == 2 and "Traceback" not in ran.stderr, ran.stderr
     errors = [line for line in ran.stderr.splitlines() if line.startswith("error:")]
-    cause = info.value.cause.replace("build stock", "build build")  # doctor's one build is named "build"
+    cause = info.value.cause.replace("build stock", "the build")  # doctor's one build: not "build build"
     remedy = "pass python:/path/to/python of an environment that has torch (python -c 'import torch')"
     assert errors == [f"error: {cause} -- {remedy}"]
 

@@ -34,7 +34,7 @@ def test_doctor_for_a_device_this_torch_lacks_stops_in_one_line(tmp_path, capsys
     code = cli.main(["doctor", "--device", "mps", "--build", f"python:{sys.executable}", "--out", str(tmp_path)])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1
-    assert err[0].startswith("error: device mps is not usable in build build (torch ")
+    assert err[0].startswith("error: device mps is not usable in the build (torch ")
     assert "MPS is not built into this torch" in err[0]
 
 

@@ -105,7 +105,7 @@ def test_fresh_removes_only_what_the_marker_lists(tmp_path):
     # a marker edited to list everything removes no more than the harness's own names
     marker["writes"].append("*")
     (out / outdir.MARKER).write_text(json.dumps(marker))
-    assert outdir.clear(out) == ["latency-gemm.png", "raw", "report.md", "results.json"]
+    assert outdir.clear(out, outdir.RESULTS_WRITES) == ["latency-gemm.png", "raw", "report.md", "results.json"]
     assert sorted(p.name for p in out.iterdir()) == [".lock", outdir.MARKER, "notes.txt"]
 
 
@@ -135,7 +135,7 @@ def test_a_run_made_before_the_marker_is_re_rendered_and_then_marked(tmp_path, c
     assert (run / "notes.txt").read_text() == "mine\n"
     # --fresh on it removes the run's names only
     (run / "raw").mkdir()
-    assert {"raw", "report.md", "results.json", "speedup.png"} <= set(outdir.clear(run))
+    assert {"raw", "report.md", "results.json", "speedup.png"} <= set(outdir.clear(run, outdir.RESULTS_WRITES))
     assert sorted(p.name for p in run.iterdir()) == [outdir.MARKER, "notes.txt"]
     assert (run / "notes.txt").read_text() == "mine\n"
 
@@ -192,3 +192,88 @@ def test_build_does_not_write_into_a_foreign_dist(tmp_path, capsys):
     line = _error(capsys, "build", "--kind", "stock", "--source", str(repo), "--jobs", "1", "--dist", str(dist))
     assert f"--dist {dist} holds files that are not a run of the harness (someone-1.0-py3-none-any.whl)" in line
     assert tree_digest(dist) == before
+
+
+# ------------------------------------------------ review of issue 27: links, kinds, pre-marker folders
+def test_no_file_in_an_output_folder_is_written_through_a_link(tmp_path):
+    """N1: a ``raw/<proc>.stderr`` link to the user's file: run_worker's open(err, "w") emptied it."""
+    from harness import configs as cfg
+    from harness import fsutil
+    from harness.bench import worker
+
+    precious = tmp_path / "v.txt"
+    precious.write_text("precious\n")
+    raw = tmp_path / "out" / "raw"
+    raw.mkdir(parents=True)
+    (raw / "r00-stock-default.stderr").symlink_to(precious)
+    with pytest.raises(fsutil.LinkRefused) as info:
+        runner.run_worker(Path(sys.executable), {"cells": []}, cfg.EnvConfig("default"), raw, "r00-stock-default", 5.0)
+    assert info.value.cause == (
+        f"{raw / 'r00-stock-default.stderr'} is a symbolic link (to {precious}): "
+        "the harness does not write through links"
+    )
+    # the worker's records and a build's log are opened the same way; an atomic write replaces the link
+    (raw / "w.jsonl").symlink_to(precious)
+    with pytest.raises(fsutil.LinkRefused):
+        worker.main([str(raw / "r00-stock-default.spec.json"), str(raw / "w.jsonl")])
+    with pytest.raises(fsutil.LinkRefused):
+        fsutil.open_write(raw / "w.jsonl", append=True)
+    (raw / "report.md").symlink_to(precious)
+    fsutil.atomic_write_text(raw / "report.md", "ours\n")
+    assert not (raw / "report.md").is_symlink() and (raw / "report.md").read_text() == "ours\n"
+    assert precious.read_text() == "precious\n"
+
+
+def _dist(folder: Path, marker: dict | None = None) -> dict[str, str]:
+    outdir.claim(folder, "--dist", outdir.DIST_WRITES)
+    if marker is not None:  # as a harness before kinds wrote it (compare had added its names)
+        (folder / outdir.MARKER).write_text(json.dumps(marker))
+    (folder / "tinyext-1.0+stock-py3-none-any.whl").write_bytes(b"a wheel of hours")
+    (folder / "logs").mkdir()
+    return tree_digest(folder)
+
+
+@pytest.mark.parametrize("old", [False, True])
+def test_fresh_out_on_a_dist_folder_is_refused_and_deletes_no_wheel(tmp_path, capsys, no_run_writes, old):
+    """N2: `compare --fresh --out D` on a `build --dist` folder deleted its wheels."""
+    dist = tmp_path / "dist"
+    marker = {"tool": outdir.TOOL, "writes": sorted(outdir.DIST_WRITES + outdir.RESULTS_WRITES)} if old else None
+    before = _dist(dist, marker)
+    if not old:
+        assert json.loads((dist / outdir.MARKER).read_text())["kind"] == "dist"
+    line = _error(capsys, *BENCH, "--out", str(dist), "--fresh")
+    assert line == (
+        f"error: --out {dist} is a dist folder of the harness (its {outdir.MARKER}), not a run folder: the "
+        "harness does not mix them -- give a new or empty folder, e.g. results/<name>"
+    )
+    assert tree_digest(dist) == before
+    for what, writes in (("doctor --out", outdir.DOCTOR_WRITES), ("preview DIR", outdir.PREVIEW_WRITES)):
+        with pytest.raises(runner.ResultsError, match=r"is a dist folder of the harness"):
+            outdir.claim(dist, what, writes)
+    # --fresh removes only what the marker lists and the command writes: a run's clear leaves the wheels
+    assert outdir.clear(dist, outdir.RESULTS_WRITES) == []
+    assert outdir.clear(dist, outdir.DIST_WRITES) == ["logs", "tinyext-1.0+stock-py3-none-any.whl"]
+
+
+def test_preview_and_report_take_an_unmarked_folder_only_with_a_results_json_that_loads(tmp_path, capsys):
+    """N3: a folder of the user's holding only report.md and report.html counted as ours."""
+    mine = tmp_path / "D"
+    mine.mkdir()
+    (mine / "report.md").write_text("# mine\n")
+    (mine / "report.html").write_text("mine\n")
+    before = tree_digest(mine)
+    line = _error(capsys, "preview", str(mine))
+    assert line.startswith(f"error: preview DIR {mine} holds files that are not a run of the harness (report.html, ")
+    assert tree_digest(mine) == before
+    # a results.json with the run's keys that does not load is not enough either (report loads it first)
+    copied = json.loads((EXAMPLE / "results.json").read_text())
+    (mine / "results.json").write_text(json.dumps({**copied, "processes": None}))
+    assert runner.res.is_run(mine) and not outdir.holds_results(mine)
+    before = tree_digest(mine)
+    assert "results.json" in _error(capsys, "preview", str(mine)) and tree_digest(mine) == before
+    assert "results.json" in _error(capsys, "report", str(mine)) and tree_digest(mine) == before
+    # a run of ours from before the marker: report, then preview of its report.md, both work
+    run = _legacy_run(tmp_path / "old")
+    assert outdir.holds_results(run) and cli.main(["report", str(run)]) == 0
+    (run / outdir.MARKER).unlink()
+    assert cli.main(["preview", str(run)]) == 0 and (run / "report.html").is_file()

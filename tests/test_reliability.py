@@ -766,8 +766,9 @@ def test_disk_nearly_full_is_refused_against_the_real_free_space(tiny_source, tm
     assert sorted(p.name for p in dist.iterdir()) == [outdir.MARKER, "tinyext-1.4.0+stock.earlier-py3-none-any.whl"]
     assert not (tmp_path / "cache" / "build-venvs").exists()
     bad = _build(repo, dist, tmp_path, env={"TORCH_PATCH_HARNESS_BUILD_FREE_GIB": "lots"})
-    assert one_line_error(bad.stderr, bad.returncode).startswith(
-        "error: TORCH_PATCH_HARNESS_BUILD_FREE_GIB='lots' is not a number of GiB -- set it to e.g. 30"
+    assert one_line_error(bad.stderr, bad.returncode) == (
+        "error: $TORCH_PATCH_HARNESS_BUILD_FREE_GIB lots: not a number -- "
+        "give $TORCH_PATCH_HARNESS_BUILD_FREE_GIB a number of GiB in [0, 1e+09]"
     )
 
 
@@ -860,3 +861,63 @@ def test_keep_env_refuses_a_variable_the_harness_sets_itself():
     with pytest.raises(UsageError, match="'A=B' is not an environment variable name"):
         check_keep_env(["A=B"])
     check_keep_env(["NVIDIA_TF32_OVERRIDE"])  # a name the workers would not inherit: fine
+
+
+# ------------------------------------------------------ review of issue 27: tracebacks on hostile files
+DEEP = "[" * 200000 + "]" * 200000  # json.loads: RecursionError, not ValueError
+
+
+def test_json_nested_too_deep_is_damaged_in_one_line(finished_run, tmp_path, capsys):
+    """N5: a results.json, marker, status, plan or worker record nested 200000 deep: RecursionError tracebacks."""
+    from harness import runner
+
+    run, args = finished_run
+    out = _copy(run, tmp_path)
+    (out / "results.json").write_text(DEEP)
+    line = _cli_line(capsys, "report", str(out))
+    assert line.startswith(f"error: {out / 'results.json'} is not readable JSON (maximum recursion depth exceeded")
+    assert not outdir.holds_results(out)
+    marker = out / outdir.MARKER
+    marker.write_text(DEEP)
+    line = _cli_line(capsys, *args, "--out", str(out))
+    assert line.startswith(f"error: {marker} is damaged (not the harness's record of what it wrote in {out})")
+    raw = out / "raw"
+    status = raw / "r00-stock-default.status.json"
+    status.write_text(DEEP)
+    assert runner.read_status(status) is None and not status.exists()  # set aside, to be run again
+    (raw / "plan.json").write_text(DEEP)
+    with pytest.raises(runner.ResultsError, match=r"plan\.json is damaged \(not a JSON object\)"):
+        runner.check_resumable(raw, {}, 2)
+    (raw / "d.worker.json").write_text(DEEP)
+    assert runner.reap_orphans(raw) == [] and not (raw / "d.worker.json").exists()
+
+
+@pytest.mark.parametrize("pid", [99999999999999999999, 2**22 + 1, -5, 0, 1, True, "12", None])
+def test_a_worker_record_naming_no_possible_pid_is_stale(tmp_path, capsys, pid):
+    """N6: `{"pid": 99999999999999999999}` in raw/d.worker.json: OverflowError at os.killpg."""
+    from harness import runner
+
+    (tmp_path / "d.worker.json").write_text(json.dumps({"pid": pid}))
+    assert runner.reap_orphans(tmp_path) == []
+    assert not (tmp_path / "d.worker.json").exists()
+    shown = str(pid)[:30]
+    assert f"d.worker.json names no process of this machine (pid {shown}): a stale record, removed" in (
+        capsys.readouterr().err
+    )
+
+
+@pytest.mark.parametrize("text", ["inf", "nan", "1e400", "-1", "1e10"])
+def test_build_free_gib_is_parsed_by_the_one_number_rule(tmp_path, monkeypatch, text):
+    """N7: TORCH_PATCH_HARNESS_BUILD_FREE_GIB=inf: OverflowError in required_free_bytes (int(inf * GIB))."""
+    from harness import build as b
+    from harness.errors import UsageError
+
+    monkeypatch.setenv(b.FREE_GIB_ENV, text)
+    with pytest.raises(UsageError) as info:
+        b.required_free_bytes(tmp_path, "linux-cpu")
+    assert info.value.cause.startswith(f"${b.FREE_GIB_ENV} {text}: ")
+    assert info.value.remedy == f"give ${b.FREE_GIB_ENV} a number of GiB in [0, 1e+09]"
+    disk = {item: (ok, d) for item, ok, d in b.toolchain_checks("linux-cpu", tmp_path)}["disk"]
+    assert disk == (False, f"error: {info.value.cause} -- {info.value.remedy}")  # doctor's row, no traceback
+    monkeypatch.setenv(b.FREE_GIB_ENV, "30")
+    assert b.required_free_bytes(tmp_path, "linux-cpu") == (30 * b.GIB, f"set by {b.FREE_GIB_ENV}")

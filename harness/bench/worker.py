@@ -49,6 +49,7 @@ from harness.bench.timer import BlockTimer
 from harness.bench.workloads import Cell, make_inputs, op_callable, planted, reference
 from harness.checks.accuracy import DEFAULT_ACCUMULATOR, FAILED, UNKNOWN, check, status_of
 from harness.configs import snapshot
+from harness.fsutil import open_write
 from harness.provenance import dtype_support, unsupported_reason
 
 
@@ -218,14 +219,14 @@ def main(argv: list[str] | None = None) -> int:
     spec_path, out_path = argv
     with open(spec_path) as fh:
         spec = json.load(fh)
-    with open(out_path, "a") as out:
+    with open_write(out_path, append=True) as out:  # never through a link (fsutil.open_write)
         _emit(out, {"type": "importing", "module": "torch", "t": time.time()})
     import torch
 
     torch.manual_seed(spec.get("seed", 0))
     if spec.get("threads"):
         torch.set_num_threads(int(spec["threads"]))
-    with open(out_path, "a") as out, ExitStack() as stack:
+    with open_write(out_path, append=True) as out, ExitStack() as stack:
         _emit(
             out,
             {
@@ -275,7 +276,8 @@ def main(argv: list[str] | None = None) -> int:
                 fn = op_callable(cell, make_inputs(cell, device.torch_device))
                 _emit(out, {"type": "timer_sanity", "key": cell.key, **timer.sanity(fn, 8)})
         if outputs is not None:  # for harness.checks.consistency; renamed into place when complete
-            torch.save(outputs, spec["save_outputs"] + ".tmp")
+            with open_write(spec["save_outputs"] + ".tmp", binary=True) as fh:
+                torch.save(outputs, fh)
             os.replace(spec["save_outputs"] + ".tmp", spec["save_outputs"])
         _emit(out, {"type": "end", "finished": time.time()})
     return 0

@@ -30,7 +30,7 @@ def _holds_builds(dist: Path) -> bool:
     for manifest in dist.glob("*.whl.build.json"):
         try:
             data = json.loads(manifest.read_text())
-        except (OSError, UnicodeDecodeError, ValueError):
+        except (OSError, UnicodeDecodeError, ValueError, RecursionError):
             continue
         if isinstance(data, dict) and "schema" in data and "inputs" in data:
             return True

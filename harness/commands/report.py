@@ -7,7 +7,7 @@ from pathlib import Path
 
 from harness import report
 from harness import results as res
-from harness.outdir import RESULTS_WRITES, claim
+from harness.outdir import RESULTS_WRITES, claim, holds_results
 
 
 def add_arguments_report(parser: argparse.ArgumentParser) -> None:
@@ -20,7 +20,7 @@ def run_report(args: argparse.Namespace) -> int:
     (claimed first: :func:`harness.outdir.claim`); prints the paths written."""
     data = res.load(args.directory)
     directory = args.directory.parent if args.directory.name == res.RESULTS else args.directory
-    claim(directory, "report DIR", RESULTS_WRITES, res.is_run)
+    claim(directory, "report DIR", RESULTS_WRITES, holds_results)
     for path in report.write(directory, data):
         print(path)
     return 0
