@@ -606,9 +606,10 @@ def missing_submodules(source_dir: Path) -> list[str]:
     return list(upstream_missing(Path(source_dir)))
 
 
-def required_free_bytes(source_dir: Path, platform: str) -> tuple[int, str]:
+def required_free_bytes(source_dir: Path | None, platform: str) -> tuple[int, str]:
     """Free bytes a build needs and where the number comes from: ``$TORCH_PATCH_HARNESS_BUILD_FREE_GIB``
-    (:data:`FREE_GIB_ENV`) when set, else :func:`disk_estimate`.
+    (:data:`FREE_GIB_ENV`) when set, else :func:`disk_estimate` of ``source_dir``, else (no source yet:
+    ``doctor`` without ``--source``) the platform's PyTorch estimate.
 
     Raises:
         UsageError: the variable is not a number of GiB in :data:`FREE_GIB_BOUND` (named with the range).
@@ -617,6 +618,8 @@ def required_free_bytes(source_dir: Path, platform: str) -> tuple[int, str]:
     if text is not None:  # harness.numbers' one rule: NaN, inf, 1e400 and negatives refused in one line
         gib = number(text, f"${FREE_GIB_ENV}", FREE_GIB_BOUND)
         return int(gib * GIB), f"set by {FREE_GIB_ENV}"
+    if source_dir is None:
+        return platform_spec(platform).disk_estimate, "the PyTorch estimate, harness.build.REGISTRY"
     root = Path(source_dir)
     pytorch = (root / "aten").is_dir() and (root / "torch").is_dir()
     return disk_estimate(root, platform), (
@@ -865,11 +868,7 @@ def toolchain_checks(platform: str, source_dir: Path | None) -> list[tuple[str, 
     if spec.macos:
         checks.append(check_metal(path))
     try:
-        if root is not None:
-            need, need_source = required_free_bytes(root, platform)
-        else:
-            need = platform_spec(platform).disk_estimate
-            need_source = "the PyTorch estimate, harness.build.REGISTRY"
+        need, need_source = required_free_bytes(root, platform)  # the variable counts without a source too
         where = next(p for p in ((root or Path.cwd()), *(root or Path.cwd()).parents) if p.exists())
         checks.append(check_disk(platform, where, need, need_source))
     except UsageError as exc:  # a malformed TORCH_PATCH_HARNESS_BUILD_FREE_GIB

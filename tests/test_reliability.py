@@ -919,5 +919,8 @@ def test_build_free_gib_is_parsed_by_the_one_number_rule(tmp_path, monkeypatch, 
     assert info.value.remedy == f"give ${b.FREE_GIB_ENV} a number of GiB in [0, 1e+09]"
     disk = {item: (ok, d) for item, ok, d in b.toolchain_checks("linux-cpu", tmp_path)}["disk"]
     assert disk == (False, f"error: {info.value.cause} -- {info.value.remedy}")  # doctor's row, no traceback
+    # doctor without --source read no variable at all (re-check of the review): it counts there too
+    disk = {item: (ok, d) for item, ok, d in b.toolchain_checks("linux-cpu", None)}["disk"]
+    assert disk == (False, f"error: {info.value.cause} -- {info.value.remedy}")
     monkeypatch.setenv(b.FREE_GIB_ENV, "30")
     assert b.required_free_bytes(tmp_path, "linux-cpu") == (30 * b.GIB, f"set by {b.FREE_GIB_ENV}")
