@@ -710,7 +710,13 @@ def test_toolchain_checks_missing_tools_never_raise(tmp_path, monkeypatch, roomy
     )
     assert checks["metal"][0] is False and "xcode-select --install" in checks["metal"][1]
     assert "xcodebuild -downloadComponent MetalToolchain" in checks["metal"][1]
-    assert checks["disk"][0] is True  # no source: the documented estimate, the override is for builds
+    # no source: the variable still counts (doctor checks the disk for the build to come), so its
+    # malformed value is reported in the row, not ignored
+    assert checks["disk"] == (
+        False,
+        "error: $TORCH_PATCH_HARNESS_BUILD_FREE_GIB lots: not a number -- "
+        "give $TORCH_PATCH_HARNESS_BUILD_FREE_GIB a number of GiB in [0, 1e+09]",
+    )
     tight = collections.namedtuple("Usage", "total used free")(1, 1, 100 << 20)
     monkeypatch.setattr(b.shutil, "disk_usage", lambda p: tight)
     src = _tree(tmp_path / "src")
