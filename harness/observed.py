@@ -95,31 +95,35 @@ def _judged(data: dict, config: str, key: str):
     return exact, loose, shared
 
 
+def _each_judged(data: dict):
+    """(config, cell key, :class:`Cell`, :func:`_judged`) for every planned config and cell, in plan order."""
+    for config in data["run"]["configs"]:
+        for key in data["run"]["cells"]:
+            yield config, key, Cell.from_key(key), _judged(data, config, key)
+
+
 def mismatches(data: dict) -> list[Mismatch]:
     """Every declared route the observed kernels contradict (module rule), grouped by config, op, dtype,
     declared and observed path and declaring base, in plan order."""
     if not data.get("kernels"):
         return []
-    run, groups = data["run"], {}
-    for config in run["configs"]:
-        for key in run["cells"]:
-            cell = Cell.from_key(key)
-            exact, loose, shared = _judged(data, config, key)
-            bad = [(b, d, o, base) for b, d, o, base in exact if o and o.get("route") and o["route"] != d]
-            routes_seen = {b: o["route"] for b, _, o, _ in loose if o and o.get("route")}
-            if shared == "default":
-                wrong = [b for b, r in routes_seen.items() if r != "default"]
-            elif shared not in routes_seen.values():
-                wrong = list(routes_seen)
-            else:
-                wrong = [b for b, r in routes_seen.items() if r not in (shared, "default")]
-            bad += [(b, shared, seen(data, b, config, key), "") for b in wrong]
-            for b, declared, obs, base in bad:
-                group = (config, cell.op, cell.dtype, declared, label(obs["path"]), base)
-                builds, keys = groups.setdefault(group, ([], set()))
-                if b not in builds:
-                    builds.append(b)
-                keys.add(key)
+    groups = {}
+    for config, key, cell, (exact, loose, shared) in _each_judged(data):
+        bad = [(b, d, o, base) for b, d, o, base in exact if o and o.get("route") and o["route"] != d]
+        routes_seen = {b: o["route"] for b, _, o, _ in loose if o and o.get("route")}
+        if shared == "default":
+            wrong = [b for b, r in routes_seen.items() if r != "default"]
+        elif shared not in routes_seen.values():
+            wrong = list(routes_seen)
+        else:
+            wrong = [b for b, r in routes_seen.items() if r not in (shared, "default")]
+        bad += [(b, shared, seen(data, b, config, key), "") for b in wrong]
+        for b, declared, obs, base in bad:
+            group = (config, cell.op, cell.dtype, declared, label(obs["path"]), base)
+            builds, keys = groups.setdefault(group, ([], set()))
+            if b not in builds:
+                builds.append(b)
+            keys.add(key)
     return [
         Mismatch(c, op, dt, d, o, tuple(builds), len(keys), base)
         for (c, op, dt, d, o, base), (builds, keys) in groups.items()
@@ -134,17 +138,14 @@ def unverified(data: dict) -> list[tuple[str, str, str, str, int]]:
     the route held."""
     if not data.get("kernels"):
         return []
-    run, groups = data["run"], {}
-    for config in run["configs"]:
-        for key in run["cells"]:
-            cell = Cell.from_key(key)
-            exact, loose, shared = _judged(data, config, key)
-            missing = {d for _, d, o, _ in exact if d != "default" and not (o and o.get("route"))}
-            if loose and shared != "default" and not any(o and o.get("route") for _, _, o, _ in loose):
-                missing.add(shared)
-            for declared in sorted(missing):
-                group = (config, cell.op, cell.dtype, declared)
-                groups[group] = groups.get(group, 0) + 1
+    groups = {}
+    for config, _key, cell, (exact, loose, shared) in _each_judged(data):
+        missing = {d for _, d, o, _ in exact if d != "default" and not (o and o.get("route"))}
+        if loose and shared != "default" and not any(o and o.get("route") for _, _, o, _ in loose):
+            missing.add(shared)
+        for declared in sorted(missing):
+            group = (config, cell.op, cell.dtype, declared)
+            groups[group] = groups.get(group, 0) + 1
     return [(*g, n) for g, n in groups.items()]
 
 
