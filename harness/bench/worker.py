@@ -47,7 +47,7 @@ from contextlib import ExitStack
 from harness.bench import devices, kernels
 from harness.bench.timer import BlockTimer
 from harness.bench.workloads import Cell, make_inputs, op_callable, planted, reference
-from harness.checks.accuracy import DEFAULT_ACCUMULATOR, FAILED, UNKNOWN, check, status_of
+from harness.checks.accuracy import FAILED, accumulator, check, status_of
 from harness.configs import snapshot
 from harness.fsutil import open_write
 from harness.provenance import dtype_support, unsupported_reason
@@ -112,13 +112,6 @@ def measure_layouts(torch, timer: BlockTimer, cell: Cell, inputs: list, torch_de
         )
         m.add_layout(further)
     return m
-
-
-def accumulator(cell: Cell, spec: dict) -> str:
-    """What ``cell``'s op sums in under the spec: float32 on the ``default`` path; for a routed path
-    (``routes``), the build's base's accumulator (``accumulators``), else ``unknown``."""
-    path = spec.get("routes", {}).get(cell.op, "default")
-    return DEFAULT_ACCUMULATOR if path == "default" else spec.get("accumulators", {}).get(path, UNKNOWN)
 
 
 def run_cell(

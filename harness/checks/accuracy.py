@@ -127,6 +127,14 @@ def bound(dtype: str, reduction: int, reduced_fp32: bool = False, accumulator: s
     return 2.0 * u_out + inputs + 4.0 * u_acc * math.sqrt(reduction)
 
 
+def accumulator(cell, described) -> str:
+    """What ``cell``'s op sums in under a worker spec or a config's JSON (both carry ``routes``: op -> kernel
+    path, and ``accumulators``: path -> accumulator of the build's base): :data:`DEFAULT_ACCUMULATOR` on the
+    ``default`` path; for a routed path the base's accumulator, else :data:`UNKNOWN` (the base was not told)."""
+    path = described.get("routes", {}).get(cell.op, "default")
+    return DEFAULT_ACCUMULATOR if path == "default" else described.get("accumulators", {}).get(path, UNKNOWN)
+
+
 def output_rows(cell) -> int:
     """Rows of the cell's output (every size but the last multiplied: M, or B·M for bmm)."""
     return math.prod(cell.output_shape()[:-1])

@@ -34,17 +34,8 @@ import sys
 
 from harness.bench.workloads import Cell
 from harness.channel import Channel
-from harness.checks.accuracy import DEFAULT_ACCUMULATOR, FAILED, PASSED, UNKNOWN, bound, judge
-
-
-def config_accumulator(cell: Cell, config: dict) -> str:
-    """The accumulator ``cell``'s op sums in under a config's JSON: the ``default`` path's float32,
-    else the base's accumulator of the routed path (``accumulators``), else :data:`UNKNOWN`."""
-    path = config.get("routes", {}).get(cell.op, "default")
-    if path == "default":
-        return DEFAULT_ACCUMULATOR
-    return config.get("accumulators", {}).get(path, UNKNOWN)
-
+from harness.checks.accuracy import FAILED, PASSED, bound, judge
+from harness.checks.accuracy import accumulator as config_accumulator
 
 #: the steps announced on the channel and the seconds each may take (:func:`harness.runner.run_consistency`):
 #: the saved outputs of the default cuda matrix are about 0.5 GB per config
