@@ -126,6 +126,12 @@ def report(session: nox.Session) -> None:
 
 
 @nox.session
+def merge(session: nox.Session) -> None:
+    """Finished runs of one series on several machines -> one merged results.json and report.md (--out DIR)."""
+    _harness(session, "merge")
+
+
+@nox.session
 def preview(session: nox.Session) -> None:
     """report.md rendered as GitHub does (cmark-gfm) to report.html; --screenshot: report.png (Chromium)."""
     _harness(session, "preview", extra="[preview]")

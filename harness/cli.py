@@ -43,6 +43,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "bench": ("harness.commands.run", "checks + microbenchmarks of one build under its env configs"),
     "compare": ("harness.commands.run", "A/B: checks + microbenchmarks of stock vs patched builds"),
     "report": ("harness.commands.report", "re-render report.md and its plots from a results directory"),
+    "merge": ("harness.commands.merge", "runs of one series on several machines -> one results.json and report.md"),
     "preview": ("harness.commands.preview", "render report.md as GitHub does (report.html), optionally screenshot it"),
 }
 

@@ -11,7 +11,8 @@ DIR``, ``doctor --out``, ``build --dist``) claims it first through :func:`claim`
 - anything else (the user's own files) is refused in one line, nothing written.
 
 The marker is written *first*, before anything else of the run, and records the folder's kind
-(:data:`KINDS`: ``run`` for compare/bench/report/preview, ``doctor``, ``dist`` for ``build --dist``)
+(:data:`KINDS`: ``run`` for compare/bench/report/preview, ``doctor``, ``dist`` for ``build --dist``,
+``merge`` for ``merge --out``)
 and lists (as ``fnmatch`` patterns of the folder's top-level names) what the harness writes there;
 every later command of the same kind that writes into the folder adds its own patterns, and a
 command of another kind is refused (``compare --fresh --out`` on a ``--dist`` folder would delete its
@@ -40,10 +41,17 @@ RESULTS_WRITES = ("results.json", "raw", "report.md", "speedup.png", "latency-*.
 PREVIEW_WRITES = ("report.html", "report.png")
 DOCTOR_WRITES = ("doctor.md", "raw")
 DIST_WRITES = ("*.whl", "*.whl.build.json", "logs", "rejected")
+#: ``merge --out``: the merged document and its report (harness.merge); never a run's raw/ or plots
+MERGE_WRITES = ("results.json", "report.md")
 #: kind of output folder -> what the commands of that kind write there (preview adds its page to a run's folder)
-KINDS = {"run": RESULTS_WRITES + PREVIEW_WRITES, "doctor": DOCTOR_WRITES, "dist": DIST_WRITES}
+KINDS = {
+    "run": RESULTS_WRITES + PREVIEW_WRITES,
+    "doctor": DOCTOR_WRITES,
+    "dist": DIST_WRITES,
+    "merge": MERGE_WRITES + PREVIEW_WRITES,
+}
 #: every pattern the harness ever writes: a marker's entries outside it are ignored
-KNOWN = frozenset(RESULTS_WRITES + PREVIEW_WRITES + DOCTOR_WRITES + DIST_WRITES)
+KNOWN = frozenset(RESULTS_WRITES + PREVIEW_WRITES + DOCTOR_WRITES + DIST_WRITES + MERGE_WRITES)
 #: the folder holding the harness package (a checkout of this project): never an output folder
 PROJECT_ROOT = Path(harness.__file__).resolve().parent.parent
 _REMEDY = "give a new or empty folder, e.g. results/<name>"
@@ -129,6 +137,7 @@ def claim(
     what: str,
     writes: Iterable[str],
     legacy: Callable[[Path], bool] | None = None,
+    kind: str | None = None,
 ) -> Path:
     """Check that ``folder`` may receive a run's files, then write its marker (first), listing ``writes``.
 
@@ -138,6 +147,8 @@ def claim(
         writes: fnmatch patterns of the top-level names this command writes there (of :data:`KNOWN`);
             they set the folder's kind (:func:`kind_of`), which a marked folder's must equal.
         legacy: recognises a run of ours written before the marker existed (it is then marked).
+        kind: the folder's kind (:data:`KINDS`) where ``writes`` alone cannot tell it (``merge`` writes a
+            run's names); default :func:`kind_of` ``(writes)``.
 
     Returns:
         the folder, resolved.
@@ -156,7 +167,7 @@ def claim(
             f"{what} {given} is {why}: the harness writes its files there and --fresh deletes them", _REMEDY
         )
     writes = tuple(writes)
-    kind = kind_of(writes)
+    kind = kind or kind_of(writes)
     listed: list[str] = []
     if path.exists():
         if not path.is_dir():

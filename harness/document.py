@@ -1,0 +1,549 @@
+"""The results document as typed values, loaded once: the first piece of issue 30's ``RunDocument``.
+
+A ``results.json`` (:mod:`harness.results`, docs/results-schema.md) becomes frozen dataclasses:
+:class:`Header` (the run plan), :class:`Build` (one build's input, provenance and build manifest),
+:class:`Machine` (where it ran), :class:`Process` and :class:`CellRecord` (every worker process's
+per-cell records), with one index :attr:`RunDocument.by_cell` built once. :func:`from_json` validates
+through :func:`harness.results.problem` (the one structural check) and migrates older documents in
+one place (:func:`migrate`, as asv's ``update_to_2``). The merged document of several machines
+(:mod:`harness.merge`) is typed here too: :class:`MergeDocument`, whose :class:`ContrastRecord` values
+are each machine's contrasts as its own run evaluates them, stored so that the merged report renders
+them and never recomputes them.
+
+Readers still converting (report, runner, contrasts) read :attr:`RunDocument.data`, the migrated dict.
+This module reads and types; it measures nothing and computes no statistics.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+
+from harness import configs as cfg
+from harness import results as res
+from harness.errors import ResultsError
+from harness.evidence import Contrast, Evidence, default_contrasts
+
+#: build-manifest variables that do not change the compiled code: the version label and the compile jobs
+NEUTRAL_FLAGS = ("PYTORCH_BUILD_VERSION", "MAX_JOBS")
+
+
+def _migrate_v1_markers(data: dict) -> None:
+    """Runs before ``evidence.markers`` was recorded: the variables looked for in the libraries that no
+    generic config of the device sets (the fallback :func:`harness.report.series_markers` applies).
+    A step replaces the top-level entries it changes and never mutates a nested value in place."""
+    evidence = dict(data.get("evidence") or {})
+    if "markers" not in evidence:
+        generic = set(cfg.variables(data["run"]["device"]))
+        looked = {k for b in data["run"]["builds"] for k in data["builds"][b]["provenance"]["variables_in_libraries"]}
+        evidence["markers"] = sorted(looked - generic)
+    data["evidence"] = evidence
+
+
+#: schema version -> the steps that bring a document of that version to the current one, in order.
+#: Version 1 is the only one so far; its older runs lack keys that later runs record.
+MIGRATIONS = {1: (_migrate_v1_markers,)}
+
+
+def migrate(data: Mapping) -> dict:
+    """A results.json object brought to :data:`harness.results.SCHEMA_VERSION`: a new top-level dict whose
+    changed entries are new values (the input is not changed; unchanged nested values are shared, so a
+    reader must not mutate them: the typed values are frozen for that reason).
+
+    Raises:
+        ResultsError: a schema version this harness has no migration for (newer or unknown).
+    """
+    version = data.get("schema_version")
+    if version not in MIGRATIONS or version > res.SCHEMA_VERSION:
+        raise ResultsError(
+            f"results.json has schema version {version!r}; this harness reads versions "
+            f"{', '.join(map(str, sorted(MIGRATIONS)))}",
+            "read it with the harness version that wrote it",
+        )
+    out = dict(data)
+    for step in MIGRATIONS[version]:
+        step(out)
+    out["schema_version"] = res.SCHEMA_VERSION
+    return out
+
+
+@dataclass(frozen=True)
+class CellRecord:
+    """One cell measured (or failed, or skipped) by one worker process. ``measurement``: the raw
+    samples (seconds) as :func:`harness.results.measurement` reads them, None when not measured."""
+
+    config: str
+    key: str
+    build: str
+    round: int
+    status: str
+    reason: str | None = None
+    measurement: Mapping | None = None
+    check: Mapping | None = None
+
+    @property
+    def measured(self) -> bool:
+        return self.status == "ok" and bool(self.measurement)
+
+    def median(self) -> float:
+        """The per-process median (seconds), recomputed from the raw samples (:func:`harness.results.median_of`)."""
+        return res.median_of({"measurement": self.measurement})
+
+
+@dataclass(frozen=True)
+class Process:
+    """One worker process: one (build, config, round) and the records of the cells it ran."""
+
+    name: str
+    build: str
+    config: str
+    round: int
+    cells: tuple[CellRecord, ...]
+
+
+@dataclass(frozen=True)
+class Header:
+    """The run plan (``run``): kind, device, builds, configs, cells (plan order), rounds, the command that
+    ran it, and ``finished`` (an ISO time, None while the run is unfinished)."""
+
+    kind: str
+    device: str
+    builds: tuple[str, ...]
+    configs: tuple[str, ...]
+    cells: tuple[str, ...]
+    rounds: int
+    seed: int
+    command: tuple[str, ...]
+    started: str
+    finished: str | None
+    quick: bool
+    planned_processes: int
+
+
+_LOCAL = re.compile(r"\+.*$")
+
+
+@dataclass(frozen=True)
+class Build:
+    """One build under test: its role (``stock``, ``patched``, ``build``), what was given (``input``), the
+    torch it holds and, for a wheel built by ``build_stock``/``build_patched``, its build manifest."""
+
+    role: str
+    input: Mapping
+    torch_version: str
+    git_version: str | None
+    config_show: str | None
+    manifest: Mapping | None
+
+    @property
+    def public_version(self) -> str:
+        """The torch version without its local label (``2.11.0+cu130`` -> ``2.11.0``)."""
+        return _LOCAL.sub("", self.torch_version)
+
+    @property
+    def local_label(self) -> str:
+        """The local version label (``cu130``), "" when none."""
+        return self.torch_version[len(self.public_version) + 1 :]
+
+    @property
+    def wheel_sha256(self) -> str | None:
+        return (self.manifest or {}).get("wheel_sha256") or self.input.get("sha256")
+
+    @property
+    def series_hash(self) -> str | None:
+        series = (self.manifest or {}).get("series")
+        return series.get("hash") if isinstance(series, Mapping) else None
+
+    @property
+    def flags(self) -> dict[str, str] | None:
+        """The build manifest's environment without :data:`NEUTRAL_FLAGS`; None without a manifest."""
+        if not self.manifest:
+            return None
+        env = self.manifest.get("environment") or {}
+        return {k: str(v) for k, v in sorted(env.items()) if k not in NEUTRAL_FLAGS}
+
+    @property
+    def build_settings(self) -> dict[str, str]:
+        """``torch.__config__.show()``'s "Build settings" as ``{KEY: value}`` (the flags a wheel was built
+        with, as torch reports them); {} when not recorded."""
+        for line in (self.config_show or "").splitlines():
+            if line.strip().startswith("- Build settings:"):
+                text = line.split(":", 1)[1]
+                return dict(
+                    (part.split("=", 1)[0].strip(), part.split("=", 1)[1].strip())
+                    for part in re.split(r", (?=[A-Z_0-9]+=)", text.strip().rstrip(","))
+                    if "=" in part
+                )
+        return {}
+
+
+_LSCPU_CPUS = re.compile(r"^CPU\(s\):\s+(\d+)\s*$", re.M)
+_SYSCTL_CORES = re.compile(r"^hw\.physicalcpu:\s*(\d+)", re.M)
+
+
+@dataclass(frozen=True)
+class Machine:
+    """Where a run ran, from its first build's provenance: CPU and GPU names (the MPS GPU with its core
+    count, torch 2.13+), logical CPUs (from torch's collect_env report, None when it did not say), torch's
+    thread count, OS and, on a Mac, its model and macOS build."""
+
+    cpu_name: str | None
+    gpu_name: str | None
+    cpus: int | None
+    threads: int
+    os_platform: str
+    macos_version: str | None = None
+    macos_build: str | None = None
+    model: str | None = None
+
+    @property
+    def chip(self) -> str:
+        """The name a reader knows the machine by: the GPU where it has one, else the CPU."""
+        return self.gpu_name or self.cpu_name or "unknown machine"
+
+    @property
+    def os_text(self) -> str:
+        if self.macos_version:
+            return f"macOS {self.macos_version}" + (f" ({self.macos_build})" if self.macos_build else "")
+        return self.os_platform
+
+    @property
+    def identity(self) -> str:
+        """What tells two machines apart (hardware and OS as recorded; no host name is recorded): two runs
+        with the same identity ran on one machine, or on two that the provenance cannot tell apart."""
+        parts = (self.cpu_name, self.gpu_name, self.cpus, self.threads, self.os_platform, self.macos_build, self.model)
+        return hashlib.sha256(repr(parts).encode()).hexdigest()[:16]
+
+    @classmethod
+    def from_provenance(cls, prov: Mapping) -> Machine:
+        mac = prov.get("mac") or {}
+        text = prov.get("collect_env") or ""
+        found = _LSCPU_CPUS.search(text) or _SYSCTL_CORES.search(text)
+        return cls(
+            prov.get("cpu_name"),
+            prov.get("gpu_name") if prov.get("device") != "cpu" else None,
+            int(found.group(1)) if found else None,
+            int(prov["num_threads"]),
+            prov["os"].get("platform", ""),
+            prov["os"].get("macos_product_version"),
+            mac.get("macos_build"),
+            mac.get("model"),
+        )
+
+
+@dataclass(frozen=True)
+class RunDocument:
+    """A results.json, typed (see the module docstring). ``data`` is the migrated dict for the readers not
+    converted yet; ``by_cell`` maps ``(config, cell key, build)`` to its records in round order."""
+
+    header: Header
+    builds: Mapping[str, Build]
+    configs: Mapping[str, Mapping]
+    processes: tuple[Process, ...]
+    evidence: Evidence
+    machine: Machine
+    data: Mapping = field(repr=False)
+    by_cell: Mapping[tuple[str, str, str], tuple[CellRecord, ...]] = field(repr=False)
+
+    @property
+    def finished(self) -> bool:
+        return bool(self.header.finished)
+
+    @property
+    def contrasts(self) -> tuple[Contrast, ...]:
+        """The run's contrasts: those its evidence declares, else patched/C vs stock/C for every config C."""
+        return self.evidence.contrasts or default_contrasts(list(self.header.builds), list(self.header.configs))
+
+    def processes_per_cell(self) -> tuple[int, int]:
+        """Fewest and most processes that measured one cell of one (build, config); (0, 0) when none did."""
+        counts = [sum(r.measured for r in records) for records in self.by_cell.values()]
+        counts = [n for n in counts if n] or [0]
+        return min(counts), max(counts)
+
+
+def _header(run: Mapping) -> Header:
+    return Header(
+        run["kind"],
+        run["device"],
+        tuple(run["builds"]),
+        tuple(run["configs"]),
+        tuple(run["cells"]),
+        run["rounds"],
+        run["seed"],
+        tuple(run["command"]),
+        run["started"],
+        run.get("finished") or None,
+        bool(run.get("quick")),
+        len(run.get("order") or ()),
+    )
+
+
+def from_json(data: Mapping, where: str = "results.json", validated: bool = False) -> RunDocument:
+    """Validate a results.json object (:func:`harness.results.problem`; skipped when ``validated``, as after
+    :func:`harness.results.load`), migrate it (:func:`migrate`) and type it.
+
+    Raises:
+        ResultsError: another schema version; :class:`harness.results.DamagedResults`: a structural fault
+            (the message names the JSON path).
+    """
+    if not isinstance(data, Mapping) or not all(k in data for k in ("schema_version", *res.REQUIRED)):
+        raise res.DamagedResults(f"{where} is not a results.json of a compare or bench run", res.REBUILD)
+    found = None if validated else res.problem(dict(data))
+    if found:
+        raise res.DamagedResults(f"{where} is malformed: {found}", res.REBUILD)
+    data = migrate(data)
+    processes, index = [], {}
+    for proc in data["processes"]:
+        records = tuple(
+            CellRecord(
+                proc["config"],
+                key,
+                proc["build"],
+                proc["round"],
+                rec["status"],
+                rec.get("reason"),
+                rec.get("measurement"),
+                rec.get("check"),
+            )
+            for key, rec in proc["cells"].items()
+        )
+        processes.append(Process(proc.get("name", ""), proc["build"], proc["config"], proc["round"], records))
+        for r in records:
+            index.setdefault((r.config, r.key, r.build), []).append(r)
+    run = data["run"]
+    builds = {
+        role: Build(
+            role,
+            MappingProxyType(data["builds"][role]["input"]),
+            data["builds"][role]["provenance"]["torch_version"],
+            data["builds"][role]["provenance"]["git_version"],
+            data["builds"][role]["provenance"].get("config_show"),
+            data["builds"][role].get("build") or None,
+        )
+        for role in run["builds"]
+    }
+    return RunDocument(
+        _header(run),
+        MappingProxyType(builds),
+        MappingProxyType(data["configs"]),
+        tuple(processes),
+        Evidence.from_json(data.get("evidence")),
+        Machine.from_provenance(data["builds"][run["builds"][0]]["provenance"]),
+        data,
+        MappingProxyType({k: tuple(sorted(v, key=lambda r: r.round)) for k, v in index.items()}),
+    )
+
+
+def load(directory: Path) -> RunDocument:
+    """:func:`harness.results.load` (the file's checks and messages), then :func:`from_json`."""
+    path = Path(directory)
+    return from_json(res.load(path), str(path if path.name == res.RESULTS else path / res.RESULTS), validated=True)
+
+
+# ------------------------------------------------------------------ the merged document (harness.merge)
+
+#: ``kind`` of a merged results.json; its own version, apart from a run's schema
+MERGE_KIND, MERGE_VERSION = "merge", 1
+
+
+def _finite(x) -> float | None:
+    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) else None
+
+
+@dataclass(frozen=True)
+class CellResult:
+    """A vs B on one cell (or, with ``key`` None, over a contrast's cells as one geometric mean of whole
+    processes): the A/B time ratio and its exact 95 % CI (None where not computable), the verdict, the band
+    it was judged by, the processes per side and whether the cell is launch-bound."""
+
+    key: str | None
+    ratio: float | None
+    ci_low: float | None
+    ci_high: float | None
+    verdict: str
+    threshold: float
+    n_a: int
+    n_b: int
+    launch_bound: bool = False
+    cells: int = 1
+
+    def speedup_ci(self) -> str:
+        """B time / A time with its CI, ``1.018× [1.010, 1.025]`` (> 1: A faster)."""
+        if not self.ratio or self.ratio <= 0:
+            return "–"
+        if self.ci_low and self.ci_high and self.ci_low > 0:
+            return f"{1 / self.ratio:.3f}× [{1 / self.ci_high:.3f}, {1 / self.ci_low:.3f}]"
+        return f"{1 / self.ratio:.3f}× [no CI]"
+
+    def to_json(self) -> dict:
+        return {
+            "key": self.key,
+            "ratio": _finite(self.ratio),
+            "ci_low": _finite(self.ci_low),
+            "ci_high": _finite(self.ci_high),
+            "verdict": self.verdict,
+            "threshold": self.threshold,
+            "n_a": self.n_a,
+            "n_b": self.n_b,
+            "launch_bound": self.launch_bound,
+            "cells": self.cells,
+        }
+
+    @classmethod
+    def from_json(cls, d: Mapping) -> CellResult:
+        return cls(
+            d["key"],
+            _finite(d["ratio"]),
+            _finite(d["ci_low"]),
+            _finite(d["ci_high"]),
+            str(d["verdict"]),
+            float(d["threshold"]),
+            int(d["n_a"]),
+            int(d["n_b"]),
+            bool(d["launch_bound"]),
+            int(d["cells"]),
+        )
+
+
+@dataclass(frozen=True)
+class ContrastRecord:
+    """One contrast as one machine's run evaluates it (:func:`harness.contrasts.evaluate`): the claim's
+    outcome and its one-line why, the whole-process geometric mean over its cells (``summary``) and every
+    covered cell."""
+
+    label: str
+    outcome: str
+    why: str
+    summary: CellResult
+    cells: tuple[CellResult, ...]
+
+    def to_json(self) -> dict:
+        return {
+            "label": self.label,
+            "outcome": self.outcome,
+            "why": self.why,
+            "summary": self.summary.to_json(),
+            "cells": [c.to_json() for c in self.cells],
+        }
+
+    @classmethod
+    def from_json(cls, d: Mapping) -> ContrastRecord:
+        return cls(
+            d["label"],
+            d["outcome"],
+            d["why"],
+            CellResult.from_json(d["summary"]),
+            tuple(CellResult.from_json(c) for c in d["cells"]),
+        )
+
+
+@dataclass(frozen=True)
+class Source:
+    """One merged run: where its results.json was (``path`` as given) and its sha256 and size (the merge
+    never writes there), the machine, each build's torch, processes per cell and its contrasts."""
+
+    label: str
+    path: str
+    sha256: str
+    size: int
+    command: tuple[str, ...]
+    machine: Machine
+    torch: Mapping[str, str]
+    processes: tuple[int, int]
+    contrasts: tuple[ContrastRecord, ...]
+    tests: str = ""
+
+    def to_json(self) -> dict:
+        return {
+            "label": self.label,
+            "path": self.path,
+            "results_sha256": self.sha256,
+            "results_bytes": self.size,
+            "command": list(self.command),
+            "machine": dict(self.machine.__dict__),
+            "torch": dict(self.torch),
+            "processes": list(self.processes),
+            "contrasts": [c.to_json() for c in self.contrasts],
+            "tests": self.tests,
+        }
+
+    @classmethod
+    def from_json(cls, d: Mapping) -> Source:
+        return cls(
+            d["label"],
+            d["path"],
+            d["results_sha256"],
+            int(d["results_bytes"]),
+            tuple(d["command"]),
+            Machine(**d["machine"]),
+            MappingProxyType(dict(d["torch"])),
+            (int(d["processes"][0]), int(d["processes"][1])),
+            tuple(ContrastRecord.from_json(c) for c in d["contrasts"]),
+            d.get("tests", ""),
+        )
+
+
+@dataclass(frozen=True)
+class MergeDocument:
+    """Several machines' runs of one series, device and contrast declarations (:mod:`harness.merge`):
+    the declarations, each :class:`Source`, and the lines that say how the machines' builds differ."""
+
+    device: str
+    series: str | None
+    series_hash: str | None
+    contrasts: tuple[Contrast, ...]
+    sources: tuple[Source, ...]
+    builds_differ: tuple[str, ...]
+    command: tuple[str, ...]
+    harness_version: str
+
+    def to_json(self) -> dict:
+        return {
+            "kind": MERGE_KIND,
+            "merge_version": MERGE_VERSION,
+            "harness_version": self.harness_version,
+            "command": list(self.command),
+            "device": self.device,
+            "series": self.series,
+            "series_hash": self.series_hash,
+            "contrasts": [c.to_json() for c in self.contrasts],
+            "builds_differ": list(self.builds_differ),
+            "sources": [s.to_json() for s in self.sources],
+        }
+
+    @classmethod
+    def from_json(cls, d: Mapping, where: str = "results.json") -> MergeDocument:
+        """Raises:
+        ResultsError: not a merged document of a version this harness reads, or malformed (a missing key,
+            a wrong type): the message names the file."""
+        if not is_merge(d) or d.get("merge_version") != MERGE_VERSION:
+            raise ResultsError(
+                f"{where} is not a merged document of version {MERGE_VERSION}",
+                "merge the runs again with this harness: `python -m harness merge DIR DIR --out DIR`",
+            )
+        try:
+            return cls(
+                d["device"],
+                d["series"],
+                d["series_hash"],
+                tuple(Contrast.from_json(c) for c in d["contrasts"]),
+                tuple(Source.from_json(s) for s in d["sources"]),
+                tuple(d["builds_differ"]),
+                tuple(d["command"]),
+                d["harness_version"],
+            )
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise ResultsError(
+                f"{where} is a damaged merged document ({type(exc).__name__}: {exc})",
+                "merge the runs again: the sources are unchanged by a merge",
+            ) from None
+
+
+def is_merge(data) -> bool:
+    """Whether a parsed results.json is a merged document (:class:`MergeDocument`), not a run."""
+    return isinstance(data, Mapping) and data.get("kind") == MERGE_KIND and "sources" in data

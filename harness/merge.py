@@ -1,0 +1,526 @@
+"""Evidence across machines: several finished runs of one series -> one merged document and one report.
+
+``python -m harness merge DIR DIR ... --out DIR`` reads each run's results.json (never writing there),
+refuses what cannot be merged (one line each, nothing written: :func:`check`), evaluates each run's
+contrasts the way that run's own report does (:func:`harness.contrasts.evaluate` with the report's bands,
+on that run's processes alone) and stores them per machine in a merged ``results.json``
+(:class:`harness.document.MergeDocument`); ``report.md`` is rendered from that document alone.
+
+No number is pooled across machines: each machine's speedup and CI are its own, and the merged
+statement only counts verdicts ("faster on 3 of 3 machines"; "faster on 2 (Apple M1 Pro, Apple M2),
+equivalent on 1 (Apple M4)": a disagreement is a finding, not an average).
+
+What is refused, and why (docs/machines.md):
+
+- runs of different series, patch hashes, devices (cpu, cuda and mps time different kernels: a cpu
+  row beside a cuda row would read as two machines agreeing on one change), kinds or contrast
+  declarations, or configs of the same name with different variables;
+- a run that is not finished (resume it first: its own command, printed);
+- a build role whose torch differs (version without its local label, or git commit) between machines;
+  builds that differ only in their wheels (each machine's own, or a pip wheel with another local label)
+  are merged when their build manifests' flags match (:data:`harness.document.NEUTRAL_FLAGS` aside),
+  and the report says what differs;
+- the same machine twice (:attr:`harness.document.Machine.identity`) unless ``allow_same_machine``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shlex
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+import harness
+from harness import contrasts as con
+from harness import document as doc
+from harness import results as res
+from harness import stats
+from harness.errors import ResultsError
+from harness.fsutil import atomic_write_json, atomic_write_text, sha256_file
+from harness.report import LAUNCH_BOUND_THRESHOLD, THRESHOLD
+
+#: what a merge writes into its --out folder (harness.outdir kind "merge")
+REPORT = "report.md"
+
+
+class MergeRefused(ResultsError):
+    """Runs that cannot be merged: the cause names the runs and what differs."""
+
+
+def _name(path: Path) -> str:
+    return str(path)
+
+
+def check(runs: Sequence[tuple[Path, doc.RunDocument]], allow_same_machine: bool = False) -> tuple[str, ...]:
+    """Refuse what cannot be merged (see the module docstring); returns the lines that say how the
+    machines' builds differ (empty when every build is the same wheel).
+
+    Raises:
+        MergeRefused: the first reason, one line.
+    """
+    if len(runs) < 2:
+        raise MergeRefused("merge needs at least two runs", "name two or more results directories")
+    for path, run in runs:
+        if not run.finished:
+            done = len(run.processes)
+            raise MergeRefused(
+                f"{path} is an unfinished run ({done} of {run.header.planned_processes} planned processes)",
+                f"resume it first: {shlex.join(run.header.command)}",
+            )
+    first_path, first = runs[0]
+    for path, run in runs[1:]:
+        _same(first_path, first, path, run)
+    _same_machine(runs, allow_same_machine)
+    return _builds_differ(runs)
+
+
+def _differ(what: str, a: Path, va, b: Path, vb, remedy: str) -> None:
+    if va != vb:
+        raise MergeRefused(f"{a} and {b} are runs of different {what} ({va} vs {vb})", remedy)
+
+
+def _same(a_path: Path, a: doc.RunDocument, b_path: Path, b: doc.RunDocument) -> None:
+    _differ(
+        "devices",
+        a_path,
+        a.header.device,
+        b_path,
+        b.header.device,
+        "merge runs of one device: cpu, cuda and mps run different kernels, so their rows would not "
+        "measure one change (docs/machines.md)",
+    )
+    _differ("kinds", a_path, a.header.kind, b_path, b.header.kind, "merge compare runs with compare runs")
+    _differ("series", a_path, a.evidence.series, b_path, b.evidence.series, "merge runs of one patch series")
+    for role in a.header.builds:
+        if role not in b.builds:
+            raise MergeRefused(f"{b_path} has no {role} build ({a_path} has)", "merge runs of the same builds")
+        x, y = a.builds[role], b.builds[role]
+        _differ(
+            f"{role} patch hashes",
+            a_path,
+            x.series_hash,
+            b_path,
+            y.series_hash,
+            "build both machines' wheels from the same series (`nox -s check` then build_stock/build_patched)",
+        )
+        _differ(
+            f"{role} torch",
+            a_path,
+            f"{x.public_version} at {(x.git_version or 'unknown')[:12]}",
+            b_path,
+            f"{y.public_version} at {(y.git_version or 'unknown')[:12]}",
+            "merge runs whose builds hold the same torch version and commit",
+        )
+        if x.flags is not None or y.flags is not None:
+            _flags(role, a_path, x, b_path, y)
+    _differ(
+        "contrast declarations",
+        a_path,
+        [c.label + f" ({c.claim})" for c in a.contrasts],
+        b_path,
+        [c.label + f" ({c.claim})" for c in b.contrasts],
+        "merge runs made with the same series.toml [evidence] and --contrast options",
+    )
+    used = sorted({s.config for c in a.contrasts for s in (c.a, c.b)} & set(a.configs) & set(b.configs))
+    for config in used:
+        _differ(
+            f"`{config}` variables",
+            a_path,
+            a.configs[config].get("env"),
+            b_path,
+            b.configs[config].get("env"),
+            "merge runs whose env configs of one name set the same variables",
+        )
+
+
+def _flags(role: str, a_path: Path, x: doc.Build, b_path: Path, y: doc.Build) -> None:
+    if x.flags is None or y.flags is None:
+        raise MergeRefused(
+            f"{role} of {a_path if x.flags is None else b_path} has no build manifest and the other has one: "
+            "their build flags cannot be compared",
+            "merge runs whose wheels were both built by build_stock/build_patched, or neither",
+        )
+    keys = sorted(k for k in set(x.flags) | set(y.flags) if x.flags.get(k) != y.flags.get(k))
+    if keys:
+        raise MergeRefused(
+            f"the {role} wheels of {a_path} and {b_path} were built with different flags ({', '.join(keys[:4])})",
+            "build every machine's wheels with the same flags (same harness, platform and --build-env)",
+        )
+
+
+def _same_machine(runs: Sequence[tuple[Path, doc.RunDocument]], allow: bool) -> None:
+    seen: dict[str, Path] = {}
+    for path, run in runs:
+        ident = run.machine.identity
+        if ident in seen and not allow:
+            raise MergeRefused(
+                f"{seen[ident]} and {path} ran on the same machine ({run.machine.chip}, {run.machine.os_text}, "
+                "same provenance): the merge would count it twice",
+                "merge runs of different machines, or pass --allow-same-machine for two identical machines",
+            )
+        seen.setdefault(ident, path)
+
+
+def _builds_differ(runs: Sequence[tuple[Path, doc.RunDocument]]) -> tuple[str, ...]:
+    """One line per build role whose wheels are not one wheel on every machine: local labels, wheel
+    hashes and the build settings torch reports that differ."""
+    lines = []
+    for role in runs[0][1].header.builds:
+        builds = [run.builds[role] for _, run in runs]
+        labels = sorted({b.torch_version for b in builds})
+        hashes = {b.wheel_sha256 for b in builds}
+        settings = [b.build_settings for b in builds]
+        keys = sorted(k for k in set().union(*settings) if len({s.get(k) for s in settings}) > 1)
+        if len(labels) == 1 and len(hashes) == 1 and not keys:
+            continue
+        parts = [f"torch {' / '.join(labels)}" if len(labels) > 1 else f"torch {labels[0]} on every machine"]
+        if len(hashes) > 1 and None not in hashes:
+            parts.append(f"{len(hashes)} different wheel files (sha256)")
+        if keys:
+            shown = ", ".join(f"`{k}`" for k in keys[:6]) + (f" and {len(keys) - 6} more" if len(keys) > 6 else "")
+            parts.append(f"torch's build settings differ in {shown}")
+        flags = "build manifests' flags match" if all(b.flags is not None for b in builds) else "no build manifests"
+        lines.append(f"{role}: " + "; ".join(parts) + f" ({flags}; same version and commit)")
+    return tuple(lines)
+
+
+def _cell(row: con.ContrastRow) -> doc.CellResult:
+    cmp = row.cmp
+    return doc.CellResult(
+        row.cell.key,
+        cmp.ratio,
+        cmp.ci_low,
+        cmp.ci_high,
+        cmp.verdict,
+        cmp.threshold,
+        len(row.a),
+        len(row.b),
+        row.launch_bound,
+    )
+
+
+def _summary(rows: Sequence[con.ContrastRow]) -> doc.CellResult:
+    """The geometric mean over the contrast's cells of whole processes paired by round
+    (:func:`harness.stats.geomean_by_process`, B in the role of stock), judged by the report's band."""
+    rounds = sorted({r for row in rows for r in row.rounds})
+    a = np.full((len(rounds), len(rows)), math.nan)
+    b = np.full((len(rounds), len(rows)), math.nan)
+    at = {r: i for i, r in enumerate(rounds)}
+    for j, row in enumerate(rows):
+        for rnd, ta, tb in zip(row.rounds, row.a, row.b):
+            a[at[rnd], j], b[at[rnd], j] = ta, tb
+    if not rows:
+        return doc.CellResult(None, None, None, None, stats.UNDETERMINED, THRESHOLD, 0, 0, cells=0)
+    gm = stats.geomean_by_process(b, a, threshold=THRESHOLD)
+    return doc.CellResult(
+        None, gm.gm, gm.lo, gm.hi, gm.verdict, gm.threshold, gm.n_patched, gm.n_stock, cells=gm.n_cells
+    )
+
+
+def evaluate(run: doc.RunDocument) -> tuple[doc.ContrastRecord, ...]:
+    """Each declared contrast of one run, as its own report evaluates it (the report's bands)."""
+    out = []
+    for contrast in run.contrasts:
+        result = con.evaluate(dict(run.data), contrast, THRESHOLD, LAUNCH_BOUND_THRESHOLD)
+        out.append(
+            doc.ContrastRecord(
+                contrast.label, result.outcome, result.why, _summary(result.rows), tuple(map(_cell, result.rows))
+            )
+        )
+    return tuple(out)
+
+
+def _tests_text(data) -> str:
+    """The series' tests on one machine in a few words: how many ran as expected."""
+    section = data.get("series_tests") or {}
+    if section.get("skipped"):
+        return f"not run: {section['skipped']}"
+    judged = [rec.get("as_expected") for t in section.get("tests", ()) for rec in t.get("builds", {}).values()]
+    if not judged:
+        return ""
+    good = sum(1 for j in judged if j)
+    return f"{good} of {len(judged)} as expected"
+
+
+def _labels(runs: Sequence[doc.RunDocument]) -> list[str]:
+    """Each machine's name (its chip), numbered where two share one."""
+    names = [r.machine.chip.split(",")[0] for r in runs]
+    counts, seen = Counter(names), Counter()
+    out = []
+    for name in names:
+        seen[name] += 1
+        out.append(f"{name} #{seen[name]}" if counts[name] > 1 else name)
+    return out
+
+
+def merge(
+    directories: Sequence[Path], allow_same_machine: bool = False, command: Sequence[str] = ()
+) -> doc.MergeDocument:
+    """Read, check (:func:`check`) and evaluate the runs in ``directories``; nothing is written.
+
+    Raises:
+        ResultsError: a directory without a readable results.json (:func:`harness.results.load`'s messages),
+            a merged document given as a source; MergeRefused: see :func:`check`.
+    """
+    runs = []
+    for directory in directories:
+        path = Path(directory)
+        try:
+            runs.append((path, doc.load(path)))
+        except ResultsError:
+            if load_merged(path.parent if path.name == res.RESULTS else path) is not None:
+                raise MergeRefused(
+                    f"{path} is a merged document, not a run", "merge the runs it was made from"
+                ) from None
+            raise
+    differ = check(runs, allow_same_machine)
+    first = runs[0][1]
+    sources = []
+    for label, (path, run) in zip(_labels([r for _, r in runs]), runs):
+        results = path if path.name == res.RESULTS else path / res.RESULTS
+        sources.append(
+            doc.Source(
+                label,
+                _name(path),
+                sha256_file(results),
+                results.stat().st_size,
+                run.header.command,
+                run.machine,
+                {role: b.torch_version for role, b in run.builds.items()},
+                run.processes_per_cell(),
+                evaluate(run),
+                _tests_text(run.data),
+            )
+        )
+    hashes = {b.series_hash for b in first.builds.values() if b.series_hash}
+    return doc.MergeDocument(
+        first.header.device,
+        first.evidence.series,
+        next(iter(hashes)) if len(hashes) == 1 else None,
+        first.contrasts,
+        tuple(sources),
+        differ,
+        tuple(command),
+        harness.__version__,
+    )
+
+
+def _peek(path: Path):
+    try:
+        return json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+        return None
+
+
+def load_merged(directory: Path) -> doc.MergeDocument | None:
+    """The merged document in ``directory``, or None when its results.json is not one (a run's, or none).
+
+    Raises:
+        ResultsError: a merged document that is damaged (:meth:`harness.document.MergeDocument.from_json`).
+    """
+    path = Path(directory) / res.RESULTS
+    data = _peek(path) if path.is_file() else None
+    return doc.MergeDocument.from_json(data, str(path)) if doc.is_merge(data) else None
+
+
+def write(out: Path, merged: doc.MergeDocument) -> list[Path]:
+    """Write the merged ``results.json`` and ``report.md`` (rendered from it alone) into ``out``."""
+    out = Path(out)
+    atomic_write_json(out / res.RESULTS, merged.to_json())
+    return [out / res.RESULTS, write_report(out, merged)]
+
+
+def write_report(out: Path, merged: doc.MergeDocument) -> Path:
+    """``report.md`` of a merged document into ``out`` (``report DIR`` re-renders it byte-identically)."""
+    atomic_write_text(Path(out) / REPORT, render(merged))
+    return Path(out) / REPORT
+
+
+# ------------------------------------------------------------------ the merged report (from the document alone)
+
+#: contrasts per table of the PR block (one column each; more contrasts make more tables)
+COLUMNS = 4
+#: words of a claim's outcome (harness.contrasts)
+CLAIM_WORDS = {"faster": "faster", "unchanged": "unchanged", "equivalent": "equivalent"}
+
+
+def _verdict(v: str) -> str:
+    return f"**{v}**" if v in (stats.FASTER, stats.SLOWER) else v
+
+
+def _entry(record: doc.ContrastRecord, claim: str, uneven: bool) -> str:
+    s = record.summary
+    if not s.cells:
+        return record.outcome
+    text = f"{s.speedup_ci()} {_verdict(s.verdict)}"
+    if uneven:
+        text += f" ({s.cells} cells)"
+    if claim != "none":
+        text += f"; claim {record.outcome}"
+    return text
+
+
+def _groups(labels: Sequence[str], values: Sequence[str]) -> str:
+    """``faster on 3 of 3 machines``, or ``faster on 2 (A, B), equivalent on 1 (C) of 3 machines``."""
+    n = len(labels)
+    order = list(dict.fromkeys(values))
+    if len(order) == 1:
+        return f"{order[0]} on {n} of {n} machines"
+    parts = [f"{v} on {values.count(v)} ({', '.join(lb for lb, x in zip(labels, values) if x == v)})" for v in order]
+    return ", ".join(parts) + f" of {n} machines"
+
+
+def agreement(merged: doc.MergeDocument, i: int) -> str:
+    """The line that says whether the machines agree on contrast ``i``: their verdicts counted (never
+    pooled), the claim's outcomes counted, and the cells whose verdicts differ between machines."""
+    contrast = merged.contrasts[i]
+    labels = [s.label for s in merged.sources]
+    records = [s.contrasts[i] for s in merged.sources]
+    verdicts = [r.summary.verdict if r.summary.cells else r.outcome for r in records]
+    text = _groups(labels, verdicts)
+    if len(set(verdicts)) > 1:
+        text += ": **the machines disagree**"
+    if contrast.claim != "none":
+        text += f"; claim {_groups(labels, [r.outcome for r in records])}"
+    per_cell: dict[str, set[str]] = {}
+    for r in records:
+        for c in r.cells:
+            per_cell.setdefault(c.key, set()).add(c.verdict)
+    split = sum(len(v) > 1 for v in per_cell.values())
+    if split:
+        text += f"; cell verdicts differ between machines on {split} of {len(per_cell)} cells"
+    return text
+
+
+def _contrast_title(contrast) -> str:
+    sides = f"`{contrast.a.label}` vs `{contrast.b.label}`" + (f" on {', '.join(contrast.ops)}" if contrast.ops else "")
+    sides += f" ({', '.join(contrast.dtypes)})" if contrast.dtypes else ""
+    claim = f"; claim {CLAIM_WORDS[contrast.claim]}" if contrast.claim in CLAIM_WORDS else ""
+    return (f"**{contrast.name}**: " if contrast.name else "") + sides + claim
+
+
+def _machines_table(merged: doc.MergeDocument) -> list[str]:
+    roles = list(merged.sources[0].torch)
+    lines = [
+        "| machine | chip / GPU | CPU | cores / torch threads | OS | torch ("
+        + " / ".join(roles)
+        + ") | processes per cell |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for s in merged.sources:
+        m = s.machine
+        lo, hi = s.processes
+        lines.append(
+            f"| {s.label} | {m.gpu_name or '–'} | {m.cpu_name or '–'} | {m.cpus or '–'} / {m.threads} | {m.os_text} "
+            f"| {' / '.join(s.torch[r] for r in roles)} | {lo if lo == hi else f'{lo}-{hi}'} |"
+        )
+    return lines + [""]
+
+
+def _uneven(merged: doc.MergeDocument, i: int) -> bool:
+    return len({frozenset(c.key for c in s.contrasts[i].cells) for s in merged.sources}) > 1
+
+
+def _contrast_tables(merged: doc.MergeDocument) -> list[str]:
+    out = []
+    n = len(merged.contrasts)
+    for start in range(0, n, COLUMNS):
+        chunk = range(start, min(n, start + COLUMNS))
+        out += ["| machine | " + " | ".join(f"C{i + 1}" for i in chunk) + " |", "|---|" + "---|" * len(chunk)]
+        for s in merged.sources:
+            entries = [_entry(s.contrasts[i], merged.contrasts[i].claim, _uneven(merged, i)) for i in chunk]
+            out.append(f"| {s.label} | " + " | ".join(entries) + " |")
+        out.append("")
+    return out
+
+
+def _partial_cells(merged: doc.MergeDocument) -> list[str]:
+    """One line: the cells measured on some machines only, counted (each machine's numbers cover its own)."""
+    where: dict[str, set[str]] = {}
+    for s in merged.sources:
+        for record in s.contrasts:
+            for c in record.cells:
+                where.setdefault(c.key, set()).add(s.label)
+    n = len(merged.sources)
+    partial = {k: len(v) for k, v in where.items() if len(v) < n}
+    if not partial:
+        return []
+    shown = ", ".join(f"`{k}` on {m} of {n}" for k, m in list(partial.items())[:3])
+    more = f" and {len(partial) - 3} more" if len(partial) > 3 else ""
+    return [
+        f"Cells on some machines only: {len(partial)} of {len(where)} ({shown}{more}); each machine's numbers "
+        "cover the cells it measured (every cell per machine: details).",
+        "",
+    ]
+
+
+def pr_block(merged: doc.MergeDocument) -> list[str]:
+    """The merged PR-body block: where, the machines, per contrast one row per machine, the agreement lines."""
+    n = len(merged.sources)
+    series = f" of series `{merged.series}`" if merged.series else ""
+    series += f" (`{merged.series_hash[:8]}`)" if merged.series_hash else ""
+    out = [
+        f"## For the pull request: {n} machines",
+        "",
+        f"`{merged.device}` runs{series} on {n} machines, merged; each machine's run is its own (results.json and "
+        "its sha256 in the details) and no number is pooled across machines. Speedup = B time / A time "
+        "(> 1: A faster): per machine, the geometric mean over the contrast's cells of whole processes paired "
+        f"by round, exact 95% CI; faster/slower when the whole CI lies beyond ±{THRESHOLD:.0%}, equivalent "
+        "when inside. The lines under the tables count the machines' verdicts.",
+        "",
+    ]
+    if merged.builds_differ:
+        out += ["> **The wheels differ between machines:** " + " ".join(f"{x}." for x in merged.builds_differ), ""]
+    out += _machines_table(merged) + _contrast_tables(merged)
+    out += [f"- C{i + 1} {_contrast_title(c)}: {agreement(merged, i)}." for i, c in enumerate(merged.contrasts)]
+    out += [""] + _partial_cells(merged)
+    tests = [f"{s.label} {s.tests}" for s in merged.sources if s.tests]
+    if tests:
+        out += ["Series tests (each machine's builds): " + "; ".join(tests) + ".", ""]
+    return out
+
+
+def _sources(merged: doc.MergeDocument) -> list[str]:
+    lines = ["## Sources", "", "| machine | results.json | sha256 | bytes | command |", "|---|---|---|---|---|"]
+    for s in merged.sources:
+        lines.append(
+            f"| {s.label} | `{s.path}` | `{s.sha256}` | {s.size} | `{shlex.join(s.command).replace('|', '/')}` |"
+        )
+    return lines + [
+        "",
+        "Each source is read, never written: `python -m harness report DIR` re-renders its own report.",
+        "",
+    ]
+
+
+def _cell_tables(merged: doc.MergeDocument) -> list[str]:
+    out = ["## Contrasts, every cell per machine", ""]
+    labels = [s.label for s in merged.sources]
+    for i, contrast in enumerate(merged.contrasts):
+        keys = list(dict.fromkeys(c.key for s in merged.sources for c in s.contrasts[i].cells))
+        out += [f"<details><summary>C{i + 1} {contrast.label}: {len(keys)} cells</summary>", ""]
+        out += ["| cell | " + " | ".join(labels) + " |", "|---|" + "---|" * len(labels)]
+        for key in keys:
+            found = [next((c for c in s.contrasts[i].cells if c.key == key), None) for s in merged.sources]
+            entries = ["not measured" if c is None else f"{c.speedup_ci()} {_verdict(c.verdict)}" for c in found]
+            out.append(f"| `{key}` | " + " | ".join(entries) + " |")
+        whys = "; ".join(f"{s.label}: {s.contrasts[i].why}" for s in merged.sources)
+        out += ["", f"Each machine's own outcome: {whys}.", "", "</details>", ""]
+    return out
+
+
+def render(merged: doc.MergeDocument) -> str:
+    """``report.md`` of a merged document, from the document alone (deterministic)."""
+    out = pr_block(merged)
+    out += ["<details><summary><b>Details</b>: sources, every cell per machine</summary>", ""]
+    out += _sources(merged) + _cell_tables(merged)
+    out += [
+        f"Merged by torch-patch-harness {merged.harness_version}: `{shlex.join(merged.command)}`",
+        "",
+        "</details>",
+    ]
+    return "\n".join(out) + "\n"
