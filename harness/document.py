@@ -445,7 +445,8 @@ class ContrastRecord:
 @dataclass(frozen=True)
 class Source:
     """One merged run: where its results.json was (``path`` as given) and its sha256 and size (the merge
-    never writes there), the machine, each build's torch, processes per cell and its contrasts."""
+    never writes there), the machine, each build's torch (``(role, version)`` in the run's order), processes
+    per cell, its contrasts and its series tests in a few words."""
 
     label: str
     path: str
@@ -453,7 +454,7 @@ class Source:
     size: int
     command: tuple[str, ...]
     machine: Machine
-    torch: Mapping[str, str]
+    torch: tuple[tuple[str, str], ...]
     processes: tuple[int, int]
     contrasts: tuple[ContrastRecord, ...]
     tests: str = ""
@@ -466,7 +467,7 @@ class Source:
             "results_bytes": self.size,
             "command": list(self.command),
             "machine": dict(self.machine.__dict__),
-            "torch": dict(self.torch),
+            "torch": [list(pair) for pair in self.torch],
             "processes": list(self.processes),
             "contrasts": [c.to_json() for c in self.contrasts],
             "tests": self.tests,
@@ -481,7 +482,7 @@ class Source:
             int(d["results_bytes"]),
             tuple(d["command"]),
             Machine(**d["machine"]),
-            MappingProxyType(dict(d["torch"])),
+            tuple((str(role), str(version)) for role, version in d["torch"]),
             (int(d["processes"][0]), int(d["processes"][1])),
             tuple(ContrastRecord.from_json(c) for c in d["contrasts"]),
             d.get("tests", ""),

@@ -290,7 +290,7 @@ def merge(
                 results.stat().st_size,
                 run.header.command,
                 run.machine,
-                {role: b.torch_version for role, b in run.builds.items()},
+                tuple((role, b.torch_version) for role, b in run.builds.items()),
                 run.processes_per_cell(),
                 evaluate(run),
                 _tests_text(run.data),
@@ -404,7 +404,7 @@ def _contrast_title(contrast) -> str:
 
 
 def _machines_table(merged: doc.MergeDocument) -> list[str]:
-    roles = list(merged.sources[0].torch)
+    roles = [role for role, _ in merged.sources[0].torch]
     lines = [
         "| machine | chip / GPU | CPU | cores / torch threads | OS | torch ("
         + " / ".join(roles)
@@ -416,7 +416,7 @@ def _machines_table(merged: doc.MergeDocument) -> list[str]:
         lo, hi = s.processes
         lines.append(
             f"| {s.label} | {m.gpu_name or '–'} | {m.cpu_name or '–'} | {m.cpus or '–'} / {m.threads} | {m.os_text} "
-            f"| {' / '.join(s.torch[r] for r in roles)} | {lo if lo == hi else f'{lo}-{hi}'} |"
+            f"| {' / '.join(v for _, v in s.torch)} | {lo if lo == hi else f'{lo}-{hi}'} |"
         )
     return lines + [""]
 

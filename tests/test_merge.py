@@ -1,0 +1,391 @@
+"""``merge``: runs of one series on several machines -> one merged results.json and report.md.
+
+Sources are real examples (docs/examples/) given other machines' provenance; refusals are planted one
+per case; the workflow's merge command runs here on artifacts laid out as actions/download-artifact
+lays them out. In-process (:func:`conftest.run_harness`); the 10-machine acceptance merge is the only
+test that takes seconds.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import hashlib
+import json
+import random
+import re
+import shlex
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from conftest import run_harness
+
+from harness import document as doc
+from harness import merge
+from harness import results as res
+from harness.bench.workloads import DTYPES, default_cells
+from harness.errors import ResultsError
+from harness.evidence import validate
+from harness.series import load_series
+
+REPO = Path(__file__).resolve().parent.parent
+EXAMPLES = REPO / "docs" / "examples"
+CONTRASTS = EXAMPLES / "cpu-contrasts" / "results.json"
+WORKFLOW = REPO / ".github" / "workflows" / "machines.yml"
+XEON_CPUS = "CPU(s):                                  16\n"
+
+
+@pytest.fixture(scope="module")
+def example() -> dict:
+    return json.loads(CONTRASTS.read_text())
+
+
+def as_machine(data: dict, cpu: str, threads: int, cpus: int | None = None, torch: str | None = None) -> dict:
+    """A copy of ``data`` as if run on another machine (its provenance's CPU, threads, collect_env CPU
+    count) and, with ``torch``, another wheel of the same version and commit (local label, build settings)."""
+    out = copy.deepcopy(data)
+    for build in out["builds"].values():
+        prov = build["provenance"]
+        prov.update(cpu_name=cpu, num_threads=threads)
+        prov["os"]["platform"] = f"Linux-{cpu}"
+        text = re.sub(r"^CPU\(s\):.*$", "", prov.get("collect_env") or "", flags=re.M)
+        prov["collect_env"] = text + (f"CPU(s):  {cpus}\n" if cpus else "")
+        if torch:
+            prov["torch_version"] = torch
+            prov["config_show"] = prov["config_show"].replace("USE_CUDA=0", "USE_CUDA=ON")
+    return out
+
+
+def save(folder: Path, data: dict) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "results.json").write_text(json.dumps(data))
+    return folder
+
+
+def tree_hashes(*folders: Path) -> dict[str, str]:
+    return {
+        str(p): hashlib.sha256(p.read_bytes()).hexdigest() for f in folders for p in sorted(f.rglob("*")) if p.is_file()
+    }
+
+
+def block_of(report: str) -> str:
+    return report.split("<details>")[0]
+
+
+# ------------------------------------------------------------------ two machines, different wheels
+
+
+def test_two_cpu_machines_from_different_wheels(tmp_path, example):
+    here = save(tmp_path / "here", as_machine(example, "AMD EPYC", 2, 2))
+    other = as_machine(example, "Intel(R) Xeon(R) Processor", 16, 16, torch="2.13.0+cu130")
+    # on the other machine the vectorised kernels gain nothing on SDPA: default takes no_vec's times there
+    no_vec = {(p["build"], p["round"]): p["cells"] for p in other["processes"] if p["config"] == "no_vec"}
+    for p in other["processes"]:
+        if p["config"] == "default":
+            p["cells"] = copy.deepcopy(no_vec[(p["build"], p["round"])])
+    there = save(tmp_path / "there", other)
+    before = tree_hashes(here, there)
+    ran = run_harness("merge", str(here), str(there), "--out", str(tmp_path / "merged"))
+    assert ran.returncode == 0, ran.stderr
+    assert tree_hashes(here, there) == before  # each source byte-identical
+    text = (tmp_path / "merged" / "report.md").read_text()
+    block = block_of(text)
+    assert "| AMD EPYC | – | AMD EPYC | 2 / 2 |" in block
+    assert "| Intel(R) Xeon(R) Processor | – | Intel(R) Xeon(R) Processor | 16 / 16 |" in block
+    assert "2.13.0+cpu / 2.13.0+cpu" in block and "2.13.0+cu130 / 2.13.0+cu130" in block
+    # the wheels differ (local label, torch's build settings) and the report says so
+    assert "**The wheels differ between machines:**" in block
+    assert "torch 2.13.0+cpu / 2.13.0+cu130" in block and "`USE_CUDA`" in block and "no build manifests" in block
+    # C1: sdpa faster with vectorised kernels here, not there: the disagreement is the finding
+    c1 = next(line for line in block.splitlines() if line.startswith("- C1 "))
+    assert "**faster** on 1 (AMD EPYC)" not in c1  # verdict words are plain in the agreement line
+    assert "faster on 1 (AMD EPYC), undetermined on 1 (Intel(R) Xeon(R) Processor) of 2 machines" in c1
+    assert "**the machines disagree**" in c1 and "claim shown on 1 (AMD EPYC), not shown on 1" in c1
+    doc_json = json.loads((tmp_path / "merged" / "results.json").read_text())
+    assert [s["results_sha256"] for s in doc_json["sources"]] == [
+        hashlib.sha256((f / "results.json").read_bytes()).hexdigest() for f in (here, there)
+    ]
+    # re-rendered from the merged document alone, byte for byte
+    (tmp_path / "merged" / "report.md").unlink()
+    assert run_harness("report", str(tmp_path / "merged")).returncode == 0
+    assert (tmp_path / "merged" / "report.md").read_text() == text
+    assert doc.MergeDocument.from_json(doc_json).to_json() == doc_json
+
+
+def test_each_machine_row_is_its_own_run_never_pooled(tmp_path, example):
+    """The merged numbers are exactly each source's own contrast evaluation (harness.contrasts)."""
+    from harness import contrasts as con
+    from harness.report import LAUNCH_BOUND_THRESHOLD, THRESHOLD
+
+    a = save(tmp_path / "a", as_machine(example, "AMD EPYC", 2, 2))
+    b = save(tmp_path / "b", as_machine(example, "Other CPU", 8, 8))
+    merged = merge.merge([a, b])
+    for source, folder in zip(merged.sources, (a, b)):
+        data = res.load(folder)
+        for record, contrast in zip(source.contrasts, doc.load(folder).contrasts):
+            own = con.evaluate(data, contrast, THRESHOLD, LAUNCH_BOUND_THRESHOLD)
+            assert record.outcome == own.outcome and record.why == own.why
+            assert [(c.key, c.ratio, c.verdict) for c in record.cells] == [
+                (r.cell.key, r.cmp.ratio, r.cmp.verdict) for r in own.rows
+            ]
+
+
+# ------------------------------------------------------------------ refusals: one line, nothing written
+
+
+def _manifest(series_hash: str, **env: str) -> dict:
+    return {
+        "series": {"name": "s", "hash": series_hash},
+        "environment": {"USE_MKLDNN": "ON", "MAX_JOBS": "8", **env},
+        "wheel_sha256": series_hash * 4,
+    }
+
+
+def _planted(case: str, data: dict) -> dict:
+    data = as_machine(data, "Other CPU", 8, 8)
+    if case == "series":
+        data["evidence"]["series"] = "another-series"
+    elif case == "patch hash":
+        data["builds"]["patched"]["build"] = _manifest("bbbb")
+    elif case == "contrasts":
+        data["evidence"]["contrasts"] = data["evidence"]["contrasts"][:2]
+    elif case == "unfinished":
+        del data["run"]["finished"]
+        data["processes"] = data["processes"][:5]
+    elif case == "torch":
+        data["builds"]["stock"]["provenance"]["git_version"] = "0" * 40
+    elif case == "flags":
+        data["builds"]["patched"]["build"] = _manifest("aaaa", USE_MKLDNN="OFF")
+    elif case == "config":
+        data["configs"]["no_vec"]["env"] = {"ATEN_CPU_CAPABILITY": "avx2"}
+    return data
+
+
+@pytest.mark.parametrize(
+    "case, fragments",
+    [
+        ("series", ["runs of different series (None vs another-series)", "one patch series"]),
+        ("patch hash", ["different patched patch hashes (aaaa vs bbbb)"]),
+        ("contrasts", ["different contrast declarations"]),
+        (
+            "unfinished",
+            ["is an unfinished run (5 of 24 planned processes)", "resume it first: python -m harness compare"],
+        ),
+        ("torch", ["different stock torch (2.13.0 at cf30153c4c13 vs 2.13.0 at 000000000000)"]),
+        ("flags", ["built with different flags (USE_MKLDNN)"]),
+        ("config", ["different `no_vec` variables"]),
+    ],
+)
+def test_refused_in_one_line_with_nothing_written(tmp_path, example, case, fragments):
+    base = as_machine(example, "AMD EPYC", 2, 2)
+    if case in ("patch hash", "flags"):
+        base["builds"]["patched"]["build"] = _manifest("aaaa")
+    a = save(tmp_path / "a", base)
+    b = save(tmp_path / "b", _planted(case, base))
+    before = tree_hashes(a, b)
+    ran = run_harness("merge", str(a), str(b), "--out", str(tmp_path / "merged"))
+    errors = [line for line in ran.stderr.splitlines() if line.startswith("error:")]
+    assert ran.returncode == 2 and len(errors) == 1 and "Traceback" not in ran.stderr, ran.stderr
+    for fragment in fragments:
+        assert fragment in errors[0], errors[0]
+    assert not (tmp_path / "merged").exists() and tree_hashes(a, b) == before
+
+
+def test_a_cpu_run_and_a_cuda_run_are_refused(tmp_path, example):
+    cpu = save(tmp_path / "cpu", example)
+    cuda = EXAMPLES / "h200-tf32-contrast"
+    ran = run_harness("merge", str(cpu), str(cuda), "--out", str(tmp_path / "merged"))
+    assert ran.returncode == 2 and "runs of different devices (cpu vs cuda)" in ran.stderr
+    assert "different kernels" in ran.stderr and not (tmp_path / "merged").exists()
+
+
+def test_the_same_machine_twice_only_when_asked(tmp_path, example):
+    a = save(tmp_path / "a", example)
+    b = save(tmp_path / "b", example)
+    ran = run_harness("merge", str(a), str(b), "--out", str(tmp_path / "m"))
+    assert (
+        ran.returncode == 2
+        and "ran on the same machine (AMD EPYC" in ran.stderr
+        and "--allow-same-machine" in ran.stderr
+    )
+    assert not (tmp_path / "m").exists()
+    ran = run_harness("merge", str(a), str(b), "--allow-same-machine", "--out", str(tmp_path / "m"))
+    assert ran.returncode == 0, ran.stderr
+    assert "| AMD EPYC #1 |" in (tmp_path / "m" / "report.md").read_text()
+
+
+def test_wheels_built_per_machine_merge_when_their_flags_match(tmp_path, example):
+    """Each machine built its own wheels: MAX_JOBS and the version label do not count as flags."""
+    a_data = as_machine(example, "AMD EPYC", 2, 2)
+    b_data = as_machine(example, "Other CPU", 8, 8)
+    for data, jobs, sha in ((a_data, "2", "aaaa"), (b_data, "8", "cccc")):
+        for role in ("stock", "patched"):
+            data["builds"][role]["build"] = {**_manifest("ffff", MAX_JOBS=jobs), "wheel_sha256": sha + role}
+    merged = merge.merge([save(tmp_path / "a", a_data), save(tmp_path / "b", b_data)])
+    assert merged.series_hash == "ffff"
+    assert merged.builds_differ[0] == (
+        "stock: torch 2.13.0+cpu on every machine; 2 different wheel files (sha256) "
+        "(build manifests' flags match; same version and commit)"
+    )
+
+
+def test_unreadable_sources_and_a_merged_document_are_refused(tmp_path, example):
+    a = save(tmp_path / "a", as_machine(example, "AMD EPYC", 2, 2))
+    b = save(tmp_path / "b", as_machine(example, "Other CPU", 8, 8))
+    assert run_harness("merge", str(a), str(b), "--out", str(tmp_path / "m")).returncode == 0
+    ran = run_harness("merge", str(a), str(tmp_path / "m"), "--out", str(tmp_path / "m2"))
+    assert ran.returncode == 2 and "is a merged document, not a run" in ran.stderr
+    ran = run_harness("merge", str(a), str(tmp_path / "nothing"), "--out", str(tmp_path / "m2"))
+    assert ran.returncode == 2 and "results.json does not exist" in ran.stderr
+    ran = run_harness("merge", str(a), "--out", str(tmp_path / "m2"))
+    assert ran.returncode == 2 and "at least two runs" in ran.stderr and not (tmp_path / "m2").exists()
+    # --out: a source run's own folder (a run of the harness) is not a merge folder
+    (a / ".torch-patch-harness-out.json").write_text(
+        json.dumps({"tool": "torch-patch-harness", "kind": "run", "writes": ["results.json"]})
+    )
+    ran = run_harness("merge", str(a), str(b), "--out", str(a))
+    assert ran.returncode == 2 and "is a run folder of the harness" in ran.stderr
+
+
+# ------------------------------------------------------------------ the typed document
+
+
+def test_document_types_validates_and_indexes_once(example):
+    run = doc.from_json(example)
+    assert run.header.device == "cpu" and run.finished and run.header.planned_processes == 24
+    assert run.machine.cpu_name == "AMD EPYC" and run.machine.cpus == 2 and run.machine.threads == 2
+    assert run.builds["stock"].public_version == "2.13.0" and run.builds["stock"].local_label == "cpu"
+    assert run.builds["stock"].build_settings["USE_CUDA"] == "0"
+    assert [c.label for c in run.contrasts][0] == "stock/default vs stock/no_vec"
+    table = res.cell_table(example)
+    assert {k: len(v) for k, v in run.by_cell.items()} == {
+        (c, key, b): len(recs) for c, per in table.items() for key, per_b in per.items() for b, recs in per_b.items()
+    }
+    assert run.processes_per_cell() == res.processes_range(example) == (6, 6)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        run.header.device = "mps"
+    broken = copy.deepcopy(example)
+    broken["processes"][3]["cells"] = None
+    with pytest.raises(res.DamagedResults, match=r"processes\[3\]\.cells is null"):
+        doc.from_json(broken)
+    with pytest.raises(ResultsError, match="schema version 2"):
+        doc.from_json({**example, "schema_version": 2})
+
+
+def test_migration_fills_what_older_runs_lack_without_touching_the_input(example):
+    older = copy.deepcopy(example)
+    del older["evidence"]
+    older["builds"]["stock"]["provenance"]["variables_in_libraries"] = {
+        "MY_SERIES_VAR": True,
+        "ATEN_CPU_CAPABILITY": True,
+    }
+    frozen = json.dumps(older, sort_keys=True)
+    migrated = doc.migrate(older)
+    assert migrated["evidence"]["markers"] == ["MY_SERIES_VAR"]  # the generic cpu variable is not a marker
+    assert json.dumps(older, sort_keys=True) == frozen
+
+
+# ------------------------------------------------------------------ acceptance: 10 machines x the MPS default matrix
+
+
+def _mps_run(slow_metal: bool, bfloat16: bool) -> dict:
+    """The MPS default matrix (the series' four configs x every default cell, 6 rounds) from the cpu
+    example's shape; under PREFER_METAL GEMM takes 1.5x the time where ``slow_metal`` (M1/M2-like)."""
+    series = load_series("mps-gemm-prefer-fast-math")
+    ev = validate(series.evidence, series.env, series.name)
+    configs = {c.name: dict(c.env) for c in ev.profiles("mps") if c.name in ev.default_configs("mps")}
+    cells = [c.key for c in default_cells(DTYPES) if bfloat16 or c.dtype != "bfloat16"]
+    data = json.loads(CONTRASTS.read_text())
+    data["run"].update(device="mps", configs=list(configs), cells=cells, rounds=6)
+    data["configs"] = {n: {"name": n, "env": e, "about": "", "reduced_fp32": False} for n, e in configs.items()}
+    template = next(iter(data["processes"][0]["cells"].values()))
+    slow = {("stock", "fast_math+prefer_metal"), ("stock", "all"), ("patched", "fast_math+prefer_metal")}
+    procs = []
+    for rnd in range(6):
+        for build in ("stock", "patched"):
+            for config in configs:
+                proc = {**data["processes"][0], "build": build, "config": config, "round": rnd, "cells": {}}
+                for key in cells:
+                    factor = (
+                        1.5 if slow_metal and key.split("/")[0] in ("mm", "addmm") and (build, config) in slow else 1
+                    )
+                    t = 1e-3 * factor * (1 + random.Random(f"{build}{config}{key}{rnd}").uniform(-0.004, 0.004))
+                    proc["cells"][key] = {
+                        **template,
+                        "measurement": {**template["measurement"], "median": t, "samples": [t]},
+                    }
+                procs.append(proc)
+    data.update(processes=procs, evidence=ev.to_json())
+    data["run"]["order"] = [[p["round"], p["build"], p["config"]] for p in procs]
+    data.pop("consistency")
+    return data
+
+
+def test_ten_machines_merge_under_10_s_with_a_pr_block_under_60_lines(tmp_path):
+    runs = []
+    for i in range(10):
+        data = _mps_run(slow_metal=i < 4, bfloat16=i != 9)
+        for build in data["builds"].values():
+            prov = build["provenance"]
+            prov.update(device="mps", gpu_name=f"Apple M{i + 1}, {10 + i} GPU cores", cpu_name=f"Apple M{i + 1}")
+            prov["mac"], prov["collect_env"] = {"model": f"Mac{i}", "macos_build": "24B83"}, None
+            prov["os"]["macos_product_version"] = "15.1"
+        runs.append(save(tmp_path / f"results-m{i + 1}", data))
+    # CPU seconds of this process: on the shared 2-core machine the wall clock measures the neighbours too
+    # (the same merge took 6.4 s wall alone and 19 s beside five other test runs)
+    t0 = time.process_time()
+    ran = run_harness("merge", *map(str, runs), "--out", str(tmp_path / "merged"))
+    elapsed = time.process_time() - t0
+    assert ran.returncode == 0, ran.stderr
+    assert elapsed < 10, elapsed
+    block = block_of((tmp_path / "merged" / "report.md").read_text())
+    assert len(block.splitlines()) <= 60, block
+    assert "| Apple M10 | Apple M10, 19 GPU cores | Apple M10 | – / 2 | macOS 15.1 (24B83) |" in block
+    c1 = next(line for line in block.splitlines() if line.startswith("- C1 "))
+    assert "faster on 4 (Apple M1, Apple M2, Apple M3, Apple M4), equivalent on 6 (" in c1
+    assert "**the machines disagree**" in c1
+    c4 = next(line for line in block.splitlines() if line.startswith("- C4 "))
+    assert "equivalent on 10 of 10 machines; claim shown on 10 of 10 machines" in c4
+    assert "Cells on some machines only: 15 of 45 (`mm/512x512x512/bfloat16` on 9 of 10" in block
+
+
+# ------------------------------------------------------------------ the workflow's merge job, here
+
+
+def _merge_step() -> str:
+    yaml = pytest.importorskip("yaml", reason="PyYAML comes with the test extra")
+    wf = yaml.safe_load(WORKFLOW.read_text())
+    steps = wf["jobs"]["merge"]["steps"]
+    download = next(s for s in steps if str(s.get("uses", "")).startswith("actions/download-artifact@"))
+    assert download["with"] == {"pattern": "results-*", "path": "runs"}  # one folder per artifact name
+    assert wf["jobs"]["measure"]["runs-on"] == ["self-hosted", "macOS", "ARM64", "${{ matrix.chip }}"]
+    assert wf[True]["workflow_dispatch"]["inputs"]["chips"]["default"] == ""  # YAML 1.1 reads `on` as true
+    upload = next(s for s in wf["jobs"]["measure"]["steps"] if str(s.get("uses", "")).startswith("actions/upload-"))
+    assert upload["with"]["name"] == "results-${{ matrix.chip }}"
+    return next(s["run"] for s in steps if "nox -s merge" in s.get("run", ""))
+
+
+def test_the_workflow_merge_job_runs_here_on_downloaded_artifacts(tmp_path, example, monkeypatch):
+    script = _merge_step()
+    # actions/download-artifact without a name: runs/<artifact name>/<the uploaded folder's contents>
+    save(tmp_path / "runs" / "results-m1-pro", as_machine(example, "Apple M1 Pro", 8, 10))
+    save(tmp_path / "runs" / "results-m4", as_machine(example, "Apple M4", 10, 10))
+    nox_line = next(line for line in script.splitlines() if line.strip().startswith("nox -s merge --"))
+    args = shlex.split(nox_line.split(" -- ", 1)[1])
+    monkeypatch.chdir(tmp_path)
+    expanded: list[str] = []
+    for a in args:  # the shell's glob
+        expanded += sorted(str(p.relative_to(tmp_path)) for p in tmp_path.glob(a)) if "*" in a else [a]
+    assert expanded[:2] == ["runs/results-m1-pro", "runs/results-m4"]
+    ran = run_harness("merge", *expanded)
+    assert ran.returncode == 0, ran.stderr
+    summary_line = next(line for line in script.splitlines() if "GITHUB_STEP_SUMMARY" in line)
+    summary = tmp_path / "summary.md"
+    subprocess.run(
+        ["bash", "-c", summary_line], cwd=tmp_path, env={"GITHUB_STEP_SUMMARY": str(summary)}, check=True, timeout=30
+    )
+    text = summary.read_text()
+    assert text.startswith("## For the pull request: 2 machines") and "<details>" not in text
+    assert "| Apple M1 Pro | – | Apple M1 Pro | 10 / 8 |" in text and "- C1 " in text
