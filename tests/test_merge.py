@@ -12,6 +12,7 @@ import copy
 import dataclasses
 import hashlib
 import json
+import os
 import random
 import re
 import shlex
@@ -389,3 +390,49 @@ def test_the_workflow_merge_job_runs_here_on_downloaded_artifacts(tmp_path, exam
     text = summary.read_text()
     assert text.startswith("## For the pull request: 2 machines") and "<details>" not in text
     assert "| Apple M1 Pro | – | Apple M1 Pro | 10 / 8 |" in text and "- C1 " in text
+
+
+def _workflow() -> dict:
+    yaml = pytest.importorskip("yaml", reason="PyYAML comes with the test extra")
+    return yaml.safe_load(WORKFLOW.read_text())
+
+
+def test_the_workflow_commands_parse_and_every_action_is_pinned():
+    """Each `nox -s X -- ARGS` of machines.yml names a nox session and parses with that command's options."""
+    from harness.cli import build_parser
+
+    values = {"$STOCK": "dist/s.whl", "$PATCHED": "dist/p.whl", "$SERIES": "mps-gemm-prefer-fast-math"}
+    seen = []
+    for job in _workflow()["jobs"].values():
+        for step in job["steps"]:
+            if "uses" in step:
+                assert re.fullmatch(r"actions/[a-z-]+@v\d+", step["uses"]), step["uses"]
+            for line in step.get("run", "").splitlines():
+                match = re.match(r"\s*nox -s (\S+) -- (.*)$", line)
+                if match:
+                    args = [values.get(a, a) for a in shlex.split(match.group(2))]
+                    assert build_parser(match.group(1)).parse_args(args) is not None
+                    seen.append(match.group(1))
+    assert seen == ["doctor", "compare", "merge"]
+
+
+@pytest.mark.parametrize(
+    "chips, outputs", [("", "any=false\nchips=[]\n"), (" m1-pro, m4 ,", 'chips=["m1-pro", "m4"]\nany=true\n')]
+)
+def test_the_setup_job_skips_when_no_chip_is_given(tmp_path, chips, outputs):
+    """The matrix is the chip labels as JSON; none: `any` false, and every other job is skipped."""
+    wf = _workflow()
+    setup = wf["jobs"]["setup"]["steps"][0]["run"]
+    assert (
+        wf["jobs"]["measure"]["if"] == wf["jobs"]["merge"]["if"].split("&& ")[1] == "needs.setup.outputs.any == 'true'"
+    )
+    out, summary = tmp_path / "out", tmp_path / "summary"
+    env = {
+        "CHIPS": chips,
+        "WHEELS_RUN": "1",
+        "GITHUB_OUTPUT": str(out),
+        "GITHUB_STEP_SUMMARY": str(summary),
+        "PATH": os.environ["PATH"],
+    }
+    subprocess.run(["bash", "-e", "-c", setup], env=env, check=True, timeout=30, capture_output=True)
+    assert out.read_text() == outputs
