@@ -220,13 +220,15 @@ class Machine:
         return hashlib.sha256(repr(parts).encode()).hexdigest()[:16]
 
     @classmethod
-    def from_provenance(cls, prov: Mapping) -> Machine:
+    def from_provenance(cls, prov: Mapping, device: str) -> Machine:
+        """The machine of a run on ``device``: a GPU name only where the run measured a GPU (a cpu run on a
+        host with a GPU is a run on its CPU)."""
         mac = prov.get("mac") or {}
         text = prov.get("collect_env") or ""
         found = _LSCPU_CPUS.search(text) or _SYSCTL_CORES.search(text)
         return cls(
             prov.get("cpu_name"),
-            prov.get("gpu_name") if prov.get("device") != "cpu" else None,
+            prov.get("gpu_name") if device != "cpu" else None,
             int(found.group(1)) if found else None,
             int(prov["num_threads"]),
             prov["os"].get("platform", ""),
@@ -333,7 +335,7 @@ def from_json(data: Mapping, where: str = "results.json", validated: bool = Fals
         MappingProxyType(data["configs"]),
         tuple(processes),
         Evidence.from_json(data.get("evidence")),
-        Machine.from_provenance(data["builds"][run["builds"][0]]["provenance"]),
+        Machine.from_provenance(data["builds"][run["builds"][0]]["provenance"], run["device"]),
         data,
         MappingProxyType({k: tuple(sorted(v, key=lambda r: r.round)) for k, v in index.items()}),
     )

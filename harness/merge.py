@@ -94,10 +94,9 @@ def _same(a_path: Path, a: doc.RunDocument, b_path: Path, b: doc.RunDocument) ->
         "measure one change (docs/machines.md)",
     )
     _differ("kinds", a_path, a.header.kind, b_path, b.header.kind, "merge compare runs with compare runs")
+    _differ("builds", a_path, a.header.builds, b_path, b.header.builds, "merge runs of the same builds")
     _differ("series", a_path, a.evidence.series, b_path, b.evidence.series, "merge runs of one patch series")
     for role in a.header.builds:
-        if role not in b.builds:
-            raise MergeRefused(f"{b_path} has no {role} build ({a_path} has)", "merge runs of the same builds")
         x, y = a.builds[role], b.builds[role]
         _differ(
             f"{role} patch hashes",

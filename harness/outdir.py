@@ -91,6 +91,17 @@ def read_marker(folder: Path) -> list[str] | None:
     return None if found is None else found[0]
 
 
+def marked_kind(folder: Path) -> str | None:
+    """The kind (:data:`KINDS`) the marker of ``folder`` records, or None without a marker (``preview`` adds
+    its page to a run's or a merge's folder alike).
+
+    Raises:
+        ResultsError: a damaged marker (:func:`read_marker`).
+    """
+    found = _read_marker(Path(folder))
+    return None if found is None else found[1]
+
+
 def _read_marker(folder: Path) -> tuple[list[str], str] | None:
     """The marker's patterns and kind, or None when there is none (:func:`read_marker`'s errors)."""
     path = folder / MARKER

@@ -19,7 +19,7 @@ from pathlib import Path
 from harness import children
 from harness.errors import UsageError
 from harness.fsutil import atomic_write_text
-from harness.outdir import PREVIEW_WRITES, claim, holds_results
+from harness.outdir import PREVIEW_WRITES, claim, holds_results, marked_kind
 
 #: GitHub's markdown body is 980 px wide at most; these rules mimic its tables, code and images
 STYLE = """
@@ -117,7 +117,8 @@ def write_html(directory: Path, open_details: bool = False) -> Path:
     source = directory / "report.md"
     if not source.is_file():
         raise UsageError(f"{source} does not exist", "run `nox -s report -- DIR` (or compare) first")
-    claim(directory, "preview DIR", PREVIEW_WRITES, _holds_a_report)
+    merged = directory.is_dir() and marked_kind(directory) == "merge"
+    claim(directory, "preview DIR", PREVIEW_WRITES, _holds_a_report, kind="merge" if merged else None)
     page = directory / "report.html"
     atomic_write_text(page, render_html(source.read_text(), f"report: {directory.name}", open_details))
     return page

@@ -113,6 +113,9 @@ def test_two_cpu_machines_from_different_wheels(tmp_path, example):
     assert run_harness("report", str(tmp_path / "merged")).returncode == 0
     assert (tmp_path / "merged" / "report.md").read_text() == text
     assert doc.MergeDocument.from_json(doc_json).to_json() == doc_json
+    # and previewed as GitHub renders it: preview adds its page to a merge folder as to a run's
+    assert run_harness("preview", str(tmp_path / "merged")).returncode == 0
+    assert "faster on 1 (AMD EPYC)" in (tmp_path / "merged" / "report.html").read_text()
 
 
 def test_each_machine_row_is_its_own_run_never_pooled(tmp_path, example):
