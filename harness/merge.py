@@ -165,9 +165,9 @@ def _same_machine(runs: Sequence[tuple[Path, doc.RunDocument]], allow: bool) -> 
 
 
 def _builds_differ(runs: Sequence[tuple[Path, doc.RunDocument]]) -> tuple[str, ...]:
-    """One line per build role whose wheels are not one wheel on every machine: local labels, wheel
-    hashes and the build settings torch reports that differ."""
-    lines = []
+    """One line per build role (roles whose lines are the same share one) whose wheels are not one wheel
+    on every machine: local labels, wheel hashes and the build settings torch reports that differ."""
+    found: dict[str, list[str]] = {}
     for role in runs[0][1].header.builds:
         builds = [run.builds[role] for _, run in runs]
         labels = sorted({b.torch_version for b in builds})
@@ -183,8 +183,8 @@ def _builds_differ(runs: Sequence[tuple[Path, doc.RunDocument]]) -> tuple[str, .
             shown = ", ".join(f"`{k}`" for k in keys[:6]) + (f" and {len(keys) - 6} more" if len(keys) > 6 else "")
             parts.append(f"torch's build settings differ in {shown}")
         flags = "build manifests' flags match" if all(b.flags is not None for b in builds) else "no build manifests"
-        lines.append(f"{role}: " + "; ".join(parts) + f" ({flags}; same version and commit)")
-    return tuple(lines)
+        found.setdefault("; ".join(parts) + f" ({flags}; same version and commit)", []).append(role)
+    return tuple(f"{' and '.join(roles)}: {text}" for text, roles in found.items())
 
 
 def _cell(row: con.ContrastRow) -> doc.CellResult:

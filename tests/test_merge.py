@@ -230,7 +230,7 @@ def test_wheels_built_per_machine_merge_when_their_flags_match(tmp_path, example
     merged = merge.merge([save(tmp_path / "a", a_data), save(tmp_path / "b", b_data)])
     assert merged.series_hash == "ffff"
     assert merged.builds_differ[0] == (
-        "stock: torch 2.13.0+cpu on every machine; 2 different wheel files (sha256) "
+        "stock and patched: torch 2.13.0+cpu on every machine; 2 different wheel files (sha256) "
         "(build manifests' flags match; same version and commit)"
     )
 
