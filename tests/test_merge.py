@@ -241,6 +241,11 @@ def test_unreadable_sources_and_a_merged_document_are_refused(tmp_path, example)
     assert run_harness("merge", str(a), str(b), "--out", str(tmp_path / "m")).returncode == 0
     ran = run_harness("merge", str(a), str(tmp_path / "m"), "--out", str(tmp_path / "m2"))
     assert ran.returncode == 2 and "is a merged document, not a run" in ran.stderr
+    damaged = json.loads((tmp_path / "m" / "results.json").read_text())
+    del damaged["sources"][1]["machine"]["threads"]
+    (tmp_path / "m" / "results.json").write_text(json.dumps(damaged))
+    ran = run_harness("report", str(tmp_path / "m"))
+    assert ran.returncode == 2 and "is a damaged merged document (TypeError" in ran.stderr, ran.stderr
     ran = run_harness("merge", str(a), str(tmp_path / "nothing"), "--out", str(tmp_path / "m2"))
     assert ran.returncode == 2 and "results.json does not exist" in ran.stderr
     ran = run_harness("merge", str(a), "--out", str(tmp_path / "m2"))
