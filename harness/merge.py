@@ -51,10 +51,6 @@ class MergeRefused(ResultsError):
     """Runs that cannot be merged: the cause names the runs and what differs."""
 
 
-def _name(path: Path) -> str:
-    return str(path)
-
-
 def check(runs: Sequence[tuple[Path, doc.RunDocument]], allow_same_machine: bool = False) -> tuple[str, ...]:
     """Refuse what cannot be merged (see the module docstring); returns the lines that say how the
     machines' builds differ (empty when every build is the same wheel).
@@ -284,7 +280,7 @@ def merge(
         sources.append(
             doc.Source(
                 label,
-                _name(path),
+                str(path),
                 sha256_file(results),
                 results.stat().st_size,
                 run.header.command,
