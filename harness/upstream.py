@@ -327,16 +327,19 @@ def _needs_fetch(store: Path, ref: str) -> bool:
 def _fetch(store: Path, url: str, *, required: bool) -> None:
     progress.note(f"upstream: fetching {url} (incremental)")
     feed = None
+    started = time.monotonic()
     try:
         with progress.task(f"fetch {url}") as bar:
             feed = _GitProgress(bar, "fetch")
             repo = git.Repo(store)
             with repo.git.custom_environment(**_NO_PROMPT):
-                repo.remote("origin").fetch(progress=feed)
+                repo.remote("origin").fetch(progress=feed, kill_after_timeout=GIT_S)
     except (git.GitCommandError, ValueError) as exc:
         if isinstance(exc, git.GitCommandError) and _interrupted(exc):
             raise KeyboardInterrupt from None
         reason = _reason(exc, feed)
+        if time.monotonic() - started >= GIT_S:  # GitPython killed it at the deadline
+            reason = f"`git fetch` took longer than {GIT_S:g} s (stopped)"
         if required:
             raise UpstreamError(
                 f"cannot fetch upstream {url}: {reason}",

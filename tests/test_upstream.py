@@ -316,3 +316,23 @@ def test_relative_submodule_urls_resolve_as_git_resolves_them(url, parent, expec
     from harness.upstream import absolute_url
 
     assert absolute_url(url, parent) == expected
+
+
+def test_a_fetch_that_never_answers_is_stopped_at_its_deadline_and_named(tmp_path, monkeypatch):
+    """A mirror's fetch (the upstream's or a submodule's) had no deadline: a remote that never answers
+    hung checkout. It now stops after ``GIT_S`` seconds with one line that says so."""
+    from harness import upstream
+
+    store = tmp_path / "mirror.git"
+    git(tmp_path, "init", "-q", "--bare", str(store))
+    git(store, "remote", "add", "origin", "ssh://example.invalid/never.git")
+    monkeypatch.setenv("GIT_SSH_COMMAND", "sh -c 'sleep 30' --")  # an ssh that never answers
+    monkeypatch.setattr(upstream, "GIT_S", 1.0)
+    started = time.monotonic()
+    with pytest.raises(UpstreamError) as info:
+        upstream._fetch(store, "ssh://example.invalid/never.git", required=True)
+    assert time.monotonic() - started < 10
+    assert (
+        info.value.cause
+        == "cannot fetch upstream ssh://example.invalid/never.git: `git fetch` took longer than 1 s (stopped)"
+    )
