@@ -36,7 +36,7 @@ def _default(command: str, option: str) -> float:
 
 def _code_values() -> dict[str, float]:
     """What the code says, by the keys :data:`RULES` use."""
-    from harness import configs, runner
+    from harness import configs, runner, upstream
 
     return {
         "rounds": runner.ROUNDS,
@@ -51,6 +51,7 @@ def _code_values() -> dict[str, float]:
         "doctor_step_timeout_s": _default("doctor", "--step-timeout"),
         "doctor_mps_configs": len(configs.PROFILES["mps"]),
         "doctor_cuda_configs": len(configs.PROFILES["cuda"]),
+        "git_s": upstream.GIT_S,
     }
 
 
@@ -112,6 +113,7 @@ RULES = (
     Rule(
         "cuda env configs doctor runs", "doctor_cuda_configs", rf"`doctor`[^.]{{0,60}}?\ball{S}(\w+){S}cuda{S}configs"
     ),
+    Rule("deadline of a git command", "git_s", rf"stopped{S}after{S}(\d+){S}s{S}\(`harness\.upstream\.GIT_S`\)"),
     Rule(
         "CI time (README's measured `bash .ci/run`)",
         "ci_s",
