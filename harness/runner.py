@@ -117,6 +117,8 @@ BUDGET_S = {"full": 540.0, "quick": 360.0}
 #: planned rounds (fresh processes per build and config) before adaptive ones: the floor at which
 #: the exact test can give a verdict (harness.stats.min_processes)
 ROUNDS = 4
+#: planned rounds of a run without adaptive ones (``--target-ci 0``, and ``bench``, which has no CI to aim at)
+ROUNDS_FIXED = 6
 #: the allowed values of compare/bench's numeric options (parsed by harness.numbers.number on the
 #: command line and again in plan()): NaN, infinities and values outside are refused with the range.
 #: The upper ends are sanity bounds, not tuning: a day per worker, a week of budget, 1000 rounds,
@@ -1139,7 +1141,11 @@ def plan(request: RunRequest) -> Plan:
     check_contrasts(request.contrasts, list(builds), [c.name for c in configs])
     kind = "quick" if request.quick else "full"
     target = bounded("target_ci", request.target_ci) or None  # 0: adaptive rounds off; bench has no CI to aim at
-    rounds = request.rounds if request.rounds is not None else (ROUNDS if request.quick or target is not None else 6)
+    rounds = (
+        request.rounds
+        if request.rounds is not None
+        else (ROUNDS if request.quick or target is not None else ROUNDS_FIXED)
+    )
     rounds = bounded("rounds", rounds)
     timeout = bounded(
         "timeout", request.timeout if request.timeout is not None else (300.0 if request.quick else 900.0)

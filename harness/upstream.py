@@ -19,8 +19,11 @@ without GitHub's ``refs/pull/*`` (a ``--mirror`` clone of PyTorch would fetch ev
 ``checkout`` creates ``<workdir>/<slug(base)>/stock`` (detached at the base commit) and
 ``<workdir>/<slug(base)>/patched`` (on branch ``patched/<series>/<slug(base)>-<hash8 of its path>``,
 see :func:`patched_branch`), both ``git worktree``s of the one object store, then initialises
-submodules recursively where the tree has a ``.gitmodules``. A source without its submodules is
-reported, not refused: :func:`missing_submodules` gives the fact to the build step.
+submodules recursively where the tree has a ``.gitmodules``. Each submodule repository (at every depth)
+is mirrored into the cache like an upstream and fetched once; every worktree clones its submodules from
+those mirrors (:func:`submodule_mirrors`), so a second worktree, another base or a rebase needs no
+network for them. A source without its submodules is reported, not refused: :func:`missing_submodules`
+gives the fact to the build step.
 
 A clone is made in a temporary folder beside the mirror and renamed into place when complete; a
 clone killed midway (Ctrl-C, a laptop that sleeps, a kill) leaves that folder, which the next run
@@ -324,16 +327,19 @@ def _needs_fetch(store: Path, ref: str) -> bool:
 def _fetch(store: Path, url: str, *, required: bool) -> None:
     progress.note(f"upstream: fetching {url} (incremental)")
     feed = None
+    started = time.monotonic()
     try:
         with progress.task(f"fetch {url}") as bar:
             feed = _GitProgress(bar, "fetch")
             repo = git.Repo(store)
             with repo.git.custom_environment(**_NO_PROMPT):
-                repo.remote("origin").fetch(progress=feed)
+                repo.remote("origin").fetch(progress=feed, kill_after_timeout=GIT_S)
     except (git.GitCommandError, ValueError) as exc:
         if isinstance(exc, git.GitCommandError) and _interrupted(exc):
             raise KeyboardInterrupt from None
         reason = _reason(exc, feed)
+        if time.monotonic() - started >= GIT_S:  # GitPython killed it at the deadline
+            reason = f"`git fetch` took longer than {GIT_S:g} s (stopped)"
         if required:
             raise UpstreamError(
                 f"cannot fetch upstream {url}: {reason}",
@@ -545,12 +551,123 @@ def _ensure_own(worktree: Path, store: Path) -> None:
         )
 
 
-def _submodules(worktree: Path) -> None:
+#: where a submodule commit that no branch or tag of its repository reaches is kept in that repository's
+#: mirror (fetched by its id, as ``git submodule update`` does), so that it survives ``git gc``
+PINNED_SUBMODULE_REFS = "refs/harness/submodule-commits/"
+
+
+def declared_submodules(repo: Path, commit: str) -> list[tuple[str, str, str]]:
+    """``(path, url, commit)`` of each submodule that ``commit`` of ``repo`` (bare or not) declares: listed
+    in its ``.gitmodules`` (path and url) and recorded in its tree as a gitlink (mode 160000). URLs are
+    as written (a relative one, ``../x.git``, is relative to the superproject's own URL). ``[]`` without
+    a ``.gitmodules``."""
+    listing = git_run(
+        repo, "config", "--blob", f"{commit}:.gitmodules", "--get-regexp", r"^submodule\..*\.(path|url)$", check=False
+    )
+    if listing.rc != 0:
+        return []
+    fields: dict[str, dict[str, str]] = {}
+    for line in listing.out.splitlines():
+        key, _, value = line.partition(" ")
+        name, _, what = key.removeprefix("submodule.").rpartition(".")
+        fields.setdefault(name, {})[what] = value.strip()
+    declared = {f["path"]: f["url"] for f in fields.values() if f.get("path") and f.get("url")}
+    if not declared:
+        return []
+    found = []
+    for entry in git_run(repo, "ls-tree", "-z", commit, "--", *declared).out.split("\0"):
+        meta, _, path = entry.partition("\t")
+        mode_type_sha = meta.split()
+        if len(mode_type_sha) == 3 and mode_type_sha[0] == "160000" and path in declared:
+            found.append((path, declared[path], mode_type_sha[2]))
+    return found
+
+
+def absolute_url(url: str, parent: str | None) -> str | None:
+    """``url`` of a ``.gitmodules`` entry made absolute the way git does: ``./x`` and ``../x`` are relative to
+    the superproject's URL ``parent`` (each ``../`` drops one path component); None when relative without one."""
+    if not url.startswith(("./", "../")):
+        return url
+    if not parent:
+        return None
+    base = parent.rstrip("/")
+    while True:
+        if url.startswith("./"):
+            url = url[2:]
+        elif url.startswith("../"):
+            url = url[3:]
+            cut = max(base.rfind("/"), base.rfind(":"))
+            base = base[:cut] if cut > 0 else base
+        else:
+            return f"{base}/{url}"
+
+
+def _submodule_mirror(url: str, commit: str, where: str) -> Path:
+    """The mirror of submodule ``url`` holding ``commit`` (:func:`_mirror`: cloned once, fetched only when
+    the commit is not there yet). A commit that no branch or tag reaches is fetched by its id and kept
+    under :data:`PINNED_SUBMODULE_REFS`.
+
+    Raises:
+        UpstreamError: the repository cannot be cloned or fetched, or does not have the commit.
+    """
+    store = _mirror(url, commit).store
+    if resolve_commit(store, commit, check=False) is None:
+        got = git_run(store, "fetch", "--quiet", url, f"+{commit}:{PINNED_SUBMODULE_REFS}{commit}", check=False)
+        if resolve_commit(store, commit, check=False) is None:
+            raise UpstreamError(
+                f"submodule {where}: commit {commit[:12]} is not in {url} ({got.last_line()})",
+                "check the network; the upstream may have removed that commit (try another --base)",
+            )
+        git_run(store, "config", "uploadpack.allowReachableSHA1InWant", "true")
+    return store
+
+
+def submodule_mirrors(store: Path, commit: str) -> dict[str, Path]:
+    """URL -> mirror, for every submodule of ``commit`` of ``store`` at every depth (each submodule's own
+    ``.gitmodules`` at the commit its superproject records). Each URL is mirrored once into the cache,
+    like an upstream (:func:`_mirror`), and fetched again only when a recorded commit is not there yet:
+    every worktree of every base then clones its submodules from these mirrors, without the network.
+    Relative URLs are resolved against the superproject's ``remote.origin.url`` (:func:`absolute_url`); one
+    without a remote (an archive import), and a local path (``git clone`` reads a path that exists itself
+    and applies no ``insteadOf`` to one), are left to git.
+
+    Raises:
+        UpstreamError: a submodule repository cannot be cloned or fetched, or lacks its recorded commit.
+    """
+    origin = git_run(store, "config", "--get", "remote.origin.url", check=False).out.strip() or None
+    mirrors: dict[str, Path] = {}
+    seen: set[tuple[str, str]] = set()
+    todo = [(store, commit, origin, "")]
+    while todo:
+        repo, at, parent, prefix = todo.pop()
+        for path, url, sub_commit in declared_submodules(repo, at):
+            full = absolute_url(url, parent)
+            if full is None or not looks_like_url(full) or (full, sub_commit) in seen:
+                continue  # git clones a local path itself (no network), and never rewrites one
+            seen.add((full, sub_commit))
+            mirrors[full] = _submodule_mirror(full, sub_commit, prefix + path)
+            todo.append((mirrors[full], sub_commit, full, f"{prefix}{path}/"))
+    return mirrors
+
+
+def _submodules(worktree: Path, store: Path) -> None:
+    """``git submodule update --init --recursive`` in ``worktree`` from the cache's submodule mirrors
+    (:func:`submodule_mirrors`): every submodule URL is rewritten to its mirror for this one command
+    (``-c url.<mirror>.insteadOf=<url>``, which git passes on to the nested clones), so the submodules
+    are fetched once per cache, not once per worktree. The submodules' own ``origin`` stays the
+    upstream URL. ``protocol.file.allow=always`` lets git clone the mirrors, local paths it made itself."""
     if not (worktree / ".gitmodules").is_file():
         return
-    progress.note(f"upstream: initialising submodules recursively in {worktree}")
+    head = git_run(worktree, "rev-parse", "HEAD").out.strip()
+    mirrors = submodule_mirrors(store, head)
+    rewrites = ["-c", "protocol.file.allow=always"]
+    for url, mirror in sorted(mirrors.items()):
+        rewrites += ["-c", f"url.{mirror}.insteadOf={url}"]
+    progress.note(
+        f"upstream: initialising submodules recursively in {worktree} from {len(mirrors)} mirror(s) in the cache"
+    )
     with progress.task(f"submodules {worktree.name}"):
-        result = git_run(worktree, "submodule", "update", "--init", "--recursive", check=False)
+        result = git_run(worktree, *rewrites, "submodule", "update", "--init", "--recursive", check=False)
     if result.rc != 0:
         raise UpstreamError(
             f"submodule update in {worktree} failed: {result.last_line()}",
@@ -659,7 +776,7 @@ def checkout(source: str, base: str, workdir: Path | str, series: str | None = N
             _add_worktree(store, patched, ("-b", branch), commit)
         created.append(patched)
     for tree in created:
-        _submodules(tree)
+        _submodules(tree, store)
     dirty = dirty_files(stock)
     if dirty:
         raise UpstreamError(

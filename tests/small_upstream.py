@@ -187,8 +187,37 @@ def _git(repo: Path, *args: str) -> str:
     return subprocess.run(["git", *args], cwd=repo, env=env, check=True, capture_output=True, text=True).stdout
 
 
-def make_upstream(root: Path) -> Path:
-    """Write the ``tinyext`` repository under ``root/tinyext`` with one commit tagged ``v1.4.0``; return it."""
+#: where ``make_upstream(..., submodule=True)`` puts its submodule, and the one nested in that submodule
+SUBMODULE = "third_party/tinylib"
+NESTED = "vendor/nested"
+
+
+def _submodule_sources(root: Path) -> Path:
+    """Two repositories beside the upstream, as PyTorch's ``third_party/`` has them: ``tinylib`` (one
+    commit) holding ``tinylib-nested`` as its own submodule at :data:`NESTED` (recursion). Their URLs are
+    ``file://`` URLs, which git treats as remotes (a plain path it clones itself). Returns tinylib."""
+    nested = Path(root) / "tinylib-nested"
+    nested.mkdir(parents=True)
+    (nested / "nested.h").write_text("#define TINY_NESTED 1\n")
+    _git(nested, "init", "-q", "-b", "main")
+    _git(nested, "add", "-A")
+    _git(nested, "commit", "-q", "-m", "nested 0.1")
+    lib = Path(root) / "tinylib"
+    lib.mkdir()
+    (lib / "tinylib.h").write_text("#define TINYLIB 1\n")
+    _git(lib, "init", "-q", "-b", "main")
+    _git(lib, "-c", "protocol.file.allow=always", "submodule", "-q", "add", nested.as_uri(), NESTED)
+    _git(lib, "add", "-A")
+    _git(lib, "commit", "-q", "-m", "tinylib 0.1 with its nested submodule")
+    return lib
+
+
+def make_upstream(root: Path, *, submodule: bool = False) -> Path:
+    """Write the ``tinyext`` repository under ``root/tinyext`` with one commit tagged ``v1.4.0``; return it.
+
+    With ``submodule`` that commit also holds :data:`SUBMODULE`, a git submodule (local path URL) that has
+    a submodule of its own (:func:`_submodule_sources`): the recursive case of PyTorch's ``third_party/``.
+    """
     repo = Path(root) / "tinyext"
     (repo / "src").mkdir(parents=True)
     (repo / "tinyext").mkdir()
@@ -202,6 +231,10 @@ def make_upstream(root: Path) -> Path:
     (repo / "tinyext" / "__init__.py").write_text(_INIT)
     (repo / ".gitignore").write_text("build/\n*.egg-info/\ntinyext/version.py\ntinyext/*.so\n")
     _git(repo, "init", "-q", "-b", "main")
+    if submodule:
+        lib = _submodule_sources(root)
+        _git(repo, "-c", "protocol.file.allow=always", "submodule", "-q", "add", lib.as_uri(), SUBMODULE)
+        _git(repo, "-c", "protocol.file.allow=always", "submodule", "-q", "update", "--init", "--recursive")
     _git(repo, "add", "-A")
     _git(repo, "commit", "-q", "-m", "tinyext 1.4.0a0")
     _git(repo, "tag", "v1.4.0")

@@ -239,3 +239,100 @@ def test_debian_checkout_reports_no_submodules_and_warm_cache(debian_archive, tm
         git(tmp_path / "work2" / "v2.6.0" / "stock", "rev-parse", "--git-common-dir").strip(),
         git(stock, "rev-parse", "--git-common-dir").strip(),
     )
+
+
+def test_submodules_are_fetched_once_per_cache_and_shared_by_every_worktree(
+    tmp_path, isolated_cache, project, monkeypatch, capsys
+):
+    """Issue 28, finding 3: ``checkout`` made two worktrees with ``git submodule update --init --recursive``
+    each, and ``rebase --onto`` two more: four fetches of every submodule. Each submodule repository (here
+    one with a nested submodule of its own) is now cloned once into the cache; after that the sources are
+    made unreachable, and a rebase onto a moved upstream and a checkout into a second workdir still get
+    every submodule, from the mirrors. Under the old code the rebase stops: "submodule update ... failed"."""
+    import small_upstream as su
+
+    from harness import upstream
+
+    repo = su.make_upstream(tmp_path / "up", submodule=True)
+    su.make_series(repo, project / "patches")
+    lib, nested = tmp_path / "up" / "tinylib", tmp_path / "up" / "tinylib-nested"
+    clones, fetches = [], []
+    clone_from, fetch = gitpython.Repo.clone_from, upstream._fetch
+
+    def counting_clone(url, *args, **kwargs):
+        clones.append(str(url))
+        return clone_from(url, *args, **kwargs)
+
+    def counting_fetch(store, url, **kwargs):
+        fetches.append(url)
+        return fetch(store, url, **kwargs)
+
+    monkeypatch.setattr(gitpython.Repo, "clone_from", counting_clone)
+    monkeypatch.setattr(upstream, "_fetch", counting_fetch)
+    for key, value in {"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "protocol.file.allow"}.items():
+        monkeypatch.setenv(key, value)  # what the old code needed to clone file:// submodules at all
+    monkeypatch.setenv("GIT_CONFIG_VALUE_0", "always")
+    work = tmp_path / "work"
+    co = checkout(str(repo), "v1.4.0", work, su.SERIES_NAME)
+    for tree in (co.stock, co.patched):
+        assert (tree / su.SUBMODULE / "tinylib.h").read_text() == "#define TINYLIB 1\n"
+        assert (tree / su.SUBMODULE / su.NESTED / "nested.h").read_text() == "#define TINY_NESTED 1\n"
+        # the submodule's own remote is still its upstream, not the cache: a later `git submodule update`
+        # by hand goes where .gitmodules says
+        assert git(tree / su.SUBMODULE, "config", "remote.origin.url").strip() == lib.as_uri()
+    assert co.missing_submodules == ()
+    # the submodules' sources go away; the upstream moves on (a commit on main the series does not touch)
+    lib.rename(tmp_path / "up" / "tinylib-gone")
+    nested.rename(tmp_path / "up" / "tinylib-nested-gone")
+    (repo / "NEWS").write_text("upstream moves on\n")
+    git(repo, "add", "NEWS")
+    git(repo, "commit", "-q", "-m", "news")
+    rc = cli.main(["rebase", "--series", su.SERIES_NAME, "--onto", "main", "--workdir", str(work)])
+    assert rc == 0, capsys.readouterr().err[-3000:]
+    moved_stock, moved_patched = worktrees(work, "main")
+    for tree in (moved_stock, moved_patched):
+        assert (tree / su.SUBMODULE / su.NESTED / "nested.h").is_file()
+        assert (tree / "NEWS").is_file()
+    assert (moved_patched / su.PATCHED_FILE).read_text().count(su.MARKER) >= 1  # the series was carried
+    second = checkout(str(repo), "v1.4.0", tmp_path / "work2", None)
+    assert (second.stock / su.SUBMODULE / su.NESTED / "nested.h").is_file()
+    assert sorted(clones) == sorted([str(repo.resolve()), lib.as_uri(), nested.as_uri()])  # each one once
+    assert set(fetches) == {str(repo.resolve())}  # only the superproject's moving branch was fetched
+    assert "from 2 mirror(s) in the cache" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("url", "parent", "expected"),
+    [
+        ("https://github.com/pytorch/cpuinfo.git", None, "https://github.com/pytorch/cpuinfo.git"),
+        ("../cpuinfo.git", "https://github.com/pytorch/pytorch.git", "https://github.com/pytorch/cpuinfo.git"),
+        ("./sub.git", "https://github.com/pytorch/pytorch.git/", "https://github.com/pytorch/pytorch.git/sub.git"),
+        ("../../google/benchmark", "https://github.com/pytorch/pytorch", "https://github.com/google/benchmark"),
+        ("../lib.git", "git@github.com:org/top.git", "git@github.com:org/lib.git"),
+        ("../lib.git", None, None),
+    ],
+)
+def test_relative_submodule_urls_resolve_as_git_resolves_them(url, parent, expected):
+    from harness.upstream import absolute_url
+
+    assert absolute_url(url, parent) == expected
+
+
+def test_a_fetch_that_never_answers_is_stopped_at_its_deadline_and_named(tmp_path, monkeypatch):
+    """A mirror's fetch (the upstream's or a submodule's) had no deadline: a remote that never answers
+    hung checkout. It now stops after ``GIT_S`` seconds with one line that says so."""
+    from harness import upstream
+
+    store = tmp_path / "mirror.git"
+    git(tmp_path, "init", "-q", "--bare", str(store))
+    git(store, "remote", "add", "origin", "ssh://example.invalid/never.git")
+    monkeypatch.setenv("GIT_SSH_COMMAND", "sh -c 'sleep 30' --")  # an ssh that never answers
+    monkeypatch.setattr(upstream, "GIT_S", 1.0)
+    started = time.monotonic()
+    with pytest.raises(UpstreamError) as info:
+        upstream._fetch(store, "ssh://example.invalid/never.git", required=True)
+    assert time.monotonic() - started < 10
+    assert (
+        info.value.cause
+        == "cannot fetch upstream ssh://example.invalid/never.git: `git fetch` took longer than 1 s (stopped)"
+    )

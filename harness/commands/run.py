@@ -16,6 +16,7 @@ from harness.runner import (
     BUDGET_S,
     QUICK_CPU_DTYPES,
     ROUNDS,
+    ROUNDS_FIXED,
     STALL_TIMEOUT,
     TARGET_CI,
     TARGET_CI_LAUNCH_BOUND,
@@ -69,7 +70,7 @@ def _process_arguments(parser: argparse.ArgumentParser) -> None:
         "--rounds",
         type=_number("rounds"),
         help=f"planned fresh processes per (build, config) before adaptive rounds "
-        f"(default {ROUNDS}; 6 without adaptive rounds, --quick 4; >= 4 for a verdict)",
+        f"(default {ROUNDS}; {ROUNDS_FIXED} without adaptive rounds, --quick {ROUNDS}; >= 4 for a verdict)",
     )
     parser.add_argument(
         "--timeout", type=_number("timeout"), help="seconds one worker process may take (default 900, --quick 300)"
