@@ -2059,7 +2059,9 @@ def describe_without_source(
         if "MACOSX_DEPLOYMENT_TARGET" not in (overrides or {}):
             env["MACOSX_DEPLOYMENT_TARGET"] = target
         notes += recipe_notes(recipe, env, None)
-    if platform_spec(platform).macos:
+    if recipe is not None:
+        notes.append(f"MACOSX_DEPLOYMENT_TARGET: upstream's {recipe.wheel_tag} wheels; the base's files decide")
+    elif platform_spec(platform).macos:
         notes.append("MACOSX_DEPLOYMENT_TARGET: the base's own value raised to the arm64 floor 11.0")
     notes.append(f"{CMAKE_POLICY_ENV}={CMAKE_POLICY_MINIMUM} is added unless the base's CMake files set it (CMake 4)")
     return BuildPlan(

@@ -275,7 +275,7 @@ def mps_need_text(torch_version: str) -> str:
     """``14.0 (aten/src/ATen/mps/MPSDevice.mm at …)``: the macOS the MPS backend of ``torch_version``
     needs and where that was read (:func:`harness.macos.mps_runtime_need`)."""
     need = mps_runtime_need(torch_version)
-    return f"{need.macos[0]}.{need.macos[1]} ({'assumed: ' if not need.established else ''}{need.source})"
+    return f"{need.macos[0]}.{need.macos[1]} ({need.source})"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -17,7 +17,7 @@ import pytest
 import small_upstream as su
 
 from harness import build as b
-from harness import macos, runner
+from harness import macos, provenance, report, runner
 from harness.cli import main
 from harness.errors import BuildError, UsageError
 
@@ -292,3 +292,21 @@ def test_a_pair_with_different_metal_capability_is_refused(tmp_path, monkeypatch
     )
     with pytest.raises(UsageError, match="differ in Metal capability"):
         runner.probe_builds(run_plan)
+
+
+def test_report_and_probe_say_the_macos_and_metal_of_each_build():
+    """The report's build-manifest table has a Metal row; the probe's "not available" line names the
+    macOS of that torch version (2.6: 13.0, read; 2.9: 14.0, assumed)."""
+    cap = {"CAN_COMPILE_METAL": "YES", "CAN_COMPILE_METAL_40": "NO"}
+    common = {"base_sha": "a" * 40, "compiler": "Apple clang 16", "cmake": "cmake 3.31", "version": "2.6.0"}
+    data = {
+        "run": {"builds": ["stock", "patched"]},
+        "builds": {
+            "stock": {"build": {**common, "metal_capability": cap}},
+            "patched": {"build": {**common, "metal_capability": {**cap, "CAN_COMPILE_METAL_40": "YES"}}},
+        },
+    }
+    rows = report._build_rows(data)
+    assert "| Metal toolchain | Metal 3.1 YES, Metal 4.0 NO | Metal 3.1 YES, Metal 4.0 YES |" in rows
+    assert provenance.mps_need_text("2.6.0").startswith("13.0 (aten/src/ATen/mps/MPSDevice.mm of v2.6.0")
+    assert provenance.mps_need_text("2.9.0") == "14.0 (assumed from 2.10 (2.9's MPSDevice.mm was not read))"
