@@ -54,7 +54,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness import children, progress
+from harness import children, macos, progress
 from harness import series as series_mod
 from harness import upstream as upstream_mod
 from harness.errors import BuildError, HarnessError, UsageError
@@ -595,6 +595,46 @@ def build_command(source_dir: Path, python: str, dist_dir: Path) -> tuple[str, .
     )
 
 
+def recipe_command(recipe: macos.WheelRecipe, python: str, dist_dir: Path) -> tuple[str, ...]:
+    """The wheel command of upstream's macOS build of a base (:class:`harness.macos.WheelRecipe`):
+    ``python setup.py bdist_wheel -d <dist>`` (v2.6's ``.ci/wheel/build_wheel.sh``: setup.py runs
+    ``build_deps`` once, where ``pip wheel`` of v2.6 runs it twice) or ``python -m build --wheel
+    --no-isolation --outdir <dist>`` (main's ``.ci/wheel/mac/build_wheel.py``)."""
+    if recipe.command == "bdist_wheel":
+        return (python, "setup.py", "bdist_wheel", "-d", str(dist_dir))
+    return (python, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(dist_dir))
+
+
+def _requirement_lines(path: Path) -> list[str]:
+    if not path.is_file():
+        return []
+    lines = (line.split("#", 1)[0].strip() for line in path.read_text(errors="replace").splitlines())
+    return [line for line in lines if line and not line.startswith("-")]
+
+
+def _python() -> str:
+    return f"{sys.version_info.major}.{sys.version_info.minor}"
+
+
+def recipe_requirements(recipe: macos.WheelRecipe, source_dir: Path, python: str | None = None) -> tuple[str, ...]:
+    """What upstream's macOS wheel build of the base installs: its requirement files (in the recipe's
+    order) then the scripts' pins for this Python (``major.minor``; :meth:`~harness.macos.WheelRecipe.pins_for`).
+
+    Raises:
+        BuildError: the scripts name no pins for this Python (upstream does not build that wheel).
+    """
+    python = python or _python()
+    pins = recipe.pins_for(python)
+    if pins is None:
+        known = ", ".join(k for k in recipe.pins if k != "*")
+        raise BuildError(
+            f"upstream's {recipe.name} macOS wheel build has no pins for Python {python} ({recipe.citation})",
+            f"run the harness with one of Python {known}",
+        )
+    reqs = [line for rel in recipe.requirement_files for line in _requirement_lines(Path(source_dir) / rel)]
+    return tuple(dict.fromkeys([*reqs, *pins]))
+
+
 # --------------------------------------------------------------------------------------------
 # Preflight
 
@@ -819,8 +859,132 @@ def check_metal(path: str) -> Check:
         )
     rc, line = _first_line([xcrun, "metal", "--version"])
     if rc == 0:
-        return Check("metal", True, line)
+        capability = metal_capability(path)
+        return Check(
+            "metal",
+            True,
+            f"{line}; {macos.metal_text(capability)}"
+            + ("" if capability.get("CAN_COMPILE_METAL_40") == "YES" else " (main builds without its Metal-4 kernels)"),
+        )
     return Check("metal", False, f"`xcrun metal --version` fails ({line}) -- {METAL_REMEDY}")
+
+
+#: ``cmake/Metal.cmake``'s probes: cache entry -> (``-std``, probe shader). v2.6.0 (Debian tree) compiles
+#: ``bfloat_inc.metal`` with ``xcrun metal -std=metal3.1`` for ``CAN_COMPILE_METAL``; main (pytorch/pytorch
+#: 001f694a) then, when that passed, ``xcrun metal -std=metal4.0 -c lambda_test.metal -o /dev/null`` for
+#: ``CAN_COMPILE_METAL_40`` (without it main builds no Metal-4 kernels). The shaders are upstream's probes.
+METAL_PROBES: dict[str, tuple[str, str]] = {
+    "CAN_COMPILE_METAL": (
+        "metal3.1",
+        "kernel void inc(device bfloat* ptr, uint idx [[thread_position_in_grid]]) { ptr[idx] += 1; }\n",
+    ),
+    "CAN_COMPILE_METAL_40": (
+        "metal4.0",
+        "kernel void test(device float* ptr, uint idx [[thread_position_in_grid]]) {\n"
+        "  auto fn = [](float x) { return x + 1.0; };\n  ptr[idx] = fn(ptr[idx]);\n}\n",
+    ),
+}
+
+
+def metal_probes_of(source_dir: Path | None) -> tuple[str, ...]:
+    """The :data:`METAL_PROBES` entries the base's own ``cmake/Metal.cmake`` sets (v2.6.0: only
+    ``CAN_COMPILE_METAL``; main: both); all of them without a source or that file."""
+    path = Path(source_dir) / "cmake" / "Metal.cmake" if source_dir is not None else None
+    if path is None or not path.is_file():
+        return tuple(METAL_PROBES)
+    text = path.read_text(errors="replace")
+    return tuple(name for name in METAL_PROBES if re.search(rf"\b{name}\b", text))
+
+
+def metal_capability(path: str, names: Sequence[str] = tuple(METAL_PROBES)) -> dict[str, str]:
+    """Which Metal language versions this host's shader compiler builds, as ``cmake/Metal.cmake`` decides
+    it: ``{"CAN_COMPILE_METAL": "YES"|"NO", "CAN_COMPILE_METAL_40": "YES"|"NO"}`` (:data:`METAL_PROBES`,
+    each ``xcrun metal -std=<std> -c <probe> -o /dev/null`` an argument list under :data:`TOOL_PROBE_S`;
+    Metal 4.0 is probed only when 3.1 compiles, as upstream does); ``names``: the entries the base probes
+    (:func:`metal_probes_of`). Without ``xcrun`` on ``path``: NO, with the reason in ``"how"``."""
+    xcrun = shutil.which("xcrun", path=path)
+    if xcrun is None:
+        return {name: "NO" for name in names} | {"how": "no xcrun on PATH"}
+    out: dict[str, str] = {}
+    with tempfile.TemporaryDirectory(prefix="metal-probe-") as tmp:
+        for name in names:
+            std, source = METAL_PROBES[name]
+            if out and out.get("CAN_COMPILE_METAL") != "YES":
+                out[name] = "NO"
+                continue
+            probe = Path(tmp) / f"{name.lower()}.metal"
+            probe.write_text(source)
+            rc, _ = _first_line([xcrun, "metal", f"-std={std}", "-c", str(probe), "-o", os.devnull])
+            out[name] = "YES" if rc == 0 else "NO"
+    return out | {"how": "xcrun metal -std=metal3.1 / -std=metal4.0 on cmake/Metal.cmake's probe shaders"}
+
+
+def host_need_of(platform: str, source_dir: Path | None = None, base: str | None = None) -> macos.HostNeed | None:
+    """What the base needs of the Mac (:func:`harness.macos.host_need`): from the base's files when
+    ``source_dir`` is given (``version.txt``, :func:`macos_deployment_target`), else from the recipe of
+    ``base`` (default ``main``). None off macos-arm64."""
+    if not platform_spec(platform).macos:
+        return None
+    if source_dir is not None:
+        try:
+            release = base_release(source_dir)
+        except BuildError:
+            release = base or "main"
+        value, note = macos_deployment_target(source_dir)
+        found = re.match(r"base sets ([\d.]+) \(([^)]*)\)(.*)", note)  # "base sets 14.0 (file:line)"
+        target = (value, found[2] + (f", {found[1]} raised to the arm64 floor" if found[3] else "") if found else note)
+        name = base or f"v{release}"
+        recipe = macos.recipe_for(release, source_dir)
+        if recipe is not None and (Path(source_dir) / recipe.script).is_file():
+            return macos.host_need(name, release, target)
+        if recipe is not None:  # a tree without the scripts (Debian's): upstream's wheel tag says it
+            tag = recipe.wheel_tag.split("_")
+            target = (f"{tag[1]}.{tag[2]}", f"upstream's {recipe.name} wheel tag {recipe.wheel_tag}, {recipe.citation}")
+        return macos.host_need(name, release, target)
+    release = base or "main"
+    recipe = macos.recipe_for(release)
+    if recipe is None:
+        return macos.host_need(release, release, (MACOS_ARM64_FLOOR, "the arm64 floor"))
+    tag = recipe.wheel_tag.split("_")
+    return macos.host_need(release, release, (f"{tag[1]}.{tag[2]}", f"{recipe.script}, {recipe.citation}"))
+
+
+def check_host_macos(
+    platform: str, source_dir: Path | None = None, base: str | None = None, host: str | None = None
+) -> Check | None:
+    """This Mac's macOS against what the base needs (:func:`host_need_of`): the wheel's deployment target
+    (pip refuses a newer tag) and the MPS run-time need. None off a Mac (``host`` default
+    :func:`harness.macos.host_macos`) or off macos-arm64."""
+    host = host or macos.host_macos()
+    need = host_need_of(platform, source_dir, base) if host else None
+    if need is None:
+        return None
+    refusal = need.refusal(host)
+    wanted = ".".join(map(str, need.macos))
+    if refusal:
+        remedy = f"update this Mac to macOS {wanted} or newer (System Settings > General > Software Update)"
+        if need.macos > macos.MPS_OLDEST_MACOS:
+            remedy += f", or build --base v2.6.0 (its MPS runs from macOS {'.'.join(map(str, macos.MPS_OLDEST_MACOS))})"
+        error = BuildError(refusal, remedy)
+        return Check("macOS", False, error.line(), error)
+    assumed = "" if need.runtime.established else " (assumed)"
+    return Check(
+        "macOS",
+        True,
+        f"macOS {host}; {need.base} needs {wanted}: {need.wheel_tag} wheels, MPS from macOS "
+        f"{'.'.join(map(str, need.runtime.macos))}{assumed}",
+    )
+
+
+def refuse_host(platform: str, source_dir: Path | None = None, base: str | None = None) -> None:
+    """Before any checkout or build: refuse a Mac older than the base needs (:func:`check_host_macos`).
+
+    Raises:
+        BuildError: one line with the macOS the base needs and the host's.
+    """
+    check = check_host_macos(platform, source_dir, base)
+    if check is not None and check.error is not None:
+        raise check.error
 
 
 def preflight_tools(plan: BuildPlan, path: str, *, cmake: bool = True) -> None:
@@ -840,7 +1004,8 @@ def preflight_tools(plan: BuildPlan, path: str, *, cmake: bool = True) -> None:
         checks.append(check_cmake(plan.platform, path, plan.source_dir))
     where = next(p for p in (plan.source_dir, plan.dist_dir, *plan.dist_dir.parents) if p.exists())
     checks.append(check_disk(plan.platform, where, plan.min_free_bytes, plan.free_bytes_source))
-    for check in checks:
+    checks.append(check_host_macos(plan.platform, plan.source_dir))
+    for check in filter(None, checks):
         if check.error is not None:
             raise check.error
 
@@ -867,6 +1032,9 @@ def toolchain_checks(platform: str, source_dir: Path | None) -> list[tuple[str, 
     checks.append(check_cmake(platform, path, root, venv_installs=venv_installs))
     if spec.macos:
         checks.append(check_metal(path))
+        host = check_host_macos(platform, root)
+        if host is not None:
+            checks.append(host)
     try:
         need, need_source = required_free_bytes(root, platform)  # the variable counts without a source too
         where = next(p for p in ((root or Path.cwd()), *(root or Path.cwd()).parents) if p.exists())
@@ -898,6 +1066,7 @@ class BuildPlan:
         incremental: build in ``source_dir`` (the stock tree) with the series applied, reusing its build tree.
         min_free_bytes: refuse to start below this much free disk (:func:`required_free_bytes`).
         notes: provenance lines (deployment target source, launcher).
+        recipe: the name of upstream's macOS wheel build it follows (:data:`harness.macos.RECIPES`), or None.
     """
 
     source_dir: Path
@@ -916,6 +1085,7 @@ class BuildPlan:
     min_free_bytes: int = 0
     notes: tuple[str, ...] = ()
     free_bytes_source: str = "estimate"
+    recipe: str | None = None
 
     def inputs(self, toolchain: Mapping[str, str]) -> dict:
         """The inputs that decide the wheel (compared to skip identical rebuilds)."""
@@ -933,6 +1103,11 @@ class BuildPlan:
             "incremental": self.incremental,
             "toolchain": dict(toolchain),
         }
+
+    def command_in(self, dist_dir: Path) -> tuple[str, ...]:
+        """:attr:`command` writing its wheel to ``dist_dir`` instead (:func:`command_for`)."""
+        recipe = macos.RECIPES.get(self.recipe) if self.recipe else None
+        return command_for(self.source_dir, "{python}", dist_dir, recipe)
 
     def describe(self) -> str:
         """Multi-line text for ``--dry-run``: environment and command, exactly as run."""
@@ -1011,9 +1186,13 @@ def plan_build(
         launcher=launcher or None,
         cross_compile=macos_cross_compiling(),
     )
+    release = base_release(source_dir)
+    recipe = macos.recipe_for(release, source_dir) if platform_spec(platform).macos else None
+    if recipe is not None:  # upstream's macOS wheel flags of this base (harness.macos)
+        env.update(recipe.env)
     policy_env, policy_note = cmake_policy_env(source_dir)
     env.update(policy_env)
-    version = local_version(base_release(source_dir), kind, base_sha=base_sha, series=series)
+    version = local_version(release, kind, base_sha=base_sha, series=series)
     env.update(version_env(source_dir, version))
     env.update(overrides)
     if env.get("MAX_JOBS", "").isdigit():
@@ -1024,6 +1203,7 @@ def plan_build(
     if platform_spec(platform).macos:
         notes.append(f"MACOSX_DEPLOYMENT_TARGET: {target_note}")
     notes.append(f"{CMAKE_POLICY_ENV}: {policy_note}")
+    notes += recipe_notes(recipe, env, source_dir)
     min_free, free_source = required_free_bytes(source_dir, platform)
     notes.append(f"free disk needed: {min_free / GIB:.1f} GiB ({free_source})")
     return BuildPlan(
@@ -1036,14 +1216,40 @@ def plan_build(
         series=series,
         version=version,
         env=env,
-        requirements=build_requirements(source_dir),
-        command=build_command(source_dir, "{python}", dist_dir),
+        requirements=recipe_requirements(recipe, source_dir) if recipe else build_requirements(source_dir),
+        command=command_for(source_dir, "{python}", dist_dir, recipe),
         dist_dir=dist_dir,
         incremental=incremental,
         min_free_bytes=min_free,
         notes=tuple(notes),
         free_bytes_source=free_source,
+        recipe=recipe.name if recipe else None,
     )
+
+
+def command_for(source_dir: Path, python: str, dist_dir: Path, recipe: macos.WheelRecipe | None) -> tuple[str, ...]:
+    """The build command: upstream's macOS wheel command of the base (:func:`recipe_command`) when it has
+    a recipe, else the base's own convention (:func:`build_command`)."""
+    return recipe_command(recipe, python, dist_dir) if recipe else build_command(source_dir, python, dist_dir)
+
+
+def recipe_notes(recipe: macos.WheelRecipe | None, env: Mapping[str, str], source_dir: Path | None) -> list[str]:
+    """``--dry-run`` lines about upstream's macOS wheel build of the base: which recipe, the host tools
+    it installs, where the base's own scripts disagree with the declaration, and which variables of this
+    build differ from upstream's (``--build-env``)."""
+    if recipe is None:
+        return []
+    notes = [f"upstream wheel build: {recipe.name}, {recipe.command} ({recipe.citation})"]
+    notes += [f"host tool: {tool}" for tool in recipe.host_tools]
+    if source_dir is not None:
+        notes += [
+            f"the base's scripts disagree with the {recipe.name} declaration: {d}"
+            for d in macos.recipe_drift(recipe, source_dir)
+        ]
+    differ = macos.declared_differ(env, recipe)
+    if differ:
+        notes.append("flags differ from the released wheel's: " + ", ".join(differ))
+    return notes
 
 
 def shared_configuration(stock: BuildPlan, patched: BuildPlan) -> dict[str, tuple[str | None, str | None]]:
@@ -1262,6 +1468,79 @@ def _build_environment(plan: BuildPlan, venv: Path) -> tuple[dict[str, str], dic
     return env, toolchain
 
 
+def built_metal_capability(source_dir: Path, probed: Mapping[str, str] | None) -> dict[str, str] | None:
+    """The Metal capability a build used: ``cmake/Metal.cmake``'s own decision in the CMake cache
+    (:func:`cmake_cache_value` of each :data:`METAL_PROBES` entry; v2.6.0 has no ``CAN_COMPILE_METAL_40``,
+    which counts as NO) when the cache has ``CAN_COMPILE_METAL``, else the host probe (:func:`metal_capability`);
+    None off macOS."""
+    if probed is None:
+        return None
+    if cmake_cache_value(source_dir, "CAN_COMPILE_METAL") is None:
+        return dict(probed)
+    out = {name: _yes_no(cmake_cache_value(source_dir, name)) for name in probed if name in METAL_PROBES}
+    return out | {"how": "CMakeCache.txt (cmake/Metal.cmake)"}
+
+
+def host_metal(plan: BuildPlan, path: str, dist_dir: Path) -> dict[str, str] | None:
+    """This host's Metal capability for a macOS build (:func:`metal_capability` of the probes the base
+    makes), None off macOS; a patched build whose stock pair differs is refused here, before it starts.
+
+    Raises:
+        BuildError: :func:`refuse_metal_pair`.
+    """
+    if not platform_spec(plan.platform).macos:
+        return None
+    capability = metal_capability(path, metal_probes_of(plan.source_dir))
+    if plan.kind == "patched":
+        refuse_metal_pair(dist_dir, plan, capability)
+    return capability
+
+
+def macos_record(plan: BuildPlan, capability: Mapping[str, str] | None) -> dict:
+    """The build manifest's macOS entries: ``can_compile_metal`` (CMake's cache), ``metal_capability``
+    (:func:`built_metal_capability`), ``upstream_recipe`` (which upstream wheel build it follows, cited)
+    and ``release_differs`` (its flags that differ from upstream's released wheel's)."""
+    return {
+        "can_compile_metal": cmake_cache_value(plan.source_dir, "CAN_COMPILE_METAL"),
+        "metal_capability": built_metal_capability(plan.source_dir, capability),
+        "upstream_recipe": _recipe_record(plan),
+        "release_differs": macos.declared_differ(plan.env, macos.RECIPES.get(plan.recipe or "")),
+    }
+
+
+def _yes_no(value: str | None) -> str:
+    return "YES" if (value or "").upper() in ("YES", "ON", "TRUE", "1", "Y") else "NO"
+
+
+def _recipe_record(plan: BuildPlan) -> dict | None:
+    recipe = macos.RECIPES.get(plan.recipe or "")
+    if recipe is None:
+        return None
+    return {"name": recipe.name, "command": recipe.command, "wheel_tag": recipe.wheel_tag, "citation": recipe.citation}
+
+
+def refuse_metal_pair(dist_dir: Path, plan: BuildPlan, capability: Mapping[str, str]) -> None:
+    """Before a patched build: refuse when the stock wheel of the same base in ``dist_dir`` (its manifest:
+    same ``base_sha`` and platform, kind stock) was built with another Metal capability than this host's.
+
+    Raises:
+        BuildError: one line (:func:`harness.macos.metal_mismatch`).
+    """
+    for manifest in sorted(Path(dist_dir).glob("*.whl.build.json")):
+        try:
+            data = json.loads(manifest.read_text())
+        except (OSError, ValueError, RecursionError):
+            continue
+        inputs = data.get("inputs") if isinstance(data, dict) else None
+        if not isinstance(inputs, dict) or inputs.get("kind") != "stock":
+            continue
+        if inputs.get("base_sha") != plan.base_sha or inputs.get("platform") != plan.platform:
+            continue
+        line = macos.metal_mismatch(data, {"metal_capability": capability})
+        if line:
+            raise BuildError(f"{line} (stock: {manifest.name})", macos.METAL_PAIR_REMEDY)
+
+
 def build_wheel(plan: BuildPlan, dist_dir: Path | None = None, *, force: bool = False) -> BuildResult:
     """Run one build: preflight, build venv, the base's command, log, manifest.
 
@@ -1283,9 +1562,7 @@ def build_wheel(plan: BuildPlan, dist_dir: Path | None = None, *, force: bool = 
     """
     dist_dir = Path(dist_dir or plan.dist_dir).resolve()
     if dist_dir != plan.dist_dir:
-        plan = dataclasses.replace(
-            plan, dist_dir=dist_dir, command=build_command(plan.source_dir, "{python}", dist_dir)
-        )
+        plan = dataclasses.replace(plan, dist_dir=dist_dir, command=plan.command_in(dist_dir))
     preflight_source(plan.source_dir)
     logs = dist_dir / "logs"
     stamp = _dt.datetime.now(_dt.UTC).strftime("%Y%m%dT%H%M%SZ")
@@ -1296,6 +1573,7 @@ def build_wheel(plan: BuildPlan, dist_dir: Path | None = None, *, force: bool = 
         venv = ensure_build_venv(plan.requirements, log_path)
         python = str(venv_python(venv))
         env, toolchain = _build_environment(plan, venv)
+        capability = host_metal(plan, env["PATH"], dist_dir)
         inputs = plan.inputs(toolchain)
         if not force:
             existing = find_identical(dist_dir, inputs)
@@ -1348,7 +1626,7 @@ def build_wheel(plan: BuildPlan, dist_dir: Path | None = None, *, force: bool = 
                 "compiler": toolchain["compiler"],
                 "cmake": toolchain["cmake"],
                 "metal": toolchain.get("metal"),
-                "can_compile_metal": cmake_cache_value(plan.source_dir, "CAN_COMPILE_METAL"),
+                **macos_record(plan, capability),
                 "start": started.isoformat(timespec="seconds"),
                 "end": ended.isoformat(timespec="seconds"),
                 "duration_s": round(duration, 3),
@@ -1774,7 +2052,16 @@ def describe_without_source(
     env.update(overrides or {})
     base = sources.base if sources and sources.base else "<base>"
     notes = [f"no worktree of {base} in {workdir} yet: values in <> come from the base's files (run checkout first)"]
-    if platform_spec(platform).macos:
+    recipe = macos.recipe_for(base) if platform_spec(platform).macos and base != "<base>" else None
+    if recipe is not None:  # upstream's flags of the base, under --build-env
+        target = ".".join(recipe.wheel_tag.split("_")[1:3])  # macosx_14_0_arm64 -> 14.0
+        env.update({k: v for k, v in recipe.env.items() if k not in (overrides or {})})
+        if "MACOSX_DEPLOYMENT_TARGET" not in (overrides or {}):
+            env["MACOSX_DEPLOYMENT_TARGET"] = target
+        notes += recipe_notes(recipe, env, None)
+    if recipe is not None:
+        notes.append(f"MACOSX_DEPLOYMENT_TARGET: upstream's {recipe.wheel_tag} wheels; the base's files decide")
+    elif platform_spec(platform).macos:
         notes.append("MACOSX_DEPLOYMENT_TARGET: the base's own value raised to the arm64 floor 11.0")
     notes.append(f"{CMAKE_POLICY_ENV}={CMAKE_POLICY_MINIMUM} is added unless the base's CMake files set it (CMake 4)")
     return BuildPlan(
@@ -1787,8 +2074,14 @@ def describe_without_source(
         series=ref,
         version=version,
         env=env,
-        requirements=("<pyproject.toml [build-system] requires + requirements.txt>",),
-        command=pip_wheel_command("<build venv>/bin/python", "<source>", Path(dist_dir).resolve()),
+        requirements=(
+            (*(f"<{f}>" for f in recipe.requirement_files), *(recipe.pins_for(_python()) or ()))
+            if recipe
+            else ("<pyproject.toml [build-system] requires + requirements.txt>",)
+        ),
+        command=recipe_command(recipe, "<build venv>/bin/python", Path(dist_dir).resolve())
+        if recipe
+        else pip_wheel_command("<build venv>/bin/python", "<source>", Path(dist_dir).resolve()),
         dist_dir=Path(dist_dir).resolve(),
         notes=tuple(notes),
     ).describe()

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from harness.bench.devices import mps_gpu_name
 from harness.channel import Channel
+from harness.macos import mps_runtime_need
 
 #: the probe's steps, as announced on its channel, and the seconds each may take (harness.runner.probe_build).
 #: "probing the device": the first CUDA call creates its context (1-3 s on an H200; tens of seconds while
@@ -256,8 +257,9 @@ def probe(device: str, variables: list[str], with_collect_env: bool = False, ste
             "cuda": "torch.cuda.is_available() is False",
             "mps": "MPS is not built into this torch (MPS needs a macOS build of torch on an Apple-silicon Mac)"
             if not mps_built
-            else "MPS is built but torch.backends.mps.is_available() is False (MPS needs macOS 13.0 or newer on "
-            "Apple silicon, not a VM: aten/src/ATen/mps/EmptyTensor.cpp)",
+            else "MPS is built but torch.backends.mps.is_available() is False (the MPS backend of torch "
+            f"{torch.__version__} needs macOS {mps_need_text(torch.__version__)} or newer on Apple silicon, "
+            f"not a VM; this is macOS {platform.mac_ver()[0] or 'unknown'})",
         }
         info["device_error"] = why[device]
     else:
@@ -267,6 +269,13 @@ def probe(device: str, variables: list[str], with_collect_env: bool = False, ste
         steps.step(COLLECT_STEP)
         info["collect_env"] = collect_env()
     return info
+
+
+def mps_need_text(torch_version: str) -> str:
+    """``14.0 (aten/src/ATen/mps/MPSDevice.mm at …)``: the macOS the MPS backend of ``torch_version``
+    needs and where that was read (:func:`harness.macos.mps_runtime_need`)."""
+    need = mps_runtime_need(torch_version)
+    return f"{need.macos[0]}.{need.macos[1]} ({need.source})"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from harness import configs as cfg
-from harness import observed, plots, prbody, stats
+from harness import macos, observed, plots, prbody, stats
 from harness import results as res
 from harness.bench.workloads import Cell
 from harness.checks.accuracy import FAILED, UNINFORMATIVE, UNKNOWN, status_of
@@ -684,6 +684,7 @@ def _build_rows(data: dict) -> list[str]:
         ("version label", lambda m: f"`{m.get('version')}`"),
         ("compiler", lambda m: m.get("compiler")),
         ("CMake", lambda m: m.get("cmake")),
+        ("Metal toolchain", lambda m: macos.metal_text(m.get("metal_capability"))),
     ):
         lines.append(f"| {label} | " + " | ".join(fn(manifests[b]) if manifests[b] else "–" for b in builds) + " |")
     envs = [(manifests[b] or {}).get("environment") or {} for b in builds]
@@ -835,6 +836,7 @@ def render(data: dict, analysis: Analysis | None = None) -> str:
             "interrupted; the numbers below use those. Run the same command again to resume.",
             "",
         ]
+    out += macos.release_flag_lines(data["builds"])
     summaries, sections, problems = _config_sections(data, analysis, unit, scale)
     drifted = [f"`{c}` {b}" for (b, c), d in analysis.drifts.items() if d.verdict == "drift"]
     contrasts = prbody.evaluate_all(data, THRESHOLD, LAUNCH_BOUND_THRESHOLD)

@@ -35,7 +35,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import harness
-from harness import children, provenance
+from harness import children, macos, provenance
 from harness import configs as cfg
 from harness import evidence as ev
 from harness import results as res
@@ -690,6 +690,7 @@ def run_series_tests(
 
 #: what the report shows from a wheel's build manifest (harness.build writes ``<wheel>.build.json``)
 MANIFEST_KEYS = ("base_sha", "series", "environment", "compiler", "cmake", "duration_s", "compiled_units")
+MANIFEST_KEYS += ("metal_capability", "upstream_recipe", "release_differs")  # macOS builds (harness.macos)
 
 
 def build_manifest(build) -> dict | None:
@@ -1314,6 +1315,9 @@ def probe_builds(plan: Plan) -> dict[str, dict]:
         manifest = build_manifest(build)
         if manifest:
             build_info[name]["build"] = manifest
+    mismatch = macos.metal_mismatch(*((build_info.get(k) or {}).get("build") for k in ("stock", "patched")))
+    if mismatch:  # one line before any measurement: the A/B would compare shader toolchains
+        raise UsageError(mismatch, macos.METAL_PAIR_REMEDY)
     if plan.evidence.bases:  # which base each build is on sets its routes and the routed kernels' accumulators
         for name, told in plan.evidence.base_of(build_info).items():
             build_info[name]["base"] = {**told, "accumulators": plan.evidence.accumulators(told["ref"])}

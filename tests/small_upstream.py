@@ -322,9 +322,15 @@ _PT_WHEEL_SH_260 = """\
 #!/usr/bin/env bash
 export TH_BINARY_BUILD=1
 export MACOSX_DEPLOYMENT_TARGET=10.15
+export INSTALL_TEST=0 # dont install test binaries into site-packages
+retry brew install libomp
+export USE_DISTRIBUTED=1
 if [[ -n "$CROSS_COMPILE_ARM64" ]]; then
     export CMAKE_OSX_ARCHITECTURES=arm64
 fi
+export USE_MKLDNN=OFF
+export USE_QNNPACK=OFF
+export BUILD_TEST=OFF
 python setup.py bdist_wheel -d "$whl_tmp_dir"
 """
 _PT_MAC_ENV_SETUP = '''\
@@ -341,7 +347,10 @@ MACOS_BUILD_ENV: dict[str, str] = {
     "MACOSX_DEPLOYMENT_TARGET": "14.0",
     "USE_DISTRIBUTED": "1",
     "USE_MKLDNN": "OFF",
+    "USE_QNNPACK": "OFF",
     "BUILD_TEST": "OFF",
+    "USE_PYTORCH_METAL_EXPORT": "1",
+    "USE_COREML_DELEGATE": "1",
 }
 
 
@@ -360,10 +369,22 @@ _PT_MAC_BUILD_WHEEL = '''\
 #!/usr/bin/env python3
 """Build the macOS arm64 wheel: the flags come from the environment (build_env_setup.py)."""
 import os
+import subprocess
+import sys
+
+MACOS_PLATFORM = "macosx-14.0-arm64"
 
 env = dict(os.environ)
+env.setdefault("_PYTHON_HOST_PLATFORM", MACOS_PLATFORM)
 env.setdefault("ARCHFLAGS", "-arch arm64")
+subprocess.run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", "dist"], check=True, env=env)
 '''
+#: cmake/Metal.cmake's probe lines (v2.6.0: Metal 3.1 only; main also Metal 4.0, pytorch/pytorch 001f694a)
+_PT_METAL_260 = "execute_process(COMMAND xcrun metal -std=metal3.1 bfloat_inc.metal)\nset(CAN_COMPILE_METAL YES)\n"
+_PT_METAL_MAIN = _PT_METAL_260 + (
+    "execute_process(COMMAND xcrun metal -std=metal4.0 -c lambda_test.metal -o /dev/null)\n"
+    "set(CAN_COMPILE_METAL_40 YES)\n"
+)
 
 
 def make_pytorch_like(root: Path, flavour: str) -> Path:
@@ -382,12 +403,15 @@ def make_pytorch_like(root: Path, flavour: str) -> Path:
         (repo / "cmake" / "Dependencies.cmake").write_text(_PT_DEPS_260)
         (repo / ".ci" / "wheel").mkdir(parents=True)
         (repo / ".ci" / "wheel" / "build_wheel.sh").write_text(_PT_WHEEL_SH_260)
+        (repo / "cmake" / "Metal.cmake").write_text(_PT_METAL_260)
     else:
         (repo / "CMakeLists.txt").write_text(_PT_CMAKE_260.replace("3.18", "3.27"))
         (repo / "cmake" / "Dependencies.cmake").write_text(_PT_DEPS_MAIN)
         (repo / ".ci" / "wheel" / "mac").mkdir(parents=True)
         (repo / ".ci" / "wheel" / "mac" / "build_env_setup.py").write_text(_PT_MAC_ENV_SETUP)
         (repo / ".ci" / "wheel" / "mac" / "build_wheel.py").write_text(_PT_MAC_BUILD_WHEEL)
+        (repo / "cmake" / "Metal.cmake").write_text(_PT_METAL_MAIN)
+        (repo / "requirements-build.txt").write_text("setuptools>=77.0.0,<80.0\ncmake>=3.27\nninja\n")
     _git(repo, "init", "-q", "-b", "main")
     _git(repo, "add", "-A")
     _git(repo, "commit", "-q", "-m", f"pytorch-like {flavour}")

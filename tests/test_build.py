@@ -347,7 +347,8 @@ def test_describe_prints_env_and_exact_command(tmp_path):
     assert "MACOSX_DEPLOYMENT_TARGET=11.0" in text and "USE_MPS=1" in text and "MAX_JOBS=6" in text
     assert "PYTORCH_BUILD_VERSION=2.6.0+stock.924a857c" in text
     venv_python = str(b.build_venv_path(plan.requirements) / "bin" / "python")
-    assert text[-1] == f"{venv_python} -m pip wheel {src} --no-build-isolation --no-deps -v -w {tmp_path / 'dist'}"
+    # a 2.6 base on macOS: upstream's .ci/wheel/build_wheel.sh command (one build_deps), not `pip wheel`
+    assert text[-1] == f"{venv_python} setup.py bdist_wheel -d {tmp_path / 'dist'}"
 
 
 @pytest.mark.parametrize(
@@ -500,6 +501,8 @@ def debian_tree(debian_tarball, tmp_path_factory) -> Path:
         "cmake/*.cmake",
         "tools/generate_torch_version.py",
         "third_party/README.md",
+        "aten/src/ATen/mps/MPSDevice.mm",
+        "aten/src/ATen/mps/EmptyTensor.cpp",
     ]
     subprocess.run(
         ["tar", "-xf", str(debian_tarball), "-C", str(root), "--wildcards", *[f"pytorch-v2.6.0/{m}" for m in members]],
@@ -525,18 +528,12 @@ def test_debian_pytorch_260_plan_and_preflight(debian_tree):
     assert plan.env["ARCHFLAGS"] == "-arch arm64"
     assert "CMAKE_OSX_ARCHITECTURES" not in plan.env or b.macos_cross_compiling()
     assert plan.env["PYTORCH_BUILD_VERSION"] == "2.6.0+stock.924a857c"
-    assert plan.requirements[:9] == (
-        "setuptools",
-        "wheel",
-        "astunparse",
-        "numpy",
-        "ninja",
-        "pyyaml",
-        "cmake",
-        "typing-extensions>=4.10.0",
-        "requests",
-    )
-    assert plan.command[1:5] == ("-m", "pip", "wheel", str(src))
+    # upstream's v2.6 macOS wheel build (harness.macos.V2_6): requirements.txt, then the script's pins for this
+    # Python, then `setup.py bdist_wheel` (one build_deps; `pip wheel` of v2.6 runs it twice)
+    assert plan.requirements[:4] == ("astunparse", "expecttest>=0.2.1", "hypothesis", "numpy")
+    assert "setuptools<76" in plan.requirements and "cmake" in plan.requirements
+    assert plan.command[1:3] == ("setup.py", "bdist_wheel") and plan.recipe == "v2.6"
+    assert plan.env["USE_DISTRIBUTED"] == "1" and plan.env["USE_QNNPACK"] == "OFF"
 
 
 @pytest.mark.slow
@@ -672,7 +669,8 @@ def test_toolchain_checks_all_present(tmp_path, monkeypatch, pytorch_like, roomy
     details = dict((item, detail) for item, _, detail in checks)
     assert details["compiler"] == str(fake / "c++")
     assert details["cmake"] == f"{fake / 'cmake'}: 4.1.2"
-    assert details["metal"] == "Apple metal version 32023.404 (metalfe-32023.404)"
+    # the fake xcrun compiles every probe: cmake/Metal.cmake would set both entries YES
+    assert details["metal"] == "Apple metal version 32023.404 (metalfe-32023.404); Metal 3.1 YES, Metal 4.0 YES"
     assert details["disk"].startswith("400.0 GiB free at ")
     assert "needs about 20.0 GiB (the PyTorch estimate" in details["disk"]
     # against a base: its cmake_minimum_required, and what CMake 4 means for it; its requirements list cmake
@@ -835,3 +833,28 @@ def test_build_env_was_renamed_and_the_old_spelling_says_so(capsys):
     assert err.startswith("error: build --env was renamed --build-env") and "--build-env MAX_JOBS=2" in err
     assert main(["build", "--kind", "stock", "--dry-run", "--platform", "linux-cpu", "--build-env", "MAX_JOBS=2"]) == 0
     assert "MAX_JOBS=2" in capsys.readouterr().out.splitlines()
+
+
+@pytest.mark.slow
+def test_debian_pytorch_260_macos_facts(debian_tree):
+    """The v2.6 rows of harness.macos against the real v2.6.0 source: MPS needs macOS 13.0 at run time
+    (MPSDevice.mm probes a 13.0 MPSGraph API; EmptyTensor.cpp says so), cmake/Metal.cmake probes Metal 3.1
+    only, and the tree has no .ci/ (so the v2.6 recipe is chosen by its release, its scripts cited upstream)."""
+    from harness import macos
+
+    device = (debian_tree / "aten/src/ATen/mps/MPSDevice.mm").read_text()
+    assert "instancesRespondToSelector:@selector(cumulativeSumWithTensor:axis:name:)] == NO" in device
+    assert "method introduced in 13.0" in device
+    assert (
+        '"The MPS backend is supported on MacOS 13.0+."'
+        in (debian_tree / "aten/src/ATen/mps/EmptyTensor.cpp").read_text()
+    )
+    need = macos.mps_runtime_need(b.base_release(debian_tree))
+    assert need.macos == (13, 0) and need.established and "cumulativeSumWithTensor" in need.source
+    assert b.metal_probes_of(debian_tree) == ("CAN_COMPILE_METAL",)
+    assert "-std=metal3.1" in (debian_tree / "cmake/Metal.cmake").read_text()
+    assert macos.read_recipe(debian_tree, "v2.6") is None and macos.recipe_for("2.6.0", debian_tree) is macos.V2_6
+    host = b.check_host_macos("macos-arm64", debian_tree, "v2.6.0", host="13.6")
+    assert host.ok and "v2.6.0 needs 13.0: macosx_11_0_arm64 wheels, MPS from macOS 13.0" in host.detail
+    old = b.check_host_macos("macos-arm64", debian_tree, "v2.6.0", host="12.7.6")
+    assert not old.ok and old.detail.startswith("error: v2.6.0's MPS backend needs macOS 13.0 at run time")

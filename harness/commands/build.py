@@ -76,6 +76,8 @@ def run_build(args: argparse.Namespace) -> int:
     platform = args.platform or b.host_platform()
     if args.kind == "stock" and args.incremental:
         raise UsageError("--incremental applies to patched builds only", "drop --incremental for --kind stock")
+    if not args.dry_run and (args.source is not None or args.base is not None):
+        b.refuse_host(platform, args.source, args.base)  # a Mac too old for the base: before any checkout
     sources = b.resolve_sources(
         args.kind,
         source=args.source,
@@ -105,6 +107,7 @@ def run_build(args: argparse.Namespace) -> int:
         )
         return 0
     if not args.dry_run:
+        b.refuse_host(platform, tree, sources.base)
         b.preflight_source(tree)  # before anything is installed: one line when submodules are missing
     plan = b.plan_build(
         tree,
@@ -123,6 +126,9 @@ def run_build(args: argparse.Namespace) -> int:
         missing = b.missing_submodules(tree)
         if missing:
             print(f"# preflight would refuse: {tree} lacks submodules {', '.join(missing)}")
+        host = b.check_host_macos(platform, tree, sources.base)
+        if host is not None and host.error is not None:
+            print(f"# preflight would refuse: {host.error.line()}")
         return 0
     if not args.no_verify:
         b.check_markers_declared(sources.series)  # said before a build of hours, not after it
