@@ -236,10 +236,16 @@ def _adaptive_text(run: dict) -> list[str]:
     left = sum(map(len, adaptive["unconverged"].values()))
     launch = adaptive.get("launch_bound_target")
     target = f"±{adaptive['target']:.1%} (launch-bound cells ±{launch:.1%})" if launch else f"±{adaptive['target']:.1%}"
+    stopped = adaptive.get("stopped") or {}
+    why = {
+        "budget": f" (the next round, ~{stopped.get('next_round_s', 0):.0f} s, did not fit the "
+        f"{stopped.get('left_s', 0):.0f} s left)",
+        "max_rounds": " (the adaptive rounds reached their maximum)",
+    }.get(stopped.get("why"), "")
     return [
         f"Adaptive sampling to a CI half-width of {target}: {adaptive['rounds_added']} round(s) "
         f"added; the worker processes had a budget of {adaptive['budget_s']:g} s in all; "
-        + (f"**{left} cell(s) did not converge** (marked in the tables)." if left else "every cell converged."),
+        + (f"**{left} cell(s) did not converge**{why} (marked in the tables)." if left else "every cell converged."),
         "",
     ]
 

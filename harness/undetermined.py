@@ -184,9 +184,10 @@ def resume_argv(data: dict, found: list[Need], estimate_s: float, policy: Policy
     reachable = [f for f in found if f.processes is not None and f.processes > f.n]
     if not reachable:
         return None
-    argv = list(data["run"]["command"])
-    if not (data["run"].get("adaptive") or {}).get("rounds_added") and not data["run"].get("adaptive"):
+    argv, adaptive = list(data["run"]["command"]), data["run"].get("adaptive")
+    if not adaptive:
         return _replace(argv, "--rounds", str(max(f.processes for f in reachable)))
+    policy = policy.with_targets(adaptive.get("target"), adaptive.get("launch_bound_target"))
     for option, cls in (("--target-ci", CellClass.KERNEL_BOUND), ("--target-ci-launch-bound", CellClass.LAUNCH_BOUND)):
         goals = [f.goal for f in reachable if f.row.cls == cls]
         if goals:

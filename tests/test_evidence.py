@@ -64,6 +64,11 @@ def test_the_mps_series_declares_configs_markers_routing_contrasts_and_tests():
             "must be a path inside the source tree",
         ),
         ({"mps": {"consistency": ["all"]}}, "must name two configs"),
+        (
+            {"contrast": [{"a": "stock/x", "b": "stock/y", "means": {"shwon": "x"}}]},
+            "key 'means': 'shwon' is not one of shown, not_shown, contradicted",
+        ),
+        ({"contrast": [{"a": "stock/x", "b": "stock/y", "means": {"shown": " "}}]}, "key 'means': 'shown'"),
         ({"tpu": ["x"]}, "unknown key 'tpu'"),
         ({"cpu": {"env": {"default": {"X": "1"}}}}, "[evidence.cpu].env.default: 'default' is a generic cpu config"),
     ],
@@ -244,6 +249,11 @@ def test_pr_body_of_the_mps_default_matrix_is_under_60_lines():
     assert len(block.splitlines()) < 60, block
     assert "the fix: GEMM under all three variables vs the slow case" in block and "**shown**" in block
     assert "equivalent within ±2% on all 33 cells" in block  # patched/vanilla vs stock/vanilla on mm, addmm, linear
+    # each contrast's consequence, from series.toml's `means` for its outcome
+    fix, premise = ev.contrasts[0], ev.contrasts[3]
+    assert fix.meaning("shown").startswith("With all three variables the patched build keeps mm/addmm on MPSGraph")
+    assert fix.meaning("shown") in block and premise.meaning("shown") in block
+    assert "contradicts PR 167424's motivation" in block and premise.meaning("not shown") not in block
     assert "| the series' new test (0003) |" in block
     assert f"| fail (1 failed): `AssertionError: {warning}` ✓ | pass (1 passed) ✓ |" in block
     assert text.index("## For the pull request") < text.index("<details><summary><b>Details</b>")
@@ -432,3 +442,15 @@ def test_a_contrast_outside_the_run_is_a_one_line_error_before_anything_runs(tmp
         plan(request("stock/default vs patched/default : conv : faster"))
     assert plan(request("stock/no_vec vs stock/default : mm/float32 : faster")).evidence.contrasts
     assert not (tmp_path / "o").exists()
+
+
+def test_a_contrast_without_declared_meaning_gets_the_claims_own_words():
+    cells = ["mm/512x512x512/float32"]
+    data = synthetic("cpu", {"base": {}, "fast": {"X": "1"}}, cells, 6, lambda *a: 1e-3 * _noise(*a))
+    result = con.evaluate(data, Contrast(Side("stock", "fast"), Side("stock", "base"), claim="faster"))
+    assert result.outcome == con.NOT_SHOWN and not result.deciding
+    assert prbody.meaning(result) == (
+        "`stock/fast` is not shown faster on every covered cell at these processes (nor refuted)."
+    )
+    said = Contrast(Side("stock", "fast"), Side("stock", "base"), claim="faster", means=(("not_shown", "Unproven."),))
+    assert prbody.meaning(con.evaluate(data, said)) == "Unproven."

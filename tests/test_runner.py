@@ -324,11 +324,13 @@ def test_adaptive_sampling_adds_rounds_only_for_unconverged_cells(ab_run, tmp_pa
     adaptive = data["run"]["adaptive"]
     assert adaptive["rounds_added"] >= 1
     assert adaptive["unconverged"] == {"default": CELLS.split(",")}
+    stopped = adaptive["stopped"]  # why the rounds stopped, for the report (harness.runner.stop_reason)
+    assert stopped["why"] == "budget" and stopped["next_round_s"] > 0 and 0 <= stopped["left_s"] <= 25
     extra = [p for p in data["processes"] if p["round"] >= 4]
     assert len(extra) == 2 * adaptive["rounds_added"]
     assert all(sorted(p["cells"]) == sorted(CELLS.split(",")) for p in extra)
     report = (out / "report.md").read_text()
-    assert "**2 cell(s) did not converge**" in report and "unconverged: CI half-width" in report
+    assert "**2 cell(s) did not converge** (the next round, ~" in report and "unconverged: CI half-width" in report
     n = 4 + adaptive["rounds_added"]  # both cells ran in every adaptive round
     assert (
         f"4 rounds of fresh processes per (build, config) + {adaptive['rounds_added']} adaptive rounds for the "
@@ -349,7 +351,7 @@ def test_adaptive_sampling_stops_when_every_cell_converged(ab_run, tmp_path):
     # at 4 + 4 processes the exact CI is the whole range of the differences, so one slow process of a
     # 64³ CPU cell (a busy machine) can need rounds more: each added round must have had a cell that needed
     # it, and rounds stop as soon as none does (budget 540 s)
-    assert adaptive["unconverged"] == {}
+    assert adaptive["unconverged"] == {} and adaptive["stopped"] == {"why": "converged"}
     added = adaptive["rounds_added"]
     for rounds in range(4, 4 + added + 1):
         before = {**data, "processes": [p for p in data["processes"] if p["round"] < rounds]}
