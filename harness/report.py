@@ -1,11 +1,14 @@
 """``report.md`` for the pull request, rendered from ``results.json`` alone (no measuring here).
 
 Command ``report``: ``python -m harness report results/<run>`` re-renders the report of a run.
-Sections: summary per env config (geometric-mean speedup with its CI), per-cell tables
-(stock and patched medians, speedup = stock/patched time as a Hodges-Lehmann estimate with its exact
-95 % Moses confidence interval, exact Mann-Whitney U p-value, verdict), correctness (relative error vs
-float64 per config and build),
-failures and skips with their reasons, and provenance with the command that reproduces the run.
+Sections: the PR block (:mod:`harness.prbody`: one line per contrast, the deciding cells, the
+launch-bound and undetermined lines), then under ``<details>`` the summary per env config
+(geometric-mean speedup with its CI), per-cell tables (each contrast's cells once: stock vs patched per
+config under Cells, the other contrasts under Contrasts; speedup = B time / A time, one definition),
+what the undetermined cells need (:mod:`harness.undetermined`), correctness (relative error vs float64
+per config and build), failures and skips with their reasons, and provenance with the command that
+reproduces the run. Every comparison is a contrast's (:mod:`harness.contrasts`, judged by
+:mod:`harness.policy`): this module renders them and computes none.
 Long tables are folded in ``<details>`` so the PR stays readable. Plots (``harness.plots``) are
 written next to it and linked: ``speedup.png`` and ``latency-<family>.png``.
 

@@ -118,7 +118,7 @@ def test_report_names_versions_hashes_and_ratios(ab_run):
     assert "neither build's libraries contain" not in report  # no series, no markers (test_evidence_e2e: with one)
     assert "4 fresh processes per build and config (a verdict needs at least 4)." in report
     # cpu: GFLOP/s, no datasheet peak; per-process spread, full git hash, drift needs >= 5 rounds
-    assert "patched GFLOP/s (% of peak)" in report
+    assert "patched/default GFLOP/s (% of peak)" in report
     assert torch.version.git_version in report
     assert "## Drift" in report and "4 round(s) cannot reach p < 0.05" in report
     assert "1 (config, cell) pairs checked in 2 build(s)" not in report  # two cells were checked
@@ -390,7 +390,7 @@ def test_report_shows_build_manifests_flags_and_datasheet_peaks(ab_run):
         for line in text.split("## Cells")[1].split("## Correctness")[0].splitlines()
         if line.startswith(("| mm ", "| sdpa"))
     ]
-    assert "patched GFLOP/s (% of peak)" in text and rows and not any("%)" in row[4] for row in rows)
+    assert "patched/default GFLOP/s (% of peak)" in text and rows and not any("%)" in row[4] for row in rows)
     data["run"]["device"] = "cuda"
     data["builds"]["stock"]["provenance"]["gpu_name"] = "NVIDIA H200"
     cells = report.render(data).split("## Cells")[1]
@@ -400,7 +400,7 @@ def test_report_shows_build_manifests_flags_and_datasheet_peaks(ab_run):
     median = float(np.median(res.process_medians(res.cell_table(data)["default"]["mm/64x64x64/float32"]["patched"])))
     tflops = 2 * 64**3 / median / 1e12
     assert row.split(" | ")[4] == f"{tflops:.3g} ({tflops / 67.0:.0%})"  # FP32 peak of the H200: 67 TFLOP/s
-    assert "patched TFLOP/s (% of peak)" in report.render(data)
+    assert "patched/default TFLOP/s (% of peak)" in report.render(data)
 
 
 @pytest.mark.e2e
