@@ -24,8 +24,8 @@ import statistics
 import sys
 from pathlib import Path
 
-from harness import report, stats
 from harness import results as res
+from harness.policy import POLICY, CellClass, classify
 
 
 def summary(data: dict, target: float, plant_cost: dict | None = None) -> dict:
@@ -40,16 +40,16 @@ def summary(data: dict, target: float, plant_cost: dict | None = None) -> dict:
             medians = {b: res.process_medians(per_build.get(b, [])) for b in ("stock", "patched")}
             if not all(medians.values()):
                 continue
-            rule = report.cell_rule(per_build)
-            cmp = stats.compare(medians["stock"], medians["patched"], **rule)
+            cls = classify([r for recs in per_build.values() for r in recs])
+            cmp = POLICY.judge(medians["stock"], medians["patched"], cls)
             verdicts[cmp.verdict] = verdicts.get(cmp.verdict, 0) + 1
-            if rule["floor"] == stats.MIN_PROCESSES:  # kernel-bound
+            if cls == CellClass.KERNEL_BOUND:
                 widths.append(cmp.half_width)
                 if not cmp.half_width <= target:
                     above.append(f"{config} {key} n={cmp.n_stock}+{cmp.n_patched} ±{cmp.half_width:.2%}")
                 cost = (plant_cost or {}).get(config, {}).get(key)
                 if cost is not None:
-                    group = "costs >= band" if cost >= rule["threshold"] else "costs < band"
+                    group = "costs >= band" if cost >= POLICY.rule(cls).band else "costs < band"
                     planted.setdefault(group, {}).setdefault(cmp.verdict, []).append(f"{config} {key} {cost:+.1%}")
     procs = data["processes"]
     planned = data["run"]["rounds"]

@@ -7,7 +7,11 @@ measured the cell count (every round runs every (build, config) once, in a shuff
 processes of one round ran minutes apart on the same machine state; adaptive rounds that measured
 only one side are left out). The two sets of process medians then go through the one comparison of
 :func:`harness.stats.compare` (Hodges-Lehmann time ratio A/B, exact Moses CI, exact U test) and the
-one verdict rule :func:`harness.stats.judge`, with B in the role of "stock": speedup = B time / A time.
+one verdict rule :func:`harness.stats.judge`, with B in the role of "stock": speedup = B time / A time,
+at the band and floor of the cell's class (:mod:`harness.policy`: ±2 % and 4 processes per side for a
+kernel-bound cell, ±5 % and 6 for a launch-bound one). Stock vs patched under one config is such a
+contrast (``patched/C`` vs ``stock/C``): the report's per-config tables, summaries and plots are these
+contrasts' results, computed here once (:func:`for_run`).
 
 Claims (the rule is stated in the report):
 
@@ -15,7 +19,7 @@ Claims (the rule is stated in the report):
   **contradicted** when any cell is ``slower``, else **not shown** (some cell undetermined/equivalent);
 - ``unchanged`` / ``equivalent``: an equivalence test by the CI-inside-the-band rule (two one-sided
   tests read off one CI; :func:`harness.stats.judge` ``Cause.INSIDE_BAND``): **equivalent within ±t**
-  when every cell's CI lies inside ±t (t = 2 %, 5 % for launch-bound cells), **contradicted** when
+  when every cell's CI lies inside ±t (t = the cell's band), **contradicted** when
   any cell is faster or slower (whole CI beyond the band), else **not shown**;
 - ``none``: numbers only.
 
@@ -27,10 +31,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from harness import results as res
 from harness import stats
 from harness.bench.workloads import Cell
-from harness.evidence import EQUIVALENCE_CLAIMS, Contrast, Side
+from harness.evidence import EQUIVALENCE_CLAIMS, Contrast, Evidence, Side, default_contrasts
+from harness.policy import POLICY, CellClass, Policy, classify
 
 #: a claim's outcome
 SHOWN, NOT_SHOWN, CONTRADICTED = "shown", "not shown", "contradicted"
@@ -46,7 +53,12 @@ class ContrastRow:
     a: tuple[float, ...]
     b: tuple[float, ...]
     cmp: stats.Comparison
-    launch_bound: bool
+    cls: CellClass
+    notes: tuple[str, ...] = ()
+
+    @property
+    def launch_bound(self) -> bool:
+        return self.cls == CellClass.LAUNCH_BOUND
 
     @property
     def a_median(self) -> float | None:
@@ -66,6 +78,28 @@ class ContrastResult:
     outcome: str
     why: str
     thresholds: tuple[float, ...] = field(default=())
+    geomean: stats.GeoMean | None = None
+
+    @property
+    def deciding(self) -> tuple[ContrastRow, ...]:
+        """The cells that decide the outcome or contradict the claim: for ``faster``, the cells that are
+        faster when it is shown, the slower ones when contradicted; for an equivalence claim the cells
+        beyond the band when contradicted (a shown equivalence is decided by every cell alike: none are
+        singled out); without a claim, the cells that changed (faster or slower)."""
+        claim, verdicts = self.contrast.claim, (stats.FASTER, stats.SLOWER)
+        if self.outcome == CONTRADICTED:
+            wanted = (stats.SLOWER,) if claim == "faster" else verdicts
+        elif claim == "faster" and self.outcome == SHOWN:
+            wanted = (stats.FASTER,)
+        elif claim == "none":
+            wanted = verdicts
+        else:
+            wanted = ()
+        return tuple(r for r in self.rows if r.cmp.verdict in wanted)
+
+    @property
+    def undetermined(self) -> tuple[ContrastRow, ...]:
+        return tuple(r for r in self.rows if r.cmp.verdict == stats.UNDETERMINED)
 
 
 def _paired(records_a: list[dict], records_b: list[dict]) -> tuple[tuple[int, ...], list[float], list[float]]:
@@ -80,10 +114,22 @@ def _side_records(table: dict, side: Side, key: str) -> list[dict]:
     return table.get(side.config, {}).get(key, {}).get(side.build, [])
 
 
-def rows(data: dict, contrast: Contrast, threshold: float, launch_threshold: float) -> list[ContrastRow]:
-    """The covered cells of ``contrast`` in plan order; ``threshold`` is the verdict band, and
-    ``launch_threshold`` the band of launch-bound cells (:func:`harness.results.launch_bound`)."""
-    table = res.cell_table(data)
+def _notes(records: list[dict]) -> tuple[str, ...]:
+    """The failed/skipped reasons of a cell's records, once each."""
+    notes: list[str] = []
+    for r in records:
+        if r.get("status") in ("failed", "skipped") and r.get("reason"):
+            text = f"{r['status']}: {r['reason']}"
+            if text not in notes:
+                notes.append(text)
+    return tuple(notes)
+
+
+def rows(data: dict, contrast: Contrast, policy: Policy = POLICY, table: dict | None = None) -> list[ContrastRow]:
+    """The covered cells of ``contrast`` in plan order, each judged by ``policy`` at its class's band and
+    floor (:func:`harness.policy.classify` over both sides' processes). ``table``: the run's
+    :func:`harness.results.cell_table`, when the caller has it."""
+    table = res.cell_table(data) if table is None else table
     out = []
     for key in data["run"]["cells"]:
         cell = Cell.from_key(key)
@@ -93,12 +139,24 @@ def rows(data: dict, contrast: Contrast, threshold: float, launch_threshold: flo
         if not rec_a and not rec_b:
             continue
         rounds, a, b = _paired(rec_a, rec_b)
-        slow_host = res.launch_bound(rec_a + rec_b)
-        cmp = stats.compare(
-            b, a, threshold=launch_threshold if slow_host else threshold, floor=stats.floor_for(slow_host)
-        )
-        out.append(ContrastRow(cell, rounds, tuple(a), tuple(b), cmp, slow_host))
+        cls = classify(rec_a + rec_b)
+        out.append(ContrastRow(cell, rounds, tuple(a), tuple(b), policy.judge(b, a, cls), cls, _notes(rec_a + rec_b)))
     return out
+
+
+def geomean(found: list[ContrastRow], policy: Policy = POLICY) -> stats.GeoMean:
+    """The contrast's summary over its cells (:func:`harness.stats.geomean_by_process`, the kernel-bound
+    band): each round's process of each side becomes its geometric-mean time over the cells, paired by
+    round like the cells (a round in which a side did not measure every cell is left out and counted)."""
+    keep = [r for r in found if r.rounds]
+    rounds = sorted({n for r in keep for n in r.rounds})
+    index = {n: i for i, n in enumerate(rounds)}
+    b = np.full((len(rounds), len(keep)), np.nan)
+    a = np.full((len(rounds), len(keep)), np.nan)
+    for j, r in enumerate(keep):
+        for n, va, vb in zip(r.rounds, r.a, r.b):
+            a[index[n], j], b[index[n], j] = va, vb
+    return stats.geomean_by_process(b, a, threshold=policy.kernel_bound.band, confidence=policy.confidence)
 
 
 def claim_outcome(claim: str, verdicts: list[str]) -> str:
@@ -123,8 +181,24 @@ def _band(thresholds: list[float]) -> str:
     return " / ".join(f"±{t:.0%}" for t in sorted(set(thresholds)))
 
 
-def evaluate(data: dict, contrast: Contrast, threshold: float, launch_threshold: float) -> ContrastResult:
-    """Evaluate one contrast on a run (see the module docstring): rows, outcome, a one-line why."""
+def for_run(data: dict) -> tuple[Contrast, ...]:
+    """The contrasts a run is reported by: those recorded in results.json ``evidence``, then, for an A/B
+    run, ``patched/C`` vs ``stock/C`` (no claim) for every config C that no declared contrast compares
+    that way over all its cells."""
+    declared = Evidence.from_json(data.get("evidence")).contrasts
+    whole = {(c.a, c.b) for c in declared if not c.ops and not c.dtypes}
+    family = default_contrasts(data["run"]["builds"], data["run"]["configs"])
+    return tuple(declared) + tuple(c for c in family if (c.a, c.b) not in whole)
+
+
+def evaluate_all(data: dict, policy: Policy = POLICY) -> list[ContrastResult]:
+    """Every contrast of the run (:func:`for_run`), evaluated once."""
+    table = res.cell_table(data)
+    return [evaluate(data, c, policy, table) for c in for_run(data)]
+
+
+def evaluate(data: dict, contrast: Contrast, policy: Policy = POLICY, table: dict | None = None) -> ContrastResult:
+    """Evaluate one contrast on a run (see the module docstring): rows, outcome, a one-line why, summary."""
     run = data["run"]
     absent = [
         s.label for s in (contrast.a, contrast.b) if s.build not in run["builds"] or s.config not in run["configs"]
@@ -137,7 +211,7 @@ def evaluate(data: dict, contrast: Contrast, threshold: float, launch_threshold:
             f"{' and '.join(absent)} not in this run (builds {', '.join(run['builds'])}; "
             f"configs {', '.join(run['configs'])})",
         )
-    found = rows(data, contrast, threshold, launch_threshold)
+    found = rows(data, contrast, policy, table)
     if not found:
         return ContrastResult(contrast, (), NOT_MEASURED, "no cell of this run is covered (ops/dtypes)")
     verdicts = [r.cmp.verdict for r in found]
@@ -162,4 +236,5 @@ def evaluate(data: dict, contrast: Contrast, threshold: float, launch_threshold:
         why = f"faster beyond {_band(thresholds)} {outcome}: {tally} of {cells}{span}"
     else:
         why = f"{tally} of {cells}{span}"
-    return ContrastResult(contrast, tuple(found), outcome, why, tuple(sorted(set(thresholds))))
+    summary = geomean([r for r in found if math.isfinite(r.cmp.ratio)], policy)
+    return ContrastResult(contrast, tuple(found), outcome, why, tuple(sorted(set(thresholds))), summary)

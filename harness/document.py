@@ -25,9 +25,10 @@ from pathlib import Path
 from types import MappingProxyType
 
 from harness import configs as cfg
+from harness import contrasts
 from harness import results as res
 from harness.errors import ResultsError
-from harness.evidence import Contrast, Evidence, default_contrasts
+from harness.evidence import Contrast, Evidence
 
 #: build-manifest variables that do not change the compiled code: the version label and the compile jobs
 NEUTRAL_FLAGS = ("PYTORCH_BUILD_VERSION", "MAX_JOBS")
@@ -258,8 +259,9 @@ class RunDocument:
 
     @property
     def contrasts(self) -> tuple[Contrast, ...]:
-        """The run's contrasts: those its evidence declares, else patched/C vs stock/C for every config C."""
-        return self.evidence.contrasts or default_contrasts(list(self.header.builds), list(self.header.configs))
+        """The run's contrasts, as its own report has them (:func:`harness.contrasts.for_run`): those its
+        evidence declares, then patched/C vs stock/C for every config C no declared contrast covers."""
+        return contrasts.for_run(self.data)
 
     def processes_per_cell(self) -> tuple[int, int]:
         """Fewest and most processes that measured one cell of one (build, config); (0, 0) when none did."""

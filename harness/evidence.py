@@ -63,7 +63,9 @@ _DEVICE_KEYS = {
     "env": dict,
     "about": dict,
 }
-_CONTRAST_KEYS = {"a": str, "b": str, "ops": list, "dtypes": list, "claim": str, "name": str}
+_CONTRAST_KEYS = {"a": str, "b": str, "ops": list, "dtypes": list, "claim": str, "name": str, "means": dict}
+#: the outcomes a contrast's ``means`` may say what they mean for (harness.contrasts' words)
+MEANS_KEYS = ("shown", "not_shown", "contradicted")
 #: the build names a run gives its builds (compare: stock, patched; bench: build): what ``expect`` may name
 TEST_BUILDS = ("stock", "patched", "build")
 #: the longest ``fails_with`` (the start of a failure's first line; seriestests keeps 200 characters of it)
@@ -94,7 +96,9 @@ class Contrast:
 
     ``claim``: ``faster`` (A faster than B, every cell's CI beyond the band), ``unchanged`` (same
     config, two builds) or ``equivalent`` (any two sides): every cell's CI inside the band; ``none``:
-    the numbers only. Speedup = B time / A time (> 1: A faster).
+    the numbers only. Speedup = B time / A time (> 1: A faster). ``means``: per outcome (``shown``,
+    ``not_shown``, ``contradicted``) one sentence saying what it means for the series (the report's
+    consequence line; without one the report words the claim itself).
     """
 
     a: Side
@@ -103,10 +107,15 @@ class Contrast:
     dtypes: tuple[str, ...] = ()
     claim: str = "none"
     name: str = ""
+    means: tuple[tuple[str, str], ...] = ()
 
     @property
     def label(self) -> str:
         return self.name or f"{self.a.label} vs {self.b.label}"
+
+    def meaning(self, outcome: str) -> str | None:
+        """The declared sentence for an outcome (``shown``, ``not shown``, ``contradicted``), or None."""
+        return dict(self.means).get(outcome.replace(" ", "_"))
 
     def covers(self, op: str, dtype: str) -> bool:
         return (not self.ops or op in self.ops) and (not self.dtypes or dtype in self.dtypes)
@@ -119,6 +128,7 @@ class Contrast:
             "dtypes": list(self.dtypes),
             "claim": self.claim,
             "name": self.name,
+            **({"means": dict(self.means)} if self.means else {}),
         }
 
     @classmethod
@@ -391,7 +401,15 @@ def contrast_from_table(table: dict, where: str) -> Contrast:
         raise EvidenceError(f"{where}: both sides are {a.label}; a contrast compares two different (build, config)")
     ops = _strings(f"{where} key 'ops'", table.get("ops", []))
     dtypes = _strings(f"{where} key 'dtypes'", table.get("dtypes", []))
-    return Contrast(a, b, ops, dtypes, claim, table.get("name", ""))
+    means = table.get("means", {})
+    bad = [k for k, v in means.items() if k not in MEANS_KEYS or not (isinstance(v, str) and v.strip())]
+    if bad:
+        raise EvidenceError(
+            f"{where} key 'means': {bad[0]!r} is not one of {', '.join(MEANS_KEYS)} with a sentence "
+            '(e.g. means = { shown = "…", not_shown = "…", contradicted = "…" })'
+        )
+    ordered = tuple((k, " ".join(means[k].split())) for k in MEANS_KEYS if k in means)
+    return Contrast(a, b, ops, dtypes, claim, table.get("name", ""), ordered)
 
 
 def _test_from_table(table: dict, where: str) -> SeriesTest:

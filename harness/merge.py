@@ -26,13 +26,10 @@ What is refused, and why (docs/machines.md):
 from __future__ import annotations
 
 import json
-import math
 import shlex
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
-
-import numpy as np
 
 import harness
 from harness import contrasts as con
@@ -41,7 +38,7 @@ from harness import results as res
 from harness import stats
 from harness.errors import ResultsError
 from harness.fsutil import atomic_write_json, atomic_write_text, sha256_file
-from harness.report import LAUNCH_BOUND_THRESHOLD, THRESHOLD
+from harness.policy import POLICY
 
 #: what a merge writes into its --out folder (harness.outdir kind "merge")
 REPORT = "report.md"
@@ -198,19 +195,12 @@ def _cell(row: con.ContrastRow) -> doc.CellResult:
     )
 
 
-def _summary(rows: Sequence[con.ContrastRow]) -> doc.CellResult:
-    """The geometric mean over the contrast's cells of whole processes paired by round
-    (:func:`harness.stats.geomean_by_process`, B in the role of stock), judged by the report's band."""
-    rounds = sorted({r for row in rows for r in row.rounds})
-    a = np.full((len(rounds), len(rows)), math.nan)
-    b = np.full((len(rounds), len(rows)), math.nan)
-    at = {r: i for i, r in enumerate(rounds)}
-    for j, row in enumerate(rows):
-        for rnd, ta, tb in zip(row.rounds, row.a, row.b):
-            a[at[rnd], j], b[at[rnd], j] = ta, tb
-    if not rows:
-        return doc.CellResult(None, None, None, None, stats.UNDETERMINED, THRESHOLD, 0, 0, cells=0)
-    gm = stats.geomean_by_process(b, a, threshold=THRESHOLD)
+def _summary(result: con.ContrastResult) -> doc.CellResult:
+    """The contrast's geometric mean over its cells as the run's own report computes it
+    (:func:`harness.contrasts.geomean`, whole processes paired by round, the kernel-bound band)."""
+    gm = result.geomean
+    if gm is None or not result.rows:
+        return doc.CellResult(None, None, None, None, stats.UNDETERMINED, POLICY.kernel_bound.band, 0, 0, cells=0)
     return doc.CellResult(
         None, gm.gm, gm.lo, gm.hi, gm.verdict, gm.threshold, gm.n_patched, gm.n_stock, cells=gm.n_cells
     )
@@ -220,10 +210,10 @@ def evaluate(run: doc.RunDocument) -> tuple[doc.ContrastRecord, ...]:
     """Each declared contrast of one run, as its own report evaluates it (the report's bands)."""
     out = []
     for contrast in run.contrasts:
-        result = con.evaluate(dict(run.data), contrast, THRESHOLD, LAUNCH_BOUND_THRESHOLD)
+        result = con.evaluate(dict(run.data), contrast)
         out.append(
             doc.ContrastRecord(
-                contrast.label, result.outcome, result.why, _summary(result.rows), tuple(map(_cell, result.rows))
+                contrast.label, result.outcome, result.why, _summary(result), tuple(map(_cell, result.rows))
             )
         )
     return tuple(out)
@@ -464,8 +454,9 @@ def pr_block(merged: doc.MergeDocument) -> list[str]:
         f"`{merged.device}` runs{series} on {n} machines, merged; each machine's run is its own (results.json and "
         "its sha256 in the details) and no number is pooled across machines. Speedup = B time / A time "
         "(> 1: A faster): per machine, the geometric mean over the contrast's cells of whole processes paired "
-        f"by round, exact 95% CI; faster/slower when the whole CI lies beyond ±{THRESHOLD:.0%}, equivalent "
-        "when inside. The lines under the tables count the machines' verdicts.",
+        "by round, exact 95% CI; faster/slower when the whole CI lies beyond "
+        f"±{POLICY.kernel_bound.band:.0%}, equivalent when inside. "
+        "The lines under the tables count the machines' verdicts.",
         "",
     ]
     if merged.builds_differ:

@@ -1,12 +1,13 @@
 """The PR-body block of ``report.md``: what a reviewer reads first, pasteable as is.
 
 One paragraph of what was measured where (device and chip, OS and build, power source, torch versions
-and commits, series and its hash, rounds), then per contrast (:mod:`harness.contrasts`) its claim's
-outcome and a table per shape and dtype of the ops it covers (A and B median µs, A's throughput,
-speedup = B time / A time with its exact 95 % CI, verdict), then the series' tests on each build
-against their expected outcomes. Equivalence claims (``unchanged``/``equivalent``) that hold take
-one line ("equivalent within ±2 % on all N cells"); their per-cell tables, and every other number,
-are in the report's details. Rendered from results.json alone.
+and commits, series and its hash, rounds), then one bullet per contrast (:mod:`harness.contrasts`): its
+claim, the outcome with the count of verdicts and the speedup range, what the outcome means for the
+series (its ``means``, else the claim's own words), the kernels each side ran when observed, and a
+table of only the cells that decide or contradict it (at most :data:`DECIDING_ROWS`); then the
+report's launch-bound and undetermined lines, then the series' tests on each build against their
+expected outcomes. Every per-cell table is in the report's details, once. Fits one screen (≤ 60
+lines) for the default matrix of every device. Rendered from results.json alone.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import math
 from harness import contrasts as con
 from harness import observed, stats
 from harness import results as res
-from harness.evidence import EQUIVALENCE_CLAIMS, Contrast, Evidence, default_contrasts
+from harness.evidence import EQUIVALENCE_CLAIMS, Contrast, Evidence
 
 #: words for a claim's outcome in the block
 OUTCOME_WORDS = {
@@ -29,14 +30,9 @@ OUTCOME_WORDS = {
 
 
 def declared(data: dict) -> tuple[Contrast, ...]:
-    """The run's contrasts: those recorded in results.json ``evidence``, else the default family
-    (patched/C vs stock/C for every config C, no claim)."""
-    evidence = Evidence.from_json(data.get("evidence"))
-    return evidence.contrasts or default_contrasts(data["run"]["builds"], data["run"]["configs"])
-
-
-def evaluate_all(data: dict, threshold: float, launch_threshold: float) -> list[con.ContrastResult]:
-    return [con.evaluate(data, c, threshold, launch_threshold) for c in declared(data)]
+    """The run's contrasts (:func:`harness.contrasts.for_run`): those recorded in results.json ``evidence``,
+    then ``patched/C`` vs ``stock/C`` for every config C no declared contrast compares that way."""
+    return con.for_run(data)
 
 
 def _us(seconds: float | None) -> str:
@@ -59,23 +55,50 @@ def _verdict(cmp: stats.Comparison) -> str:
     return f"**{v}**" if v in (stats.FASTER, stats.SLOWER) else v
 
 
-def contrast_table(result: con.ContrastResult, unit: str, scale: float) -> list[str]:
-    """Rows per shape and dtype of one evaluated contrast."""
+#: rows of the deciding-cells tables of all contrasts together in the PR block (each gets a share, at least
+#: :data:`MIN_DECIDING_ROWS`); the rest are in the details
+DECIDING_ROWS = 20
+MIN_DECIDING_ROWS = 3
+
+
+def deciding_table(result: con.ContrastResult, limit: int = DECIDING_ROWS) -> list[str]:
+    """The cells that decide the outcome or contradict the claim (:attr:`harness.contrasts.ContrastResult.deciding`),
+    at most ``limit`` (a last row counts the rest); empty when none."""
+    rows = result.deciding
+    if not rows:
+        return []
     a, b = result.contrast.a.label, result.contrast.b.label
-    lines = [
-        f"| cell | dtype | {a} µs | {b} µs | {a} {unit} | speedup [95% CI] | verdict |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for r in result.rows:
-        mid = r.a_median
-        rate = "–" if not mid else f"{r.cell.flop / mid / scale:.3g}"
-        note = " (launch-bound)" if r.launch_bound else ""
+    lines = [f"| cell | dtype | {a} µs | {b} µs | speedup [95% CI] | verdict |", "|---|---|---|---|---|---|"]
+    shown = rows if len(rows) <= limit else rows[: limit - 1]
+    for r in shown:
         lines.append(
             f"| {r.cell.op} {r.cell.label} | {r.cell.dtype} | {_us(r.a_median)} | {_us(r.b_median)} "
-            f"| {rate} | "
-            f"{speedup_ci(r.cmp)} | {_verdict(r.cmp)}{note} |"
+            f"| {speedup_ci(r.cmp)} | {_verdict(r.cmp)}{' (launch-bound)' if r.launch_bound else ''} |"
         )
-    return lines
+    if len(rows) > len(shown):
+        lines.append(f"| … {len(rows) - len(shown)} more in the details | | | | | |")
+    return ["", *lines]
+
+
+#: what an outcome means when the series declares no sentence for it (``{a}``/``{b}``: the sides)
+MEANS = {
+    ("faster", con.SHOWN): "`{a}` is faster than `{b}` beyond the band on every covered cell.",
+    ("faster", con.NOT_SHOWN): "`{a}` is not shown faster on every covered cell at these processes (nor refuted).",
+    ("faster", con.CONTRADICTED): "`{a}` is slower than `{b}` on some covered cell: the claim does not hold.",
+    ("equivalent", con.SHOWN): "`{a}` and `{b}` take the same time within the band on every covered cell.",
+    ("equivalent", con.NOT_SHOWN): "No covered cell moved beyond the band; equivalence is not shown here.",
+    ("equivalent", con.CONTRADICTED): "`{a}` and `{b}` differ beyond the band on some covered cell.",
+}
+
+
+def meaning(result: con.ContrastResult) -> str:
+    """The contrast's one-sentence consequence: the series' ``means`` for the outcome, else :data:`MEANS`."""
+    c = result.contrast
+    declared = c.meaning(result.outcome)
+    if declared:
+        return declared
+    claim = "equivalent" if c.claim in EQUIVALENCE_CLAIMS else c.claim
+    return MEANS.get((claim, result.outcome), "").format(a=c.a.label, b=c.b.label)
 
 
 def _heading(result: con.ContrastResult) -> str:
@@ -96,28 +119,16 @@ def _heading(result: con.ContrastResult) -> str:
     return f"{title}{sides}" + (f"; {claim}: {outcome}" if claim else "") + f" ({result.why})."
 
 
-def contrast_block(result: con.ContrastResult, unit: str, scale: float) -> list[str]:
-    """One contrast in the PR block: a heading line and its table; an equivalence claim that holds is one line."""
-    head = _heading(result)
-    if not result.rows or (result.contrast.claim in EQUIVALENCE_CLAIMS and result.outcome == con.SHOWN):
-        return [f"- {head}", ""]
-    if result.contrast.claim in EQUIVALENCE_CLAIMS:  # not shown / contradicted: the cells that decide it
-        off = [r for r in result.rows if r.cmp.verdict != stats.EQUIVALENT]
-        worst = max(off, key=lambda r: abs(math.log(r.cmp.ratio)) if r.cmp.ratio > 0 else 0.0)
-        return [
-            f"- {head} Furthest from 1: {worst.cell.op} {worst.cell.label} {worst.cell.dtype} "
-            f"{speedup_ci(worst.cmp)} {worst.cmp.verdict}; every cell in the details.",
-            "",
-        ]
-    return [head, "", *contrast_table(result, unit, scale), ""]
-
-
-def with_kernels(block: list[str], line: str) -> list[str]:
-    """A contrast block with its kernels line (:func:`harness.observed.contrast_line`): a nested bullet under a
-    one-line block, a paragraph under a heading with a table."""
-    if block[0].startswith("- "):
-        return [block[0], f"  - {line}", *block[1:]]
-    return [block[0], "", line, *block[1:]]
+def contrast_block(result: con.ContrastResult, data: dict, limit: int = DECIDING_ROWS) -> list[str]:
+    """One contrast in the PR block: a bullet with its heading and consequence, the kernels line when
+    observed, then the table of the cells that decide or contradict it (at most ``limit`` rows)."""
+    line = f"- {_heading(result)}"
+    said = meaning(result) if result.contrast.claim != "none" else ""
+    out = [line + (f" {said}" if said else "")]
+    if data.get("kernels"):
+        out.append(f"  - {observed.contrast_line(data, result.contrast)}")
+    table = deciding_table(result, limit)
+    return out + (table + [""] if table else [])
 
 
 def _provenance_sentence(data: dict) -> str:
@@ -251,39 +262,33 @@ def _requirements_lines(installed: dict | None) -> list[str]:
     return [f"Test requirements ({reqs}) by pip: {per_build}.", ""]
 
 
-def render_block(data: dict, results: list[con.ContrastResult], notes: list[str]) -> list[str]:
-    """The PR-body block: provenance paragraph, warnings (``notes``), contrasts, tests."""
-    gpu = data["run"]["device"] != "cpu"
-    unit, scale = ("TFLOP/s", 1e12) if gpu else ("GFLOP/s", 1e9)
+def render_block(data: dict, results: list[con.ContrastResult], notes: list[str], tail: list[str] = ()) -> list[str]:
+    """The PR-body block: provenance paragraph, warnings (``notes``), the definition of speedup, one
+    bullet per contrast (:func:`contrast_block`), ``tail`` (the report's launch-bound and undetermined
+    lines), the series' tests."""
     out = ["## For the pull request", "", _provenance_sentence(data), "", *notes]
     if results:
-        out += [
-            "Speedup = B time / A time (> 1: A faster), Hodges-Lehmann over per-process medians of the rounds "
-            "both sides ran, exact 95% CI; faster/slower when the whole CI lies beyond ±2% (±5% launch-bound), "
-            "equivalent when it lies inside.",
-            "",
-        ]
+        out += [SPEEDUP_DEFINITION, ""]
     if results and not data.get("kernels"):  # said once, not under every contrast
         out += [observed.NOT_OBSERVED, ""]
-    for result in results:
-        block = contrast_block(result, unit, scale)
-        out += with_kernels(block, observed.contrast_line(data, result.contrast)) if data.get("kernels") else block
+    tables = sum(1 for r in results if r.deciding)
+    limit = max(MIN_DECIDING_ROWS, DECIDING_ROWS // max(tables, 1))
+    for result in results:  # a tight list: a blank line only around a table
+        out += contrast_block(result, data, limit)
+    if results and out[-1]:
+        out.append("")
+    out += list(tail)
     out += tests_table(data.get("series_tests"), data["run"]["builds"])
     return out
 
 
-def details_tables(results: list[con.ContrastResult], data: dict) -> list[str]:
-    """Every contrast's full per-cell table (for the details part of the report)."""
-    if not results:
-        return []
-    gpu = data["run"]["device"] != "cpu"
-    unit, scale = ("TFLOP/s", 1e12) if gpu else ("GFLOP/s", 1e9)
-    out = ["## Contrasts, every cell", ""]
-    for result in results:
-        out += [f"<details><summary>{result.contrast.label}: {len(result.rows)} cells</summary>", ""]
-        out += contrast_table(result, unit, scale) if result.rows else [f"{result.why}."]
-        out += ["", "</details>", ""]
-    return out
+#: the one definition of speedup, in the PR block (docs/reading-the-report.md says the same)
+SPEEDUP_DEFINITION = (
+    "Speedup = B time / A time (> 1: A faster; stock vs patched: A = patched, B = stock), the Hodges-Lehmann "
+    "estimate over the per-process medians of the rounds both sides ran, with its exact 95% CI; faster/slower "
+    "when the whole CI lies beyond ±2% (±5% for launch-bound cells, whose device waits for the host), "
+    "equivalent when it lies inside."
+)
 
 
 def collect_env_lines(data: dict) -> list[str]:

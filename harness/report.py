@@ -1,11 +1,14 @@
 """``report.md`` for the pull request, rendered from ``results.json`` alone (no measuring here).
 
 Command ``report``: ``python -m harness report results/<run>`` re-renders the report of a run.
-Sections: summary per env config (geometric-mean speedup with its CI), per-cell tables
-(stock and patched medians, speedup = stock/patched time as a Hodges-Lehmann estimate with its exact
-95 % Moses confidence interval, exact Mann-Whitney U p-value, verdict), correctness (relative error vs
-float64 per config and build),
-failures and skips with their reasons, and provenance with the command that reproduces the run.
+Sections: the PR block (:mod:`harness.prbody`: one line per contrast, the deciding cells, the
+launch-bound and undetermined lines), then under ``<details>`` the summary per env config
+(geometric-mean speedup with its CI), per-cell tables (each contrast's cells once: stock vs patched per
+config under Cells, the other contrasts under Contrasts; speedup = B time / A time, one definition),
+what the undetermined cells need (:mod:`harness.undetermined`), correctness (relative error vs float64
+per config and build), failures and skips with their reasons, and provenance with the command that
+reproduces the run. Every comparison is a contrast's (:mod:`harness.contrasts`, judged by
+:mod:`harness.policy`): this module renders them and computes none.
 Long tables are folded in ``<details>`` so the PR stays readable. Plots (``harness.plots``) are
 written next to it and linked: ``speedup.png`` and ``latency-<family>.png``.
 
@@ -21,22 +24,20 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
-
 from harness import configs as cfg
+from harness import contrasts as con
 from harness import macos, observed, plots, prbody, stats
 from harness import results as res
+from harness import undetermined as und
 from harness.bench.workloads import Cell
 from harness.checks.accuracy import FAILED, UNINFORMATIVE, UNKNOWN, status_of
 from harness.errors import ResultsError
 from harness.fsutil import atomic_write_text
 from harness.peaks import peak_tflops
+from harness.policy import POLICY, CellClass, classify
 
-THRESHOLD = 0.02
-#: the band of launch-bound cells: their time is host latency, whose spread between processes is
-#: wide (37 % for GEMM 512³ on an H200); at 4 processes per side the exact test's smallest p
-#: (2/70) put a CI beyond ±2 % in 3 of 109 launch-bound cells of an H200 A/A run (docs/methodology.md)
-LAUNCH_BOUND_THRESHOLD = 0.05
+#: the kernel-bound band (harness.policy), for the summaries and drift
+THRESHOLD = POLICY.kernel_bound.band
 
 
 def write(directory: Path, data: dict) -> list[Path]:
@@ -55,9 +56,9 @@ def write(directory: Path, data: dict) -> list[Path]:
                             r.cmp.ci_high,
                             r.cmp.verdict,
                         )
-                        for r in rows
+                        for r in result.rows
                     ]
-                    for c, rows in analysis.rows.items()
+                    for c, result in analysis.per_config.items()
                 },
                 THRESHOLD,
                 "patched vs stock, " + data["run"]["device"],
@@ -110,28 +111,34 @@ def latency_png_name(family: str) -> str:
 
 @dataclass
 class Row:
-    """One cell of one config: per-build process medians (seconds), their median and IQR, the
-    comparison (A/B only) and the notes for the table."""
+    """One cell of one config: per-build process medians (seconds), their median and IQR, its class
+    (:func:`harness.policy.classify`) and its failed/skipped notes. No comparison: those are the
+    contrasts' (:class:`Analysis` ``contrasts``)."""
 
     cell: Cell
     medians: dict[str, list[float]]
     mid: dict[str, float | None]
     spread: dict[str, tuple[float, float] | None]
-    cmp: stats.Comparison | None
+    cls: CellClass
     notes: list[str] = field(default_factory=list)
 
 
 @dataclass
 class Analysis:
-    """Everything the markdown and the plots show, computed once from results.json."""
+    """Everything the markdown and the plots show, computed once from results.json: per-build medians
+    (``rows``), every contrast evaluated once (``contrasts``; stock vs patched per config among them, by
+    config in ``per_config``), drift, and what the undetermined cells need (``floors``, ``needs``)."""
 
     builds: list[str]
     ab: bool
     table: dict[str, dict[str, dict[str, list[dict]]]]  # results.cell_table(data)
     rows: dict[str, list[Row]]
-    geomeans: dict[str, stats.GeoMean]
+    contrasts: list[con.ContrastResult]
+    per_config: dict[str, con.ContrastResult]
     drifts: dict[tuple[str, str], stats.Drift]
     families: list[str]
+    floors: list[und.NoiseFloor] = field(default_factory=list)
+    needs: list[und.Need] = field(default_factory=list)
 
 
 def cell_of(key: str) -> Cell:
@@ -150,39 +157,44 @@ def cell_of(key: str) -> Cell:
 
 
 def analyse(data: dict) -> Analysis:
-    """Per config and cell: medians, IQRs, comparisons; per config: the geometric mean over whole
-    processes (:func:`harness.stats.geomean_by_process`); per (build, config): drift."""
+    """Per config and cell: each build's medians and IQRs and the cell's class; every contrast of the
+    run (:func:`harness.contrasts.evaluate_all`: stock vs patched per config is one, judged and summarised
+    there, never here); per (build, config): drift; what the undetermined cells need (:mod:`harness.undetermined`)."""
     run = data["run"]
     builds = run["builds"]
     ab = builds == ["stock", "patched"]
     table = res.cell_table(data)
     rows: dict[str, list[Row]] = {}
-    geomeans: dict[str, stats.GeoMean] = {}
     drifts: dict[tuple[str, str], stats.Drift] = {}
     for config in run["configs"]:
         per_cell = table.get(config, {})
         rows[config] = []
         for key, per_build in per_cell.items():
             medians = {b: res.process_medians(per_build.get(b, [])) for b in builds}
+            records = [r for b in builds for r in per_build.get(b, [])]
             row = Row(
                 cell_of(key),
                 medians,
                 {b: (stats.process_median(m) if m else None) for b, m in medians.items()},
                 {b: (stats.iqr(m) if m else None) for b, m in medians.items()},
-                stats.compare(medians["stock"], medians["patched"], **cell_rule(per_build)) if ab else None,
-                _notes([r for b in builds for r in per_build.get(b, [])]),
+                classify(records),
+                _notes(records),
             )
             rows[config].append(row)
-        if ab:
-            keys = [k for k, r in zip(per_cell, rows[config]) if r.cmp is not None and math.isfinite(r.cmp.ratio)]
-            sides = [res.process_matrix(per_cell, b, keys) for b in ("stock", "patched")]
-            geomeans[config] = stats.geomean_by_process(
-                *(np.array(m, dtype=float).reshape(len(m), len(keys)) for m in sides), threshold=THRESHOLD
-            )
         for b in builds:
             drifts[(b, config)] = stats.drift(res.round_series(per_cell, b), threshold=THRESHOLD)
     families = sorted({r.cell.family for rs in rows.values() for r in rs if any(r.mid.values())})
-    return Analysis(builds, ab, table, rows, geomeans, drifts, families)
+    results = con.evaluate_all(data)
+    per_config = {
+        r.contrast.a.config: r
+        for r in results
+        if (r.contrast.a.build, r.contrast.b.build) == ("patched", "stock")
+        and r.contrast.a.config == r.contrast.b.config
+        and not r.contrast.ops
+        and not r.contrast.dtypes
+    }
+    floors = und.noise_floors(results)
+    return Analysis(builds, ab, table, rows, results, per_config, drifts, families, floors, und.needs(results, floors))
 
 
 def _us(seconds: float | None) -> str:
@@ -227,10 +239,16 @@ def _adaptive_text(run: dict) -> list[str]:
     left = sum(map(len, adaptive["unconverged"].values()))
     launch = adaptive.get("launch_bound_target")
     target = f"±{adaptive['target']:.1%} (launch-bound cells ±{launch:.1%})" if launch else f"±{adaptive['target']:.1%}"
+    stopped = adaptive.get("stopped") or {}
+    why = {
+        "budget": f" (the next round, ~{stopped.get('next_round_s', 0):.0f} s, did not fit the "
+        f"{stopped.get('left_s', 0):.0f} s left)",
+        "max_rounds": " (the adaptive rounds reached their maximum)",
+    }.get(stopped.get("why"), "")
     return [
         f"Adaptive sampling to a CI half-width of {target}: {adaptive['rounds_added']} round(s) "
         f"added; the worker processes had a budget of {adaptive['budget_s']:g} s in all; "
-        + (f"**{left} cell(s) did not converge** (marked in the tables)." if left else "every cell converged."),
+        + (f"**{left} cell(s) did not converge**{why} (marked in the tables)." if left else "every cell converged."),
         "",
     ]
 
@@ -441,25 +459,9 @@ def _short(sha: str | None) -> str:
     return (sha or "unknown")[:12]
 
 
-def cell_rule(per_build: dict[str, list[dict]]) -> dict:
-    """The verdict band and floor of one cell, as :func:`harness.stats.compare` keywords: when it is
-    launch-bound (:func:`harness.results.launch_bound` over both builds' processes)
-    :data:`LAUNCH_BOUND_THRESHOLD` and :data:`harness.stats.MIN_PROCESSES_LAUNCH_BOUND` processes
-    per side, else :data:`THRESHOLD` and :data:`harness.stats.MIN_PROCESSES`."""
-    slow_host = res.launch_bound([r for recs in per_build.values() for r in recs])
-    return {"threshold": LAUNCH_BOUND_THRESHOLD if slow_host else THRESHOLD, "floor": stats.floor_for(slow_host)}
-
-
 def _notes(records: list[dict]) -> list[str]:
-    notes = []
-    for r in records:
-        if r.get("status") in ("failed", "skipped") and r.get("reason"):
-            text = f"{r['status']}: {r['reason']}"
-            if text not in notes:
-                notes.append(text)
-    if res.launch_bound(records):
-        notes.append("launch-bound")
-    return notes
+    """The failed/skipped reasons of a cell's records, once each (the "Failures and skips" section)."""
+    return list(con._notes(records))
 
 
 def _consistency(section: dict | None, builds: list[str]) -> list[str]:
@@ -711,93 +713,108 @@ def _build_rows(data: dict) -> list[str]:
     return lines
 
 
-def _cell_rows(data: dict, analysis: Analysis, config: str, scale: float) -> tuple[list[list[str]], list[str]]:
-    """One config's table rows (cells) and its failed/skipped lines for "Failures and skips"."""
-    run, builds, ab = data["run"], analysis.builds, analysis.ab
-    problems: list[str] = []
-    lines = []
+def _notes_of(data: dict, row: con.ContrastRow, config: str | None) -> list[str]:
+    """A contrast row's notes: why undetermined, launch-bound, bimodal, unconverged (stock vs patched of
+    ``config``, when the adaptive rounds left it above its class's target), failed/skipped."""
+    cmp, notes = row.cmp, []
+    if cmp.verdict == stats.UNDETERMINED:
+        notes.append(_cause_words(cmp.cause, cmp.threshold, cmp.confidence, cmp.floor))
+    if row.launch_bound:
+        notes.append("launch-bound")
+    if cmp.bimodal:
+        notes.append("bimodal: " + _modes_text(cmp))
+    adaptive = data["run"].get("adaptive") or {}
+    if config is not None and row.cell.key in adaptive.get("unconverged", {}).get(config, []):
+        hw = cmp.half_width
+        goal = POLICY.with_targets(adaptive.get("target"), adaptive.get("launch_bound_target")).rule(row.cls).target
+        notes.append(
+            f"unconverged: CI half-width {hw:.1%} > target ±{goal:.1%}"
+            if math.isfinite(hw)
+            else "unconverged: no CI yet"
+        )
+    return notes + list(row.notes)
+
+
+def contrast_table(
+    data: dict, result: con.ContrastResult, unit: str, scale: float, config: str | None = None
+) -> list[str]:
+    """The full per-cell table of one contrast (the one table format of the report): A's and B's median µs
+    ±IQR/2 over the paired processes, A's throughput (% of peak), speedup = B time / A time [95 % CI],
+    p, verdict, notes. ``config``: the config of a stock-vs-patched contrast (its unconverged notes)."""
+    a, b = result.contrast.a, result.contrast.b
+    head = [
+        "cell",
+        "dtype",
+        f"{a.label} µs ±IQR/2",
+        f"{b.label} µs ±IQR/2",
+        f"{a.label} {unit} (% of peak)",
+        "speedup [95% CI]",
+        "p (U test)",
+        "verdict",
+        "notes",
+    ]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in result.rows:
+        cmp, cell = r.cmp, r.cell
+        mid_a = stats.process_median(r.a) if r.a else None
+        mid_b = stats.process_median(r.b) if r.b else None
+        peak = _peak_text(data, a.config, cell, mid_a)
+        cols = [
+            f"{cell.op} {cell.label}",
+            cell.dtype,
+            _median_spread(mid_a, stats.iqr(r.a) if r.a else None),
+            _median_spread(mid_b, stats.iqr(r.b) if r.b else None),
+            _throughput(cell, mid_a, scale) + ("" if peak == "–" else f" ({peak})"),
+            _ratio_ci(cmp.ratio, cmp.ci_low, cmp.ci_high),
+            f"{cmp.p_value:.2g}" if math.isfinite(cmp.p_value) else "–",
+            f"**{cmp.verdict}**" if cmp.verdict in (stats.FASTER, stats.SLOWER) else cmp.verdict,
+            "; ".join(_notes_of(data, r, config)),
+        ]
+        lines.append("| " + " | ".join(cols) + " |")
+    return lines
+
+
+def _bench_rows(data: dict, analysis: Analysis, config: str, scale: float) -> list[str]:
+    """One config's table of a one-build run (no comparison): median ±IQR/2, throughput, processes, notes."""
+    b = analysis.builds[0]
+    head = ["cell", "dtype", "median µs ±IQR/2", f"{'TFLOP/s' if scale == 1e12 else 'GFLOP/s'} (% of peak)"]
+    lines = ["| " + " | ".join(head + ["processes", "notes"]) + " |", "|" + "---|" * (len(head) + 2)]
     for r in analysis.rows[config]:
-        cell, notes = r.cell, list(r.notes)
-        base = [f"{cell.op} {cell.label}", cell.dtype]
-        if ab:
-            cmp = r.cmp
-            ci = _ratio_ci(cmp.ratio, cmp.ci_low, cmp.ci_high)
-            p = f"{cmp.p_value:.2g}" if math.isfinite(cmp.p_value) else "–"
-            verdict = f"**{cmp.verdict}**" if cmp.verdict in (stats.FASTER, stats.SLOWER) else cmp.verdict
-            if cmp.verdict == stats.UNDETERMINED:
-                notes.insert(0, _cause_words(cmp.cause, cmp.threshold, cmp.confidence, cmp.floor))
-            if cmp.bimodal:
-                notes.append("bimodal: " + _modes_text(cmp))
-            if cell.key in run.get("adaptive", {}).get("unconverged", {}).get(config, []):
-                hw, adaptive = cmp.half_width, run["adaptive"]
-                goal = (adaptive.get("launch_bound_target") if "launch-bound" in r.notes else None) or adaptive[
-                    "target"
-                ]
-                notes.append(
-                    f"unconverged: CI half-width {hw:.1%} > target ±{goal:.1%}"
-                    if math.isfinite(hw)
-                    else "unconverged: no CI yet"
-                )
-            peak = _peak_text(data, config, cell, r.mid["patched"])
-            lines.append(
-                base
-                + [
-                    _median_spread(r.mid["stock"], r.spread["stock"]),
-                    _median_spread(r.mid["patched"], r.spread["patched"]),
-                    _throughput(cell, r.mid["patched"], scale) + ("" if peak == "–" else f" ({peak})"),
-                    ci,
-                    p,
-                    verdict,
-                    "; ".join(notes),
-                ]
-            )
-        else:
-            b = builds[0]
-            peak = _peak_text(data, config, cell, r.mid[b])
-            lines.append(
-                base
-                + [
-                    _median_spread(r.mid[b], r.spread[b]),
-                    _throughput(cell, r.mid[b], scale) + ("" if peak == "–" else f" ({peak})"),
-                    str(len(r.medians[b])),
-                    "; ".join(notes),
-                ]
-            )
-        for note in notes:
-            if note.startswith(("failed: ", "skipped: ")):
-                problems.append(f"- `{config}` {cell.op} {cell.label} {cell.dtype}: {note}")
-    return lines, problems
+        peak = _peak_text(data, config, r.cell, r.mid[b])
+        notes = (["launch-bound"] if r.cls == CellClass.LAUNCH_BOUND else []) + r.notes
+        cols = [f"{r.cell.op} {r.cell.label}", r.cell.dtype, _median_spread(r.mid[b], r.spread[b])]
+        cols += [_throughput(r.cell, r.mid[b], scale) + ("" if peak == "–" else f" ({peak})"), str(len(r.medians[b]))]
+        lines.append("| " + " | ".join(cols + ["; ".join(notes)]) + " |")
+    return lines
 
 
 def _config_sections(data: dict, analysis: Analysis, unit: str, scale: float) -> tuple[list, list, list]:
-    """(per-config summary lines, per-config cell tables, failure/skip lines) of every config."""
+    """(per-config summary lines, per-config cell tables, failure/skip lines) of every config. An A/B run's
+    table per config is its stock-vs-patched contrast's (:attr:`Analysis.per_config`)."""
     summaries, sections, problems = [], [], []
     for config in data["run"]["configs"]:
         env = data["configs"][config]["env"]
         env_text = " ".join(f"{k}={v}" for k, v in env.items()) or "no variables"
-        lines, found = _cell_rows(data, analysis, config, scale)
-        problems += found
-        if analysis.ab:
-            gm = analysis.geomeans[config]
-            if not math.isfinite(gm.gm):
-                summaries.append(f"- **{config}** ({env_text}): no geometric mean ({gm.reason})")
+        problems += [
+            f"- `{config}` {r.cell.op} {r.cell.label} {r.cell.dtype}: {note}"
+            for r in analysis.rows[config]
+            for note in r.notes
+        ]
+        result = analysis.per_config.get(config)
+        if analysis.ab and result is not None:
+            gm = result.geomean
+            if gm is None or not math.isfinite(gm.gm):
+                summaries.append(f"- **{config}** ({env_text}): no geometric mean ({gm.reason if gm else 'no cell'})")
             else:
                 summaries.append(
                     f"- **{config}** ({env_text}): geometric-mean speedup over "
                     f"{_plural(gm.n_cells, 'cell')} **{_ratio_ci(gm.gm, gm.lo, gm.hi)}**: {_in_words(gm)}"
                 )
-            head = ["cell", "dtype", "stock µs ±IQR/2", "patched µs ±IQR/2", f"patched {unit} (% of peak)"]
-            head += ["speedup [95% CI]", "p (U test)", "verdict", "notes"]
+            table, n = contrast_table(data, result, unit, scale, config), len(result.rows)
         else:
-            head = ["cell", "dtype", "median µs ±IQR/2", f"{unit} (% of peak)", "processes", "notes"]
-        sections += [
-            f"<details><summary><b>{config}</b> ({env_text}): {_plural(len(lines), 'cell')}</summary>",
-            "",
-            "| " + " | ".join(head) + " |",
-            "|" + "---|" * len(head),
-        ]
-        sections += ["| " + " | ".join(x) + " |" for x in lines]
-        sections += ["", "</details>", ""]
+            table, n = _bench_rows(data, analysis, config, scale), len(analysis.rows[config])
+        sections += [f"<details><summary><b>{config}</b> ({env_text}): {_plural(n, 'cell')}</summary>", ""]
+        sections += table + ["", "</details>", ""]
     return summaries, sections, problems
 
 
@@ -813,13 +830,129 @@ def _per_config_summary(run: dict, summaries: list[str]) -> list[str]:
         "or more)."
     )
     rule = (
-        "Speedup = stock time / patched time (> 1: patched faster), the Hodges-Lehmann estimate over the "
-        f"per-process medians with its exact 95% (Moses) confidence interval; verdict threshold ±{THRESHOLD:.0%}: "
-        f"faster/slower when the whole CI lies beyond it, equivalent when inside. {n} fresh processes per build "
-        f"and config{more}{enough} The geometric mean per config compares each process's geometric-mean time over the "
-        "cells (a process moves all its cells), with the same rule."
+        "Stock vs patched under each config is the contrast `patched/C` vs `stock/C` (speedup as defined above: "
+        f"stock time / patched time). {n} fresh processes per build and config{more}{enough} The geometric mean "
+        "per config compares each round's process of each side by its geometric-mean time over the cells (a "
+        f"process moves all its cells), paired by round, with the same rule at ±{THRESHOLD:.0%}."
     )
     return ["## Stock vs patched per config", "", rule, ""] + _adaptive_text(run) + summaries + [""]
+
+
+def _pct(x: float) -> str:
+    return "–" if not math.isfinite(x) else f"{x:.1%}" if x < 0.1 else f"{x:.0%}"
+
+
+def launch_bound_line(data: dict, analysis: Analysis) -> list[str]:
+    """The PR block's one line on launch-bound cells (stock vs patched per config): how many, their band and
+    floor, and which did not reach the floor and why (the adaptive rounds' stop reason)."""
+    rows = [(c, r) for c, result in analysis.per_config.items() for r in result.rows]
+    launch = [(c, r) for c, r in rows if r.launch_bound]
+    if not launch:
+        return []
+    rule = POLICY.launch_bound
+    short = [(c, r) for c, r in launch if len(r.rounds) < rule.floor]
+    text = (
+        f"**Launch-bound: {len(launch)} of {len(rows)} cells** (the device waited for the host: in most processes "
+        f"the host took ≥ 90% of the block time to enqueue the calls), judged at ±{rule.band:.0%} with ≥ {rule.floor} "
+        "processes per side"
+    )
+    if not short:
+        return [text + "; every one reached that floor.", ""]
+    stopped = ((data["run"].get("adaptive") or {}).get("stopped")) or {}
+    why = {
+        "budget": f"the next adaptive round (~{stopped.get('next_round_s', 0):.0f} s) did not fit the "
+        f"{stopped.get('left_s', 0):.0f} s left of --budget-s",
+        "max_rounds": "the adaptive rounds reached their maximum",
+    }.get(
+        stopped.get("why"),
+        "the run had no adaptive rounds"
+        if not data["run"].get("adaptive")
+        else "its adaptive rounds ended first; this results.json predates the record of why",
+    )
+    named = _named([f"`{c}` {r.cell.op} {r.cell.label} {r.cell.dtype}" for c, r in short])
+    return [text + f"; {len(short)} did not reach it ({why}): {named}.", ""]
+
+
+def undetermined_lines(data: dict, analysis: Analysis) -> list[str]:
+    """The PR block's few lines on undetermined cells (:mod:`harness.undetermined`): how many, the noise
+    floor per config, the MDE range, the processes and minutes a verdict needs, and the command."""
+    found = analysis.needs
+    if not found:
+        return []
+    total = sum(len(r.rows) for r in analysis.contrasts)
+    floors = "; ".join(
+        f"`{config}` " + ", ".join(f"{_pct(f.sd)} {f.cls.value}" for f in analysis.floors if f.config == config)
+        for config in dict.fromkeys(f.config for f in analysis.floors)
+    )
+    mdes = [f.mde for f in found if math.isfinite(f.mde)]
+    mde = f"{_pct(min(mdes))}-{_pct(max(mdes))}" if mdes else "–"
+    reach = [f for f in found if f.processes is not None]
+    far = len(found) - len(reach)
+    estimate = und.seconds(data, found)
+    argv = und.resume_argv(data, found, estimate)
+    lines = [
+        f"**{len(found)} of {total} cell verdicts undetermined.** Noise floor (sd of the log per-process medians "
+        f"between processes): {floors or '–'}. At the processes they had, the smallest change they could show "
+        f"(MDE: band + CI half-width) is {mde}"
+        + (
+            f"; a verdict needs up to {max(f.processes for f in reach)} processes per side "
+            f"(~{math.ceil(estimate / 60)} min of worker time)"
+            if reach
+            else ""
+        )
+        + (
+            f"; {far} would need more than {und.MAX_PROCESSES} (spread too wide, or the estimate at the band's edge)"
+            if far
+            else ""
+        )
+        + ". Per cell: Details, Undetermined cells."
+        + (" Resume the run to get there:" if argv else ""),
+        "",
+    ]
+    if argv:
+        lines += ["```", _nox_command(argv), "```", ""]
+    return lines
+
+
+def _undetermined_details(analysis: Analysis) -> list[str]:
+    """Every undetermined cell of every contrast: processes it had, CI half-width, MDE, goal, processes needed."""
+    if not analysis.needs:
+        return []
+    lines = [
+        "## Undetermined cells",
+        "",
+        "Per undetermined cell: the processes per side it had (paired rounds), its CI half-width, the smallest "
+        "change those processes could show (MDE = band + half-width), the half-width that decides it at its "
+        "estimate (goal: band − |change| for equivalence, |change| − band beyond; at least a quarter of the band), "
+        "and the processes per side that reach it (half-width ∝ 1/√n; below the floor, predicted from the noise "
+        "floor). docs/reading-the-report.md.",
+        "",
+        "<details><summary>every undetermined cell</summary>",
+        "",
+        "| contrast | cell | dtype | class | processes | CI half-width | MDE | goal | processes needed |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for f in analysis.needs:
+        c = f.row.cell
+        needed = str(f.processes) if f.processes is not None else f"> {und.MAX_PROCESSES}"
+        lines.append(
+            f"| {f.result.contrast.label} | {c.op} {c.label} | {c.dtype} | {f.row.cls.value} | {f.n} "
+            f"| {_pct(f.half_width)} | {_pct(f.mde)} | {_pct(f.goal)}{' (edge)' if f.edge else ''} | {needed} |"
+        )
+    return lines + ["", "</details>", ""]
+
+
+def _other_contrasts(data: dict, analysis: Analysis, unit: str, scale: float) -> list[str]:
+    """The full tables of the contrasts that are not stock vs patched per config (those are the Cells tables)."""
+    others = [r for r in analysis.contrasts if r not in analysis.per_config.values()]
+    if not others:
+        return []
+    out = ["## Contrasts", ""]
+    for result in others:
+        out += [f"<details><summary>{result.contrast.label}: {_plural(len(result.rows), 'cell')}</summary>", ""]
+        out += contrast_table(data, result, unit, scale) if result.rows else [f"{result.why}."]
+        out += ["", "</details>", ""]
+    return out
 
 
 def render(data: dict, analysis: Analysis | None = None) -> str:
@@ -839,14 +972,14 @@ def render(data: dict, analysis: Analysis | None = None) -> str:
     out += macos.release_flag_lines(data["builds"])
     summaries, sections, problems = _config_sections(data, analysis, unit, scale)
     drifted = [f"`{c}` {b}" for (b, c), d in analysis.drifts.items() if d.verdict == "drift"]
-    contrasts = prbody.evaluate_all(data, THRESHOLD, LAUNCH_BOUND_THRESHOLD)
     errors = [line for note in observed.error_notes(data) for line in (note, "")]
-    out += prbody.render_block(data, contrasts, errors + _what_was_compared(data) + check_notes(data))
     if drifted:
-        out += [f"> **Drift:** {', '.join(drifted)} changed over the run (see Drift in the details).", ""]
+        errors += [f"> **Drift:** {', '.join(drifted)} changed over the run (see Drift in the details).", ""]
+    tail = launch_bound_line(data, analysis) + undetermined_lines(data, analysis)
+    out += prbody.render_block(data, analysis.contrasts, errors + _what_was_compared(data) + check_notes(data), tail)
     out += [
-        "<details><summary><b>Details</b>: per-config summary, every cell, correctness, consistency, drift, "
-        "failures, provenance</summary>",
+        "<details><summary><b>Details</b>: per-config summary, every cell, undetermined cells, correctness, "
+        "consistency, drift, failures, provenance</summary>",
         "",
     ]
     if analysis.ab:
@@ -856,11 +989,15 @@ def render(data: dict, analysis: Analysis | None = None) -> str:
         "",
         f"Medians of the per-process medians, ±half their interquartile range; {unit} = FLOP per call / median "
         "(GEMM 2·M·N·K, SDPA 4·B·H·L²·D, halved when causal); % of peak against the device's dense datasheet "
-        "peak where known (harness/peaks.py).",
+        "peak where known (harness/peaks.py)."
+        + (
+            " Per config, the `patched/C` vs `stock/C` contrast over the rounds both builds ran." if analysis.ab else ""
+        ),
         "",
     ] + sections
     out += [f"![latency vs size: {f}]({latency_png_name(f)})" for f in analysis.families] + [""]
-    out += prbody.details_tables(contrasts, data)
+    out += _other_contrasts(data, analysis, unit, scale)
+    out += _undetermined_details(analysis)
     out += _correctness(data, analysis)
     out += _consistency(data.get("consistency"), analysis.builds)
     out += observed.details(data)

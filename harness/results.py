@@ -203,6 +203,9 @@ def run_problem(data: dict) -> str | None:
         return f"run.device is {run['device']!r}, not one of {', '.join(DEVICES)}"
     if run["rounds"] < 1:
         return f"run.rounds is {run['rounds']}, not a positive number of rounds"
+    found = _stopped_problem((run.get("adaptive") or {}).get("stopped"))
+    if found:
+        return found
     for key in TIMING_KEYS:
         value = run["timing"].get(key)
         if not (_number(value) and math.isfinite(value) and value > 0):
@@ -223,6 +226,24 @@ def run_problem(data: dict) -> str | None:
             found = _type_problem(f"builds.{name}.provenance.{key}", prov[key], kinds)
             if found:
                 return found
+    return None
+
+
+#: why adaptive rounds stopped (harness.runner.stop_reason)
+STOP_REASONS = ("converged", "max_rounds", "budget")
+
+
+def _stopped_problem(stopped) -> str | None:
+    """What is wrong with ``run.adaptive.stopped`` (absent in runs before it), or None."""
+    if stopped is None:
+        return None
+    at = "run.adaptive.stopped"
+    if not isinstance(stopped, dict) or stopped.get("why") not in STOP_REASONS:
+        return f"{at} is {stopped!r}"[:200] + f", not {{why: {' | '.join(STOP_REASONS)}}}"
+    for key in ("next_round_s", "left_s") if stopped["why"] == "budget" else ():
+        value = stopped.get(key)
+        if not (_number(value) and math.isfinite(value) and value >= 0):
+            return f"{at}.{key} is {value!r}, not a number of seconds >= 0"
     return None
 
 
@@ -521,7 +542,8 @@ def startup_seconds(process: dict) -> float | None:
 def measurement(m: dict) -> Measurement:
     """A record's ``measurement`` as a :class:`harness.bench.timer.Measurement`, from its raw samples:
     its median and launch-bound label are recomputed, never read from the stored ``median`` /
-    ``launch_bound`` keys (kept in the JSON for readers of the file only)."""
+    ``launch_bound`` keys (kept in the JSON for readers of the file only; the label's rule changed:
+    harness.policy)."""
     return Measurement(
         samples=list(m["samples"]),
         enqueue=list(m.get("enqueue") or [0.0]),
@@ -536,13 +558,6 @@ def median_of(record: dict) -> float:
     """The per-process median (seconds) of one measured record, recomputed from its raw samples
     (:func:`harness.bench.timer.steady_median`: the blocks after the warm-up transient)."""
     return measurement(record["measurement"]).median
-
-
-def launch_bound(records: list[dict]) -> bool:
-    """True when most processes that measured the cell find it launch-bound (its time is host
-    latency, not kernel time: docs/timing.md), recomputed from each one's raw samples."""
-    labels = [measurement(r["measurement"]).launch_bound for r in records if r.get("measurement")]
-    return bool(labels) and 2 * sum(labels) > len(labels)
 
 
 def process_medians(records: list[dict]) -> list[float]:

@@ -45,10 +45,13 @@ from harness.bench.timer import first_layout, steady_start
 from harness.bench.workloads import DTYPES, ITEMSIZE, Cell, default_cells
 from harness.checks import consistency
 from harness.checks.accuracy import FAILED, status_of
+from harness.contrasts import rows as contrast_rows
 from harness.errors import HarnessError, ResultsError, UsageError
 from harness.fsutil import atomic_write_json, exclusive_lock, inside, open_write
 from harness.numbers import Bound, number
 from harness.outdir import MARKER, RESULTS_WRITES, claim, clear
+from harness.policy import POLICY, CellClass, cell_costs, round_seconds
+from harness.policy import measured_seconds as _measured_seconds
 from harness.progress import note, task
 from harness.provenance import unsupported_reason
 from harness.venvs import ensure_interpreter, parse_input
@@ -107,8 +110,8 @@ TIMING = {
 #: --target-ci defaults: CI half-width a cell is measured to (kernel-bound / launch-bound cells).
 #: Launch-bound cells (host latency; 37 % process-to-process spread on an H200 for GEMM 512³,
 #: docs/methodology.md) get a lower target so they never hold the whole run hostage.
-TARGET_CI = 0.01
-TARGET_CI_LAUNCH_BOUND = 0.05
+TARGET_CI = POLICY.kernel_bound.target
+TARGET_CI_LAUNCH_BOUND = POLICY.launch_bound.target
 #: --budget-s defaults: wall seconds of worker processes in all (planned rounds included); an
 #: adaptive round that would overrun it is not started. 540 s keeps the default cuda matrix under
 #: 10 minutes on an H200 with probes, consistency and report (docs/methodology.md); 360 s keeps the
@@ -729,26 +732,25 @@ def round_order(seed: int, rnd: int, builds, configs) -> list[tuple[int, str, st
 def unconverged_cells(
     data: dict, target: float, launch_target: float | None = None, only_launch_bound: bool | None = None
 ) -> dict[str, list[str]]:
-    """config -> cell keys whose stock/patched CI half-width is above its target (or not computable
-    yet), in plan order: ``target`` for kernel-bound cells, ``launch_target`` (default ``target``)
-    for launch-bound ones (:func:`harness.results.launch_bound`). Cells that failed or were skipped everywhere are
-    left out; ``only_launch_bound`` True / False keeps only launch-bound / kernel-bound cells."""
+    """config -> cell keys whose stock/patched CI half-width is above its class's target (or not computable
+    yet), in plan order: ``target`` for kernel-bound cells, ``launch_target`` (default ``target``) for
+    launch-bound ones (:mod:`harness.policy`). Each cell is the ``patched/C`` vs ``stock/C`` contrast's
+    row (paired by round, judged by the policy: :func:`harness.contrasts.rows`). Cells that failed or
+    were skipped everywhere are left out; ``only_launch_bound`` True / False keeps only launch-bound /
+    kernel-bound cells."""
     from harness import stats
 
+    policy = POLICY.with_targets(target, launch_target if launch_target is not None else target)
+    table = res.cell_table(data)
     comparisons, goals = {}, {}
-    for config, per_cell in res.cell_table(data).items():
-        for key, per_build in per_cell.items():
-            medians = {b: res.process_medians(per_build.get(b, [])) for b in ("stock", "patched")}
-            if not all(medians.values()):
+    for contrast in ev.default_contrasts(data["run"]["builds"], data["run"]["configs"]):
+        for row in contrast_rows(data, contrast, policy, table):
+            if not (row.a and row.b):
                 continue
-            records = per_build.get("stock", []) + per_build.get("patched", [])
-            slow_host = res.launch_bound(records)
-            if only_launch_bound is not None and slow_host != only_launch_bound:
+            if only_launch_bound is not None and row.launch_bound != only_launch_bound:
                 continue
-            comparisons[config, key] = stats.compare(
-                medians["stock"], medians["patched"], floor=stats.floor_for(slow_host)
-            )
-            goals[config, key] = launch_target if launch_target is not None and slow_host else target
+            comparisons[contrast.a.config, row.cell.key] = row.cmp
+            goals[contrast.a.config, row.cell.key] = policy.rule(row.cls).target
     todo = stats.unconverged(comparisons, goals)  # the one adaptive rule
     need: dict[str, list[str]] = {}
     for config, key in (k for k in comparisons if k in todo):  # plan order
@@ -756,24 +758,37 @@ def unconverged_cells(
     return need
 
 
+def below_floor(data: dict) -> dict[str, list[str]]:
+    """config -> launch-bound cell keys with fewer processes per side than their floor (:mod:`harness.policy`)."""
+    table = res.cell_table(data)
+    need: dict[str, list[str]] = {}
+    for contrast in ev.default_contrasts(data["run"]["builds"], data["run"]["configs"]):
+        for row in contrast_rows(data, contrast, POLICY, table):
+            if row.cls == CellClass.LAUNCH_BOUND and row.a and len(row.rounds) < POLICY.rule(row.cls).floor:
+                need.setdefault(contrast.a.config, []).append(row.cell.key)
+    return need
+
+
 def next_adaptive_cells(data: dict, target: float, launch_target: float | None = None) -> dict[str, list[str]]:
-    """The cells the next adaptive round measures: the unconverged kernel-bound cells; the
-    launch-bound ones only once every kernel-bound cell has converged, so that cells whose time is
-    host latency (and whose spread between processes is wide) never hold the run hostage."""
-    return unconverged_cells(data, target, launch_target, only_launch_bound=False) or unconverged_cells(
-        data, target, launch_target, only_launch_bound=True
-    )
+    """The cells the next adaptive round measures: the unconverged kernel-bound cells, with the
+    launch-bound cells still below their floor of processes (cheap: microseconds per call, and the
+    process is started anyway); every unconverged launch-bound cell only once every kernel-bound cell
+    has converged, so that cells whose time is host latency (and whose spread between processes is
+    wide) never hold the run hostage."""
+    kernel = unconverged_cells(data, target, launch_target, only_launch_bound=False)
+    if not kernel:
+        return unconverged_cells(data, target, launch_target, only_launch_bound=True)
+    floor = below_floor(data)
+    order = {k: i for i, k in enumerate(data["run"]["cells"])}
+    return {
+        config: sorted(set(kernel.get(config, [])) | set(floor.get(config, [])), key=order.__getitem__)
+        for config in data["run"]["configs"]
+        if config in kernel or config in floor
+    }
 
 
 #: the longest measurement (seconds of timed blocks) an adaptive round gives one cell in one process
 MAX_CELL_MEASURE_S = 1.0
-
-
-def _measured_seconds(measurement: dict) -> float:
-    """Seconds of timed blocks of the first layout behind one cell's measurement (samples are seconds
-    per call): what ``measure_s`` buys. Rests between blocks, pre-rolls and further layouts cost the
-    same whatever ``measure_s`` is, so :func:`cell_costs` counts them as overhead."""
-    return sum(first_layout(measurement["samples"], measurement.get("layouts") or [])) * measurement["number"]
 
 
 def median_se(x: list[float]) -> float:
@@ -785,35 +800,6 @@ def median_se(x: list[float]) -> float:
     lo = max(0, int(n / 2 - 0.98 * math.sqrt(n)))
     hi = min(n - 1, math.ceil(n / 2 + 0.98 * math.sqrt(n)) - 1)
     return (x[hi] - x[lo]) / 3.92
-
-
-def cell_costs(processes: list[dict]) -> tuple[float, float]:
-    """(start-up, per-cell overhead) in seconds, medians over the processes run so far: start-up is
-    interpreter + ``import torch`` (:func:`harness.results.startup_seconds`); the per-cell overhead is
-    what a cell costs besides its first layout's timed blocks (:func:`_measured_seconds`: inputs,
-    warm-up, block sizing, rests between blocks, further layouts, checks, lazy device
-    initialisation), so that a round with longer measurement can be estimated. (0, 0) before any."""
-    import statistics
-
-    timed = [p for p in processes if res.startup_seconds(p) is not None and p.get("cells")]
-    if not timed:
-        return 0.0, 0.0
-    startup = statistics.median(res.startup_seconds(p) for p in timed)
-    overhead = []
-    for p in timed:
-        measured = sum(_measured_seconds(c["measurement"]) for c in p["cells"].values() if c.get("measurement"))
-        overhead.append(max(0.0, p["finished"] - p["worker_started"] - measured) / len(p["cells"]))
-    return startup, statistics.median(overhead)
-
-
-def round_seconds(processes: list[dict], measure_s: list[list[float]]) -> float:
-    """Estimated seconds of a round of processes, one per entry of ``measure_s`` (the seconds of timed
-    blocks each of its cells gets): start-up, plus per cell the overhead and its measurement
-    (:func:`cell_costs`); 0 before any process has run."""
-    startup, overhead = cell_costs(processes)
-    if not startup and not overhead:
-        return 0.0
-    return sum(startup + sum(overhead + t for t in cells) for cells in measure_s)
 
 
 def adaptive_measure_seconds(
@@ -1497,6 +1483,25 @@ def schedule(plan: Plan, data: dict, run_process, bar=None) -> None:
         "budget_s": plan.budget,
         "rounds_added": added,
         "unconverged": {c: keys for c, keys in need.items()},
+        "stopped": stop_reason(plan, data, added, deadline, cost),
+    }
+
+
+def stop_reason(plan: Plan, data: dict, added: int, deadline: float, cost) -> dict:
+    """Why the adaptive rounds stopped, for the report: ``{"why": "converged"}``, ``{"why": "max_rounds"}``
+    (:data:`MAX_ROUNDS`), or ``{"why": "budget", "next_round_s": ..., "left_s": ...}`` (the next round's
+    estimated seconds did not fit the seconds left of ``--budget-s``)."""
+    todo = next_adaptive_cells(data, plan.target, plan.launch_target)
+    if not todo:
+        return {"why": "converged"}
+    rnd = plan.rounds + added
+    if rnd >= MAX_ROUNDS:
+        return {"why": "max_rounds"}
+    extra = [e for e in round_order(plan.seed, rnd, list(plan.builds), plan.configs) if e[2] in todo]
+    return {
+        "why": "budget",
+        "next_round_s": round(cost(extra, todo), 1),
+        "left_s": round(max(0.0, deadline - time.monotonic()), 1),
     }
 
 

@@ -245,12 +245,6 @@ MIN_PROCESSES = 4
 MIN_PROCESSES_LAUNCH_BOUND = 6
 
 
-def floor_for(launch_bound: bool) -> int:
-    """The processes per side a cell's verdict needs: :data:`MIN_PROCESSES_LAUNCH_BOUND` for a
-    launch-bound cell, else :data:`MIN_PROCESSES`."""
-    return MIN_PROCESSES_LAUNCH_BOUND if launch_bound else MIN_PROCESSES
-
-
 class Cause(str, enum.Enum):
     """Why a verdict is what it is: the one enumerated reason :func:`judge` returns with it.
 

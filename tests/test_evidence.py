@@ -64,6 +64,11 @@ def test_the_mps_series_declares_configs_markers_routing_contrasts_and_tests():
             "must be a path inside the source tree",
         ),
         ({"mps": {"consistency": ["all"]}}, "must name two configs"),
+        (
+            {"contrast": [{"a": "stock/x", "b": "stock/y", "means": {"shwon": "x"}}]},
+            "key 'means': 'shwon' is not one of shown, not_shown, contradicted",
+        ),
+        ({"contrast": [{"a": "stock/x", "b": "stock/y", "means": {"shown": " "}}]}, "key 'means': 'shown'"),
         ({"tpu": ["x"]}, "unknown key 'tpu'"),
         ({"cpu": {"env": {"default": {"X": "1"}}}}, "[evidence.cpu].env.default: 'default' is a generic cpu config"),
     ],
@@ -169,15 +174,15 @@ def test_cross_config_contrast_pairs_by_round_and_judges_claims():
     data = synthetic("cpu", {"base": {}, "fast": {"X": "1"}}, cells, 6, time_of)
     faster = Contrast(Side("stock", "fast"), Side("stock", "base"), ("mm",), (), "faster")
     same = Contrast(Side("patched", "base"), Side("stock", "base"), (), (), "unchanged")
-    result = con.evaluate(data, faster, 0.02, 0.05)
+    result = con.evaluate(data, faster)
     assert result.outcome == con.SHOWN and [r.cell.key for r in result.rows] == cells[:1]
     assert 1.2 < result.rows[0].cmp.speedup < 1.3 and result.rows[0].cmp.verdict == "faster"
-    held = con.evaluate(data, same, 0.02, 0.05)
+    held = con.evaluate(data, same)
     assert held.outcome == con.SHOWN and held.why.startswith("equivalent within ±2% on all 2 cells")
     # a round that only one side ran is left out of the pairing
     data["processes"] = [p for p in data["processes"] if not (p["round"] == 5 and p["config"] == "fast")]
-    assert con.evaluate(data, faster, 0.02, 0.05).rows[0].rounds == (0, 1, 2, 3, 4)
-    absent = con.evaluate(data, Contrast(Side("stock", "nope"), Side("stock", "base")), 0.02, 0.05)
+    assert con.evaluate(data, faster).rows[0].rounds == (0, 1, 2, 3, 4)
+    absent = con.evaluate(data, Contrast(Side("stock", "nope"), Side("stock", "base")))
     assert absent.outcome == con.NOT_MEASURED and "stock/nope not in this run" in absent.why
 
 
@@ -195,7 +200,12 @@ def test_a_run_without_declared_contrasts_gets_the_stock_vs_patched_family():
     ]
     text = report.render(data)
     block = text.split("<details>")[0]
-    assert "`patched/no_vec` vs `stock/no_vec`" in block and "| mm M512 N512 K512 | float32 |" in block
+    # one line per contrast in the PR block; a contrast whose cells did not change has no table there
+    assert "- `patched/no_vec` vs `stock/no_vec` (1 equivalent of 1 cell; speedup" in block
+    assert "| mm M512 N512 K512 | float32 |" not in block
+    # every cell's row once in the whole report: stock vs patched per config is a contrast like any other,
+    # its table is the Cells table (no second "every cell" copy)
+    assert text.count("| mm M512 N512 K512 | float32 |") == 2 and "## Contrasts" not in text
 
 
 def test_pr_body_of_the_mps_default_matrix_is_under_60_lines():
@@ -239,6 +249,11 @@ def test_pr_body_of_the_mps_default_matrix_is_under_60_lines():
     assert len(block.splitlines()) < 60, block
     assert "the fix: GEMM under all three variables vs the slow case" in block and "**shown**" in block
     assert "equivalent within ±2% on all 33 cells" in block  # patched/vanilla vs stock/vanilla on mm, addmm, linear
+    # each contrast's consequence, from series.toml's `means` for its outcome
+    fix, premise = ev.contrasts[0], ev.contrasts[3]
+    assert fix.meaning("shown").startswith("With all three variables the patched build keeps mm/addmm on MPSGraph")
+    assert fix.meaning("shown") in block and premise.meaning("shown") in block
+    assert "contradicts PR 167424's motivation" in block and premise.meaning("not shown") not in block
     assert "| the series' new test (0003) |" in block
     assert f"| fail (1 failed): `AssertionError: {warning}` ✓ | pass (1 passed) ✓ |" in block
     assert text.index("## For the pull request") < text.index("<details><summary><b>Details</b>")
@@ -427,3 +442,15 @@ def test_a_contrast_outside_the_run_is_a_one_line_error_before_anything_runs(tmp
         plan(request("stock/default vs patched/default : conv : faster"))
     assert plan(request("stock/no_vec vs stock/default : mm/float32 : faster")).evidence.contrasts
     assert not (tmp_path / "o").exists()
+
+
+def test_a_contrast_without_declared_meaning_gets_the_claims_own_words():
+    cells = ["mm/512x512x512/float32"]
+    data = synthetic("cpu", {"base": {}, "fast": {"X": "1"}}, cells, 6, lambda *a: 1e-3 * _noise(*a))
+    result = con.evaluate(data, Contrast(Side("stock", "fast"), Side("stock", "base"), claim="faster"))
+    assert result.outcome == con.NOT_SHOWN and not result.deciding
+    assert prbody.meaning(result) == (
+        "`stock/fast` is not shown faster on every covered cell at these processes (nor refuted)."
+    )
+    said = Contrast(Side("stock", "fast"), Side("stock", "base"), claim="faster", means=(("not_shown", "Unproven."),))
+    assert prbody.meaning(con.evaluate(data, said)) == "Unproven."

@@ -44,3 +44,13 @@ def test_processes_per_cell_of_the_h200_default_matrix_examples():
     root = Path(__file__).resolve().parent.parent / "docs" / "examples"
     assert res.processes_range(res.load(root / "h200-aa-default-matrix")) == (4, 22)
     assert res.processes_range(res.load(root / "h200-planted-default-matrix")) == (4, 16)
+
+
+@pytest.mark.parametrize("results", EXAMPLES, ids=lambda p: p.parent.name)
+def test_every_example_pr_block_fits_one_screen(results):
+    """issue 29: the PR block (above the first <details>) is at most 60 lines for every real run; the H200
+    default matrix's was 177 at dbd943c."""
+    text = (results.parent / "report.md").read_text()
+    block = text.split("<details><summary><b>Details</b>", 1)[0]
+    block = block[block.index("## For the pull request") :]
+    assert len(block.splitlines()) <= 60, results.parent.name

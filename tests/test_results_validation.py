@@ -245,3 +245,19 @@ def test_a_consistency_verdict_at_odds_with_its_numbers_is_damage(good, tmp_path
     rc, out, _ = _report_line(tmp_path, data, capsys)
     line = _one_line(rc, out)
     assert f"consistency.builds['{build}'].cells['{first}'].passed is true but its rel_diff 2.0 is not within" in line
+
+
+@pytest.mark.parametrize(
+    "stopped, shown",
+    [
+        ({"why": "tired"}, "run.adaptive.stopped is {'why': 'tired'}, not {why: converged | max_rounds | budget}"),
+        ({"why": "budget", "next_round_s": -1, "left_s": 3}, "run.adaptive.stopped.next_round_s is -1"),
+        ({"why": "budget", "next_round_s": 4.0}, "run.adaptive.stopped.left_s is None"),
+    ],
+)
+def test_a_damaged_adaptive_stop_reason_is_refused(good, stopped, shown):
+    data = copy.deepcopy(good)
+    data["run"]["adaptive"]["stopped"] = stopped
+    assert shown in res.problem(data)
+    data["run"]["adaptive"]["stopped"] = {"why": "budget", "next_round_s": 4.0, "left_s": 1.5}
+    assert res.problem(data) is None

@@ -118,7 +118,7 @@ def test_report_names_versions_hashes_and_ratios(ab_run):
     assert "neither build's libraries contain" not in report  # no series, no markers (test_evidence_e2e: with one)
     assert "4 fresh processes per build and config (a verdict needs at least 4)." in report
     # cpu: GFLOP/s, no datasheet peak; per-process spread, full git hash, drift needs >= 5 rounds
-    assert "patched GFLOP/s (% of peak)" in report
+    assert "patched/default GFLOP/s (% of peak)" in report
     assert torch.version.git_version in report
     assert "## Drift" in report and "4 round(s) cannot reach p < 0.05" in report
     assert "1 (config, cell) pairs checked in 2 build(s)" not in report  # two cells were checked
@@ -324,11 +324,13 @@ def test_adaptive_sampling_adds_rounds_only_for_unconverged_cells(ab_run, tmp_pa
     adaptive = data["run"]["adaptive"]
     assert adaptive["rounds_added"] >= 1
     assert adaptive["unconverged"] == {"default": CELLS.split(",")}
+    stopped = adaptive["stopped"]  # why the rounds stopped, for the report (harness.runner.stop_reason)
+    assert stopped["why"] == "budget" and stopped["next_round_s"] > 0 and 0 <= stopped["left_s"] <= 25
     extra = [p for p in data["processes"] if p["round"] >= 4]
     assert len(extra) == 2 * adaptive["rounds_added"]
     assert all(sorted(p["cells"]) == sorted(CELLS.split(",")) for p in extra)
     report = (out / "report.md").read_text()
-    assert "**2 cell(s) did not converge**" in report and "unconverged: CI half-width" in report
+    assert "**2 cell(s) did not converge** (the next round, ~" in report and "unconverged: CI half-width" in report
     n = 4 + adaptive["rounds_added"]  # both cells ran in every adaptive round
     assert (
         f"4 rounds of fresh processes per (build, config) + {adaptive['rounds_added']} adaptive rounds for the "
@@ -349,7 +351,7 @@ def test_adaptive_sampling_stops_when_every_cell_converged(ab_run, tmp_path):
     # at 4 + 4 processes the exact CI is the whole range of the differences, so one slow process of a
     # 64³ CPU cell (a busy machine) can need rounds more: each added round must have had a cell that needed
     # it, and rounds stop as soon as none does (budget 540 s)
-    assert adaptive["unconverged"] == {}
+    assert adaptive["unconverged"] == {} and adaptive["stopped"] == {"why": "converged"}
     added = adaptive["rounds_added"]
     for rounds in range(4, 4 + added + 1):
         before = {**data, "processes": [p for p in data["processes"] if p["round"] < rounds]}
@@ -388,7 +390,7 @@ def test_report_shows_build_manifests_flags_and_datasheet_peaks(ab_run):
         for line in text.split("## Cells")[1].split("## Correctness")[0].splitlines()
         if line.startswith(("| mm ", "| sdpa"))
     ]
-    assert "patched GFLOP/s (% of peak)" in text and rows and not any("%)" in row[4] for row in rows)
+    assert "patched/default GFLOP/s (% of peak)" in text and rows and not any("%)" in row[4] for row in rows)
     data["run"]["device"] = "cuda"
     data["builds"]["stock"]["provenance"]["gpu_name"] = "NVIDIA H200"
     cells = report.render(data).split("## Cells")[1]
@@ -398,7 +400,7 @@ def test_report_shows_build_manifests_flags_and_datasheet_peaks(ab_run):
     median = float(np.median(res.process_medians(res.cell_table(data)["default"]["mm/64x64x64/float32"]["patched"])))
     tflops = 2 * 64**3 / median / 1e12
     assert row.split(" | ")[4] == f"{tflops:.3g} ({tflops / 67.0:.0%})"  # FP32 peak of the H200: 67 TFLOP/s
-    assert "patched TFLOP/s (% of peak)" in report.render(data)
+    assert "patched/default TFLOP/s (% of peak)" in report.render(data)
 
 
 @pytest.mark.e2e

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from harness.results import launch_bound, startup_seconds
+from harness.policy import POLICY, CellClass, classify
+from harness.results import startup_seconds
 from harness.runner import (
     MAX_CELL_MEASURE_S,
     TIMING,
@@ -59,9 +60,31 @@ def test_launch_bound_cells_are_held_to_their_own_lower_target():
 
 def test_a_cell_is_launch_bound_when_most_processes_say_so():
     rec = lambda lb: {"measurement": _measured(1e-3, lb)}  # noqa: E731
-    assert launch_bound([rec(True), rec(True), rec(False)])
-    assert not launch_bound([rec(True), rec(False)])
-    assert not launch_bound([{"status": "failed"}])
+    assert classify([rec(True), rec(True), rec(False)]) == CellClass.LAUNCH_BOUND
+    assert classify([rec(True), rec(False)]) == CellClass.KERNEL_BOUND
+    assert classify([{"status": "failed"}]) == CellClass.KERNEL_BOUND
+
+
+def _enqueued(block_us: float, enqueue_us: float) -> dict:
+    return {"measurement": {**_measured(block_us * 1e-6, False), "enqueue": [enqueue_us * 1e-6]}}
+
+
+def test_launch_bound_means_the_device_waited_for_the_host_not_a_long_enqueue():
+    """H200 A/A at dbd943c: mm 2048³ fp16 took 24.8 µs per call with 13-20 µs of host enqueue (0.54-0.79 of
+    the block); the host then waited at the synchronize for the device's backlog: a busy device (694
+    TFLOP/s), kernel-bound. The old rule (enqueue >= 0.5 x block) called it launch-bound."""
+    busy = [_enqueued(24.8, e) for e in (13.4, 15.6, 19.6, 16.0)]
+    assert classify(busy) == CellClass.KERNEL_BOUND
+    # mm 1024³ fp16: 17.4 µs per call and 17.3 µs to enqueue it: the device sat idle between calls
+    idle = [_enqueued(17.4, e) for e in (17.3, 17.2, 17.4, 17.1)]
+    assert classify(idle) == CellClass.LAUNCH_BOUND
+
+
+def test_launch_bound_cells_below_their_floor_ride_along_with_kernel_bound_rounds():
+    spread = {"mm/4096x4096x4096/float16": 0.03, "mm/1x1024x1024/float16": 0.2}
+    launch = {"mm/4096x4096x4096/float16": False, "mm/1x1024x1024/float16": True}
+    data = _data(spread, launch, n=4)  # 4 processes: below the launch-bound floor of 6
+    assert next_adaptive_cells(data, 0.01, 0.05) == {"default": list(spread)}
 
 
 def test_startup_is_the_time_to_the_workers_start_record():
@@ -90,24 +113,21 @@ def test_launch_bound_cells_are_judged_against_a_wider_band_and_a_higher_floor()
     """The H200 A/A case: four 'patched' processes all below four noisier 'stock' ones, a launch-bound
     cell. At ±2 % that is a false 'faster' (p = 2/70); at the launch-bound band it is not claimed."""
     from harness import stats
-    from harness.report import LAUNCH_BOUND_THRESHOLD, THRESHOLD, cell_rule
 
     stock, patched = [12.8e-6, 12.8e-6, 18.6e-6, 13.1e-6], [11.8e-6, 12.5e-6, 11.6e-6, 11.6e-6]
-    rec = lambda t, lb: {"status": "ok", "measurement": _measured(t, lb)}  # noqa: E731
-    launch = {"stock": [rec(t, True) for t in stock], "patched": [rec(t, True) for t in patched]}
-    kernel = {"stock": [rec(t, False) for t in stock], "patched": [rec(t, False) for t in patched]}
-    assert cell_rule(launch) == {"threshold": LAUNCH_BOUND_THRESHOLD, "floor": stats.MIN_PROCESSES_LAUNCH_BOUND}
-    assert cell_rule(kernel) == {"threshold": THRESHOLD, "floor": stats.MIN_PROCESSES}
-    assert stats.compare(stock, patched, threshold=THRESHOLD).verdict == "faster"
-    assert stats.compare(stock, patched, **cell_rule(launch)).verdict == "undetermined"
+    launch, kernel = POLICY.rule(CellClass.LAUNCH_BOUND), POLICY.rule(CellClass.KERNEL_BOUND)
+    assert (launch.band, launch.floor) == (0.05, stats.MIN_PROCESSES_LAUNCH_BOUND)
+    assert (kernel.band, kernel.floor) == (0.02, stats.MIN_PROCESSES)
+    assert POLICY.judge(stock, patched, CellClass.KERNEL_BOUND).verdict == "faster"
+    assert POLICY.judge(stock, patched, CellClass.LAUNCH_BOUND).verdict == "undetermined"
     # the second H200 A/A case: host latency in two levels per process (mm 1x1024x1024 fp32, cublaslt),
     # 4 + 4 processes split by side: 32 % "slower" beyond even the ±5 % band, but below the launch-bound floor
     stock, patched = [11.76e-6, 12.26e-6, 11.64e-6, 11.99e-6], [17.93e-6, 18.16e-6, 17.16e-6, 17.01e-6]
-    assert stats.compare(stock, patched, threshold=LAUNCH_BOUND_THRESHOLD).verdict == "slower"
-    cmp = stats.compare(stock, patched, **cell_rule(launch))
+    assert stats.compare(stock, patched, threshold=launch.band).verdict == "slower"
+    cmp = POLICY.judge(stock, patched, CellClass.LAUNCH_BOUND)
     assert (cmp.verdict, cmp.cause, cmp.floor) == ("undetermined", stats.Cause.BELOW_FLOOR, 6)
     # at 6 + 6 a clean split is still a verdict (it is then a 0.05 % event under two 50/50 levels)
-    cmp6 = stats.compare([*stock, 11.8e-6, 12.0e-6], [*patched, 17.5e-6, 17.8e-6], **cell_rule(launch))
+    cmp6 = POLICY.judge([*stock, 11.8e-6, 12.0e-6], [*patched, 17.5e-6, 17.8e-6], CellClass.LAUNCH_BOUND)
     assert cmp6.verdict == "slower"
 
 
