@@ -38,7 +38,7 @@ TOOL = "torch-patch-harness"
 #: what each kind of output folder holds at its top (fnmatch patterns); the marker lists these
 RESULTS_WRITES = ("results.json", "raw", "report.md", "speedup.png", "latency-*.png", ".lock")
 PREVIEW_WRITES = ("report.html", "report.png")
-DOCTOR_WRITES = ("doctor.md", "raw")
+DOCTOR_WRITES = ("doctor.md", "doctor.json", "raw")
 DIST_WRITES = ("*.whl", "*.whl.build.json", "logs", "rejected")
 #: kind of output folder -> what the commands of that kind write there (preview adds its page to a run's folder)
 KINDS = {"run": RESULTS_WRITES + PREVIEW_WRITES, "doctor": DOCTOR_WRITES, "dist": DIST_WRITES}
