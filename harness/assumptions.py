@@ -269,7 +269,7 @@ ASSUMPTIONS: list[Assumption] = [
         "harness/bench/timer.py duty cycle (measured on an H200 only); Apple GPUs lower their clock when idle",
         (
             "duty 1/3 times the awake clock, as on the H200",
-            "duty 1/3 times a device that clocks down while it rests: use duty 1 here (doctor.json recommend.duty)",
+            "duty 1/3 times a device that clocks down while it rests: pass --duty 1 to compare and bench here",
         ),
         judge_duty,
     ),

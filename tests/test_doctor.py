@@ -245,3 +245,17 @@ def test_nox_doctor_for_mps_off_macos_stops_in_one_line_before_installing(monkey
             "Mac, or test this host with --device cpu (or cuda)"
         )
     assert noxfile._option(["--device", "cpu"], "--device") == "cpu" and noxfile._option([], "--device") is None
+
+
+def test_the_duty_doctor_picks_reaches_the_plan_through_compare_duty(tmp_path):
+    from harness import runner
+
+    def plan(**kw):
+        inputs = {"stock": f"python:{sys.executable}", "patched": f"python:{sys.executable}"}
+        return runner.plan(runner.RunRequest(inputs=inputs, out=tmp_path / "o", cells=("mm/8x8x8/float32",), **kw))
+
+    assert plan(device="cuda").timing["duty"] == pytest.approx(1 / 3)  # the H200's default
+    assert plan(device="cuda", duty=1.0).timing["duty"] == 1.0 and runner.TIMING["full"]["gpu"]["duty"] < 1
+    assert "duty" not in plan(device="cpu", duty=1.0).timing  # cpu timing never rests
+    with pytest.raises(runner.UsageError, match="--duty 0.0: out of range"):
+        plan(device="cuda", duty=0.0)

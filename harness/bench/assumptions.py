@@ -25,8 +25,8 @@ Measurements (seconds per call unless said):
   :meth:`harness.bench.timer.BlockTimer.measure`).
 - ``slowest``: one call of each candidate cell (the largest of the default matrix per op family and dtype),
   first call (shader compile, kernel selection) and second call, where a probe call of a small cell scaled
-  by FLOP predicts at most ``direct_s`` and the row's ``budget_s`` allows; else the scaled prediction
-  (``extrapolated``).
+  by FLOP predicts at most ``direct_s``, at least :data:`RELEVANT` of the largest prediction (it may be the
+  slowest) and the row's ``budget_s`` allows; else the scaled prediction (``extrapolated``).
 - ``accuracy``: relative error and bound (:func:`harness.checks.accuracy.check`) of each cell given.
 """
 
@@ -50,6 +50,10 @@ STEPS = {
     "slowest": "timing one call of the slowest cells",
     "accuracy": "checking GEMM and SDPA accuracy",
 }
+
+
+#: the stall row runs a candidate directly only when its predicted call is at least this share of the largest
+RELEVANT = 0.25
 
 
 def with_read(fn, read, number: int):
@@ -119,9 +123,11 @@ def slowest(torch, device, spec: dict, clock=time.perf_counter) -> list[dict]:
             out.append({"key": key, "error": _words(exc)})
             continue
         predicted.append((t * cell.flop / probe.flop, key))
-    started = clock()
+    started, top = clock(), max((g for g, _ in predicted), default=0.0)
     for guess, key in sorted(predicted, reverse=True):
-        if guess <= spec["direct_s"] and clock() - started + 2 * guess <= spec["budget_s"]:
+        # run only those that may be the slowest (a probe call mispredicts by less than RELEVANT), within budget
+        may_be = guess >= RELEVANT * top
+        if may_be and guess <= spec["direct_s"] and clock() - started + 2 * guess <= spec["budget_s"]:
             cell = Cell.from_key(key)
             fn = op_callable(cell, make_inputs(cell, device.torch_device))
             first = one_call(fn, device.sync, clock)
