@@ -3,6 +3,7 @@ run of the real workers per env config) and refused in one line for a device it 
 
 from __future__ import annotations
 
+import json
 import sys
 
 import pytest
@@ -27,6 +28,16 @@ def test_doctor_on_cpu_runs_every_op_under_every_config_and_writes_doctor_md(doc
         assert f"| ops under {config} | ok | 18 cells ok, 0 skipped" in text
         assert f"| timer under {config} | ok | block " in text
     assert "| toolchain: compiler |" in text and "| toolchain: disk |" in text
+    from harness.assumptions import ASSUMPTIONS
+
+    for a in ASSUMPTIONS:  # every assumption row measured on this cpu, with its verdict and its source
+        line = next(ln for ln in text.splitlines() if ln.startswith(f"| {a.name} |"))
+        assert "| assumption held: " in line or "| did not hold: " in line, line
+        assert line.endswith(f"[{a.source.replace('|', '/')}] |"), line
+    assumed = json.loads((out / "doctor.json").read_text())["assumptions"]
+    assert assumed["routes"] == {"default": "vectorised ATen", "no_vec": "ATen without vectors"}
+    assert set(assumed["rows"]) == {a.name for a in ASSUMPTIONS} and assumed["recommend"]["duty"] in (1.0, 1 / 3)
+    assert len(assumed["rows"][ASSUMPTIONS[4].name]["data"]["times_s"]) == 4  # four fresh processes
     # exit 0 only when no row failed (a toolchain row may fail on a machine without a compiler)
     assert (code == 0) == ("| failed |" not in text)
 

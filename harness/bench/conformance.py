@@ -53,7 +53,7 @@ untagged copy. Each rule cites the upstream file it emulates:
 6. **Command buffers.** Which device work is committed to the GPU when: a Metal GEMM that
    ``PYTORCH_MPS_PREFER_METAL`` routes (rule 5's :data:`METAL_GEMM`) is encoded into the stream's command
    buffer without a commit (``do_metal_mm``, ``aten/src/ATen/native/mps/operations/LinearAlgebra.mm`` @
-   ``001077cb``); every other call is an MPSGraph execution, which commits (``executeMPSGraph`` ->
+   ``001077cb``); every other call but a view is an MPSGraph execution, which commits (``executeMPSGraph`` ->
    ``synchronize(COMMIT_ADAPTIVE)`` / commit-and-continue, ``aten/src/ATen/mps/MPSStream.mm`` @ ``fba75098``);
    ``torch.mps.synchronize()`` commits and waits (``synchronize(SyncType::COMMIT_AND_WAIT)`` ->
    ``commitAndWait``, same file), and so does a blocking copy to the host (``copy_and_sync``:
@@ -262,7 +262,8 @@ def _make_mode(emu: Emulation):
                 emu.check_dtype(t)
             if tensors:
                 emu.device_call(getattr(func, "__name__", str(func)))
-                emu.encode(getattr(func, "__name__", str(func)), list(_flatten((args, kwargs))))
+                if not all(t._is_view() for t in tensors):  # a view encodes nothing
+                    emu.encode(getattr(func, "__name__", str(func)), list(_flatten((args, kwargs))))
                 emu.profile(getattr(func, "__name__", str(func)), list(_flatten((args, kwargs))))
             for t in tensors:
                 setattr(t, _TAG, True)
