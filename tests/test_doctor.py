@@ -9,7 +9,8 @@ import sys
 import pytest
 
 from harness import cli
-from harness.bench.workloads import DTYPES
+from harness.bench.workloads import DTYPES, Cell
+from harness.configs import PROFILES
 from harness.doctor import Row, cells, config_row, render
 
 
@@ -188,6 +189,8 @@ def test_a_slowest_cell_past_half_the_stall_timeout_says_which_cell_route_and_ti
     assert v.detail.endswith("pass --stall-timeout 210 (or leave the cell out: --cells / --dtypes)")
     ok = asm.judge_stall(_measured({"vanilla": {"slowest": fast}}))
     assert ok.held is True and "stall-timeout" not in ok.detail.split("stall timeout 180 s")[1]
+    for device, routes in asm.ROUTES.items():  # every route is an upstream config of the device, every cell parses
+        assert set(routes) <= {c.name for c in PROFILES[device]} and Cell.from_key(asm.CELL[device])
     assert list(asm.candidates()) == [f"{c}/{dt}" for dt in DTYPES for c in ("mm/4096x4096x4096", "sdpa/2x16x1024x64")]
 
 
