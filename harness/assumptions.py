@@ -73,7 +73,7 @@ SYNC_RATIO = 0.9
 #: row 2: a difference in host-encode share above this is named next to the contrast
 ENCODE_BIAS = 0.01
 #: row 3: duty 1/3 may be this much slower than duty 1 before the device counts as clocking down
-DUTY_TOLERANCE = 0.02
+DUTY_TOLERANCE = 0.03
 #: row 4: the slowest cell must finish within stall timeout / this
 STALL_MARGIN = 2.0
 #: seconds each step of an assumption process may take (tests shorten them)
