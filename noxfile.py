@@ -27,6 +27,16 @@ def _harness(session: nox.Session, command: str, *args: str, extra: str = "") ->
     session.run("python", "-m", "harness", command, *args, *session.posargs)
 
 
+def _option(args: list[str], name: str) -> str | None:
+    """The value of ``name`` in ``args`` (``--device mps`` or ``--device=mps``), else None."""
+    for i, arg in enumerate(args):
+        if arg == name and i + 1 < len(args):
+            return args[i + 1]
+        if arg.startswith(name + "="):
+            return arg.split("=", 1)[1]
+    return None
+
+
 @nox.session
 def tests(session: nox.Session) -> None:
     """The toolkit's own tests: ruff (lint and format, configured in pyproject.toml), then pytest."""
@@ -46,8 +56,13 @@ def doctor(session: nox.Session) -> None:
 
     Tests the torch of the interpreter nox runs under when it has one; otherwise installs torch
     (PyPI's, which on macOS is the MPS build; elsewhere the small CPU wheel the tests use).
-    Pass ``-- --build X`` to test another torch.
+    Pass ``-- --build X`` to test another torch. ``--device mps`` off macOS stops at once, in one line.
     """
+    if sys.platform != "darwin" and _option(session.posargs, "--device") == "mps":
+        session.error(
+            f"MPS is not available on this host ({sys.platform}): it needs an Apple-silicon Mac with macOS; "
+            "run this on the Mac, or test this host with --device cpu (or cuda)"
+        )
     session.install("-e", ".")
     build = []
     if "--build" not in session.posargs:

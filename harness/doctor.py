@@ -12,11 +12,17 @@ On any machine, with the torch the user already has (``--build``, default this i
    named) and a whole-process timeout;
 3. **timer sanity**: a timed block agrees with a host clock read around it
    (:meth:`harness.bench.timer.BlockTimer.sanity`);
-4. **build toolchain**: compiler, CMake against the base, the Metal toolchain on macOS, free disk
+4. **assumptions**: every assumption the evidence makes about the device, measured on it
+   (:mod:`harness.assumptions`: synchronize waits, host-encode bias per GEMM route, idle clock-down and the
+   duty to use, the slowest cell against the stall timeout, fresh-process kernel choice, accuracy per
+   route), each "assumption held" or "did not hold" with what that means and the upstream source;
+5. **build toolchain**: compiler, CMake against the base, the Metal toolchain on macOS, free disk
    (:func:`harness.build.toolchain_checks`).
 
 It prints one table (ok / failed / skipped, each with a one-line detail) and writes a pasteable
-``doctor.md`` in ``--out``. Exit status 0 when nothing failed, 1 otherwise, 2 for bad input.
+``doctor.md`` in ``--out``, and ``doctor.json`` with the assumption rows' numbers and what they
+recommend (``assumptions.recommend``: the duty cycle, a stall timeout) for the report and the user.
+Exit status 0 when nothing failed, 1 otherwise, 2 for bad input.
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ from pathlib import Path
 
 from harness import configs as cfg
 from harness.bench.workloads import DTYPES, OPS, probe_cell
-from harness.fsutil import atomic_write_text
+from harness.fsutil import atomic_write_json, atomic_write_text
 from harness.numbers import Bound, number
 from harness.outdir import DOCTOR_WRITES, claim
 from harness.progress import note
@@ -121,6 +127,24 @@ def config_row(config: cfg.EnvConfig, record: dict, sanity: dict | None) -> list
     return rows
 
 
+def assumption_rows(
+    python: Path, device: str, raw: Path, keep: tuple[str, ...] = (), emulate: dict | None = None
+) -> tuple[list[Row], dict]:
+    """The assumption rows (:mod:`harness.assumptions`) measured with ``python`` on ``device`` (``emulate``:
+    the MPS conformance mode's settings, for CI), and their ``doctor.json`` part. Judged against the
+    runner's full-run timing and stall timeout, the defaults of ``compare``."""
+    from harness import assumptions as asm
+    from harness.runner import STALL_TIMEOUT, TIMING
+
+    timing = TIMING["full"]["cpu" if device == "cpu" else "gpu"]
+    note("doctor: assumptions")
+    measured = asm.measure(
+        python, device, raw, stall_s=STALL_TIMEOUT["full"], timing=timing, emulate=emulate, keep=keep
+    )
+    verdicts = asm.judge(measured)
+    return [Row(a.name, *asm.row_text(a, v)) for a, v in verdicts], asm.to_json(measured, verdicts)
+
+
 def render(rows: list[Row], header: str) -> str:
     """The doctor's markdown: a header line and one table row per check."""
     lines = [TITLE, "", header, "", "| check | result | detail |", "|---|---|---|"]
@@ -204,8 +228,11 @@ def run(
         )
         sanity = next((r for r in read_jsonl(raw / f"{name}.jsonl") if r.get("type") == "timer_sanity"), None)
         rows += config_row(config, record, sanity)
+    checked, assumed = assumption_rows(python, device, raw, keep)
+    rows += checked
     for item, ok, detail in build_mod.toolchain_checks(platform or build_mod.host_platform(), source):
         rows.append(Row(f"toolchain: {item}", "ok" if ok else "failed", detail))
     header += f"; {time.monotonic() - started:.0f} s"
     atomic_write_text(out / "doctor.md", render(rows, header))
+    atomic_write_json(out / "doctor.json", {"header": header, "assumptions": assumed})
     return rows

@@ -39,7 +39,7 @@ TOOL = "torch-patch-harness"
 #: what each kind of output folder holds at its top (fnmatch patterns); the marker lists these
 RESULTS_WRITES = ("results.json", "raw", "report.md", "speedup.png", "latency-*.png", ".lock")
 PREVIEW_WRITES = ("report.html", "report.png")
-DOCTOR_WRITES = ("doctor.md", "raw")
+DOCTOR_WRITES = ("doctor.md", "doctor.json", "raw")
 DIST_WRITES = ("*.whl", "*.whl.build.json", "logs", "rejected")
 #: ``merge --out``: the merged document and its report (harness.merge); never a run's raw/ or plots
 MERGE_WRITES = ("results.json", "report.md")

@@ -130,6 +130,7 @@ BOUNDS = {
     "rounds": Bound(1, 1000, integer=True, unit="rounds"),
     "timeout": Bound(0, 86400, low_open=True, unit="seconds"),
     "stall_timeout": Bound(0, 86400, low_open=True, unit="seconds"),
+    "duty": Bound(0, 1, low_open=True),
     "seed": Bound(0, 2**32 - 1, integer=True),
     "threads": Bound(0, 4096, integer=True, unit="threads"),
     "target_ci": Bound(0, 1, high_open=True),  # 0 turns adaptive rounds off
@@ -1020,6 +1021,7 @@ class RunRequest:
     rounds: int | None = None
     timeout: float | None = None
     stall_timeout: float | None = None
+    duty: float | None = None
     seed: int = 0
     keep_env: tuple[str, ...] = ()
     worker_env: tuple[str, ...] = ()
@@ -1143,6 +1145,9 @@ def plan(request: RunRequest) -> Plan:
     bounded("target_ci_launch_bound", request.target_ci_launch_bound)
     bounded("plant_k", request.plant_k)
     budget = bounded("budget_s", BUDGET_S[kind] if request.budget_s is None else request.budget_s)
+    timing = dict(TIMING[kind]["cpu" if request.device == "cpu" else "gpu"])
+    if bounded("duty", request.duty) is not None and request.device != "cpu":  # doctor's duty row picks it per device
+        timing["duty"] = request.duty
     bounded("threads", request.threads)
     bounded("seed", request.seed)
     check_keep_env(request.keep_env)
@@ -1157,7 +1162,7 @@ def plan(request: RunRequest) -> Plan:
         timeout=timeout,
         stall=stall,
         seed=request.seed,
-        timing=TIMING[kind]["cpu" if request.device == "cpu" else "gpu"],
+        timing=timing,
         threads=request.threads if request.threads is not None else (1 if request.device == "cpu" else 0),
         keep_env=tuple(request.keep_env),
         extra_env=parse_extra_env(list(request.worker_env), request.device, configs, profiles),

@@ -278,3 +278,43 @@ def test_a_build_step_past_its_deadline_is_stopped_with_what_it_started(tmp_path
     assert info.value.cause == f"`{command}` took longer than 0.5 s (stopped); its log: {log_path}"
     time.sleep(0.2)
     assert _gone(int((tmp_path / "pid").read_text()))  # the grandchild too
+
+
+# --------------------------------------------- issue 28 finding 6: doctor's processes and the consistency check
+def test_an_assumption_process_that_never_answers_is_reported_within_its_timeout_naming_the_step(tmp_path, monkeypatch):
+    """An interpreter that never starts Python (it sleeps forever) and one whose `import torch` never returns:
+    each is stopped at its step's deadline, and the doctor row says which step."""
+    from harness import assumptions as asm
+    from harness import children
+
+    monkeypatch.setattr(children, "START_S", 1.0)
+    monkeypatch.setattr(asm, "STEP_S", {**asm.STEP_S, "importing torch": 1.0})
+    spec = asm.spec("cpu", ["sync"], None)
+    silent = tmp_path / "silent-python"
+    silent.write_text("#!/bin/sh\nexec sleep 1000\n")
+    silent.chmod(0o755)
+    hung = wrapper(tmp_path, "python", pythonpath=fake_torch(tmp_path, "time.sleep(1000)"))
+    config = cfg.PROFILES["cpu"][0]
+    for python, step in ((silent, "starting the interpreter"), (hung, "importing torch")):
+        started = time.monotonic()
+        answer = asm.run_child(python, config, spec, tmp_path, "assumptions-default")
+        assert time.monotonic() - started < 6
+        assert answer == {
+            "error": f"doctor assumptions under default ({python}): {step} took longer than 1 s (stopped)"
+        }
+    m = asm.Measured("cpu", {"default": answer}, [], {"default": "vectorised ATen"}, 180.0, {})
+    status, detail = asm.row_text(asm.ASSUMPTIONS[0], asm.judge_sync(m))
+    assert status == "failed" and detail.startswith("not measured (vectorised ATen: doctor assumptions under default")
+    assert _gone(int((tmp_path / "pid").read_text()))
+
+
+def test_a_consistency_check_whose_torch_import_hangs_is_stopped_naming_the_step(tmp_path, monkeypatch):
+    monkeypatch.setattr(runner, "CONSISTENCY_STEPS", {"importing torch": 1.0, "loading the saved outputs": 1.0})
+    python = wrapper(tmp_path, "python", pythonpath=fake_torch(tmp_path, "time.sleep(1000)"))
+    started = time.monotonic()
+    result = runner.consistency_of("stock", str(python), ["a.pt", "b.pt", "{}", "{}"])
+    assert time.monotonic() - started < 6
+    assert result == {
+        "error": "consistency check did not finish: consistency check of build stock: importing torch took longer "
+        "than 1 s (stopped)"
+    }

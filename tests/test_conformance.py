@@ -553,3 +553,38 @@ def test_the_v260_addmm_check_under_prefer_metal_uses_the_default_bound():
     assert bound("float16", 4096, accumulator="input") > bound("float16", 4096)
     unknown = {"routes": build_routes({"base": {"ref": None}}, prefer_metal), "accumulators": ev.accumulators(None)}
     assert unknown["routes"] == {"mm": "metal", "addmm": "metal"} and accumulator(addmm, unknown) == "unknown"
+
+
+def test_every_doctor_assumption_row_runs_its_mps_path_and_prints_a_verdict(monkeypatch):
+    """Issue 28: doctor's assumption rows under --device mps, each route's process in-process here (the
+    Metal route with PYTORCH_MPS_PREFER_METAL set, as its config sets it): the Metal route's timed block
+    leaves its GEMMs uncommitted until the synchronize (rule 6) and the host read commits and waits; every
+    row prints "assumption held" or "did not hold" with its source."""
+    from harness import assumptions as asm
+    from harness.bench import assumptions as child
+    from harness.channel import Channel
+    from harness.runner import STALL_TIMEOUT, TIMING
+
+    emulated = {"macos": [14, 0]}
+    routes, most = {}, {}
+    for name, env in (("vanilla", {}), ("prefer_metal", {"PYTORCH_MPS_PREFER_METAL": "1"})):
+        monkeypatch.delenv("PYTORCH_MPS_PREFER_METAL", raising=False)
+        for k, v in env.items():
+            monkeypatch.setenv(k, v)
+        rows = ["fresh", "sync", "duty", "slowest", "accuracy"]
+        with emulate(torch) as (prof, emu):
+            routes[name] = child.measure(torch, prof, asm.spec("mps", rows, emulated), Channel(None))
+        most[name] = emu.most_uncommitted
+        assert "read" in emu.trace and emu.most_calls_between_syncs <= MAX_BLOCK_CALLS
+    assert most["vanilla"] == 0 and most["prefer_metal"] >= routes["prefer_metal"]["sync"]["number"] >= 1
+    assert routes["vanilla"]["cell"] == asm.EMULATED["cell"]
+    cells = asm.accuracy_cells(asm.EMULATED["accuracy"])
+    assert all(r["accuracy"][k].get("rel_error") is not None for r in routes.values() for k in cells)
+    fresh = [routes["vanilla"]["fresh_s"]] * asm.FRESH
+    m = asm.Measured("mps", routes, fresh, dict(asm.ROUTES["mps"]), STALL_TIMEOUT["full"], TIMING["full"]["gpu"])
+    verdicts = asm.judge(m)
+    assert [a.name for a, _ in verdicts] == [a.name for a in asm.ASSUMPTIONS] and len(verdicts) == 6
+    for a, v in verdicts:
+        status, detail = asm.row_text(a, v)
+        assert v.held is not None and detail.startswith(("assumption held: ", "did not hold: ")), (a.name, detail)
+        assert "MPSGraph" in detail or a.judge in (asm.judge_fresh, asm.judge_stall), detail

@@ -167,7 +167,8 @@ WRITE_SITES = {
     "plots._save": "called by report.write",
     "preview.write_html": "report.html in the results folder given",
     "bench.worker.main": "the worker's own output file named by the runner",
-    "doctor.run": "doctor.md and raw/ in the --out folder given (as compare's --out)",
+    "doctor.run": "doctor.md, doctor.json and raw/ in the --out folder given (as compare's --out)",
+    "assumptions.run_child": "raw/assumptions-<config>.spec.json in doctor's raw/ (doctor.run claimed --out)",
     "pr.make_branch": "a temporary folder",
     "pr.prepare": "PR.md beside the worktrees of the checkout that existing_checkout resolved",
 }

@@ -50,7 +50,19 @@ untagged copy. Each rule cites the upstream file it emulates:
    frame and the ``G``/``K`` mark. The emulation is of stock upstream: a series' own variable does not
    change its routing.
 
-Rules 1-2 and 5 emulate upstream behaviour (the harness must cope with it: skip the dtype, convert in
+6. **Command buffers.** Which device work is committed to the GPU when: a Metal GEMM that
+   ``PYTORCH_MPS_PREFER_METAL`` routes (rule 5's :data:`METAL_GEMM`) is encoded into the stream's command
+   buffer without a commit (``do_metal_mm``, ``aten/src/ATen/native/mps/operations/LinearAlgebra.mm`` @
+   ``001077cb``); every other call but a view is an MPSGraph execution, which commits (``executeMPSGraph`` ->
+   ``synchronize(COMMIT_ADAPTIVE)`` / commit-and-continue, ``aten/src/ATen/mps/MPSStream.mm`` @ ``fba75098``);
+   ``torch.mps.synchronize()`` commits and waits (``synchronize(SyncType::COMMIT_AND_WAIT)`` ->
+   ``commitAndWait``, same file), and so does a blocking copy to the host (``copy_and_sync``:
+   ``COMMIT_AND_WAIT`` unless ``non_blocking``). ``uncommitted`` counts the calls encoded since the last
+   commit, ``most_uncommitted`` the most a synchronize or host read found; ``trace`` records ``read`` for
+   each host read. So the doctor's rows (:mod:`harness.bench.assumptions`) run their Metal-route path in CI:
+   a block of Metal GEMMs that only the synchronize commits, and the host read that must wait for it.
+
+Rules 1-2 and 5-6 emulate upstream behaviour (the harness must cope with it: skip the dtype, convert in
 two steps); rules 3-4 are constraints on the harness's own code. ``trace`` records every
 synchronize and device call, for tests. Standard library + torch only.
 """
@@ -125,6 +137,8 @@ class Emulation:
         self.prefer_metal = "PYTORCH_MPS_PREFER_METAL" in os.environ
         self.handles: dict[tuple[str, str], list[int]] = {}  # (kind, key) -> [profile id, run count]
         self.counters = {"G": 0, "K": 0}  # m_graph_counter, m_kernel_counter
+        self.uncommitted = 0  # rule 6: calls encoded since the last commit
+        self.most_uncommitted = 0
 
     def profile(self, name: str, tensors: list) -> None:
         """Print the profiler's operation line of one device call ``name`` on ``tensors`` (rule 5), when the
@@ -150,6 +164,23 @@ class Emulation:
     def synchronize(self) -> None:
         self.trace.append("sync")
         self.calls_since_sync = 0
+        self.commit_and_wait()
+
+    def commit_and_wait(self) -> None:
+        """Rule 6: synchronize or a blocking host copy commits what was encoded and waits for it."""
+        self.most_uncommitted = max(self.most_uncommitted, self.uncommitted)
+        self.uncommitted = 0
+
+    def host_read(self) -> None:
+        """Rule 6: a blocking device-to-host copy (``copy_and_sync``, COMMIT_AND_WAIT)."""
+        self.trace.append("read")
+        self.commit_and_wait()
+
+    def encode(self, name: str, tensors: list) -> None:
+        """Rule 6: a Metal GEMM is encoded without a commit; any other call commits (MPSGraph)."""
+        floating = all(t.dtype.is_floating_point for t in tensors if isinstance(t, self.torch.Tensor))
+        metal = self.prefer_metal and floating and _GEMM_NAMES.get(name, name) in self.metal_gemm
+        self.uncommitted = self.uncommitted + 1 if metal else 0
 
     def device_call(self, name: str) -> None:
         self.trace.append(name)
@@ -215,8 +246,11 @@ def _make_mode(emu: Emulation):
                 if from_device and device is not None and not _is_mps(device):
                     if dtype == torch.float64:  # copy_cast_mps -> getMPSDataType(Double) throws
                         raise TypeError(DOUBLE_ERROR)
+                    emu.host_read()
                     return func(*args, **kwargs).clone()  # a host copy, untagged
             if func in to_host:
+                if from_device:
+                    emu.host_read()
                 out = func(*args, **kwargs)
                 return out.clone() if isinstance(out, Tensor) else out
             asked, args, kwargs = _retarget(torch, args, kwargs)
@@ -228,6 +262,8 @@ def _make_mode(emu: Emulation):
                 emu.check_dtype(t)
             if tensors:
                 emu.device_call(getattr(func, "__name__", str(func)))
+                if not all(t._is_view() for t in tensors):  # a view encodes nothing
+                    emu.encode(getattr(func, "__name__", str(func)), list(_flatten((args, kwargs))))
                 emu.profile(getattr(func, "__name__", str(func)), list(_flatten((args, kwargs))))
             for t in tensors:
                 setattr(t, _TAG, True)

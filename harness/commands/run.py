@@ -81,6 +81,12 @@ def _process_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"seconds a worker may go without finishing a cell before it is stopped and the cell it "
         f"stalled in is named (default {STALL_TIMEOUT['full']:g}, --quick {STALL_TIMEOUT['quick']:g})",
     )
+    parser.add_argument(
+        "--duty",
+        type=_number("duty"),
+        help="busy share of a GPU cell's timed period (default 1/3, measured on an H200; a device that clocks "
+        "down while it rests times best at 1: doctor's duty row says which, in doctor.json recommend.duty)",
+    )
     parser.add_argument("--seed", type=_number("seed"), default=0, help="seed of the inputs and of the per-round order")
     parser.add_argument(
         "--keep-env",
@@ -214,6 +220,7 @@ def request(args: argparse.Namespace, inputs: dict[str, str]) -> RunRequest:
         rounds=args.rounds,
         timeout=args.timeout,
         stall_timeout=args.stall_timeout,
+        duty=args.duty,
         seed=args.seed,
         keep_env=names(args.keep_env),
         worker_env=tuple(args.env),

@@ -1,0 +1,442 @@
+"""``doctor``'s assumption rows: what the evidence assumes about the device, measured on it.
+
+Each :class:`Assumption` of :data:`ASSUMPTIONS` names the upstream source it rests on and judges the numbers
+that :mod:`harness.bench.assumptions` measured inside the build's interpreter, in one fresh process per
+route config of the device (:data:`ROUTES`; on MPS ``vanilla`` is the MPSGraph route and ``prefer_metal``
+the Metal GEMM route) plus :data:`FRESH` − 1 more fresh processes of the first route. Every row says
+"assumption held" or "did not hold", what that means for the evidence, and the source. A process that
+runs past its step's deadline (:data:`STEP_S`) is a failed row naming the step; the other rows stand.
+
+The rows (the same code on cpu, cuda and mps; under ``--device mps`` in CI through the conformance mode,
+:mod:`harness.bench.conformance`):
+
+1. ``synchronize waits``: a block ended by the synchronize alone lasts as long as one that first reads the
+   last output to the host (at least :data:`SYNC_RATIO` of it).
+2. ``host encode``: the share of a block's time the host spends enqueuing, per route; the difference
+   between routes biases a ``faster`` contrast between them, and over :data:`ENCODE_BIAS` the report
+   names it next to the contrast (:func:`encode_bias_note`).
+3. ``duty``: duty 1/3 is not slower than back to back by more than :data:`DUTY_TOLERANCE` (resting does
+   not clock the device down); picks the duty for this device (``doctor.json``: ``recommend.duty``).
+4. ``stall timeout``: the slowest cell of the default matrix (largest per op family and dtype), with
+   :func:`cell_calls` calls per cell, finishes within 1/:data:`STALL_MARGIN` of the stall timeout; else the
+   timeout to pass.
+5. ``fresh-process kernel choice``: the cell's time in :data:`FRESH` fresh processes is one mode
+   (:func:`harness.stats.modes`; pytorch issue 182815).
+6. ``accuracy``: GEMM and SDPA errors per route within their bounds (:mod:`harness.checks.accuracy`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness import children
+from harness import configs as cfg
+from harness.bench import assumptions as child
+from harness.bench.workloads import DTYPES, Cell, default_cells
+from harness.errors import HarnessError
+
+#: device -> route config -> how the report names its GEMM route (the first config is the fresh-process one)
+ROUTES = {
+    "mps": {"vanilla": "MPSGraph", "prefer_metal": "Metal"},
+    "cuda": {"default": "cuBLAS", "cublaslt": "cuBLASLt"},
+    "cpu": {"default": "vectorised ATen", "no_vec": "ATen without vectors"},
+}
+#: device -> the kernel-bound GEMM cell rows 1-3 and 5 time (cheap on the device: ms, not s)
+CELL = {"cpu": "mm/256x256x256/float32", "cuda": "mm/4096x4096x4096/float16", "mps": "mm/2048x2048x2048/float16"}
+#: device -> shortest timed block, seconds (the runner's: harness.runner.TIMING)
+MIN_BLOCK_S = {"cpu": 2e-3, "cuda": 5e-3, "mps": 5e-3}
+#: device -> seconds the stall row may spend on direct calls (the rest is scaled from a probe call)
+SLOWEST_BUDGET_S = {"cpu": 3.0, "cuda": 10.0, "mps": 10.0}
+#: under the conformance mode (CPU tensors in CI) every size smaller: the code paths run, the numbers mean little
+EMULATED = {
+    "cell": "mm/64x64x64/float32",
+    "min_block_s": 1e-3,
+    "budget_s": 0.2,
+    "blocks": 4,
+    "measure_s": 0.01,
+    "probes": {"gemm": ("mm", (32, 32, 32)), "sdpa": ("sdpa", (1, 2, 32, 16))},
+    "accuracy": ("mm/32x32x32", "sdpa/1x2x32x16"),
+}
+#: the small cells the stall row scales from, per op family, and the accuracy row's cells (without dtype)
+PROBES = {"gemm": ("mm", (256, 256, 256)), "sdpa": ("sdpa", (1, 8, 256, 64))}
+ACCURACY = ("mm/256x256x256", "sdpa/1x8x256x64")
+#: a candidate predicted to take longer than this per call is scaled from its probe, not run
+DIRECT_S = 2.0
+#: fresh processes of the first route config for row 5 (stats.modes needs 4 to split)
+FRESH = 4
+#: row 1: the synchronize-only block is at least this share of the host-read block
+SYNC_RATIO = 0.9
+#: row 2: a difference in host-encode share above this is named next to the contrast
+ENCODE_BIAS = 0.01
+#: row 3: duty 1/3 may be this much slower than duty 1 before the device counts as clocking down
+DUTY_TOLERANCE = 0.03
+#: row 4: the slowest cell must finish within stall timeout / this
+STALL_MARGIN = 2.0
+#: seconds each step of an assumption process may take (tests shorten them)
+STEP_S = {child.IMPORT_STEP: children.IMPORT_TORCH_S, **{s: 120.0 for s in child.STEPS.values()}}
+
+
+@dataclass(frozen=True)
+class Measured:
+    """What the processes answered: ``routes``: config -> answer dict (or ``{"error": why}``); ``fresh``:
+    the first route's cell time in each fresh process (seconds); ``labels``: config -> route name; the
+    runner's ``stall_s`` and ``timing`` the stall row judges against."""
+
+    device: str
+    routes: dict[str, dict]
+    fresh: list[float]
+    labels: dict[str, str]
+    stall_s: float
+    timing: dict
+    fresh_errors: list[str] = field(default_factory=list)
+
+    def ok(self, key: str) -> dict[str, dict]:
+        """Label -> that route's ``key`` record, for the routes that answered it."""
+        return {self.labels[c]: a[key] for c, a in self.routes.items() if isinstance(a.get(key), (dict, list))}
+
+    def cell(self) -> str:
+        """The cell rows 1-3 and 5 timed (as the processes said)."""
+        return next((a["cell"] for a in self.routes.values() if a.get("cell")), CELL.get(self.device, "?"))
+
+    def errors(self) -> str:
+        bad = [f"{self.labels[c]}: {a['error']}" for c, a in self.routes.items() if "error" in a]
+        return "; ".join(bad)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """``held``: True, False, or None (not measured: a process failed); ``detail``: one line; ``data``: JSON."""
+
+    held: bool | None
+    detail: str
+    data: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Assumption:
+    """One row: ``name``, the upstream ``source`` it rests on, what holding or not ``means`` for the
+    evidence (two sentences), and ``judge(Measured) -> Verdict``."""
+
+    name: str
+    source: str
+    means: tuple[str, str]
+    judge: Callable[[Measured], Verdict]
+
+
+def _pct(x: float) -> str:
+    return f"{x:.0%}" if abs(x) >= 0.01 else f"{x:.1%}"
+
+
+def _missing(m: Measured, what: str) -> Verdict:
+    return Verdict(None, f"not measured ({m.errors() or 'no process answered ' + what})")
+
+
+def judge_sync(m: Measured) -> Verdict:
+    got = m.ok("sync")
+    if not got:
+        return _missing(m, "sync")
+    ratios = {r: s["sync_s"] / s["read_s"] for r, s in got.items() if s["read_s"] > 0}
+    held = all(v >= SYNC_RATIO for v in ratios.values())
+    shown = ", ".join(f"{r} {v:.2f}x" for r, v in ratios.items())
+    return Verdict(held, f"synchronize-only block / host-read block: {shown}", {"ratio": ratios})
+
+
+def judge_encode(m: Measured) -> Verdict:
+    got = m.ok("sync")
+    if not got:
+        return _missing(m, "sync")
+    shares = {r: min(1.0, s["enqueue_s"] / s["sync_s"]) if s["sync_s"] > 0 else 1.0 for r, s in got.items()}
+    bias = max(shares.values()) - min(shares.values())
+    shown = ", ".join(f"{r} {_pct(v)}" for r, v in shares.items())
+    detail = f"host-encode share of a block per call: {shown}; bias on a `faster` contrast between routes {_pct(bias)}"
+    return Verdict(bias <= ENCODE_BIAS, detail, {"shares": shares, "bias": bias, "cell": m.cell()})
+
+
+def pick_duty(pairs: dict[str, dict]) -> float:
+    """1/3 (the runner's GPU duty) unless duty 1/3 ran slower than duty 1 by over :data:`DUTY_TOLERANCE`
+    on some route (the device clocks down while it rests): then 1."""
+    slow = any(p["duty_third"] > p["duty_1"] * (1 + DUTY_TOLERANCE) for p in pairs.values())
+    return 1.0 if slow else 1 / 3
+
+
+def judge_duty(m: Measured) -> Verdict:
+    got = m.ok("duty")
+    if not got:
+        return _missing(m, "duty")
+    duty = pick_duty(got)
+    shown = ", ".join(f"{r} {p['duty_third'] / p['duty_1']:.3f}x" for r, p in got.items())
+    detail = f"duty 1/3 time / duty 1 time: {shown}; duty for this device: {'1' if duty == 1 else '1/3'}"
+    return Verdict(
+        duty != 1.0, detail, {"ratio": {r: p["duty_third"] / p["duty_1"] for r, p in got.items()}, "duty": duty}
+    )
+
+
+def cell_calls(timing: dict) -> int:
+    """Calls one cell makes in a worker under ``timing`` (harness.runner.TIMING), in units of one call:
+    warm-up, sizing and check (1 each, for a call longer than a block), ``min_samples`` blocks with their
+    pre-roll and duty rest, and each further layout's 3 warm-up calls and
+    :data:`harness.bench.worker.LAYOUT_BLOCKS` blocks."""
+    from harness.bench.worker import LAYOUT_BLOCKS
+
+    duty = timing.get("duty", 1.0)
+    block = 1 + (1 / duty - 1) + (1 if duty < 1 else 0)  # the block, its rest, its pre-roll call
+    layouts = int(timing.get("layouts", 1))
+    return math.ceil(3 + timing.get("min_samples", 10) * block + (layouts - 1) * (3 + LAYOUT_BLOCKS * block))
+
+
+def judge_stall(m: Measured) -> Verdict:
+    got = m.ok("slowest")
+    if not got:
+        return _missing(m, "slowest")
+    calls = cell_calls(m.timing)
+    worst = max(
+        ((r, c) for r, cs in got.items() for c in cs if "call_s" in c),
+        key=lambda rc: rc[1]["first_s"] + rc[1]["call_s"],
+    )
+    route, c = worst
+    cell_s = c["first_s"] + (calls - 1) * c["call_s"]
+    held = cell_s * STALL_MARGIN <= m.stall_s
+    how = "scaled by FLOP from a small probe" if c["extrapolated"] else "measured"
+    need = math.ceil(cell_s * STALL_MARGIN / 10) * 10
+    detail = (
+        f"slowest: {c['key']} under {route}, {c['call_s']:.3g} s a call ({how}), first call {c['first_s']:.3g} s, "
+        f"about {cell_s:.3g} s a cell ({calls} calls); stall timeout {m.stall_s:g} s"
+        + ("" if held else f": pass --stall-timeout {need} (or leave the cell out: --cells / --dtypes)")
+    )
+    return Verdict(held, detail, {"cell": c["key"], "route": route, "cell_s": cell_s, "stall_timeout_s": need})
+
+
+def judge_fresh(m: Measured) -> Verdict:
+    from harness import stats
+
+    if len(m.fresh) < FRESH:
+        why = "; ".join(m.fresh_errors) or m.errors() or "too few processes answered"
+        return Verdict(None, f"not measured: {len(m.fresh)} of {FRESH} fresh processes answered ({why})")
+    found = stats.modes(m.fresh)
+    shown = ", ".join(f"{v * 1e3:.3g}" for v in m.fresh)
+    label = next(iter(m.labels.values()))
+    detail = f"{m.cell()} under {label} in {len(m.fresh)} fresh processes: {shown} ms; {len(found)} mode(s)"
+    return Verdict(len(found) == 1, detail, {"times_s": m.fresh, "modes": len(found)})
+
+
+def judge_accuracy(m: Measured) -> Verdict:
+    got = m.ok("accuracy")
+    if not got:
+        return _missing(m, "accuracy")
+    worst: dict[str, dict[str, float]] = {}
+    skipped = []
+    for route, cells in got.items():
+        for key, r in cells.items():
+            if r.get("error") or r.get("rel_error") is None:
+                skipped.append(f"{route} {key}: {r.get('error') or 'not finite'}")
+                continue
+            family = "GEMM" if Cell.from_key(key).family == "gemm" else "SDPA"
+            ratio = r["rel_error"] / r["bound"]
+            worst.setdefault(route, {})[family] = max(worst.get(route, {}).get(family, 0.0), ratio)
+    held = not skipped and all(v <= 1 for fam in worst.values() for v in fam.values())
+    shown = "; ".join(f"{r}: " + ", ".join(f"{f} {_pct(v)}" for f, v in fam.items()) for r, fam in worst.items())
+    detail = f"worst error / bound: {shown}" + (f"; {skipped[0]}" if skipped else "")
+    return Verdict(held, detail, {"worst": worst})
+
+
+_MPS = "aten/src/ATen/mps/MPSStream.mm @ fba75098"
+ASSUMPTIONS: list[Assumption] = [
+    Assumption(
+        "assumption: synchronize waits for uncommitted work",
+        f"{_MPS} (synchronize: COMMIT_AND_WAIT; a blocking copy_and_sync commits and waits); torch/mps/__init__.py",
+        (
+            "block times include all the work of their calls",
+            "synchronize returned before the work ended: every block time under-counts; no evidence from this device",
+        ),
+        judge_sync,
+    ),
+    Assumption(
+        "assumption: host encoding does not bias a contrast",
+        "aten/src/ATen/native/mps/operations/LinearAlgebra.mm @ 001077cb (do_metal_mm encodes, no commit); "
+        f"{_MPS} (executeMPSGraph commits)",
+        (
+            "block times measure the device's work alike on every route",
+            "the report names this bias next to any `faster` contrast between these routes (doctor.json encode bias)",
+        ),
+        judge_encode,
+    ),
+    Assumption(
+        "assumption: resting between blocks does not clock the device down",
+        "harness/bench/timer.py duty cycle (measured on an H200 only); Apple GPUs lower their clock when idle",
+        (
+            "duty 1/3 times the awake clock, as on the H200",
+            "duty 1/3 times a device that clocks down while it rests: pass --duty 1 to compare and bench here",
+        ),
+        judge_duty,
+    ),
+    Assumption(
+        "assumption: the slowest cell finishes well inside the stall timeout",
+        "harness/runner.py STALL_TIMEOUT; v2.6.0's naive Metal GEMM (LinearAlgebra.metal, Debian blob 85b82e3a)",
+        (
+            "no worker is stopped for a slow cell",
+            "a worker would be stopped in that cell and its evidence lost: raise the stall timeout as said",
+        ),
+        judge_stall,
+    ),
+    Assumption(
+        "assumption: a fresh process picks the same GEMM kernel",
+        "pytorch issue 182815 (kernel choice differs between fresh processes)",
+        (
+            "one level per cell: process-to-process spread is noise",
+            "a cell's time is one of several levels per process: its CI needs more processes; report the modes",
+        ),
+        judge_fresh,
+    ),
+    Assumption(
+        "assumption: GEMM and SDPA errors are within their bounds on every route",
+        "harness/checks/accuracy.py (bounds); LinearAlgebra.metal accumulators per base (series.toml)",
+        (
+            "the accuracy checks can pass on this device and fail on a wrong output",
+            "a bound is wrong for this device, or a route is less accurate: report these numbers",
+        ),
+        judge_accuracy,
+    ),
+]
+
+
+def candidates(dtypes: tuple[str, ...] = DTYPES, probes: dict | None = None) -> dict[str, str]:
+    """The largest cell of the default matrix per op family and dtype -> its small probe cell (:data:`PROBES`)."""
+    out = {}
+    for dt in dtypes:
+        for family, (op, shape) in (probes or PROBES).items():
+            cells = [c for c in default_cells((dt,)) if c.family == family]
+            out[max(cells, key=lambda c: c.flop).key] = Cell(op, shape, dt).key
+    return out
+
+
+def accuracy_cells(stems: tuple[str, ...] = ACCURACY) -> list[str]:
+    """The accuracy row's cells: each of ``stems`` in every default dtype."""
+    return [f"{stem}/{dt}" for dt in DTYPES for stem in stems]
+
+
+def spec(device: str, rows: list[str], emulate: dict | None) -> dict:
+    """The child's spec (:mod:`harness.bench.assumptions`); ``emulate``: the conformance mode's settings
+    (then the sizes of :data:`EMULATED`)."""
+    small = EMULATED if emulate else {}
+    probes = candidates(probes=small.get("probes"))
+    return {
+        "device": device,
+        "cell": small.get("cell", CELL[device]),
+        "rows": rows,
+        "min_block_s": small.get("min_block_s", MIN_BLOCK_S[device]),
+        "blocks": small.get("blocks", 10),
+        "measure_s": small.get("measure_s", 0.05),
+        "slowest": {
+            "candidates": list(probes),
+            "probes": probes,
+            "direct_s": DIRECT_S,
+            "budget_s": small.get("budget_s", SLOWEST_BUDGET_S[device]),
+        },
+        "accuracy": accuracy_cells(small.get("accuracy", ACCURACY)),
+        "accumulator": "float32",
+        "threads": 1 if device == "cpu" or emulate else 0,
+        "emulate": emulate,
+    }
+
+
+def run_child(python: Path, config: cfg.EnvConfig, spec_: dict, raw: Path, name: str, keep=()) -> dict:
+    """One assumption process under ``config``: its answer, or ``{"error": why}`` (it failed or ran past a
+    step's deadline, named)."""
+    from harness.runner import SOURCE_ROOT
+
+    path = raw / f"{name}.spec.json"
+    path.write_text(json.dumps(spec_))
+    env = cfg.worker_environment(config, keep=keep)
+    env["PYTHONPATH"] = SOURCE_ROOT
+    what = f"doctor assumptions under {config.name} ({python})"
+    try:
+        proc = children.run(
+            [str(python), "-m", "harness.bench.assumptions", str(path)],
+            what=what,
+            deadline=max(STEP_S.values()),
+            steps=STEP_S,
+            answer=True,
+            env=env,
+        )
+    except HarnessError as exc:
+        return {"error": exc.cause}
+    if proc.returncode != 0 or not isinstance(proc.answer, dict):
+        step = proc.steps[-1] if proc.steps else children.START_STEP
+        return {"error": f"{what} failed while {step}: {proc.last_line()}"}
+    return proc.answer
+
+
+def measure(
+    python: Path, device: str, raw: Path, *, stall_s: float, timing: dict, emulate: dict | None = None, keep=()
+) -> Measured:
+    """Run every assumption process (module docstring) and collect their answers."""
+    by_name = {c.name: c for c in cfg.PROFILES[device]}
+    labels = dict(ROUTES[device])
+    routes, fresh, fresh_errors = {}, [], []
+    for i, name in enumerate(labels):
+        rows = (["fresh"] if i == 0 else []) + ["sync", "duty", "slowest", "accuracy"]
+        routes[name] = run_child(python, by_name[name], spec(device, rows, emulate), raw, f"assumptions-{name}", keep)
+        if i == 0:
+            (fresh if "fresh_s" in routes[name] else fresh_errors).append(
+                routes[name].get("fresh_s", routes[name].get("error"))
+            )
+    first = by_name[next(iter(labels))]
+    for i in range(1, FRESH):
+        answer = run_child(python, first, spec(device, ["fresh"], emulate), raw, f"assumptions-fresh-{i}", keep)
+        (fresh if "fresh_s" in answer else fresh_errors).append(answer.get("fresh_s", answer.get("error")))
+    return Measured(device, routes, fresh, labels, stall_s, timing, fresh_errors)
+
+
+def _fresh(answer: dict, times: list[float], errors: list[str]) -> None:
+    if "fresh_s" in answer:
+        times.append(answer["fresh_s"])
+    else:
+        errors.append(str(answer.get("error", "no fresh-process time in its answer")))
+
+
+def judge(m: Measured) -> list[tuple[Assumption, Verdict]]:
+    """Every assumption's verdict on ``m``."""
+    return [(a, a.judge(m)) for a in ASSUMPTIONS]
+
+
+def row_text(a: Assumption, v: Verdict) -> tuple[str, str]:
+    """(status, detail) of the doctor row: ``ok`` / ``failed``, "assumption held" or "did not hold", the
+    numbers, what it means, and the source."""
+    if v.held is None:
+        return "failed", f"{v.detail} [{a.source}]"
+    word, means = ("assumption held", a.means[0]) if v.held else ("did not hold", a.means[1])
+    return ("ok" if v.held else "failed"), f"{word}: {v.detail}; {means} [{a.source}]"
+
+
+def to_json(m: Measured, verdicts: list[tuple[Assumption, Verdict]]) -> dict:
+    """``doctor.json``'s ``assumptions`` part: each row's verdict and data, and what it recommends."""
+    rows = {a.name: {"held": v.held, "detail": v.detail, "source": a.source, "data": v.data} for a, v in verdicts}
+    by_judge = {a.judge: v for a, v in verdicts}
+    none = Verdict(None, "")
+    duty, stall, encode = (by_judge.get(j, none) for j in (judge_duty, judge_stall, judge_encode))
+    return {
+        "device": m.device,
+        "routes": m.labels,
+        "rows": rows,
+        "recommend": {
+            "duty": duty.data.get("duty"),
+            "stall_timeout_s": stall.data.get("stall_timeout_s") if stall.held is False else None,
+        },
+        "encode_bias": encode.data.get("bias"),
+        "encode_shares": encode.data.get("shares"),
+    }
+
+
+def encode_bias_note(doctor_json: dict) -> str | None:
+    """The line a report puts next to a `faster` contrast between GEMM routes when the doctor measured a
+    host-encode bias over :data:`ENCODE_BIAS` on this device (``doctor.json``), else None."""
+    part = doctor_json.get("assumptions") or {}
+    bias = part.get("encode_bias")
+    if bias is None or bias <= ENCODE_BIAS:
+        return None
+    shares = ", ".join(f"{r} {_pct(v)}" for r, v in (part.get("encode_shares") or {}).items())
+    return f"host encoding biases this contrast by up to {_pct(bias)} (doctor: host-encode share {shares})"
