@@ -36,12 +36,14 @@ from harness.fsutil import atomic_write_bytes
 VERDICT_COLOURS = {"faster": "#1a7f37", "slower": "#cf222e", "equivalent": "#57606a", "undetermined": "#bf8700"}
 VERDICT_MARKERS = {"faster": ">", "slower": "<", "equivalent": "o", "undetermined": "D"}
 MARKERS = "osD^vP*X"
-#: speedup ticks of the forest plots' log axis, from the finest set to the coarsest (:func:`_ticks`)
+#: speedup ticks of the forest plots' log axis: (widest axis half-width in decades, ticks), narrow to wide
+#: (:func:`_ticks`); about six labels whatever the width, so they never overlap
 TICK_SETS = (
-    (0.9, 0.95, 0.98, 1.0, 1.02, 1.05, 1.1),
-    (0.5, 0.67, 0.8, 0.9, 1.0, 1.1, 1.25, 1.5, 2.0),
-    (0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0),
-    (0.01, 0.1, 1.0, 10.0, 100.0),
+    (math.log10(1.16), (0.9, 0.95, 1.0, 1.05, 1.1)),
+    (math.log10(1.6), (0.67, 0.8, 0.9, 1.0, 1.1, 1.25, 1.5)),
+    (math.log10(3.5), (0.33, 0.5, 0.67, 1.0, 1.5, 2.0, 3.0)),
+    (math.log10(12.0), (0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0)),
+    (math.inf, (0.01, 0.1, 1.0, 10.0, 100.0)),
 )
 #: the narrowest forest axis: ±12 % around 1, so the ±5 % band never fills it
 MIN_HALF_DECADES = math.log10(1.12)
@@ -117,13 +119,10 @@ def half_width(rows: Sequence[ForestRow]) -> float:
 
 
 def _ticks(half: float) -> list[float]:
-    """The finest of :data:`TICK_SETS` whose ticks inside ``10**±half`` span at least half the axis."""
+    """The ticks of :data:`TICK_SETS` for an axis of ``10**±half`` (those inside it)."""
     lo, hi = 10**-half, 10**half
-    for ticks in TICK_SETS:
-        inside = [t for t in ticks if lo <= t <= hi]
-        if len(inside) >= 3 and math.log10(inside[-1] / inside[0]) >= half:
-            return inside
-    return [t for t in TICK_SETS[-1] if lo <= t <= hi]
+    ticks = next(ticks for widest, ticks in TICK_SETS if half <= widest)
+    return [t for t in ticks if lo <= t <= hi]
 
 
 def _forest(ax: Axes, rows: Sequence[ForestRow], half: float) -> None:

@@ -79,9 +79,13 @@ def test_one_forest_plot_per_contrast_from_the_contrasts_results(tmp_path):
     assert [p.read_bytes() for p in again] == [p.read_bytes() for p in written]
 
 
-def test_ticks_are_the_finest_set_spanning_the_axis():
-    assert plots._ticks(math.log10(1.13)) == [0.9, 0.95, 0.98, 1.0, 1.02, 1.05, 1.1]
+def test_ticks_follow_the_axis_width_and_stay_few():
+    assert plots._ticks(math.log10(1.13)) == [0.9, 0.95, 1.0, 1.05, 1.1]
+    assert plots._ticks(math.log10(2.9)) == [0.5, 0.67, 1.0, 1.5, 2.0]
     assert plots._ticks(math.log10(7.0)) == [0.2, 0.5, 1.0, 2.0, 5.0]
+    for half in np.linspace(plots.half_width([]), 3.0, 300):  # the narrowest axis half_width gives, and wider
+        ticks = plots._ticks(half)
+        assert 1.0 in ticks and 3 <= len(ticks) <= 7 and all(10**-half <= t <= 10**half for t in ticks)
 
 
 def test_latency_plot_only_where_a_line_has_more_than_one_size(tmp_path):
