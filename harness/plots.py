@@ -9,8 +9,8 @@
   numbers are the contrasts' own (:mod:`harness.contrasts`, read, never recomputed).
 - :func:`speedup_png`: speedup (stock time / patched time) per cell and env config, drawn the same way.
 - :func:`latency_png`: median latency against FLOP per call for one workload family, one panel per
-  dtype; colour = (build, env config), marker = op; whiskers = IQR of the process medians. Drawn only
-  where a line has more than one size (:func:`sizes_vary`): a single point per line shows no trend.
+  dtype; colour = (build, env config), marker = op; whiskers = IQR of the process medians. Only the dtypes
+  where a line has more than one size (:func:`sizes_vary`), no PNG when none: a point per line shows no trend.
 
 Nothing is clipped: every PNG is saved with ``bbox_inches="tight"`` (the canvas grows to hold the
 legend and the row labels). Deterministic: matplotlib's Agg backend, fixed DPI, and PNG metadata
@@ -271,9 +271,9 @@ def sizes_vary(points: Sequence[LatencyPoint]) -> bool:
 
 
 def latency_png(path: Path, points: Sequence[LatencyPoint], family: str, unit_note: str) -> Path | None:
-    """Write the latency-vs-size plot of one workload family (log-log, one panel per dtype), or, when no
-    line has more than one size (:func:`sizes_vary`), write nothing, remove an older PNG of that name and
-    return None.
+    """Write the latency-vs-size plot of one workload family (log-log, one panel per dtype that has a line
+    with more than one size, :func:`sizes_vary`), or, when no dtype has one, write nothing, remove an older
+    PNG of that name and return None.
 
     Args:
         points: the family's points; ``series`` names (build, config).
@@ -281,10 +281,11 @@ def latency_png(path: Path, points: Sequence[LatencyPoint], family: str, unit_no
     Returns:
         ``path``, or None.
     """
-    if not sizes_vary(points):
+    dtypes = sorted({p.dtype for p in points if sizes_vary([q for q in points if q.dtype == p.dtype])})
+    if not dtypes:
         Path(path).unlink(missing_ok=True)
         return None
-    dtypes = sorted({p.dtype for p in points})
+    points = [p for p in points if p.dtype in dtypes]
     series = list(dict.fromkeys(p.series for p in points))
     ops = list(dict.fromkeys(p.op for p in points))
     colours = [f"C{i}" for i in range(len(series))]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import math
+from dataclasses import replace
 
 import numpy as np
 from matplotlib.figure import Figure
@@ -98,6 +99,11 @@ def test_latency_plot_only_where_a_line_has_more_than_one_size(tmp_path):
     assert not (tmp_path / "latency-sdpa.png").exists()
     path = plots.latency_png(tmp_path / "latency-gemm.png", gemm, "gemm", "host clock")
     assert path is not None and _blank_edges(path.read_bytes())
+    # a dtype whose lines have one size each gets no panel: the same PNG as without it
+    single = [replace(p, dtype="bfloat16") for p in gemm if p.flop == gemm[0].flop]
+    assert single and not plots.sizes_vary(single)
+    with_single = plots.latency_png(tmp_path / "with-single.png", [*gemm, *single], "gemm", "host clock")
+    assert with_single.read_bytes() == path.read_bytes()
     # the report links exactly the plots written: gemm's latency, one forest plot per contrast
     text = report.render(data, analysis)
     assert "(latency-gemm.png)" in text and "(latency-sdpa.png)" not in text
