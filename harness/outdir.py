@@ -37,7 +37,7 @@ from harness.fsutil import atomic_write_json
 MARKER = ".torch-patch-harness-out.json"
 TOOL = "torch-patch-harness"
 #: what each kind of output folder holds at its top (fnmatch patterns); the marker lists these
-RESULTS_WRITES = ("results.json", "raw", "report.md", "speedup.png", "latency-*.png", ".lock")
+RESULTS_WRITES = ("results.json", "raw", "report.md", "speedup.png", "latency-*.png", "contrast-*.png", ".lock")
 PREVIEW_WRITES = ("report.html", "report.png")
 DOCTOR_WRITES = ("doctor.md", "doctor.json", "raw")
 DIST_WRITES = ("*.whl", "*.whl.build.json", "logs", "rejected")

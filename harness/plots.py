@@ -1,12 +1,21 @@
 """PNG plots for the report, drawn from the report's analysis (no measuring, no statistics here).
 
-- :func:`speedup_png`: speedup (stock time / patched time) per cell with its 95 % CI as whiskers,
-  one panel per env config, the ±threshold band shaded, colour by verdict.
-- :func:`latency_png`: median latency against FLOP per call for one workload family, one panel
-  per dtype; colour = (build, env config), marker = op; whiskers = IQR of the process medians.
+- :func:`contrast_pngs`: one forest plot per contrast (``contrast-<n>.png``, n from 1 in the contrasts'
+  order): each cell's speedup (B time / A time, > 1: A faster) with its exact 95 % CI as whiskers, the
+  cell's ±band shaded on its row (±2 %, ±5 % for launch-bound cells), the verdict as marker shape and
+  colour and written at the row's end with its CI; the claim and its outcome in the title. All cells of
+  a contrast share one log x-axis centred on 1× (symmetric, so 0.9× and 1.11× are equally far), sized
+  to that contrast's CIs: an equivalence contrast keeps its ±2 % band readable beside a 7× one. The
+  numbers are the contrasts' own (:mod:`harness.contrasts`, read, never recomputed).
+- :func:`speedup_png`: speedup (stock time / patched time) per cell and env config, drawn the same way.
+- :func:`latency_png`: median latency against FLOP per call for one workload family, one panel per
+  dtype; colour = (build, env config), marker = op; whiskers = IQR of the process medians. Only the dtypes
+  where a line has more than one size (:func:`sizes_vary`), no PNG when none: a point per line shows no trend.
 
-Deterministic: matplotlib's Agg backend, fixed size and DPI, and PNG metadata without the
-matplotlib version, so the same results.json gives byte-identical PNGs with the same matplotlib.
+Nothing is clipped: every PNG is saved with ``bbox_inches="tight"`` (the canvas grows to hold the
+legend and the row labels). Deterministic: matplotlib's Agg backend, fixed DPI, and PNG metadata
+without the matplotlib version, so the same results.json gives byte-identical PNGs with the same
+matplotlib.
 """
 
 from __future__ import annotations
@@ -17,14 +26,27 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
-from matplotlib.ticker import FuncFormatter, LogFormatterSciNotation, LogLocator, NullFormatter
+from matplotlib.ticker import FixedLocator, FuncFormatter, LogFormatterSciNotation, LogLocator, NullFormatter
 
 from harness.fsutil import atomic_write_bytes
 
 VERDICT_COLOURS = {"faster": "#1a7f37", "slower": "#cf222e", "equivalent": "#57606a", "undetermined": "#bf8700"}
+VERDICT_MARKERS = {"faster": ">", "slower": "<", "equivalent": "o", "undetermined": "D"}
 MARKERS = "osD^vP*X"
+#: speedup ticks of the forest plots' log axis: (widest axis half-width in decades, ticks), narrow to wide
+#: (:func:`_ticks`); about six labels whatever the width, so they never overlap
+TICK_SETS = (
+    (math.log10(1.16), (0.9, 0.95, 1.0, 1.05, 1.1)),
+    (math.log10(1.6), (0.67, 0.8, 0.9, 1.0, 1.1, 1.25, 1.5)),
+    (math.log10(3.5), (0.33, 0.5, 0.67, 1.0, 1.5, 2.0, 3.0)),
+    (math.log10(12.0), (0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0)),
+    (math.inf, (0.01, 0.1, 1.0, 10.0, 100.0)),
+)
+#: the narrowest forest axis: ±12 % around 1, so the ±5 % band never fills it
+MIN_HALF_DECADES = math.log10(1.12)
 
 
 @dataclass(frozen=True)
@@ -37,6 +59,20 @@ class SpeedupPoint:
     low: float
     high: float
     verdict: str
+
+
+@dataclass(frozen=True)
+class ForestRow:
+    """One cell of a forest plot: ``ratio``/``low``/``high`` the A/B *time* ratio and its 95 % CI (NaN when
+    not computable; the plot shows their inverse, the speedup B time / A time), ``band`` the verdict band
+    of the cell (fraction: 0.02, or 0.05 for a launch-bound cell)."""
+
+    label: str
+    ratio: float
+    low: float
+    high: float
+    verdict: str
+    band: float
 
 
 @dataclass(frozen=True)
@@ -55,13 +91,151 @@ class LatencyPoint:
 
 def _save(fig: Figure, path: Path) -> Path:
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=100, metadata={"Software": None})
+    fig.savefig(buf, format="png", dpi=100, metadata={"Software": None}, bbox_inches="tight", pad_inches=0.15)
     atomic_write_bytes(path, buf.getvalue())
     return path
 
 
+# ------------------------------------------------------------------------------------------ forest plots
+def _finite(row: ForestRow) -> bool:
+    return math.isfinite(row.ratio) and row.ratio > 0
+
+
+def _has_ci(row: ForestRow) -> bool:
+    return math.isfinite(row.low) and math.isfinite(row.high) and row.low > 0
+
+
+def half_width(rows: Sequence[ForestRow]) -> float:
+    """Half the width, in decades, of a log speedup axis centred on 1 that holds every row's CI and band
+    (at least :data:`MIN_HALF_DECADES`, plus 8 % headroom): give the same value to every plot of a run."""
+    reach = [MIN_HALF_DECADES]
+    for row in rows:
+        reach.append(abs(math.log10(1 - row.band)))
+        if _finite(row):
+            reach.append(abs(math.log10(row.ratio)))
+        if _has_ci(row):
+            reach += [abs(math.log10(row.low)), abs(math.log10(row.high))]
+    return max(reach) * 1.08
+
+
+def _ticks(half: float) -> list[float]:
+    """The ticks of :data:`TICK_SETS` for an axis of ``10**±half`` (those inside it)."""
+    lo, hi = 10**-half, 10**half
+    ticks = next(ticks for widest, ticks in TICK_SETS if half <= widest)
+    return [t for t in ticks if lo <= t <= hi]
+
+
+def _forest(ax: Axes, rows: Sequence[ForestRow], half: float) -> None:
+    """Draw ``rows`` top to bottom on ``ax``: per-row band, CI whiskers, verdict marker and words."""
+    ys = list(range(len(rows)))[::-1]
+    ax.set_xscale("log")
+    ax.set_xlim(10**-half, 10**half)
+    ax.set_ylim(-0.6, len(rows) - 0.4)
+    for y, row in zip(ys, rows):
+        ax.fill_betweenx([y - 0.5, y + 0.5], 1 / (1 + row.band), 1 / (1 - row.band), color="#d0d7de", lw=0)
+    ax.axvline(1.0, color="#57606a", lw=0.8)
+    for y, row in zip(ys, rows):
+        colour = VERDICT_COLOURS.get(row.verdict, "#57606a")
+        if not _finite(row):
+            ax.plot(1.0, y, marker="x", color=colour, ms=5)
+            words = "no data"
+        else:
+            x = 1 / row.ratio
+            if _has_ci(row):
+                ax.plot([1 / row.high, 1 / row.low], [y, y], color=colour, lw=1.2, solid_capstyle="butt")
+            ax.plot(x, y, marker=VERDICT_MARKERS.get(row.verdict, "o"), color=colour, ms=5, ls="none")
+            ci = f"[{1 / row.high:.3f}, {1 / row.low:.3f}]" if _has_ci(row) else "(no CI)"
+            words = f"{x:.3f}× {ci} {row.verdict}"
+        ax.annotate(
+            words, (1.0, y), xycoords=("axes fraction", "data"), xytext=(4, 0), textcoords="offset points",
+            va="center", fontsize=7, color=colour,
+        )  # fmt: skip
+    ax.set_yticks(ys, [row.label for row in rows], fontsize=7)
+    ticks = _ticks(half)
+    ax.xaxis.set_major_locator(FixedLocator(ticks))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}×"))
+    ax.xaxis.set_minor_locator(FixedLocator([]))
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.tick_params(axis="x", labelsize=7)
+    ax.grid(axis="x", lw=0.3)
+
+
+def _verdict_legend(fig: Figure, bands: Sequence[float]) -> None:
+    handles = [
+        Line2D([], [], color=c, marker=VERDICT_MARKERS[v], ls="none", label=v) for v, c in VERDICT_COLOURS.items()
+    ]
+    shown = "/".join(f"±{b:.0%}" for b in sorted(set(bands))) or "±2%"
+    handles.append(Line2D([], [], color="#d0d7de", lw=6, label=f"verdict band ({shown})"))
+    fig.legend(handles=handles, loc="outside lower center", ncols=5, fontsize=7, frameon=False)
+
+
+def forest_png(path: Path, rows: Sequence[ForestRow], title: str, xlabel: str, half: float | None = None) -> Path:
+    """Write one forest plot: ``rows`` top to bottom (see :func:`_forest`), ``half`` the axis half-width in
+    decades (:func:`half_width`; default this plot's own). Returns ``path``."""
+    half = half_width(rows) if half is None else half
+    fig = Figure(figsize=(7.0, 0.26 * max(len(rows), 1) + 1.5), layout="constrained")
+    ax = fig.subplots()
+    _forest(ax, rows, half)
+    ax.set_xlabel(xlabel, fontsize=8)
+    ax.set_title(title, fontsize=9, loc="left")
+    _verdict_legend(fig, [row.band for row in rows])
+    return _save(fig, path)
+
+
+def contrast_png_name(index: int) -> str:
+    """File name of the ``index``-th contrast's forest plot (1-based, in the run's contrast order)."""
+    return f"contrast-{index}.png"
+
+
+def forest_rows(result) -> list[ForestRow]:
+    """A :class:`harness.contrasts.ContrastResult`'s rows as forest rows (its comparisons as computed)."""
+    return [
+        ForestRow(
+            f"{r.cell.op} {r.cell.label} {r.cell.dtype}" + (" (launch-bound)" if r.launch_bound else ""),
+            r.cmp.ratio,
+            r.cmp.ci_low,
+            r.cmp.ci_high,
+            r.cmp.verdict,
+            r.cmp.threshold,
+        )
+        for r in result.rows
+    ]
+
+
+def plotted(results: Sequence) -> list[tuple[int, object]]:
+    """(index for :func:`contrast_png_name`, result) of the contrasts that get a plot: those with cells."""
+    return [(i, result) for i, result in enumerate(results, start=1) if result.rows]
+
+
+def contrast_title(result) -> str:
+    """``label: A vs B; claim …: outcome`` of a contrast result, for its plot."""
+    c = result.contrast
+    head = f"{c.name}: " if c.name else ""
+    claim = {"faster": f"claim {c.a.label} faster", "unchanged": "claim unchanged", "equivalent": "claim equivalent"}
+    tail = f"; {claim[c.claim]}: {result.outcome}" if c.claim in claim else ""
+    return f"{head}{c.a.label} (A) vs {c.b.label} (B){tail}"
+
+
+def contrast_pngs(directory: Path, results: Sequence) -> list[Path]:
+    """Write one forest plot per contrast with cells (:func:`plotted`) into ``directory``; remove
+    ``contrast-*.png`` left from an earlier render with more contrasts. Returns the paths."""
+    written = [
+        forest_png(
+            Path(directory) / contrast_png_name(i),
+            forest_rows(result),
+            contrast_title(result),
+            "speedup = B time / A time (> 1: A faster), 95% CI",
+        )
+        for i, result in plotted(results)
+    ]
+    for stale in sorted(Path(directory).glob("contrast-*.png")):
+        if stale not in written:
+            stale.unlink()
+    return written
+
+
 def speedup_png(path: Path, panels: Mapping[str, Sequence[SpeedupPoint]], threshold: float, title: str) -> Path:
-    """Write the speedup plot (one panel per config, cells top to bottom in table order).
+    """Write the speedup plot (one panel per config, cells top to bottom in table order, one log axis).
 
     Args:
         path: the PNG to write (atomically).
@@ -70,43 +244,48 @@ def speedup_png(path: Path, panels: Mapping[str, Sequence[SpeedupPoint]], thresh
     Returns:
         ``path``.
     """
+    rows = {
+        config: [ForestRow(p.label, p.ratio, p.low, p.high, p.verdict, threshold) for p in points]
+        for config, points in panels.items()
+    }
+    half = half_width([r for rs in rows.values() for r in rs])
     n_rows = max((len(p) for p in panels.values()), default=1)
-    fig = Figure(figsize=(6.2 * max(len(panels), 1), 0.32 * n_rows + 1.6), layout="constrained")
-    axes = fig.subplots(1, max(len(panels), 1), squeeze=False, sharey=True)[0]
-    for ax, (config, points) in zip(axes, panels.items()):
-        ys = list(range(len(points)))[::-1]
-        ax.axvspan(1 / (1 + threshold), 1 / (1 - threshold), color="#d0d7de", alpha=0.5, lw=0)
-        ax.axvline(1.0, color="#57606a", lw=0.8)
-        for y, pt in zip(ys, points):
-            if not (math.isfinite(pt.ratio) and pt.ratio > 0):
-                continue
-            colour = VERDICT_COLOURS.get(pt.verdict, "#57606a")
-            x = 1 / pt.ratio
-            if math.isfinite(pt.low) and math.isfinite(pt.high) and pt.low > 0:
-                ax.errorbar(x, y, xerr=[[x - 1 / pt.high], [1 / pt.low - x]], fmt="o", color=colour, ms=4, capsize=2)
-            else:
-                ax.plot(x, y, marker="x", color=colour, ms=5)
-        ax.set_yticks(ys, [pt.label for pt in points], fontsize=7)
+    fig = Figure(figsize=(6.6 * max(len(panels), 1), 0.26 * n_rows + 1.6), layout="constrained")
+    axes = fig.subplots(1, max(len(panels), 1), squeeze=False)[0]
+    for ax, (config, config_rows) in zip(axes, rows.items()):
+        _forest(ax, config_rows, half)
         ax.set_title(config, fontsize=9)
         ax.set_xlabel("speedup: stock time / patched time (95% CI)", fontsize=8)
-        ax.tick_params(axis="x", labelsize=7)
-        ax.grid(axis="x", lw=0.3)
-    handles = [axes[0].plot([], [], "o", color=c, label=v)[0] for v, c in VERDICT_COLOURS.items()]
-    fig.legend(handles=handles, loc="outside lower center", ncols=4, fontsize=7, frameon=False)
+    _verdict_legend(fig, [threshold])
     fig.suptitle(title, fontsize=10)
     return _save(fig, path)
 
 
-def latency_png(path: Path, points: Sequence[LatencyPoint], family: str, unit_note: str) -> Path:
-    """Write the latency-vs-size plot of one workload family (log-log, one panel per dtype).
+# ------------------------------------------------------------------------------------------ latency
+def sizes_vary(points: Sequence[LatencyPoint]) -> bool:
+    """Whether some line of a latency plot (series, op, dtype) has more than one size (FLOP per call)."""
+    sizes: dict[tuple[str, str, str], set[float]] = {}
+    for p in points:
+        sizes.setdefault((p.series, p.op, p.dtype), set()).add(p.flop)
+    return any(len(s) > 1 for s in sizes.values())
+
+
+def latency_png(path: Path, points: Sequence[LatencyPoint], family: str, unit_note: str) -> Path | None:
+    """Write the latency-vs-size plot of one workload family (log-log, one panel per dtype that has a line
+    with more than one size, :func:`sizes_vary`), or, when no dtype has one, write nothing, remove an older
+    PNG of that name and return None.
 
     Args:
         points: the family's points; ``series`` names (build, config).
         unit_note: what the latency is (e.g. "device time per call" or "host time per call").
     Returns:
-        ``path``.
+        ``path``, or None.
     """
-    dtypes = sorted({p.dtype for p in points})
+    dtypes = sorted({p.dtype for p in points if sizes_vary([q for q in points if q.dtype == p.dtype])})
+    if not dtypes:
+        Path(path).unlink(missing_ok=True)
+        return None
+    points = [p for p in points if p.dtype in dtypes]
     series = list(dict.fromkeys(p.series for p in points))
     ops = list(dict.fromkeys(p.op for p in points))
     colours = [f"C{i}" for i in range(len(series))]
@@ -135,25 +314,33 @@ def latency_png(path: Path, points: Sequence[LatencyPoint], family: str, unit_no
                     lw=0.8,
                     mfc="none" if j % 2 else colours[i],
                 )
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        panel = [p for p in points if p.dtype == dtype]
-        lo_x, hi_x = min(p.flop for p in panel), max(p.flop for p in panel)
-        lo_y, hi_y = min(p.q1 for p in panel) * 1e6, max(p.q3 for p in panel) * 1e6
-        ax.set_xlim(lo_x / 3, hi_x * 3)  # at least a decade wide, so a single size still reads
-        ax.set_ylim(lo_y / 2, hi_y * 2)
-        ax.xaxis.set_major_locator(LogLocator(base=10))
-        ax.xaxis.set_major_formatter(LogFormatterSciNotation(base=10))
-        ax.xaxis.set_minor_formatter(NullFormatter())
-        # 1-2-5 ticks with labels, so a range inside one decade still shows its scale
-        ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
-        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-        ax.yaxis.set_minor_formatter(NullFormatter())
-        ax.set_title(f"{family} {dtype}", fontsize=9)
-        ax.set_xlabel("FLOP per call", fontsize=8)
-        ax.set_ylabel(f"median µs ({unit_note})", fontsize=8)
-        ax.tick_params(labelsize=7)
-        ax.grid(which="both", lw=0.3)
+        _latency_axes(ax, [p for p in points if p.dtype == dtype], f"{family} {dtype}", unit_note)
+    _latency_legend(fig, series, ops, colours)
+    return _save(fig, path)
+
+
+def _latency_axes(ax: Axes, panel: Sequence[LatencyPoint], title: str, unit_note: str) -> None:
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    lo_x, hi_x = min(p.flop for p in panel), max(p.flop for p in panel)
+    lo_y, hi_y = min(p.q1 for p in panel) * 1e6, max(p.q3 for p in panel) * 1e6
+    ax.set_xlim(lo_x / 3, hi_x * 3)
+    ax.set_ylim(lo_y / 2, hi_y * 2)
+    ax.xaxis.set_major_locator(LogLocator(base=10))
+    ax.xaxis.set_major_formatter(LogFormatterSciNotation(base=10))
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    # 1-2-5 ticks with labels, so a range inside one decade still shows its scale
+    ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.yaxis.set_minor_formatter(NullFormatter())
+    ax.set_title(title, fontsize=9)
+    ax.set_xlabel("FLOP per call", fontsize=8)
+    ax.set_ylabel(f"median µs ({unit_note})", fontsize=8)
+    ax.tick_params(labelsize=7)
+    ax.grid(which="both", lw=0.3)
+
+
+def _latency_legend(fig: Figure, series: Sequence[str], ops: Sequence[str], colours: Sequence[str]) -> None:
     handles = [Line2D([], [], color=colours[i], lw=2, label=name) for i, name in enumerate(series)]
     handles += [
         Line2D(
@@ -167,6 +354,5 @@ def latency_png(path: Path, points: Sequence[LatencyPoint], family: str, unit_no
         )
         for j, op in enumerate(ops)
     ]
-    if handles:
-        fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 6), fontsize=7, frameon=False)
-    return _save(fig, path)
+    if handles:  # at most 3 columns: the entries ("patched / fast_math+prefer_metal") are long
+        fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 3), fontsize=7, frameon=False)

@@ -9,11 +9,15 @@ After ``apply`` (and ``compare`` for the evidence), ``python -m harness pr --ser
   patched worktree). The commit trees and messages are unchanged; only the identity and the
   committer date differ. The series' files keep the neutral identity they were exported with,
   so a contributor never pushes commits authored by the harness (a CLA check would fail on them);
-- writes ``<workdir>/<base>/PR.md`` beside the worktrees: the series' title, the "Why:" paragraph
-  of the first patch, the evidence (``report.md`` of the newest results directory whose
-  ``results.json`` names this series as the build of ``patched``, up to its first ``<details>``),
-  the command that reproduced it, and how to push (plain ``git push``, or ghstack, which turns
-  each commit of the branch into its own stacked PR; ghstack is not run here).
+- writes ``<workdir>/<base>/PR.md`` beside the worktrees, the pull request's body and nothing else: the
+  series' title, its ``[pr] why`` (else the first patch's "Why:" paragraph), ``[pr] over_alternative``
+  answering "Why not <alternative>?", the related links, the PR block of ``report.md`` of the newest
+  results directory whose ``results.json`` names this series as the build of ``patched`` (headings
+  nested under ``## Evidence``), and the command that reproduced it;
+- prints what the contributor does next (never in the body): without evidence, the ``build`` commands of
+  the missing wheels or the ``compare`` command that makes the evidence from the built ones (both
+  accepted by their parsers, tests/test_pr.py), and how to push (plain ``git push``, or ghstack, which
+  turns each commit of the branch into its own stacked PR; ghstack is not run here).
 
 Nothing in the worktrees changes: the branch is made with ``git commit-tree`` and ``update-ref``,
 so ``patched`` stays on its series branch and ``apply``/``refresh`` keep working.
@@ -28,6 +32,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.configs import DEVICES
 from harness.errors import ResultsError, SeriesError
 from harness.fsutil import atomic_write_text
 from harness.paths import slug
@@ -124,13 +129,33 @@ def make_branch(worktree: Path, base_commit: str, head: str, branch: str, who: I
 
 
 # ------------------------------------------------------------------------------------------ PR.md
+#: the heading report.md opens its PR-body block with (harness.prbody.render_block)
+PR_BLOCK_HEADING = "## For the pull request"
+_FENCE = re.compile(r"^\s*(```|~~~)")
+_HEADING = re.compile(r"^(#{1,6})(\s.*)$")
+
+
 def why_text(series: Series, patch: Path) -> str:
-    """The "Why:" paragraph of a patch's commit message (the series' reason), or its subject."""
+    """The series' reason: ``[pr] why`` of series.toml, else the "Why:" paragraph of the first patch's
+    commit message, else the title."""
+    if series.pr.get("why"):
+        return " ".join(series.pr["why"].split())
     header = patch.read_text(encoding="utf-8", errors="replace").split("\n---\n", 1)[0]
     match = re.search(r"(?ms)^Why: (.*?)(?:\n\n|\Z)", header)
     if match:
         return " ".join(match.group(1).split())
     return series.title
+
+
+def alternative_text(series: Series) -> str | None:
+    """``[pr] over_alternative`` as one paragraph led by the reviewer's question ("**Why not <alternative>?**"),
+    or None when the series declares none."""
+    over = series.pr.get("over_alternative")
+    if not over:
+        return None
+    alternative = series.pr.get("alternative")
+    question = f"**Why not {alternative}?**" if alternative else "**Over the alternative:**"
+    return f"{question} {' '.join(over.split())}"
 
 
 def newest_evidence(results_root: Path, series_name: str) -> Path | None:
@@ -159,8 +184,36 @@ def newest_evidence(results_root: Path, series_name: str) -> Path | None:
     return best[1] if best else None
 
 
+def pr_block(report: str) -> str:
+    """The PR-body block of a report.md's text, to nest under PR.md's ``## Evidence``.
+
+    The block is the section under :data:`PR_BLOCK_HEADING` up to the next ``##`` heading or the first
+    ``<details>`` (a report without that heading: everything before the first ``<details>``, its H1 title
+    dropped). The block's own heading is dropped and every other heading is made level 3 or deeper, so no
+    H1 or H2 sits under ``## Evidence``; fenced code is left as it is.
+    """
+    lines = report.splitlines()
+    if PR_BLOCK_HEADING in lines:
+        lines = lines[lines.index(PR_BLOCK_HEADING) + 1 :]
+        stop = ("## ", "<details>")
+    else:
+        if lines and lines[0].startswith("# "):
+            lines = lines[1:]
+        stop = ("<details>",)
+    out: list[str] = []
+    fenced = False
+    for line in lines:
+        if _FENCE.match(line):
+            fenced = not fenced
+        elif not fenced and line.startswith(stop):
+            break
+        heading = None if fenced else _HEADING.match(line)
+        out.append(f"{'#' * max(3, len(heading.group(1)) + 1)}{heading.group(2)}" if heading else line)
+    return "\n".join(out).strip()
+
+
 def evidence_block(directory: Path) -> tuple[str, str]:
-    """(report.md up to its first ``<details>``, the command recorded in results.json) of a results directory.
+    """(the PR block of report.md, :func:`pr_block`; the command recorded in results.json) of a results directory.
 
     Raises:
         ResultsError: the directory has no report.md (render it with ``report``).
@@ -170,64 +223,117 @@ def evidence_block(directory: Path) -> tuple[str, str]:
         raise ResultsError(
             f"{directory} has results.json but no report.md", f"render it with `python -m harness report {directory}`"
         )
-    text = report.read_text(encoding="utf-8").split("<details>", 1)[0].rstrip()
+    text = pr_block(report.read_text(encoding="utf-8"))
     data = json.loads((directory / "results.json").read_text(encoding="utf-8"))
     command = (data.get("run") or {}).get("command") or []
     return text, shlex.join(command) if isinstance(command, list) else str(command)
 
 
-def pr_markdown(
-    series: Series, base: str, base_commit: str, branch: str, commits: int, evidence: Path | None, results_root: Path
-) -> str:
-    """The text of PR.md."""
+def pr_markdown(series: Series, base: str, evidence: Path | None, results_root: Path) -> str:
+    """The text of PR.md, the pull request's body: title, why, what it adds over the alternative
+    (``[pr]`` of series.toml), related links, the report's PR block and the command that reproduces it.
+    Nothing for the contributor (how to push, how to make the evidence): :func:`next_steps` prints that."""
     why = why_text(series, series.patch_paths(series.base(base))[0])
     lines = [f"# {series.title}", "", why, ""]
+    over = alternative_text(series)
+    if over:
+        lines += [over, ""]
     if series.related:
         lines += ["Related: " + ", ".join(series.related), ""]
     lines += ["## Evidence", ""]
     if evidence is None:
-        lines += [
-            f"No evidence yet: no results directory under `{results_root}/` names the series `{series.name}`.",
-            "Make it with (stock and patched wheels of this base, see docs/quickstart-macos.md):",
-            "",
-            "```",
-            f"nox -s compare -- --series {series.name} --base {base} --stock dist/<stock wheel> "
-            f"--patched dist/<patched wheel> --device mps --out results/{series.name}-{slug(base)}",
-            "```",
-            "",
-        ]
+        lines += [f"Not measured yet (no results under `{results_root}/` name the series `{series.name}`).", ""]
     else:
         block, command = evidence_block(evidence)
-        lines += [
-            block,
-            "",
-            f"Reproduce (results in `{evidence}`):",
-            "",
-            "```",
-            command or "(no command recorded)",
-            "```",
-            "",
-        ]
-    lines += [
-        "## Pushing",
-        "",
-        f"Branch `{branch}`: {commits} commit(s) on {base} (`{base_commit[:12]}`), " "authored by your git identity.",
-        "",
-        "```",
-        f"git push <your-fork> {branch}",
-        "```",
-        "",
-        "With ghstack (one pull request per commit, stacked): `git checkout " + branch + "` in the patched "
-        "worktree, then `ghstack`.",
-        "",
-    ]
+        lines += [block, "", "Reproduce:", "", "```", command or "(no command recorded)", "```", ""]
     return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------- the contributor's next steps
+def built_wheels(dist: Path, series: Series, base: str, base_commit: str) -> dict[str, Path]:
+    """The newest wheels in ``dist`` whose build manifests (``<wheel>.build.json``, :mod:`harness.build`) say
+    they are this base's stock build (``kind`` stock, ``base_sha`` ``base_commit``) and this series' patched
+    build (``kind`` patched, ``series`` this name and the base's current series hash): ``{"stock": wheel,
+    "patched": wheel}``, either absent when none is found. Unreadable manifests and missing wheels are skipped."""
+    want = {"name": series.name, "hash": series.hash_of(series.base(base))}
+    found: dict[str, tuple[str, Path]] = {}
+    for manifest in sorted(Path(dist).glob("*.whl.build.json")):
+        try:
+            data = json.loads(manifest.read_text(encoding="utf-8"))
+            inputs = data["inputs"]
+            kind = inputs["kind"]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        wheel = manifest.with_name(manifest.name[: -len(".build.json")])
+        ours = (kind == "stock" and inputs.get("base_sha") == base_commit) or (
+            kind == "patched" and inputs.get("series") == want
+        )
+        if ours and wheel.is_file():
+            stamp = str(data.get("end") or "")
+            if kind not in found or stamp > found[kind][0]:
+                found[kind] = (stamp, wheel)
+    return {kind: wheel for kind, (_, wheel) in found.items()}
+
+
+def series_device(series: Series) -> str:
+    """The device whose evidence the series declares (the first ``[evidence.<device>]``), else ``cpu``."""
+    return next((key for key in series.evidence if key in DEVICES), "cpu")
+
+
+def compare_args(series: Series, wheels: dict[str, Path], out: Path, tests_source: Path | None) -> list[str]:
+    """The arguments of ``compare`` (after ``nox -s compare --``) that make the series' evidence from its
+    two wheels into ``out``; ``--tests-source`` when the series declares ``[[evidence.test]]``."""
+    args = ["--series", series.name, "--stock", str(wheels["stock"]), "--patched", str(wheels["patched"])]
+    args += ["--device", series_device(series), "--out", str(out)]
+    if series.evidence.get("test") and tests_source is not None:
+        args += ["--tests-source", str(tests_source)]
+    return args
+
+
+def next_steps(
+    series: Series,
+    base: str,
+    co_commit: str,
+    patched: Path,
+    workdir: Path,
+    dist: Path,
+    results_root: Path,
+    branch: str,
+    commits: int,
+    evidence: Path | None,
+) -> list[str]:
+    """What the contributor does next, for stdout (never PR.md): without evidence, the commands that make it
+    (the missing wheels' builds, else the ``compare`` that runs on the built wheels); then how to push."""
+    lines: list[str] = []
+    common = ["--series", series.name, "--base", base, "--workdir", str(workdir)]
+    again = [*common, "--results", str(results_root), "--dist", str(dist)]
+    common += ["--dist", str(dist)]
+    if evidence is None:
+        wheels = built_wheels(dist, series, base, co_commit)
+        missing = [kind for kind in ("stock", "patched") if kind not in wheels]
+        if missing:
+            lines.append(f"pr: no evidence yet and no {' or '.join(missing)} wheel of this base in {dist}; build:")
+            lines += [f"  nox -s build_{kind} -- {shlex.join(common)}" for kind in missing]
+            lines.append(f"pr: then `nox -s pr -- {shlex.join(again)}` again prints the compare command on them")
+        else:
+            out = results_root / f"{series.name}-{slug(base)}"
+            args = compare_args(series, wheels, out, patched)
+            lines.append(f"pr: no evidence yet; make it, then `nox -s pr -- {shlex.join(again)}` puts it in PR.md:")
+            lines.append(f"  nox -s compare -- {shlex.join(args)}")
+    lines.append(f"pr: branch {branch}: {commits} commit(s) on {base} (`{co_commit[:12]}`); push it:")
+    lines.append(f"  git -C {shlex.quote(str(patched))} push <your-fork> {branch}")
+    lines.append(
+        f"pr: or with ghstack (one pull request per commit, stacked): `git checkout {branch}` in {patched}, "
+        "then `ghstack`"
+    )
+    return lines
 
 
 # ---------------------------------------------------------------------------------------- the PR
 @dataclass(frozen=True)
 class PullRequest:
-    """What :func:`prepare` made: the branch, its commits, whose they are, ``PR.md`` and its evidence."""
+    """What :func:`prepare` made: the branch, its commits, whose they are, ``PR.md``, its evidence, and the
+    contributor's next steps (lines for stdout, :func:`next_steps`)."""
 
     branch: str
     commits: int
@@ -235,11 +341,15 @@ class PullRequest:
     worktree: Path
     markdown: Path
     evidence: Path | None
+    steps: tuple[str, ...]
 
 
-def prepare(ctx: Context, workdir: Path | str, branch: str | None, results_root: Path) -> PullRequest:
+def prepare(
+    ctx: Context, workdir: Path | str, branch: str | None, results_root: Path, dist: Path = Path("dist")
+) -> PullRequest:
     """``pr``: branch ``branch`` (default ``pr/<series>/<base>``) with the contributor's identity, and
-    ``PR.md`` beside the worktrees from the newest results under ``results_root`` naming the series.
+    ``PR.md`` beside the worktrees from the newest results under ``results_root`` naming the series;
+    ``dist`` is where the wheels are looked for when there is no evidence yet (:func:`built_wheels`).
 
     Raises:
         SeriesError: no patched worktree, no contributor identity, or an invalid branch name.
@@ -253,5 +363,17 @@ def prepare(ctx: Context, workdir: Path | str, branch: str | None, results_root:
     made = make_branch(co.patched, co.commit, co.branch, branch, who)
     evidence = newest_evidence(results_root, ctx.series.name)
     target = co.patched.parent / "PR.md"
-    atomic_write_text(target, pr_markdown(ctx.series, ctx.base, co.commit, branch, len(made), evidence, results_root))
-    return PullRequest(branch, len(made), who, co.patched, target, evidence)
+    atomic_write_text(target, pr_markdown(ctx.series, ctx.base, evidence, results_root))
+    steps = next_steps(
+        ctx.series,
+        ctx.base,
+        co.commit,
+        co.patched,
+        Path(workdir),
+        Path(dist),
+        results_root,
+        branch,
+        len(made),
+        evidence,
+    )
+    return PullRequest(branch, len(made), who, co.patched, target, evidence, tuple(steps))

@@ -10,7 +10,8 @@ per config and build), failures and skips with their reasons, and provenance wit
 reproduces the run. Every comparison is a contrast's (:mod:`harness.contrasts`, judged by
 :mod:`harness.policy`): this module renders them and computes none.
 Long tables are folded in ``<details>`` so the PR stays readable. Plots (``harness.plots``) are
-written next to it and linked: ``speedup.png`` and ``latency-<family>.png``.
+written next to it and linked: ``speedup.png``, ``contrast-<n>.png`` (one forest plot per contrast) and
+``latency-<family>.png`` (only where a line has more than one size).
 
 Deterministic: the same results.json gives byte-identical report.md and PNGs (exact statistics,
 no resampling, no render timestamp), so ``report`` can re-create them from results.json alone.
@@ -68,15 +69,11 @@ def write(directory: Path, data: dict) -> list[Path]:
         else []
     )
     for family in analysis.families:
-        points = [
-            plots.LatencyPoint(f"{b} / {config}", r.cell.op, r.cell.dtype, r.cell.flop, r.mid[b], *r.spread[b])
-            for config, rows in analysis.rows.items()
-            for r in rows
-            if r.cell.family == family
-            for b in analysis.builds
-            if r.mid.get(b) and r.spread.get(b)
-        ]
-        written.append(plots.latency_png(directory / latency_png_name(family), points, family, clock_label(data)))
+        png = plots.latency_png(
+            directory / latency_png_name(family), latency_points(analysis, family), family, clock_label(data)
+        )
+        written += [png] if png else []
+    written += plots.contrast_pngs(directory, analysis.contrasts)
     path = directory / "report.md"
     atomic_write_text(path, render(data, analysis))
     return [path, *written]
@@ -103,6 +100,18 @@ def clock_label(data: dict) -> str:
 
 
 SPEEDUP_PNG = "speedup.png"
+
+
+def latency_points(analysis: Analysis, family: str) -> list[plots.LatencyPoint]:
+    """The latency plot's points of one workload family: per (build, config, cell) with a median."""
+    return [
+        plots.LatencyPoint(f"{b} / {config}", r.cell.op, r.cell.dtype, r.cell.flop, r.mid[b], *r.spread[b])
+        for config, rows in analysis.rows.items()
+        for r in rows
+        if r.cell.family == family
+        for b in analysis.builds
+        if r.mid.get(b) and r.spread.get(b)
+    ]
 
 
 def latency_png_name(family: str) -> str:
@@ -995,8 +1004,13 @@ def render(data: dict, analysis: Analysis | None = None) -> str:
         ),
         "",
     ] + sections
-    out += [f"![latency vs size: {f}]({latency_png_name(f)})" for f in analysis.families] + [""]
+    out += [
+        f"![latency vs size: {f}]({latency_png_name(f)})"
+        for f in analysis.families
+        if plots.sizes_vary(latency_points(analysis, f))
+    ] + [""]
     out += _other_contrasts(data, analysis, unit, scale)
+    out += [f"![{r.contrast.label}]({plots.contrast_png_name(i)})" for i, r in plots.plotted(analysis.contrasts)] + [""]
     out += _undetermined_details(analysis)
     out += _correctness(data, analysis)
     out += _consistency(data.get("consistency"), analysis.builds)

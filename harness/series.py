@@ -11,7 +11,10 @@ series routes GEMMs to (``accumulator``: ``float32`` or ``input``, what that bas
 ``source``: where in that base's upstream source it was read, file and commit), and ``[base.routes.<device>]``
 (``config = { op = path }``, the shape of ``[evidence.<device>.routes]``: where that base's upstream code
 sends each op under each config, on builds of that base; it replaces the series-wide routes for them,
-:meth:`harness.evidence.Evidence.routes_of`). Unknown keys are errors; every error names the file and the key.
+:meth:`harness.evidence.Evidence.routes_of`). An optional ``[pr]`` table holds the pull request's text
+(:mod:`harness.pr`): ``why`` (the problem the series solves), ``alternative`` (the nearest thing a user can
+already do, markdown, read as "Why not <alternative>?") and ``over_alternative`` (what the series adds over
+it). Unknown keys are errors; every error names the file and the key.
 
 Operations, all on the worktrees of :mod:`harness.upstream`:
 
@@ -68,7 +71,16 @@ from harness.upstream import (
 #: Folder that holds the series when ``--series`` is a bare name.
 PATCHES_DIR = Path("patches")
 MANIFEST = "series.toml"
-_TOP_KEYS = {"name": str, "title": str, "upstream": str, "related": list, "env": list, "base": list, "evidence": dict}
+_TOP_KEYS = {
+    "name": str,
+    "title": str,
+    "upstream": str,
+    "related": list,
+    "env": list,
+    "base": list,
+    "evidence": dict,
+    "pr": dict,
+}
 _TOP_REQUIRED = ("name", "title", "upstream", "base")
 _BASE_KEYS = {
     "ref": str,
@@ -84,6 +96,8 @@ _BASE_KEYS = {
 _BASE_REQUIRED = ("ref", "patches")
 _READ_KEYS = {"path": str, "commit": str, "blob": str, "repo": str, "applies": bool}
 _ACCUMULATOR_KEYS = {"accumulator": str, "source": str}
+#: ``[pr]``: the pull request's "why" paragraph and what the series adds over the nearest alternative
+_PR_KEYS = {"why": str, "alternative": str, "over_alternative": str}
 _SHA = re.compile(r"[0-9a-f]{40}")
 #: format-patch options of refresh/rebase: stable bytes for the same commits (see module doc).
 FORMAT_PATCH_ARGS = (
@@ -135,6 +149,8 @@ class Series:
     related: tuple[str, ...] = ()
     env: tuple[str, ...] = ()
     evidence: dict = field(default_factory=dict)
+    #: ``[pr]``: ``why``, ``alternative`` and ``over_alternative``, the pull request's text (harness.pr)
+    pr: dict = field(default_factory=dict)
 
     @property
     def manifest(self) -> Path:
@@ -418,6 +434,8 @@ def load_series(spec: str | Path) -> Series:
     related = _strings(where, "related", data.get("related", []))
     env = _strings(where, "env", data.get("env", []))
     evidence = data.get("evidence", {})
+    pr = data.get("pr", {})
+    _check_keys(f"{where}: [pr]", pr, _PR_KEYS, (), "")
     try:
         checked = validate_evidence(evidence, env, data["name"])
     except EvidenceError as exc:
@@ -446,7 +464,7 @@ def load_series(spec: str | Path) -> Series:
                 "give each [[base]] its own folder",
             )
         bases.append(base)
-    return Series(folder, data["name"], data["title"], data["upstream"], tuple(bases), related, env, evidence)
+    return Series(folder, data["name"], data["title"], data["upstream"], tuple(bases), related, env, evidence, pr)
 
 
 # ------------------------------------------------------------------------------------- manifest edits

@@ -165,6 +165,8 @@ WRITE_SITES = {
     "results.save": "results.json in the results folder (--out) given",
     "report.write": "report.md and PNGs in the results folder given",
     "plots._save": "called by report.write",
+    "plots.contrast_pngs": "contrast-*.png globbed in the results folder report.write was given (stale ones removed)",
+    "plots.latency_png": "latency-<family>.png of report.write's results folder, removed when no line has two sizes",
     "preview.write_html": "report.html in the results folder given",
     "bench.worker.main": "the worker's own output file named by the runner",
     "doctor.run": "doctor.md, doctor.json and raw/ in the --out folder given (as compare's --out)",

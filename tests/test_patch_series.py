@@ -292,7 +292,7 @@ def test_changed_test_lines_compile_and_pass_the_trees_linters(patched_tree):
     # negative control: a violation on a changed line is reported by both linters
     probe = "test/_probe_test_mps.py"
     text = (tree / path).read_text()
-    bad = text.replace("        env.update(env_vars)\n", "        env.update(env_vars) ;\n", 1)
+    bad = text.replace("        graph = self._run_gemms()\n", "        graph = self._run_gemms() ;\n", 1)
     assert bad != text
     (tree / probe).write_text(bad)
     try:

@@ -1,9 +1,11 @@
-"""harness.pr on the generated upstream (tests/small_upstream.py): checkout -> apply -> pr."""
+"""harness.pr on the generated upstream (tests/small_upstream.py): checkout -> apply -> pr; PR.md of the real
+MPS series; every command pr prints goes through the real parser (harness.cli)."""
 
 from __future__ import annotations
 
 import json
 import os
+import shlex
 from pathlib import Path
 
 import pytest
@@ -11,7 +13,12 @@ from conftest import git
 from small_upstream import SERIES_NAME, make_series, make_upstream
 
 from harness import cli
+from harness.errors import SeriesError, UsageError
+from harness.pr import pr_block, pr_markdown
+from harness.series import load_series
 from harness.upstream import patched_branch, worktrees
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
@@ -64,8 +71,62 @@ def test_pr_branch_carries_the_configured_identity(applied, project, identity, c
     text = (applied.parent / "PR.md").read_text()
     title = "# tinyext: TINYEXT_PREFER_FAST_PATH prefers the fast path"
     assert text.startswith(f"{title}\n\nlets users opt in at run time.\n")
-    assert "No evidence yet" in text and f"nox -s compare -- --series {SERIES_NAME} --base v1.4.0" in text
-    assert f"git push <your-fork> {branch}" in text and "ghstack" in text
+    assert "Not measured yet" in text
+    # the body is the pull request's: how to push and how to make evidence go to stdout
+    assert "git push" not in text and "ghstack" not in text and "nox -s" not in text and "Pushing" not in text
+    assert f"push <your-fork> {branch}" in out and "ghstack" in out
+    # no wheels in dist/ yet: the two builds, each accepted by build's parser (the nox session adds --kind)
+    builds = _printed(out, "nox -s build_")
+    assert [b[0] for b in builds] == ["nox -s build_stock", "nox -s build_patched"]
+    for session, args in builds:
+        parsed = cli.build_parser("build").parse_args(["--kind", session.removeprefix("nox -s build_"), *args])
+        assert (parsed.series, parsed.base, parsed.dist) == (SERIES_NAME, "v1.4.0", Path("dist"))
+    assert "nox -s compare" not in out
+
+
+def _printed(out: str, prefix: str) -> list[tuple[str, list[str]]]:
+    """The commands ``out`` prints that start with ``prefix``: (``nox -s SESSION``, the arguments after ``--``)."""
+    found = []
+    for line in out.splitlines():
+        if line.strip().startswith(prefix):
+            words = shlex.split(line)
+            cut = words.index("--")
+            found.append((" ".join(words[:cut]), words[cut + 1 :]))
+    return found
+
+
+def _wheel(dist: Path, name: str, kind: str, base_sha: str, series: dict | None, end: str) -> Path:
+    """A wheel file and its build manifest (harness.build's ``<wheel>.build.json`` keys that pr reads)."""
+    dist.mkdir(exist_ok=True)
+    wheel = dist / name
+    wheel.write_bytes(b"PK")
+    inputs = {"kind": kind, "base_sha": base_sha, "series": series}
+    (dist / f"{name}.build.json").write_text(json.dumps({"schema": 1, "inputs": inputs, "end": end}))
+    return wheel
+
+
+def test_pr_without_evidence_prints_a_compare_command_the_parser_accepts(applied, project, identity, capsys):
+    identity("Ada Contributor", "ada@example.org")
+    series = load_series(project / "patches" / SERIES_NAME)
+    want = {"name": SERIES_NAME, "hash": series.hash_of(series.base("v1.4.0"))}
+    base_sha = git(applied, "rev-parse", "v1.4.0^{commit}").strip()
+    dist = project / "dist"
+    stock = _wheel(dist, "tinyext-1.4.0+stock-py3-none-any.whl", "stock", base_sha, None, "2026-01-02T00:00:00")
+    patched = _wheel(dist, "tinyext-1.4.0+tiny-py3-none-any.whl", "patched", base_sha, want, "2026-01-02T00:00:00")
+    # planted: an older patched wheel, one of a stale series hash, and a stock wheel of another base
+    _wheel(dist, "old-py3-none-any.whl", "patched", base_sha, want, "2026-01-01T00:00:00")
+    _wheel(dist, "stale-py3-none-any.whl", "patched", base_sha, {**want, "hash": "0" * 64}, "2026-12-31T00:00:00")
+    _wheel(dist, "other-py3-none-any.whl", "stock", "1" * 40, None, "2026-12-31T00:00:00")
+    rc, out, err = _pr(capsys)
+    assert rc == 0, err
+    ((session, args),) = _printed(out, "nox -s compare")
+    assert session == "nox -s compare" and "nox -s build_" not in out
+    parsed = cli.build_parser("compare").parse_args(args)  # raises UsageError on an option compare rejects
+    assert (parsed.stock, parsed.patched) == (str(Path("dist") / stock.name), str(Path("dist") / patched.name))
+    assert (parsed.series, parsed.device, parsed.out) == (SERIES_NAME, "cpu", Path("results") / f"{SERIES_NAME}-v1.4.0")
+    # the old bug: `--base` is not a compare option, and the parser says so
+    with pytest.raises(UsageError, match="unrecognized arguments: --base"):
+        cli.build_parser("compare").parse_args([*args, "--base", "v1.4.0"])
 
 
 def test_pr_without_identity_is_one_line(applied, capsys):
@@ -115,9 +176,49 @@ def test_pr_md_quotes_the_newest_report_of_the_series(applied, project, identity
     rc, _, err = _pr(capsys)
     assert rc == 0, err
     text = (applied.parent / "PR.md").read_text()
-    assert "## Verdict: 1.25x faster (95% CI 1.20-1.31)" in text
+    # nested under "## Evidence": the report's heading one level down
+    assert "\n### Verdict: 1.25x faster (95% CI 1.20-1.31)\n" in text and "\n## Verdict" not in text
     assert "all cells" not in text and "old verdict" not in text and "not ours" not in text
     assert f"python -m harness compare --out {newest}" in text
+
+
+def test_pr_block_nests_the_reports_block_under_evidence():
+    report = (
+        "# A/B: stock vs patched on `cpu`\n\n## For the pull request\n\nMeasured on cpu.\n\n"
+        "# planted H1\n\n```\n# a comment in code stays\n```\n\n| cell | verdict |\n|---|---|\n| mm | faster |\n\n"
+        "## Stock vs patched per config\n\nnot in the block\n"
+    )
+    assert pr_block(report) == (
+        "Measured on cpu.\n\n### planted H1\n\n```\n# a comment in code stays\n```\n\n"
+        "| cell | verdict |\n|---|---|\n| mm | faster |"
+    )
+    # a real report: its block carries no H1/H2 and stops before the details
+    real = pr_block((REPO / "docs" / "examples" / "cpu-contrasts" / "report.md").read_text())
+    assert real.startswith("Measured on `cpu`") and "<details>" not in real
+    assert not [line for line in real.splitlines() if line.startswith(("# ", "## "))]
+
+
+def test_pr_md_of_the_mps_series_answers_why_not_unset_prefer_metal(tmp_path):
+    series = load_series(REPO / "patches" / "mps-gemm-prefer-fast-math")
+    for base in ("v2.6.0", "main"):
+        text = pr_markdown(series, base, None, tmp_path / "results")
+        head = text.splitlines()[:15]
+        assert head[0] == f"# {series.title}"
+        (answer,) = (line for line in head if line.startswith("**Why not unset `PYTORCH_MPS_PREFER_METAL`?** "))
+        assert "routes exactly like leaving PREFER_METAL unset" in answer
+        assert "PR #167424 measured at 1.77 TFLOP/s" in text.split("\n## Evidence", 1)[0]
+        assert "git push" not in text and "nox -s" not in text
+
+
+def test_unknown_pr_key_is_one_line(tmp_path):
+    repo = make_upstream(tmp_path / "up")
+    folder = make_series(repo, tmp_path / "patches")
+    manifest = folder / "series.toml"
+    manifest.write_text(manifest.read_text().replace("[[base]]", '[pr]\nwhy = "x"\nreason = "y"\n\n[[base]]', 1))
+    with pytest.raises(SeriesError, match=r"\[pr\]: unknown key 'reason'"):
+        load_series(folder)
+    manifest.write_text(manifest.read_text().replace('reason = "y"', 'over_alternative = "nothing"'))
+    assert load_series(folder).pr == {"why": "x", "over_alternative": "nothing"}
 
 
 def test_pr_before_apply_says_to_apply(tmp_path, project, isolated_cache, identity, capsys):

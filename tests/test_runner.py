@@ -139,11 +139,13 @@ def test_rerun_resumes_without_running_workers(ab_run, tmp_path):
 
 def test_report_command_re_renders_report_and_plots_byte_for_byte(ab_run, tmp_path):
     out = _copy(ab_run[0], tmp_path)
-    names = ["report.md", "speedup.png", "latency-gemm.png", "latency-sdpa.png"]
+    names = ["report.md", "speedup.png", "contrast-1.png"]
     original = {n: (out / n).read_bytes() for n in names}
     assert original["speedup.png"].startswith(b"\x89PNG") and len(original["speedup.png"]) > 10_000
     text = original["report.md"].decode()
-    assert "![speedup per cell with 95% CI](speedup.png)" in text and "(latency-gemm.png)" in text
+    assert "![speedup per cell with 95% CI](speedup.png)" in text and "](contrast-1.png)" in text
+    # one size per op: no latency-vs-size plot, and no link to one
+    assert not list(out.glob("latency-*.png")) and "(latency-" not in text
     for n in names:
         (out / n).unlink()
     proc = harness("report", str(out))

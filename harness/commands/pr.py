@@ -17,15 +17,23 @@ def add_arguments_pr(parser: argparse.ArgumentParser) -> None:
         "--results",
         metavar="DIR",
         default="results",
-        help="where results directories live (default: ./results); the newest naming the series " "is the evidence",
+        help="where results directories live (default: ./results); the newest naming the series is the evidence",
+    )
+    parser.add_argument(
+        "--dist",
+        metavar="DIR",
+        default="dist",
+        help="where the wheels are (default: ./dist); without evidence, the compare command uses this base's",
     )
 
 
 def run_pr(args: argparse.Namespace) -> int:
-    """``pr``: :func:`harness.pr.prepare`; prints the branch and where PR.md is."""
-    made = prepare(source_context(args), args.workdir, args.branch, Path(args.results))
+    """``pr``: :func:`harness.pr.prepare`; prints the branch, where PR.md is and the next steps."""
+    made = prepare(source_context(args), args.workdir, args.branch, Path(args.results), Path(args.dist))
     print(
         f"pr: branch {made.branch} ({made.commits} commit(s) by {made.who.name} <{made.who.email}>) in {made.worktree}"
     )
-    print(f"pr: {made.markdown}" + ("" if made.evidence else " (no evidence yet: it says how to make it)"))
+    print(f"pr: {made.markdown} (the pull request's body" + (")" if made.evidence else "; no evidence yet)"))
+    for line in made.steps:
+        print(line)
     return 0
