@@ -138,13 +138,23 @@ def test_a_route_whose_host_encoding_adds_to_its_blocks_is_named_next_to_the_con
     graph = {"sync_s": 1e-3, "read_s": 1e-3, "enqueue_s": 5e-5, "number": 8}
     metal = {"sync_s": 1e-3, "read_s": 1e-3, "enqueue_s": 3e-4, "number": 8}
     v = asm.judge_encode(_measured({"vanilla": {"sync": graph}, "prefer_metal": {"sync": metal}}))
-    assert v.held is False and v.data["bias"] == pytest.approx(0.25)
-    assert "MPSGraph 5%, Metal 30%; bias on a `faster` contrast between routes 25%" in v.detail
+    assert v.held is False and v.data["bias"] == pytest.approx(0.30)
+    assert (
+        "MPSGraph 5%, Metal 30% (no commit until the synchronize); bias on a `faster` contrast between routes 30%"
+        in v.detail
+    )
     m = _measured({"vanilla": {"sync": graph}, "prefer_metal": {"sync": metal}})
     note = asm.encode_bias_note({"assumptions": asm.to_json(m, [(asm.ASSUMPTIONS[1], asm.judge_encode(m))])})
-    assert note == "host encoding biases this contrast by up to 25% (doctor: host-encode share MPSGraph 5%, Metal 30%)"
+    assert note == "host encoding biases this contrast by up to 30% (doctor: host-encode share MPSGraph 5%, Metal 30%)"
     same = asm.judge_encode(_measured({"vanilla": {"sync": graph}, "prefer_metal": {"sync": graph}}))
-    assert same.held is True and asm.encode_bias_note({"assumptions": {"encode_bias": 0.0}}) is None
+    assert same.held is False  # the Metal route's own encode share still adds to its blocks
+    assert asm.encode_bias_note({"assumptions": {"encode_bias": 0.0}}) is None
+    # CUDA queues each launch as issued: the H200's 8 % / 14 % encode shares overlap a busy device (no bias)
+    lt = {"sync_s": 1e-3, "read_s": 1e-3, "enqueue_s": 1.4e-4, "number": 8}
+    cuda = asm.judge_encode(
+        _measured({"default": {"sync": {**graph, "enqueue_s": 8e-5}}, "cublaslt": {"sync": lt}}, device="cuda")
+    )
+    assert cuda.held is True and cuda.data["bias"] == 0.0 and "cuBLAS 8%, cuBLASLt 14%" in cuda.detail
 
 
 class _Clock:
