@@ -506,6 +506,8 @@ class MergeDocument:
     builds_differ: tuple[str, ...]
     command: tuple[str, ...]
     harness_version: str
+    #: when no build differs: what every machine's builds share (one line), else ""
+    builds_same: str = ""
 
     def to_json(self) -> dict:
         return {
@@ -518,6 +520,7 @@ class MergeDocument:
             "series_hash": self.series_hash,
             "contrasts": [c.to_json() for c in self.contrasts],
             "builds_differ": list(self.builds_differ),
+            "builds_same": self.builds_same,
             "sources": [s.to_json() for s in self.sources],
         }
 
@@ -541,6 +544,7 @@ class MergeDocument:
                 tuple(d["builds_differ"]),
                 tuple(d["command"]),
                 d["harness_version"],
+                str(d.get("builds_same", "")),
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ResultsError(

@@ -180,6 +180,23 @@ def _builds_differ(runs: Sequence[tuple[Path, doc.RunDocument]]) -> tuple[str, .
     return tuple(f"{' and '.join(roles)}: {text}" for text, roles in found.items())
 
 
+def _builds_same(run: doc.RunDocument) -> str:
+    """What every machine's builds share when :func:`_builds_differ` found no difference (so any one run
+    speaks for all): per role the torch version and commit, the same build settings, and whether a wheel
+    file was hashed (a ``python:`` interpreter has none: then "the same" rests on version, commit and
+    torch's own build settings)."""
+    roles = [
+        f"{role} torch {b.torch_version}" + (f" (`{b.git_version[:12]}`)" if b.git_version else "")
+        for role, b in run.builds.items()
+    ]
+    hashed = all(b.wheel_sha256 for b in run.builds.values())
+    files = "the same wheel file (sha256)" if hashed else "no wheel file to hash (interpreters given as python:)"
+    return (
+        f"Builds: the same on every machine: {', '.join(roles)}; the same build settings "
+        f"(`torch.__config__.show()`); {files}."
+    )
+
+
 def _cell(row: con.ContrastRow) -> doc.CellResult:
     cmp = row.cmp
     return doc.CellResult(
@@ -291,6 +308,7 @@ def merge(
         differ,
         tuple(command),
         harness.__version__,
+        "" if differ else _builds_same(first),
     )
 
 
@@ -461,6 +479,8 @@ def pr_block(merged: doc.MergeDocument) -> list[str]:
     ]
     if merged.builds_differ:
         out += ["> **The wheels differ between machines:** " + " ".join(f"{x}." for x in merged.builds_differ), ""]
+    elif merged.builds_same:
+        out += [merged.builds_same, ""]
     out += _machines_table(merged) + _contrast_tables(merged)
     out += [f"- C{i + 1} {_contrast_title(c)}: {agreement(merged, i)}." for i, c in enumerate(merged.contrasts)]
     out += [""] + _partial_cells(merged)
