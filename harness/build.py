@@ -864,7 +864,11 @@ def check_metal(path: str) -> Check:
             "metal",
             True,
             f"{line}; {macos.metal_text(capability)}"
-            + ("" if capability.get("CAN_COMPILE_METAL_40") == "YES" else " (main builds without its Metal-4 kernels)"),
+            + (
+                ""
+                if capability.get("CAN_COMPILE_METAL_40") == "YES"
+                else " (a main base builds without its Metal-4 kernels; v2.6.0 has none)"
+            ),
         )
     return Check("metal", False, f"`xcrun metal --version` fails ({line}) -- {METAL_REMEDY}")
 

@@ -251,9 +251,9 @@ def test_pr_body_of_the_mps_default_matrix_is_under_60_lines():
     assert "equivalent within ±2% on all 33 cells" in block  # patched/vanilla vs stock/vanilla on mm, addmm, linear
     # each contrast's consequence, from series.toml's `means` for its outcome
     fix, premise = ev.contrasts[0], ev.contrasts[3]
-    assert fix.meaning("shown").startswith("With all three variables the patched build keeps mm/addmm on MPSGraph")
+    assert fix.meaning("shown").startswith("With all three variables the patched build keeps mm on MPSGraph")
     assert fix.meaning("shown") in block and premise.meaning("shown") in block
-    assert "contradicts PR 167424's motivation" in block and premise.meaning("not shown") not in block
+    assert "unsetting PREFER_METAL loses nothing today" in block and premise.meaning("not shown") not in block
     assert "| the series' new test (0003) |" in block
     assert f"| fail (1 failed): `AssertionError: {warning}` ✓ | pass (1 passed) ✓ |" in block
     assert text.index("## For the pull request") < text.index("<details><summary><b>Details</b>")
