@@ -29,7 +29,6 @@ so ``patched`` stays on its series branch and ``apply``/``refresh`` keep working
 from __future__ import annotations
 
 import json
-import os
 import re
 import shlex
 import tempfile
@@ -275,9 +274,9 @@ def series_device(series: Series) -> str:
 
 
 def build_folder(dist: Path) -> str:
-    """``dist`` as a ``--stock``/``--patched`` build folder (ends with the path separator, so that ``compare``
-    reads it as a path, never as a requirement named ``dist``; :func:`harness.venvs.parse_input`)."""
-    return str(dist).rstrip(os.sep) + os.sep
+    """``dist`` as a ``--stock``/``--patched`` build folder (ends with ``/``, so that ``compare`` reads it as a
+    path, never as a requirement named ``dist``; :func:`harness.venvs.parse_input`)."""
+    return str(dist).rstrip("/") + "/"
 
 
 def compare_args(series: Series, stock: str, patched: str, out: Path, tests_source: Path | None) -> list[str]:

@@ -24,7 +24,6 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata
 import json
-import os
 import shutil
 import sys
 import time
@@ -120,7 +119,7 @@ def wheel_in(
         BuildInputError: ``role`` is not stock or patched; no such wheel in ``directory`` (the line names the
             series and bases its wheels of that role are of); the choice is ambiguous.
     """
-    where = f"--{role} {directory}{os.sep}"
+    where = f"--{role} {directory}/"
     if role not in ROLES:
         raise BuildInputError(
             f"{where} is a folder: only --stock/--patched take a build folder (its manifests say which wheel is which)",

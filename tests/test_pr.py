@@ -88,7 +88,7 @@ def test_pr_branch_carries_the_configured_identity(applied, project, identity, c
     ((session, args),) = _printed(out, "nox -s compare")
     compare = cli.build_parser("compare").parse_args(args)
     assert out.index("nox -s build_patched") < out.index("nox -s compare")
-    assert (compare.stock, compare.patched) == (f"dist{os.sep}", f"dist{os.sep}")
+    assert (compare.stock, compare.patched) == ("dist/", "dist/")
     assert (compare.series, compare.device, compare.out) == (
         SERIES_NAME,
         "cpu",
@@ -158,7 +158,7 @@ def test_pr_without_evidence_prints_a_compare_command_the_parser_accepts(applied
     ((session, args),) = _printed(out, "nox -s compare")
     assert session == "nox -s compare" and "nox -s build_" not in out
     parsed = cli.build_parser("compare").parse_args(args)  # raises UsageError on an option compare rejects
-    assert (parsed.stock, parsed.patched) == (f"dist{os.sep}", f"dist{os.sep}")
+    assert (parsed.stock, parsed.patched) == ("dist/", "dist/")
     assert (parsed.series, parsed.device, parsed.out) == (SERIES_NAME, "cpu", Path("results") / f"{SERIES_NAME}-v1.4.0")
     planned = runner.plan(run_command.request(parsed, {"stock": parsed.stock, "patched": parsed.patched}))
     assert (planned.builds["stock"].value, planned.builds["patched"].value) == (str(stock), str(patched))
