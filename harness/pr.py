@@ -15,9 +15,12 @@ After ``apply`` (and ``compare`` for the evidence), ``python -m harness pr --ser
   results directory whose ``results.json`` names this series as the build of ``patched`` (headings
   nested under ``## Evidence``), and the command that reproduced it;
 - prints what the contributor does next (never in the body): without evidence, the ``build`` commands of
-  the missing wheels or the ``compare`` command that makes the evidence from the built ones (both
-  accepted by their parsers, tests/test_pr.py), and how to push (plain ``git push``, or ghstack, which
-  turns each commit of the branch into its own stacked PR; ghstack is not run here).
+  the missing wheels, then one ``compare`` command that makes the evidence from them: its ``--stock`` and
+  ``--patched`` are the build folder (``--dist``) the builds write to, where ``compare`` picks this series'
+  and base's wheels by their build manifests (:func:`harness.venvs.wheel_in`), so it runs as printed once
+  the builds have finished (all accepted by their parsers, tests/test_pr.py); and how to push (plain
+  ``git push``, or ghstack, which turns each commit of the branch into its own stacked PR; ghstack is not
+  run here).
 
 Nothing in the worktrees changes: the branch is made with ``git commit-tree`` and ``update-ref``,
 so ``patched`` stays on its series branch and ``apply``/``refresh`` keep working.
@@ -33,11 +36,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.configs import DEVICES
-from harness.errors import ResultsError, SeriesError
+from harness.errors import BuildInputError, ResultsError, SeriesError
 from harness.fsutil import atomic_write_text
 from harness.paths import slug
 from harness.series import FALLBACK_COMMITTER, Context, Series, existing_checkout
 from harness.upstream import git_run
+from harness.venvs import wheel_in
 
 #: Identities that are the harness's own, never a contributor's.
 _NEUTRAL_EMAILS = (FALLBACK_COMMITTER["GIT_COMMITTER_EMAIL"], "torch-patch-harness@users.noreply.github.com")
@@ -251,28 +255,17 @@ def pr_markdown(series: Series, base: str, evidence: Path | None, results_root: 
 
 # ------------------------------------------------------------------------------- the contributor's next steps
 def built_wheels(dist: Path, series: Series, base: str, base_commit: str) -> dict[str, Path]:
-    """The newest wheels in ``dist`` whose build manifests (``<wheel>.build.json``, :mod:`harness.build`) say
-    they are this base's stock build (``kind`` stock, ``base_sha`` ``base_commit``) and this series' patched
-    build (``kind`` patched, ``series`` this name and the base's current series hash): ``{"stock": wheel,
-    "patched": wheel}``, either absent when none is found. Unreadable manifests and missing wheels are skipped."""
-    want = {"name": series.name, "hash": series.hash_of(series.base(base))}
-    found: dict[str, tuple[str, Path]] = {}
-    for manifest in sorted(Path(dist).glob("*.whl.build.json")):
+    """This base's wheels in ``dist``, found as ``compare`` finds a build folder's (:func:`harness.venvs.wheel_in`):
+    the newest stock wheel of ``base_commit`` and the newest patched wheel of this series at the base's current
+    series hash: ``{"stock": wheel, "patched": wheel}``, either absent when ``dist`` has none."""
+    want = {"stock": {}, "patched": {"series": series.name, "series_hashes": {series.hash_of(series.base(base))}}}
+    found: dict[str, Path] = {}
+    for role, extra in want.items():
         try:
-            data = json.loads(manifest.read_text(encoding="utf-8"))
-            inputs = data["inputs"]
-            kind = inputs["kind"]
-        except (OSError, ValueError, KeyError, TypeError):
+            found[role] = wheel_in(Path(dist), role, base_sha=base_commit, **extra)
+        except BuildInputError:
             continue
-        wheel = manifest.with_name(manifest.name[: -len(".build.json")])
-        ours = (kind == "stock" and inputs.get("base_sha") == base_commit) or (
-            kind == "patched" and inputs.get("series") == want
-        )
-        if ours and wheel.is_file():
-            stamp = str(data.get("end") or "")
-            if kind not in found or stamp > found[kind][0]:
-                found[kind] = (stamp, wheel)
-    return {kind: wheel for kind, (_, wheel) in found.items()}
+    return found
 
 
 def series_device(series: Series) -> str:
@@ -280,10 +273,17 @@ def series_device(series: Series) -> str:
     return next((key for key in series.evidence if key in DEVICES), "cpu")
 
 
-def compare_args(series: Series, wheels: dict[str, Path], out: Path, tests_source: Path | None) -> list[str]:
-    """The arguments of ``compare`` (after ``nox -s compare --``) that make the series' evidence from its
-    two wheels into ``out``; ``--tests-source`` when the series declares ``[[evidence.test]]``."""
-    args = ["--series", series.name, "--stock", str(wheels["stock"]), "--patched", str(wheels["patched"])]
+def build_folder(dist: Path) -> str:
+    """``dist`` as a ``--stock``/``--patched`` build folder (ends with ``/``, so that ``compare`` reads it as a
+    path, never as a requirement named ``dist``; :func:`harness.venvs.parse_input`)."""
+    return str(dist).rstrip("/") + "/"
+
+
+def compare_args(series: Series, stock: str, patched: str, out: Path, tests_source: Path | None) -> list[str]:
+    """The arguments of ``compare`` (after ``nox -s compare --``) that make the series' evidence from its two
+    builds (wheel paths or the build folder, :func:`build_folder`) into ``out``; ``--tests-source`` when the
+    series declares ``[[evidence.test]]``."""
+    args = ["--series", series.name, "--stock", stock, "--patched", patched]
     args += ["--device", series_device(series), "--out", str(out)]
     if series.evidence.get("test") and tests_source is not None:
         args += ["--tests-source", str(tests_source)]
@@ -303,7 +303,9 @@ def next_steps(
     evidence: Path | None,
 ) -> list[str]:
     """What the contributor does next, for stdout (never PR.md): without evidence, the commands that make it
-    (the missing wheels' builds, else the ``compare`` that runs on the built wheels); then how to push."""
+    (the missing wheels' builds into ``dist``, then one ``compare`` whose ``--stock``/``--patched`` are that
+    build folder, :func:`build_folder`; the wheels' own paths instead when the folder's newest patched wheel
+    of the series is of another base); then how to push."""
     lines: list[str] = []
     common = ["--series", series.name, "--base", base, "--workdir", str(workdir)]
     again = [*common, "--results", str(results_root), "--dist", str(dist)]
@@ -311,15 +313,26 @@ def next_steps(
     if evidence is None:
         wheels = built_wheels(dist, series, base, co_commit)
         missing = [kind for kind in ("stock", "patched") if kind not in wheels]
+        stock = patched_in = build_folder(dist)  # compare picks this base's wheels there (harness.venvs.wheel_in)
+        hashes = {series.hash_of(b) for b in series.bases}  # what compare --series takes (runner.series_hashes)
+        if (
+            not missing
+            and wheel_in(Path(dist), "patched", series=series.name, series_hashes=hashes) != wheels["patched"]
+        ):
+            stock, patched_in = str(wheels["stock"]), str(wheels["patched"])  # a newer patched wheel of another base
+        out = results_root / f"{series.name}-{slug(base)}"
+        args = compare_args(series, stock, patched_in, out, patched)
         if missing:
             lines.append(f"pr: no evidence yet and no {' or '.join(missing)} wheel of this base in {dist}; build:")
             lines += [f"  nox -s build_{kind} -- {shlex.join(common)}" for kind in missing]
-            lines.append(f"pr: then `nox -s pr -- {shlex.join(again)}` again prints the compare command on them")
+            lines.append(
+                f"pr: once built, make the evidence (compare takes this series' and base's wheels from "
+                f"{build_folder(dist)} by their build manifests), then `nox -s pr -- {shlex.join(again)}` "
+                "puts it in PR.md:"
+            )
         else:
-            out = results_root / f"{series.name}-{slug(base)}"
-            args = compare_args(series, wheels, out, patched)
             lines.append(f"pr: no evidence yet; make it, then `nox -s pr -- {shlex.join(again)}` puts it in PR.md:")
-            lines.append(f"  nox -s compare -- {shlex.join(args)}")
+        lines.append(f"  nox -s compare -- {shlex.join(args)}")
     lines.append(f"pr: branch {branch}: {commits} commit(s) on {base} (`{co_commit[:12]}`); push it:")
     lines.append(f"  git -C {shlex.quote(str(patched))} push <your-fork> {branch}")
     lines.append(

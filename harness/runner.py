@@ -54,7 +54,7 @@ from harness.policy import POLICY, CellClass, cell_costs, round_seconds
 from harness.policy import measured_seconds as _measured_seconds
 from harness.progress import note, task
 from harness.provenance import unsupported_reason
-from harness.venvs import ensure_interpreter, parse_input
+from harness.venvs import ensure_interpreter, parse_inputs
 
 SOURCE_ROOT = str(Path(harness.__file__).resolve().parent.parent)
 
@@ -1116,9 +1116,10 @@ def plan(request: RunRequest) -> Plan:
         UsageError: an unknown config, dtype or cell; a number that is NaN, infinite or outside its
             :data:`BOUNDS` range (the range is in the message); a ``keep_env`` name that is not
             cleared anyway; a malformed or conflicting ``worker_env`` item.
-        BuildInputError: a build input that is neither a wheel, a requirement nor ``python:/path``.
+        BuildInputError: a build input that is neither a wheel, a build folder with its role's wheel, a requirement
+            nor ``python:/path`` (:func:`harness.venvs.parse_inputs`).
     """
-    builds = {name: parse_input(text, name) for name, text in request.inputs.items()}
+    builds = parse_inputs(request.inputs, request.series, series_hashes(request.series))
     evidence = ev.for_run(
         series_of_run(request.series, {n: build_manifest(b) for n, b in builds.items()}), list(request.contrasts)
     )
@@ -1178,6 +1179,21 @@ def plan(request: RunRequest) -> Plan:
         tests_source=request.tests_source,
         command=tuple(request.command),
     )
+
+
+def series_hashes(series: str | None) -> set[str] | None:
+    """The series hashes of ``--series`` at each of its bases (:meth:`harness.series.Series.hash_of`): a patched
+    wheel ``compare`` takes from a build folder is of one of them (:func:`harness.venvs.wheel_in`); None without.
+
+    Raises:
+        SeriesError: ``series`` names no loadable series.
+    """
+    if not series:
+        return None
+    from harness.series import load_series  # series.toml loading has one owner
+
+    loaded = load_series(series)
+    return {loaded.hash_of(base) for base in loaded.bases}
 
 
 def series_of_run(series: str | None, manifests: Mapping[str, Mapping | None]):

@@ -4,6 +4,8 @@ An input is one of:
 
 - ``python:/path/to/python``: an existing interpreter, used as it is;
 - a path to a wheel (``*.whl``): installed into its own virtual environment;
+- a folder that ``build --dist`` wrote (``dist/``, a path with a ``/``): the role's wheel there, chosen by
+  its build manifest (:func:`wheel_in`), then used as that wheel's path;
 - a requirement (``torch==2.13.0``): installed by pip into its own virtual environment.
 
 Each environment lives in ``<cache>/envs/<slug>-<key8>`` where the key hashes the input (the
@@ -26,7 +28,7 @@ import shutil
 import sys
 import time
 import venv
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -70,12 +72,119 @@ class BuildInput:
         return {"kind": self.kind, "value": self.value, "sha256": self.sha256}
 
 
-def parse_input(text: str, role: str) -> BuildInput:
-    """Parse one ``--stock`` / ``--patched`` value.
+#: the build manifest ``harness.build`` writes beside each wheel: ``<wheel>.build.json``
+MANIFEST_SUFFIX = ".build.json"
+#: the roles whose wheels a build manifest names (its ``inputs.kind``, harness.build.KINDS)
+ROLES = ("stock", "patched")
+
+
+def _manifests(directory: Path) -> list[tuple[Path, dict]]:
+    """(wheel, manifest ``inputs`` with ``end``) of each readable build manifest in ``directory`` whose wheel exists."""
+    found = []
+    for manifest in sorted(directory.glob(f"*.whl{MANIFEST_SUFFIX}")):
+        try:
+            data = json.loads(manifest.read_text(encoding="utf-8"))
+            inputs = dict(data["inputs"])
+        except (OSError, ValueError, KeyError, TypeError, RecursionError):
+            continue
+        wheel = manifest.with_name(manifest.name[: -len(MANIFEST_SUFFIX)])
+        if wheel.is_file():
+            found.append((wheel, {**inputs, "end": str(data.get("end") or "")}))
+    return found
+
+
+def _series_name(inputs: dict) -> str | None:
+    series = inputs.get("series")
+    return series.get("name") if isinstance(series, dict) else None
+
+
+def wheel_in(
+    directory: Path,
+    role: str,
+    *,
+    series: str | None = None,
+    base_sha: str | None = None,
+    series_hashes: Collection[str] | None = None,
+) -> Path:
+    """The ``role`` wheel (``stock`` | ``patched``) that ``build --dist directory`` wrote, by its build manifest
+    (``<wheel>.build.json``, :mod:`harness.build`): ``inputs.kind`` is ``role``; for ``patched``, ``inputs.series``
+    names ``series`` (a name or a series folder; any when None) and, when given, has a hash of ``series_hashes``
+    (the series' current state at its bases, :meth:`harness.series.Series.hash_of`); its
+    ``inputs.base_sha`` is ``base_sha`` when given. Of several such wheels the newest (manifest ``end``) is taken
+    (an older one is a build of an older state of the series); wheels of several series (no ``series`` given) or,
+    for ``stock`` without ``base_sha``, of several bases are ambiguous. Unreadable manifests and manifests whose
+    wheel is gone are skipped.
 
     Raises:
-        BuildInputError: the interpreter or wheel does not exist, or the text is neither a path
-            nor a valid requirement.
+        BuildInputError: ``role`` is not stock or patched; no such wheel in ``directory`` (the line names the
+            series and bases its wheels of that role are of); the choice is ambiguous.
+    """
+    where = f"--{role} {directory}/"
+    if role not in ROLES:
+        raise BuildInputError(
+            f"{where} is a folder: only --stock/--patched take a build folder (its manifests say which wheel is which)",
+            "pass the wheel's path (dist/torch-...whl)",
+        )
+    name = Path(series).name if series else None
+    build = f"nox -s build_{role} -- --series SERIES --base REF --dist {directory}"
+    remedy = f"build it ({build}, which writes <wheel>{MANIFEST_SUFFIX} beside it) or pass a wheel path"
+    mine = [(w, i) for w, i in _manifests(directory) if i.get("kind") == role]
+    if not mine:
+        raise BuildInputError(f"{where} holds no {role} wheel with a build manifest (<wheel>{MANIFEST_SUFFIX})", remedy)
+    if role == "patched":
+        names = sorted({str(_series_name(i)) for _, i in mine})
+        if name is not None:
+            mine = [(w, i) for w, i in mine if _series_name(i) == name]
+            if not mine:
+                raise BuildInputError(
+                    f"{where} holds no patched wheel of series {name} (its patched wheels: {', '.join(names)})", remedy
+                )
+        elif len(names) > 1:
+            raise BuildInputError(
+                f"{where} holds patched wheels of {len(names)} series ({', '.join(names)}): which one is ambiguous",
+                "name it with --series, or pass the wheel's path",
+            )
+        if series_hashes is not None:
+            hashes = sorted({str((i.get("series") or {}).get("hash"))[:8] for _, i in mine})
+            mine = [(w, i) for w, i in mine if (i.get("series") or {}).get("hash") in series_hashes]
+            if not mine:
+                raise BuildInputError(
+                    f"{where} holds patched wheels of {name or 'the series'} built from another state of the series "
+                    f"(hash {', '.join(hashes)}, not {', '.join(sorted(h[:8] for h in series_hashes))})",
+                    remedy,
+                )
+    bases = sorted({str(i.get("base_sha"))[:12] for _, i in mine})
+    if base_sha is not None:
+        mine = [(w, i) for w, i in mine if i.get("base_sha") == base_sha]
+        if not mine:
+            raise BuildInputError(
+                f"{where} holds no {role} wheel of base {base_sha[:12]}"
+                + (" (the --patched wheel's base)" if role == "stock" else "")
+                + f"; its {role} wheels are of base {', '.join(bases)}",
+                remedy,
+            )
+    elif role == "stock" and len(bases) > 1:
+        raise BuildInputError(
+            f"{where} holds stock wheels of {len(bases)} bases ({', '.join(bases)}): which one is ambiguous",
+            "pass --patched as a wheel with its build manifest (its base picks the stock wheel), or the wheel's path",
+        )
+    return max(mine, key=lambda found: (found[1]["end"], found[0].name))[0]
+
+
+def parse_input(
+    text: str,
+    role: str,
+    *,
+    series: str | None = None,
+    base_sha: str | None = None,
+    series_hashes: Collection[str] | None = None,
+) -> BuildInput:
+    """Parse one ``--stock`` / ``--patched`` value; a build folder becomes its role's wheel (:func:`wheel_in`,
+    with ``series``, ``base_sha`` and ``series_hashes``) and is then parsed as that wheel's path.
+
+    Raises:
+        BuildInputError: the interpreter or wheel does not exist, the folder holds no wheel of the role or an
+            ambiguous choice, or the text is neither a path nor a valid requirement.
     """
     if text.startswith("python:"):
         path = Path(text[len("python:") :]).expanduser()
@@ -87,6 +196,8 @@ def parse_input(text: str, role: str) -> BuildInput:
         return BuildInput("python", str(path))
     if text.endswith(".whl") or "/" in text or text.startswith("."):
         path = Path(text).expanduser().resolve()
+        if path.is_dir():
+            path = wheel_in(path, role, series=series, base_sha=base_sha, series_hashes=series_hashes)
         if not path.is_file():
             raise BuildInputError(
                 f"--{role}: wheel {path} does not exist",
@@ -102,9 +213,39 @@ def parse_input(text: str, role: str) -> BuildInput:
     except InvalidRequirement as exc:
         raise BuildInputError(
             f"--{role}: {text!r} is neither a wheel path nor a requirement ({str(exc).splitlines()[0]})",
-            "pass e.g. torch==2.13.0, ./dist/torch-...whl, or python:/path/to/python",
+            "pass e.g. torch==2.13.0, ./dist/torch-...whl, dist/ (a build folder) or python:/path/to/python",
         ) from None
     return BuildInput("requirement", str(req))
+
+
+def manifest_base(build: BuildInput | None) -> str | None:
+    """``inputs.base_sha`` of the build manifest beside a wheel input, else None."""
+    if build is None or build.kind != "wheel":
+        return None
+    try:
+        data = json.loads(Path(build.value + MANIFEST_SUFFIX).read_text(encoding="utf-8"))
+        base = data["inputs"]["base_sha"]
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
+        return None
+    return base if isinstance(base, str) else None
+
+
+def parse_inputs(
+    texts: Mapping[str, str], series: str | None = None, series_hashes: Collection[str] | None = None
+) -> dict[str, BuildInput]:
+    """Parse a run's ``{role: text}`` inputs (:func:`parse_input`), ``patched`` first: when ``stock`` is a build
+    folder, the base of the patched wheel's build manifest picks its stock wheel, so a pair never mixes bases;
+    a patched wheel from a folder is one of ``series`` at one of ``series_hashes`` (when given).
+    Returns the inputs in the order given.
+
+    Raises:
+        BuildInputError: as :func:`parse_input`.
+    """
+    parsed: dict[str, BuildInput] = {}
+    for role in sorted(texts, key=lambda r: r != "patched"):
+        base = manifest_base(parsed.get("patched")) if role == "stock" else None
+        parsed[role] = parse_input(texts[role], role, series=series, base_sha=base, series_hashes=series_hashes)
+    return {role: parsed[role] for role in texts}
 
 
 def env_key(build: BuildInput, base_python: str = sys.executable) -> str:

@@ -12,7 +12,8 @@ import pytest
 from conftest import git
 from small_upstream import SERIES_NAME, make_series, make_upstream
 
-from harness import cli
+from harness import cli, runner
+from harness.commands import run as run_command
 from harness.errors import SeriesError, UsageError
 from harness.pr import pr_block, pr_markdown
 from harness.series import load_series
@@ -75,13 +76,48 @@ def test_pr_branch_carries_the_configured_identity(applied, project, identity, c
     # the body is the pull request's: how to push and how to make evidence go to stdout
     assert "git push" not in text and "ghstack" not in text and "nox -s" not in text and "Pushing" not in text
     assert f"push <your-fork> {branch}" in out and "ghstack" in out
-    # no wheels in dist/ yet: the two builds, each accepted by build's parser (the nox session adds --kind)
+    # no wheels in dist/ yet: the two builds, each accepted by build's parser (the nox session adds --kind),
+    # then one compare on the folder they write to, accepted by compare's parser
     builds = _printed(out, "nox -s build_")
     assert [b[0] for b in builds] == ["nox -s build_stock", "nox -s build_patched"]
+    dists = []
     for session, args in builds:
         parsed = cli.build_parser("build").parse_args(["--kind", session.removeprefix("nox -s build_"), *args])
         assert (parsed.series, parsed.base, parsed.dist) == (SERIES_NAME, "v1.4.0", Path("dist"))
-    assert "nox -s compare" not in out
+        dists.append((parsed.kind, parsed.dist))
+    ((session, args),) = _printed(out, "nox -s compare")
+    compare = cli.build_parser("compare").parse_args(args)
+    assert out.index("nox -s build_patched") < out.index("nox -s compare")
+    assert (compare.stock, compare.patched) == ("dist/", "dist/")
+    assert (compare.series, compare.device, compare.out) == (
+        SERIES_NAME,
+        "cpu",
+        Path("results") / f"{SERIES_NAME}-v1.4.0",
+    )
+    # the builds finish: a wheel and its manifest where each build command writes; the compare as printed
+    # takes exactly those (its plan, as `compare` makes it: nothing runs)
+    series = load_series(project / "patches" / SERIES_NAME)
+    base_sha = git(applied, "rev-parse", "v1.4.0^{commit}").strip()
+    want = {"name": SERIES_NAME, "hash": series.hash_of(series.base("v1.4.0"))}
+    made = {
+        kind: _wheel(
+            dist,
+            f"tinyext-1.4.0+{kind}-py3-none-any.whl",
+            kind,
+            base_sha,
+            want if kind == "patched" else None,
+            "2026-01-02T00:00:00",
+        )
+        for kind, dist in dists
+    }
+    planned = runner.plan(run_command.request(compare, {"stock": compare.stock, "patched": compare.patched}))
+    assert {role: build.value for role, build in planned.builds.items()} == {
+        k: str(w.resolve()) for k, w in made.items()
+    }
+    # pr again: nothing to build, the same compare command
+    rc, again, err = _pr(capsys)
+    assert rc == 0, err
+    assert "nox -s build_" not in again and _printed(again, "nox -s compare") == [(session, args)]
 
 
 def _printed(out: str, prefix: str) -> list[tuple[str, list[str]]]:
@@ -97,7 +133,7 @@ def _printed(out: str, prefix: str) -> list[tuple[str, list[str]]]:
 
 def _wheel(dist: Path, name: str, kind: str, base_sha: str, series: dict | None, end: str) -> Path:
     """A wheel file and its build manifest (harness.build's ``<wheel>.build.json`` keys that pr reads)."""
-    dist.mkdir(exist_ok=True)
+    dist.mkdir(parents=True, exist_ok=True)
     wheel = dist / name
     wheel.write_bytes(b"PK")
     inputs = {"kind": kind, "base_sha": base_sha, "series": series}
@@ -122,11 +158,21 @@ def test_pr_without_evidence_prints_a_compare_command_the_parser_accepts(applied
     ((session, args),) = _printed(out, "nox -s compare")
     assert session == "nox -s compare" and "nox -s build_" not in out
     parsed = cli.build_parser("compare").parse_args(args)  # raises UsageError on an option compare rejects
-    assert (parsed.stock, parsed.patched) == (str(Path("dist") / stock.name), str(Path("dist") / patched.name))
+    assert (parsed.stock, parsed.patched) == ("dist/", "dist/")
     assert (parsed.series, parsed.device, parsed.out) == (SERIES_NAME, "cpu", Path("results") / f"{SERIES_NAME}-v1.4.0")
+    planned = runner.plan(run_command.request(parsed, {"stock": parsed.stock, "patched": parsed.patched}))
+    assert (planned.builds["stock"].value, planned.builds["patched"].value) == (str(stock), str(patched))
     # the old bug: `--base` is not a compare option, and the parser says so
     with pytest.raises(UsageError, match="unrecognized arguments: --base"):
         cli.build_parser("compare").parse_args([*args, "--base", "v1.4.0"])
+    # planted: a newer patched wheel of the series at another base commit: the folder would give that one, so
+    # pr names this base's wheels by their paths
+    _wheel(dist, "newer-py3-none-any.whl", "patched", "2" * 40, want, "2026-06-01T00:00:00")
+    rc, out, err = _pr(capsys)
+    assert rc == 0, err
+    ((_, args),) = _printed(out, "nox -s compare")
+    parsed = cli.build_parser("compare").parse_args(args)
+    assert (parsed.stock, parsed.patched) == (str(Path("dist") / stock.name), str(Path("dist") / patched.name))
 
 
 def test_pr_without_identity_is_one_line(applied, capsys):

@@ -1,11 +1,13 @@
+import hashlib
+import json
 import subprocess
 import sys
 
 import pytest
 
-from harness import venvs
+from harness import cli, venvs
 from harness.errors import BuildInputError
-from harness.venvs import ensure_interpreter, parse_input
+from harness.venvs import ensure_interpreter, parse_input, parse_inputs, wheel_in
 
 
 def test_parse_inputs(tmp_path):
@@ -14,8 +16,6 @@ def test_parse_inputs(tmp_path):
     wheel = tmp_path / "torch-2.6.0+stock.abcdef12-cp311-cp311-linux_x86_64.whl"
     wheel.write_bytes(b"not really a wheel")
     parsed = parse_input(str(wheel), "patched")
-    import hashlib
-
     assert parsed.kind == "wheel" and parsed.sha256 == hashlib.sha256(b"not really a wheel").hexdigest()
 
 
@@ -139,3 +139,109 @@ def test_series_test_requirements_with_an_old_pip_are_recorded_not_installed(mon
         "reason": f"pip 21.0 of {sys.executable} cannot install into another environment "
         f"(pip --python needs pip >= 22.3) -- {sys.executable} -m pip install --upgrade 'pip>=22.3'",
     }
+
+
+# ------------------------------------------------------------------ build folders (compare --stock dist/)
+BASE, OTHER_BASE = "a" * 40, "b" * 40
+SERIES = {"name": "tiny-fast-path", "hash": "c" * 64}
+
+
+def _plant(dist, name, kind, base_sha, series=None, end="2026-01-02T00:00:00+00:00"):
+    """A wheel file and the build manifest ``harness.build`` writes beside it (the keys a folder is read by)."""
+    dist.mkdir(parents=True, exist_ok=True)
+    wheel = dist / name
+    wheel.write_bytes(name.encode())
+    inputs = {"kind": kind, "base_sha": base_sha, "series": series}
+    (dist / f"{name}.build.json").write_text(json.dumps({"schema": 1, "inputs": inputs, "end": end}))
+    return wheel
+
+
+def test_a_build_folder_gives_the_pair_of_one_series_and_base(tmp_path):
+    dist = tmp_path / "dist"
+    stock = _plant(dist, "torch-2.6.0+stock.aaaaaaaa-cp312-none-any.whl", "stock", BASE)
+    patched = _plant(dist, "torch-2.6.0+tiny.fast.path.cccccccc-cp312-none-any.whl", "patched", BASE, SERIES)
+    # planted: an older build of the series, another series, a stock wheel of another base (newer), and a
+    # manifest whose wheel is gone and one that is not JSON
+    _plant(dist, "torch-2.6.0+tiny.fast.path.dddddddd-cp312-none-any.whl", "patched", BASE, SERIES, "2026-01-01")
+    _plant(dist, "torch-2.6.0+other.eeeeeeee-cp312-none-any.whl", "patched", BASE, {"name": "other", "hash": "e"})
+    _plant(dist, "torch-2.6.0+stock.bbbbbbbb-cp312-none-any.whl", "stock", OTHER_BASE, end="2026-12-31")
+    _plant(dist, "gone-py3-none-any.whl", "patched", BASE, SERIES, "2027-01-01").unlink()
+    (dist / "broken-py3-none-any.whl.build.json").write_text("{not json")
+    folder = f"{dist}/"
+    builds = parse_inputs({"stock": folder, "patched": folder}, "tiny-fast-path")
+    assert list(builds) == ["stock", "patched"]
+    assert (builds["stock"].value, builds["patched"].value) == (str(stock), str(patched))
+    assert (
+        builds["patched"].kind == "wheel"
+        and builds["patched"].sha256 == hashlib.sha256(patched.name.encode()).hexdigest()
+    )
+    # the same wheel as its path gives the same input (one code path: the folder becomes the wheel's path)
+    assert parse_input(str(patched), "patched") == builds["patched"]
+    # a series folder names the series as well; the current hash keeps the newer build
+    assert wheel_in(dist, "patched", series=str(tmp_path / "patches" / "tiny-fast-path")) == patched
+    assert wheel_in(dist, "patched", series="tiny-fast-path", series_hashes={"c" * 64}) == patched
+    # a stock folder with a patched wheel: the patched wheel's manifest picks the stock wheel's base
+    assert parse_inputs({"stock": folder, "patched": str(patched)})["stock"].value == str(stock)
+
+
+def _line(excinfo) -> str:
+    line = excinfo.value.line()
+    assert "\n" not in line and excinfo.value.remedy
+    return line
+
+
+def test_a_build_folder_without_one_answer_is_one_line(tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(BuildInputError) as info:
+        parse_input(f"{empty}/", "stock")
+    assert f"--stock {empty}/ holds no stock wheel with a build manifest" in _line(info)
+    assert f"--dist {empty}" in info.value.remedy
+    # two candidate wheels of one role: stock wheels of two bases, nothing to pick one by
+    two = tmp_path / "two"
+    _plant(two, "torch-2.6.0+stock.aaaaaaaa-cp312-none-any.whl", "stock", BASE)
+    _plant(two, "torch-2.6.0+stock.bbbbbbbb-cp312-none-any.whl", "stock", OTHER_BASE)
+    with pytest.raises(BuildInputError) as info:
+        parse_input(f"{two}/", "stock")
+    assert f"holds stock wheels of 2 bases ({BASE[:12]}, {OTHER_BASE[:12]}): which one is ambiguous" in _line(info)
+    # patched wheels of two series and no --series
+    _plant(two, "torch-2.6.0+tiny.fast.path.cccccccc-cp312-none-any.whl", "patched", BASE, SERIES)
+    _plant(two, "torch-2.6.0+other.eeeeeeee-cp312-none-any.whl", "patched", BASE, {"name": "other", "hash": "e"})
+    with pytest.raises(BuildInputError) as info:
+        parse_inputs({"stock": f"{two}/", "patched": f"{two}/"})
+    assert "holds patched wheels of 2 series (other, tiny-fast-path): which one is ambiguous" in _line(info)
+    # a manifest of another series
+    with pytest.raises(BuildInputError) as info:
+        parse_inputs({"stock": f"{two}/", "patched": f"{two}/"}, "mps-gemm-prefer-fast-math")
+    assert "holds no patched wheel of series mps-gemm-prefer-fast-math (its patched wheels: other, tiny-fast-path)" in (
+        _line(info)
+    )
+    # a manifest of another base: the only stock wheel is not of the patched wheel's base
+    other = tmp_path / "other-base"
+    _plant(other, "torch-2.6.0+stock.bbbbbbbb-cp312-none-any.whl", "stock", OTHER_BASE)
+    _plant(other, "torch-2.6.0+tiny.fast.path.cccccccc-cp312-none-any.whl", "patched", BASE, SERIES)
+    with pytest.raises(BuildInputError) as info:
+        parse_inputs({"stock": f"{other}/", "patched": f"{other}/"}, "tiny-fast-path")
+    assert (
+        f"holds no stock wheel of base {BASE[:12]} (the --patched wheel's base); its stock wheels are of base "
+        f"{OTHER_BASE[:12]}" in _line(info)
+    )
+    # a build of an older state of the series
+    with pytest.raises(BuildInputError) as info:
+        wheel_in(other, "patched", series="tiny-fast-path", series_hashes={"f" * 64})
+    assert "built from another state of the series (hash cccccccc, not ffffffff)" in _line(info)
+    # bench --build takes no folder: its role has no manifest kind
+    with pytest.raises(BuildInputError) as info:
+        parse_input(f"{other}/", "build")
+    assert "only --stock/--patched take a build folder" in _line(info)
+
+
+def test_compare_on_an_empty_build_folder_says_it_in_one_line(tmp_path, capsys):
+    empty = tmp_path / "dist"
+    empty.mkdir()
+    out = str(tmp_path / "out")
+    rc = cli.main(["compare", "--stock", f"{empty}/", "--patched", f"{empty}/", "--device", "cpu", "--out", out])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1
+    assert err.startswith(f"error: --patched {empty}/ holds no patched wheel with a build manifest")
+    assert not (tmp_path / "out").exists()

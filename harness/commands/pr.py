@@ -23,7 +23,8 @@ def add_arguments_pr(parser: argparse.ArgumentParser) -> None:
         "--dist",
         metavar="DIR",
         default="dist",
-        help="where the wheels are (default: ./dist); without evidence, the compare command uses this base's",
+        help="where the wheels are (default: ./dist); without evidence, the build commands printed write there "
+        "and the compare command printed reads it (compare --stock DIR/ --patched DIR/)",
     )
 
 

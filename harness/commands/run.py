@@ -152,9 +152,17 @@ def _output_arguments(parser: argparse.ArgumentParser) -> None:
 def add_arguments_compare(parser: argparse.ArgumentParser) -> None:
     """Options of ``compare``."""
     parser.add_argument(
-        "--stock", required=True, help="stock build: wheel path, requirement (torch==2.13.0) or python:/path"
+        "--stock",
+        required=True,
+        help="stock build: wheel path, build folder (dist/: its stock wheel of the patched wheel's base, by the "
+        "build manifests), requirement (torch==2.13.0) or python:/path",
     )
-    parser.add_argument("--patched", required=True, help="patched build: wheel path, requirement or python:/path")
+    parser.add_argument(
+        "--patched",
+        required=True,
+        help="patched build: wheel path, build folder (dist/: its newest patched wheel of --series, by the build "
+        "manifests), requirement or python:/path",
+    )
     _common_arguments(parser)
     parser.add_argument(
         "--target-ci",
