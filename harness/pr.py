@@ -29,6 +29,7 @@ so ``patched`` stays on its series branch and ``apply``/``refresh`` keep working
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 import tempfile
@@ -162,28 +163,35 @@ def alternative_text(series: Series) -> str | None:
     return f"{question} {' '.join(over.split())}"
 
 
-def newest_evidence(results_root: Path, series_name: str) -> Path | None:
-    """The newest directory under ``results_root`` whose results.json names ``series_name`` as a build's series.
+def newest_evidence(results_root: Path, series_name: str, series_hash: str | None = None) -> Path | None:
+    """The newest finished run under ``results_root`` whose results.json names ``series_name`` as a build's
+    series (and, with ``series_hash``, that hash: the series as it is now at this base, not an older state).
 
-    Newest = latest ``run.finished`` (else ``run.started``). Unreadable results.json files are skipped.
+    Newest = latest ``run.finished``. Unfinished runs (no ``run.finished``: interrupted, resume them) and
+    unreadable results.json files are skipped: a PR body never carries an incomplete run's numbers.
+
+    Raises:
+        ResultsError: ``results_root`` exists and is not a folder.
     """
     best: tuple[str, Path] | None = None
+    if results_root.exists() and not results_root.is_dir():
+        raise ResultsError(
+            f"--results {results_root} is not a folder", "pass the folder that holds the results directories"
+        )
     if not results_root.is_dir():
         return None
     for path in sorted(results_root.glob("*/results.json")):
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):
             continue
-        builds = data.get("builds") or {}
-        names = {
-            ((b.get("build") or {}).get("series") or {}).get("name") for b in builds.values() if isinstance(b, dict)
-        }
-        if series_name not in names:
+        builds = data.get("builds") if isinstance(data, dict) else None
+        found = [((b.get("build") or {}).get("series") or {}) for b in (builds or {}).values() if isinstance(b, dict)]
+        named = [f for f in found if isinstance(f, dict) and f.get("name") == series_name]
+        if not named or (series_hash and not any(f.get("hash") == series_hash for f in named)):
             continue
-        run = data.get("run") or {}
-        stamp = str(run.get("finished") or run.get("started") or "")
-        if best is None or stamp > best[0]:
+        stamp = str((data.get("run") or {}).get("finished") or "")
+        if stamp and (best is None or stamp > best[0]):
             best = (stamp, path.parent)
     return best[1] if best else None
 
@@ -213,7 +221,18 @@ def pr_block(report: str) -> str:
             break
         heading = None if fenced else _HEADING.match(line)
         out.append(f"{'#' * max(3, len(heading.group(1)) + 1)}{heading.group(2)}" if heading else line)
-    return "\n".join(out).strip()
+    return _without_resume("\n".join(out)).strip()
+
+
+#: the report's instruction to the contributor under its undetermined line: a fenced ``compare`` command
+#: (with the sentence that introduces it); a reviewer has nothing to run there (it stays in report.md)
+_RESUME_FENCE = re.compile(
+    r"[ \t]*Resume the run[^\n]*:\s*\n+```[^\n]*\n(?:nox -s compare|python -m harness compare)[^`]*```\n?"
+)
+
+
+def _without_resume(block: str) -> str:
+    return _RESUME_FENCE.sub("", block)
 
 
 def evidence_block(directory: Path) -> tuple[str, str]:
@@ -357,6 +376,21 @@ class PullRequest:
     steps: tuple[str, ...]
 
 
+def keep_edited(target: Path, text: str) -> Path | None:
+    """Write ``text`` to ``target`` (PR.md); an existing PR.md with other text (the contributor may have
+    edited it) is first kept as ``PR.md.~N~`` (the next free N, as ``cp --backup=numbered``): nothing the
+    user wrote is lost. Returns the kept copy, or None when nothing needed keeping."""
+    kept = None
+    if target.is_file() and target.read_text(encoding="utf-8") != text:
+        n = 1
+        while target.with_name(f"{target.name}.~{n}~").exists():
+            n += 1
+        kept = target.with_name(f"{target.name}.~{n}~")
+        os.replace(target, kept)
+    atomic_write_text(target, text)
+    return kept
+
+
 def prepare(
     ctx: Context, workdir: Path | str, branch: str | None, results_root: Path, dist: Path = Path("dist")
 ) -> PullRequest:
@@ -374,9 +408,9 @@ def prepare(
     if git_run(co.patched, "check-ref-format", "--branch", branch, check=False).rc != 0:
         raise SeriesError(f"--branch {branch!r} is not a valid branch name", "pick another name")
     made = make_branch(co.patched, co.commit, co.branch, branch, who)
-    evidence = newest_evidence(results_root, ctx.series.name)
+    evidence = newest_evidence(results_root, ctx.series.name, ctx.series.hash_of(ctx.series.base(ctx.base)))
     target = co.patched.parent / "PR.md"
-    atomic_write_text(target, pr_markdown(ctx.series, ctx.base, evidence, results_root))
+    kept = keep_edited(target, pr_markdown(ctx.series, ctx.base, evidence, results_root))
     steps = next_steps(
         ctx.series,
         ctx.base,
@@ -389,4 +423,6 @@ def prepare(
         len(made),
         evidence,
     )
+    if kept is not None:
+        steps = [f"pr: the earlier PR.md differed from this one (your edits?): kept as {kept}", *steps]
     return PullRequest(branch, len(made), who, co.patched, target, evidence, tuple(steps))

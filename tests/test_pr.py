@@ -189,14 +189,25 @@ def test_pr_refuses_the_harness_identity(applied, identity, capsys):
     assert rc == 2 and "the harness's own address" in err and err.count("\n") == 1
 
 
-def _results(root: Path, name: str, series: str, finished: str, report: str) -> Path:
+def _current_hash(project: Path) -> str:
+    series = load_series(project / "patches" / SERIES_NAME)
+    return series.hash_of(series.base("v1.4.0"))
+
+
+def _results(
+    root: Path, name: str, series: str, finished: str | None, report: str, series_hash: str = "0" * 64
+) -> Path:
     folder = root / name
     folder.mkdir(parents=True)
     data = {
-        "run": {"command": ["python", "-m", "harness", "compare", "--out", str(folder)], "finished": finished},
+        "run": {
+            "command": ["python", "-m", "harness", "compare", "--out", str(folder)],
+            "started": "2026-12-31T00:00:00Z",
+            "finished": finished,
+        },
         "builds": {
             "stock": {"build": {"series": None}},
-            "patched": {"build": {"series": {"name": series, "hash": "0" * 64}}},
+            "patched": {"build": {"series": {"name": series, "hash": series_hash}}},
         },
     }
     (folder / "results.json").write_text(json.dumps(data))
@@ -206,9 +217,12 @@ def _results(root: Path, name: str, series: str, finished: str, report: str) -> 
 
 def test_pr_md_quotes_the_newest_report_of_the_series(applied, project, identity, capsys):
     identity("Ada Contributor", "ada@example.org")
-    root = project / "results"
-    _results(root, "old", SERIES_NAME, "2026-01-01T00:00:00Z", "## old verdict\n")
-    _results(root, "other", "another-series", "2026-12-31T00:00:00Z", "## not ours\n")
+    root, now = project / "results", _current_hash(project)
+    _results(root, "old", SERIES_NAME, "2026-01-01T00:00:00Z", "## old verdict\n", now)
+    _results(root, "other", "another-series", "2026-12-31T00:00:00Z", "## not ours\n", now)
+    # an interrupted run (newer, but not finished) and a run of an older state of the series: never the evidence
+    _results(root, "unfinished", SERIES_NAME, None, "## incomplete numbers\n", now)
+    _results(root, "stale", SERIES_NAME, "2026-11-01T00:00:00Z", "## stale series\n")
     block = "## Verdict: 1.25x faster (95% CI 1.20-1.31)\n\n"
     newest = _results(
         root,
@@ -216,6 +230,7 @@ def test_pr_md_quotes_the_newest_report_of_the_series(applied, project, identity
         SERIES_NAME,
         "2026-06-01T00:00:00Z",
         block + "<details><summary>all cells</summary>\nx\n</details>\n",
+        now,
     )
     (root / "broken").mkdir()
     (root / "broken" / "results.json").write_text("{not json")
@@ -225,7 +240,19 @@ def test_pr_md_quotes_the_newest_report_of_the_series(applied, project, identity
     # nested under "## Evidence": the report's heading one level down
     assert "\n### Verdict: 1.25x faster (95% CI 1.20-1.31)\n" in text and "\n## Verdict" not in text
     assert "all cells" not in text and "old verdict" not in text and "not ours" not in text
+    assert "incomplete numbers" not in text and "stale series" not in text
     assert f"python -m harness compare --out {newest}" in text
+    # the contributor's edits to PR.md are kept when pr writes it again
+    (applied.parent / "PR.md").write_text(text + "\nmy hand-written note\n")
+    rc, out, err = _pr(capsys)
+    assert rc == 0, err
+    kept = applied.parent / "PR.md.~1~"
+    assert kept.read_text().endswith("my hand-written note\n") and "kept as " in out and "PR.md.~1~" in out
+    assert (applied.parent / "PR.md").read_text() == text
+    # --results naming a file is one line, not "not measured yet"
+    (project / "afile").write_text("x")
+    rc, _, err = _pr(capsys, "--results", str(project / "afile"))
+    assert rc == 2 and "is not a folder" in err and len(err.strip().splitlines()) == 1
 
 
 def test_pr_block_nests_the_reports_block_under_evidence():
@@ -242,6 +269,10 @@ def test_pr_block_nests_the_reports_block_under_evidence():
     real = pr_block((REPO / "docs" / "examples" / "cpu-contrasts" / "report.md").read_text())
     assert real.startswith("Measured on `cpu`") and "<details>" not in real
     assert not [line for line in real.splitlines() if line.startswith(("# ", "## "))]
+    # the report's resume command is for the contributor (it stays in report.md), never in the PR body
+    resumable = (REPO / "docs" / "examples" / "cpu-ab" / "report.md").read_text()
+    assert "nox -s compare --" in resumable.split("<details>")[0]
+    assert "nox -s compare" not in pr_block(resumable) and "Resume the run" not in pr_block(resumable)
 
 
 def test_pr_md_of_the_mps_series_answers_why_not_unset_prefer_metal(tmp_path):
