@@ -162,6 +162,8 @@ def _planted(case: str, data: dict) -> dict:
         data["builds"]["patched"]["build"] = _manifest("aaaa", USE_MKLDNN="OFF")
     elif case == "config":
         data["configs"]["no_vec"]["env"] = {"ATEN_CPU_CAPABILITY": "avx2"}
+    elif case == "plant_k":  # a calibration run (compare --plant-k 0.05) beside an ordinary one
+        data["run"]["plant_k"] = 0.05
     return data
 
 
@@ -178,6 +180,7 @@ def _planted(case: str, data: dict) -> dict:
         ("torch", ["different stock torch (2.13.0 at cf30153c4c13 vs 2.13.0 at 000000000000)"]),
         ("flags", ["built with different flags (USE_MKLDNN)"]),
         ("config", ["different `no_vec` variables"]),
+        ("plant_k", ["runs of different --plant-k (none vs 0.05)", "calibration runs"]),
     ],
 )
 def test_refused_in_one_line_with_nothing_written(tmp_path, example, case, fragments):
@@ -205,7 +208,7 @@ def test_a_cpu_run_and_a_cuda_run_are_refused(tmp_path, example):
 
 def test_the_same_machine_twice_only_when_asked(tmp_path, example):
     a = save(tmp_path / "a", example)
-    b = save(tmp_path / "b", example)
+    b = save(tmp_path / "b", {**example, "run": {**example["run"], "seed": 7}})  # another run, same machine
     ran = run_harness("merge", str(a), str(b), "--out", str(tmp_path / "m"))
     assert (
         ran.returncode == 2
@@ -248,12 +251,24 @@ def test_unreadable_sources_and_a_merged_document_are_refused(tmp_path, example)
     assert ran.returncode == 2 and "results.json does not exist" in ran.stderr
     ran = run_harness("merge", str(a), "--out", str(tmp_path / "m2"))
     assert ran.returncode == 2 and "at least two runs" in ran.stderr and not (tmp_path / "m2").exists()
-    # --out: a source run's own folder (a run of the harness) is not a merge folder
-    (a / ".torch-patch-harness-out.json").write_text(
-        json.dumps({"tool": "torch-patch-harness", "kind": "run", "writes": ["results.json"]})
-    )
-    ran = run_harness("merge", str(a), str(b), "--out", str(a))
-    assert ran.returncode == 2 and "is a run folder of the harness" in ran.stderr
+
+
+@pytest.mark.parametrize("marked", [False, True])
+def test_out_that_is_a_source_is_refused_as_one(tmp_path, example, marked):
+    """--out a source (marked by its run or not, or a folder inside it): said so, not 'holds files that are not
+    a run' nor 'a run folder of the harness'; nothing written."""
+    a = save(tmp_path / "a", as_machine(example, "AMD EPYC", 2, 2))
+    b = save(tmp_path / "b", as_machine(example, "Other CPU", 8, 8))
+    if marked:
+        (a / ".torch-patch-harness-out.json").write_text(
+            json.dumps({"tool": "torch-patch-harness", "kind": "run", "writes": ["results.json"]})
+        )
+    before = tree_hashes(a, b)
+    for out, said in ((a, f"--out {a} is one of the sources"), (a / "m", f"--out {a / 'm'} is inside the source {a}")):
+        ran = run_harness("merge", str(a), str(b), "--out", str(out))
+        assert ran.returncode == 2 and ran.stderr.startswith(f"error: {said}"), ran.stderr
+        assert len(ran.stderr.splitlines()) == 1 and "give --out a folder of its own" in ran.stderr
+    assert tree_hashes(a, b) == before and not (a / "m").exists()
 
 
 # ------------------------------------------------------------------ the typed document
@@ -444,3 +459,133 @@ def test_the_setup_job_skips_when_no_chip_is_given(tmp_path, chips, outputs):
     }
     subprocess.run(["bash", "-e", "-c", setup], env=env, check=True, timeout=30, capture_output=True)
     assert out.read_text() == outputs
+
+
+# ------------------------------------------------------------------ hostile-user review (5, 6, 7, 12, 13, 15)
+
+
+def test_a_merge_of_calibration_runs_says_so_at_the_top(tmp_path, example):
+    planted = copy.deepcopy(example)
+    planted["run"]["plant_k"] = 0.05
+    a = save(tmp_path / "a", as_machine(planted, "AMD EPYC", 2, 2))
+    b = save(tmp_path / "b", as_machine(planted, "Other CPU", 8, 8))
+    assert run_harness("merge", str(a), str(b), "--out", str(tmp_path / "m")).returncode == 0
+    block = block_of((tmp_path / "m" / "report.md").read_text()).splitlines()
+    assert block[0] == "## For the pull request: 2 machines"
+    assert block[2].startswith("> **Calibration:** on every machine the patched side ran every GEMM with K grown")
+    assert "at least 5% (`--plant-k`" in block[2]
+    stored = json.loads((tmp_path / "m" / "results.json").read_text())
+    assert stored["plant_k"] == 0.05 and doc.MergeDocument.from_json(stored).plant_k == 0.05
+    # an ordinary merge has no such line (and no plant_k key)
+    merged = merge.merge([save(tmp_path / "c", as_machine(example, "AMD EPYC", 2, 2)), save(tmp_path / "d", example)])
+    assert merged.plant_k is None and "Calibration" not in merge.render(merged)
+    assert "plant_k" not in merged.to_json()
+
+
+def test_the_same_run_given_twice_is_refused_even_when_same_machine_is_allowed(tmp_path, example):
+    a = save(tmp_path / "a", example)
+    copied = save(tmp_path / "copy", example)  # byte-identical results.json in another folder
+    for args, said in (
+        (["a", "a", "--allow-same-machine"], "a and a are the same run given twice (one folder)"),
+        (["a", "./a"], "a and a are the same run given twice (one folder)"),  # Path("./a") prints as a
+        (["a", str(a / "results.json")], "are the same run given twice (one folder)"),
+        (["a", "copy", "--allow-same-machine"], "a and copy are the same run given twice (results.json of one"),
+    ):
+        ran = run_harness("merge", *args, "--out", "m", cwd=tmp_path)
+        assert ran.returncode == 2 and said in ran.stderr and "same machine" not in ran.stderr, ran.stderr
+        assert len(ran.stderr.splitlines()) == 1
+    assert not (tmp_path / "m").exists() and copied.exists()
+
+
+def test_an_unfinished_source_is_resumed_where_it_lies_now(tmp_path, example):
+    a = save(tmp_path / "a", as_machine(example, "AMD EPYC", 2, 2))
+    moved = tmp_path / "copied from the Mac" / "mps m4"
+    save(moved, _planted("unfinished", example))  # recorded --out results/cpu-contrasts, copied elsewhere
+    ran = run_harness("merge", str(a), str(moved), "--out", str(tmp_path / "m"))
+    assert ran.returncode == 2, ran.stderr
+    printed = ran.stderr.split("resume it first: ", 1)[1].strip()
+    expected = [*example["run"]["command"][:-1], str(moved)]
+    assert shlex.split(printed) == expected and printed == shlex.join(expected)
+    assert "results/cpu-contrasts" not in ran.stderr
+    # --out=X and no --out at all
+    assert merge.resume_command(["compare", "--out=old", "--quick"], Path("new dir")) == [
+        "compare",
+        "--out=new dir",
+        "--quick",
+    ]
+    assert merge.resume_command(["compare"], Path("d")) == ["compare", "--out", "d"]
+
+
+def _merged_json(tmp_path, example) -> tuple[Path, dict]:
+    a = save(tmp_path / "a", as_machine(example, "AMD EPYC", 2, 2))
+    b = save(tmp_path / "b", as_machine(example, "Other CPU", 8, 8))
+    assert run_harness("merge", str(a), str(b), "--out", str(tmp_path / "m")).returncode == 0
+    return tmp_path / "m", json.loads((tmp_path / "m" / "results.json").read_text())
+
+
+def test_a_merged_document_of_the_wrong_shape_is_one_line_not_a_crash(tmp_path, example):
+    folder, good = _merged_json(tmp_path, example)
+    no_records = copy.deepcopy(good)
+    no_records["sources"][0]["contrasts"] = []
+    one = {**good, "sources": good["sources"][:1]}
+    for planted, said in (
+        (no_records, "sources[0]'s 0 contrast record(s) are not the document's 4 contrasts"),
+        (one, "1 source(s); a merge has at least two"),
+    ):
+        with pytest.raises(ResultsError, match=re.escape(said)):
+            doc.MergeDocument.from_json(planted)
+        (folder / "results.json").write_text(json.dumps(planted))
+        ran = run_harness("report", str(folder))
+        assert ran.returncode == 2 and said in ran.stderr and "Traceback" not in ran.stderr, ran.stderr
+        assert len(ran.stderr.splitlines()) == 1 and "merge the sources again" in ran.stderr
+
+
+def test_a_truncated_or_newer_merged_document_gets_a_merge_remedy(tmp_path, example):
+    folder, good = _merged_json(tmp_path, example)
+    text = (folder / "results.json").read_text()
+    (folder / "results.json").write_text(text[: len(text) // 2])
+    for marked in (True, False):  # by its folder's marker, and (an artifact without it) by how it begins
+        if not marked:
+            (folder / ".torch-patch-harness-out.json").unlink()
+        with pytest.raises(ResultsError) as caught:
+            merge.load_merged(folder)
+        assert "is a damaged merged document (not readable JSON" in str(caught.value)
+        assert "merge the sources again" in caught.value.remedy and "raw/" not in caught.value.remedy
+    # a run's truncated results.json is still a run's (the runner rebuilds it from raw/)
+    run = save(tmp_path / "run", example)
+    (run / "results.json").write_text((run / "results.json").read_text()[:500])
+    assert merge.load_merged(run) is None
+    newer = {**good, "merge_version": 2, "harness_version": "9.9.0"}
+    (folder / "results.json").write_text(json.dumps(newer))
+    ran = run_harness("report", str(folder))
+    assert ran.returncode == 2 and "is a merged document of version 2; this harness reads version 1" in ran.stderr
+    assert "read it with the harness version that wrote it (9.9.0)" in ran.stderr, ran.stderr
+
+
+def _columns(row: str) -> list[str]:
+    """A markdown table row's cells as GitHub splits them: on `|` not escaped as `\\|`."""
+    return [c.strip().replace("\\|", "|") for c in re.split(r"(?<!\\)\|", row.strip())[1:-1]]
+
+
+def test_pipes_keep_the_tables_and_the_command_exact_and_paths_are_anchored(tmp_path, example, monkeypatch):
+    runs = tmp_path / "runs"
+    a_data = as_machine(example, "AMD | EPYC", 2, 2)
+    a_data["run"]["command"] = [*example["run"]["command"][:-1], "results/a|b"]
+    save(runs / "a|b", a_data)
+    save(runs / "b", as_machine(example, "Other CPU", 8, 8))
+    monkeypatch.chdir(runs)  # relative paths given from runs/: stored relative to --out's parent, not to cwd
+    ran = run_harness("merge", "a|b", "b", "--out", "../merged")
+    assert ran.returncode == 0, ran.stderr
+    stored = json.loads((tmp_path / "merged" / "results.json").read_text())
+    assert [s["path"] for s in stored["sources"]] == ["runs/a|b", "runs/b"]  # under tmp_path, --out's parent
+    text = (tmp_path / "merged" / "report.md").read_text()
+    machine = next(line for line in text.splitlines() if line.startswith("| AMD \\| EPYC |"))
+    assert _columns(machine)[:3] == ["AMD | EPYC", "–", "AMD | EPYC"] and len(_columns(machine)) == 7
+    source = next(line for line in text.splitlines() if line.startswith("| AMD \\| EPYC | `runs/a"))
+    cells = _columns(source)
+    assert len(cells) == 5 and cells[1] == "`runs/a|b`"
+    assert cells[4] == f"`{shlex.join(a_data['run']['command'])}`"  # the command as recorded, `|` and all
+    # a source outside --out's parent is stored absolute
+    merged = merge.merge([runs / "a|b", runs / "b"], out=tmp_path / "elsewhere" / "deep" / "m")
+    assert [s.path for s in merged.sources] == [str((runs / "a|b").resolve()), str((runs / "b").resolve())]
+    assert merge.code("a `b` c") == "`` a `b` c ``"
