@@ -378,41 +378,162 @@ def test_ten_machines_merge_under_10_s_with_a_pr_block_under_60_lines(tmp_path):
 # ------------------------------------------------------------------ the workflow's merge job, here
 
 
-def _merge_step() -> str:
-    yaml = pytest.importorskip("yaml", reason="PyYAML comes with the test extra")
-    wf = yaml.safe_load(WORKFLOW.read_text())
-    steps = wf["jobs"]["merge"]["steps"]
-    download = next(s for s in steps if str(s.get("uses", "")).startswith("actions/download-artifact@"))
-    assert download["with"] == {"pattern": "results-*", "path": "runs"}  # one folder per artifact name
-    assert wf["jobs"]["measure"]["runs-on"] == ["self-hosted", "macOS", "ARM64", "${{ matrix.chip }}"]
-    assert wf[True]["workflow_dispatch"]["inputs"]["chips"]["default"] == ""  # YAML 1.1 reads `on` as true
-    upload = next(s for s in wf["jobs"]["measure"]["steps"] if str(s.get("uses", "")).startswith("actions/upload-"))
-    assert upload["with"]["name"] == "results-${{ matrix.chip }}"
-    return next(s["run"] for s in steps if "nox -s merge" in s.get("run", ""))
-
-
-def test_the_workflow_merge_job_runs_here_on_downloaded_artifacts(tmp_path, example, monkeypatch):
-    script = _merge_step()
-    # actions/download-artifact without a name: runs/<artifact name>/<the uploaded folder's contents>
-    save(tmp_path / "runs" / "results-m1-pro", as_machine(example, "Apple M1 Pro", 8, 10))
-    save(tmp_path / "runs" / "results-m4", as_machine(example, "Apple M4", 10, 10))
-    nox_line = next(line for line in script.splitlines() if line.strip().startswith("nox -s merge --"))
-    args = shlex.split(nox_line.split(" -- ", 1)[1])
-    monkeypatch.chdir(tmp_path)
-    expanded: list[str] = []
-    for a in args:  # the shell's glob
-        expanded += sorted(str(p.relative_to(tmp_path)) for p in tmp_path.glob(a)) if "*" in a else [a]
-    assert expanded[:2] == ["runs/results-m1-pro", "runs/results-m4"]
-    ran = run_harness("merge", *expanded)
-    assert ran.returncode == 0, ran.stderr
-    summary_line = next(line for line in script.splitlines() if "GITHUB_STEP_SUMMARY" in line)
-    summary = tmp_path / "summary.md"
-    subprocess.run(
-        ["bash", "-c", summary_line], cwd=tmp_path, env={"GITHUB_STEP_SUMMARY": str(summary)}, check=True, timeout=30
+def _step(job: str, *, uses: str = "", named: str = "") -> dict:
+    """The first step of ``job`` in machines.yml that uses ``uses`` (a prefix) or whose name starts with ``named``."""
+    steps = _workflow()["jobs"][job]["steps"]
+    return next(
+        s
+        for s in steps
+        if (uses and str(s.get("uses", "")).startswith(uses)) or (named and s.get("name", "").startswith(named))
     )
-    text = summary.read_text()
+
+
+def _artifact(folder: Path, into: Path, upload: dict) -> None:
+    """``folder`` uploaded by the workflow step ``upload`` (actions/upload-artifact) and downloaded into ``into``
+    (actions/download-artifact: the folder's contents, one folder per artifact). Since upload-artifact v4.4 a
+    hidden file or folder (a name starting with ".") is left out unless the step sets include-hidden-files."""
+    hidden = upload["with"].get("include-hidden-files") is True
+    for path in sorted(folder.rglob("*")):
+        rel = path.relative_to(folder)
+        if path.is_file() and (hidden or not any(part.startswith(".") for part in rel.parts)):
+            (into / rel).parent.mkdir(parents=True, exist_ok=True)
+            (into / rel).write_bytes(path.read_bytes())
+
+
+def _bash(script: str, cwd: Path, **env: str) -> subprocess.CompletedProcess:
+    """A run step as GitHub runs it (bash -e -o pipefail), with ``env`` and PATH only."""
+    return subprocess.run(
+        ["bash", "-e", "-o", "pipefail", "-c", script],
+        cwd=cwd,
+        env={"PATH": os.environ["PATH"], **env},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+
+
+def _measured(tmp_path: Path, chip: str, data: dict | None) -> Path:
+    """What a Mac's job leaves in results/mps-<chip>/: the run's results.json and report.md and the output
+    folder's marker (a compare run's own), or nothing (the job failed before compare)."""
+    folder = tmp_path / "mac" / f"mps-{chip}"
+    folder.mkdir(parents=True)
+    if data is not None:
+        save(folder, data)
+        (folder / "report.md").write_text((EXAMPLES / "cpu-contrasts" / "report.md").read_text())
+        (folder / ".torch-patch-harness-out.json").write_text(
+            json.dumps({"tool": "torch-patch-harness", "kind": "run", "writes": ["results.json", "report.md"]})
+        )
+    return folder
+
+
+def _merge_job(tmp_path: Path, chips: dict[str, dict | None], workflow_upload: dict | None = None) -> dict:
+    """The measure jobs' uploads, then the merge job's steps in order, here: the `finished` step and the
+    summary step in bash, the merge command in-process (:func:`conftest.run_harness`), and the merged folder
+    uploaded and downloaded again. Returns the step outputs, the summary and the downloaded merged folder."""
+    ws = tmp_path / "ws"  # the checkout
+    ws.mkdir(parents=True)
+    download = _step("merge", uses="actions/download-artifact@")
+    assert download["with"] == {"pattern": "results-*", "path": "runs"}  # one folder per artifact name
+    upload = _step("measure", uses="actions/upload-artifact@")
+    assert upload["with"]["name"] == "results-${{ matrix.chip }}"
+    for chip, data in chips.items():
+        _artifact(_measured(tmp_path, chip, data), ws / "runs" / f"results-{chip}", upload)
+    finished = _step("merge", named="the machines whose runs finished")
+    out = tmp_path / "outputs"
+    ran = _bash(finished["run"], ws, CHIPS=json.dumps(list(chips)), GITHUB_OUTPUT=str(out))
+    assert ran.returncode == 0, ran.stderr
+    outputs = dict(line.split("=", 1) for line in out.read_text().splitlines())
+    merge_step = _step("merge", named="merge (")
+    assert merge_step["if"] == "fromJSON(steps.finished.outputs.count) >= 2"
+    merged = None
+    if int(outputs["count"]) >= 2:
+        line = next(x for x in merge_step["run"].splitlines() if x.strip().startswith("nox -s merge --"))
+        args = [
+            a
+            for x in shlex.split(line.split(" -- ", 1)[1])
+            for a in (outputs["runs"].split() if x == "${runs[@]}" else [x])
+        ]
+        ran = run_harness("merge", *args, cwd=ws)
+        assert ran.returncode == 0, ran.stderr
+        merged = tmp_path / "downloaded" / "merged"
+        _artifact(ws / "runs" / "merged", merged, workflow_upload or _step("merge", uses="actions/upload-artifact@"))
+    summary = tmp_path / "summary.md"
+    env = {"COUNT": outputs["count"], "RUNS": outputs["runs"], "MISSING": outputs["missing"]}
+    ran = _bash(_step("merge", named="the PR block")["run"], ws, GITHUB_STEP_SUMMARY=str(summary), **env)
+    return {
+        **outputs,
+        "rc": ran.returncode,
+        "summary": summary.read_text() if summary.exists() else "",
+        "merged": merged,
+    }
+
+
+def test_the_workflow_merge_job_merges_the_finished_macs_and_lists_the_others(tmp_path, example):
+    unfinished = _planted("unfinished", as_machine(example, "Apple M2", 8, 8))
+    job = _merge_job(
+        tmp_path,
+        {
+            "m1-pro": as_machine(example, "Apple M1 Pro", 8, 10),
+            "m2": unfinished,  # its job timed out: the run is there, unfinished
+            "m3": None,  # its job failed before compare: no results.json
+            "m4": as_machine(example, "Apple M4", 10, 10),
+        },
+    )
+    assert (job["count"], job["runs"], job["missing"], job["rc"]) == (
+        "2",
+        "runs/results-m1-pro runs/results-m4",
+        "m2 m3",
+        0,
+    )
+    text = job["summary"]
     assert text.startswith("## For the pull request: 2 machines") and "<details>" not in text
     assert "| Apple M1 Pro | – | Apple M1 Pro | 10 / 8 |" in text and "- C1 " in text
+    assert text.rstrip().endswith("artifact results-<chip>): m2 m3")
+    # the downloaded merged artifact keeps its marker, so `report` re-renders it byte for byte
+    merged = job["merged"]
+    assert (merged / ".torch-patch-harness-out.json").is_file()
+    before = (merged / "report.md").read_text()
+    ran = run_harness("report", str(merged))
+    assert ran.returncode == 0, ran.stderr
+    assert (merged / "report.md").read_text() == before
+    # sources stored relative to --out's parent (runs/)
+    assert [s["path"] for s in json.loads((merged / "results.json").read_text())["sources"]] == [
+        "results-m1-pro",
+        "results-m4",
+    ]
+
+
+def test_the_workflow_merges_two_identical_macs_and_reports_a_single_one(tmp_path, example):
+    twins = _merge_job(
+        tmp_path / "twins",
+        {"m4": as_machine(example, "Apple M4", 10, 10), "m4-b": example | {"run": {**example["run"], "seed": 3}}},
+    )
+    assert twins["rc"] == 0 and twins["summary"].startswith("## For the pull request: 2 machines"), twins
+    single = _merge_job(tmp_path / "single", {"m4": as_machine(example, "Apple M4", 10, 10)})
+    assert (single["count"], single["missing"], single["rc"], single["merged"]) == ("1", "", 0, None)
+    own = (EXAMPLES / "cpu-contrasts" / "report.md").read_text()
+    assert single["summary"].startswith(
+        "One machine finished, nothing to merge: its own run's PR block (runs/results-m4)."
+    )
+    assert own.split("<details>")[0].split("## For the pull request", 1)[1] in single["summary"]
+    none = _merge_job(tmp_path / "none", {"m4": None})
+    assert none["rc"] == 1 and none["summary"].startswith("Not merged") and none["summary"].rstrip().endswith(": m4")
+
+
+def test_an_upload_that_drops_hidden_files_loses_the_marker_report_needs(tmp_path, example):
+    """The planted defect: the merge job's upload without include-hidden-files (upload-artifact v4.4+'s default)."""
+    for job in _workflow()["jobs"].values():
+        for step in job["steps"]:
+            if str(step.get("uses", "")).startswith("actions/upload-artifact@"):
+                assert step["with"]["include-hidden-files"] is True, step
+    upload = _step("merge", uses="actions/upload-artifact@")
+    without = {**upload, "with": {k: v for k, v in upload["with"].items() if k != "include-hidden-files"}}
+    job = _merge_job(
+        tmp_path, {"m1": as_machine(example, "Apple M1", 8, 8), "m4": as_machine(example, "Apple M4", 10, 10)}, without
+    )
+    assert not (job["merged"] / ".torch-patch-harness-out.json").exists()
+    ran = run_harness("report", str(job["merged"]))
+    assert ran.returncode == 2 and "holds files that are not a run of the harness" in ran.stderr, ran.stderr
 
 
 def _workflow() -> dict:
@@ -424,7 +545,12 @@ def test_the_workflow_commands_parse_and_every_action_is_pinned():
     """Each `nox -s X -- ARGS` of machines.yml names a nox session and parses with that command's options."""
     from harness.cli import build_parser
 
-    values = {"$STOCK": "dist/s.whl", "$PATCHED": "dist/p.whl", "$SERIES": "mps-gemm-prefer-fast-math"}
+    values = {
+        "$STOCK": "dist/s.whl",
+        "$PATCHED": "dist/p.whl",
+        "$SERIES": "mps-gemm-prefer-fast-math",
+        "${runs[@]}": "runs/results-m1",
+    }
     seen = []
     for job in _workflow()["jobs"].values():
         for step in job["steps"]:
@@ -440,7 +566,12 @@ def test_the_workflow_commands_parse_and_every_action_is_pinned():
 
 
 @pytest.mark.parametrize(
-    "chips, outputs", [("", "any=false\nchips=[]\n"), (" m1-pro, m4 ,", 'chips=["m1-pro", "m4"]\nany=true\n')]
+    "chips, outputs",
+    [
+        ("", "any=false\nchips=[]\n"),
+        (" m1-pro, m4 ,", 'chips=["m1-pro", "m4"]\nany=true\n'),
+        ("m4,m4", 'chips=["m4"]\nany=true\n'),  # one runner label named twice is one matrix job (one artifact name)
+    ],
 )
 def test_the_setup_job_skips_when_no_chip_is_given(tmp_path, chips, outputs):
     """The matrix is the chip labels as JSON; none: `any` false, and every other job is skipped."""
