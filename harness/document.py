@@ -508,9 +508,12 @@ class MergeDocument:
     harness_version: str
     #: when no build differs: what every machine's builds share (one line), else ""
     builds_same: str = ""
+    #: ``compare --plant-k`` of every source (a calibration merge: all sources planted the same K), else None
+    plant_k: float | None = None
 
     def to_json(self) -> dict:
         return {
+            **({"plant_k": self.plant_k} if self.plant_k else {}),
             "kind": MERGE_KIND,
             "merge_version": MERGE_VERSION,
             "harness_version": self.harness_version,
@@ -527,15 +530,23 @@ class MergeDocument:
     @classmethod
     def from_json(cls, d: Mapping, where: str = "results.json") -> MergeDocument:
         """Raises:
-        ResultsError: not a merged document of a version this harness reads, or malformed (a missing key,
-            a wrong type): the message names the file."""
-        if not is_merge(d) or d.get("merge_version") != MERGE_VERSION:
+        ResultsError: not a merged document of a version this harness reads (a newer one names the harness
+            version that wrote it), malformed (a missing key, a wrong type), or of the wrong shape (fewer than
+            two sources, a source without the document's contrasts): the message names the file."""
+        version = d.get("merge_version") if is_merge(d) else None
+        if isinstance(version, int) and not isinstance(version, bool) and version > MERGE_VERSION:
+            raise ResultsError(
+                f"{where} is a merged document of version {version}; this harness reads version {MERGE_VERSION}",
+                f"read it with the harness version that wrote it ({d.get('harness_version') or 'not recorded'})",
+            )
+        if version != MERGE_VERSION:
             raise ResultsError(
                 f"{where} is not a merged document of version {MERGE_VERSION}",
                 "merge the runs again with this harness: `python -m harness merge DIR DIR --out DIR`",
             )
+        again = "merge the sources again: the sources are unchanged by a merge"
         try:
-            return cls(
+            merged = cls(
                 d["device"],
                 d["series"],
                 d["series_hash"],
@@ -545,12 +556,26 @@ class MergeDocument:
                 tuple(d["command"]),
                 d["harness_version"],
                 str(d.get("builds_same", "")),
+                _finite(d.get("plant_k")),
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise ResultsError(
-                f"{where} is a damaged merged document ({type(exc).__name__}: {exc})",
-                "merge the runs again: the sources are unchanged by a merge",
-            ) from None
+            raise ResultsError(f"{where} is a damaged merged document ({type(exc).__name__}: {exc})", again) from None
+        found = merged.shape_problem()
+        if found:
+            raise ResultsError(f"{where} is a damaged merged document ({found})", again)
+        return merged
+
+    def shape_problem(self) -> str | None:
+        """What makes the document unrenderable, in a few words, or None: fewer than two sources, or a source
+        whose contrasts are not the document's (one record per declared contrast, by label, in order)."""
+        if len(self.sources) < 2:
+            return f"{len(self.sources)} source(s); a merge has at least two"
+        labels = [c.label for c in self.contrasts]
+        for i, source in enumerate(self.sources):
+            have = [r.label for r in source.contrasts]
+            if have != labels:
+                return f"sources[{i}]'s {len(have)} contrast record(s) are not the document's {len(labels)} contrasts"
+        return None
 
 
 def is_merge(data) -> bool:

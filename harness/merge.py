@@ -15,7 +15,10 @@ What is refused, and why (docs/machines.md):
 - runs of different series, patch hashes, devices (cpu, cuda and mps time different kernels: a cpu
   row beside a cuda row would read as two machines agreeing on one change), kinds or contrast
   declarations, or configs of the same name with different variables;
-- a run that is not finished (resume it first: its own command, printed);
+- runs made with different ``compare --plant-k`` (a calibration run beside an ordinary one, or two K's):
+  a merge of calibration runs says so at the top of its PR block;
+- a run that is not finished (resume it first: its own command with the directory given for ``--out``);
+- the same run twice (one resolved directory, or one results.json sha256), even with ``allow_same_machine``;
 - a build role whose torch differs (version without its local label, or git commit) between machines;
   builds that differ only in their wheels (each machine's own, or a pip wheel with another local label)
   are merged when their build manifests' flags match (:data:`harness.document.NEUTRAL_FLAGS` aside),
@@ -26,6 +29,7 @@ What is refused, and why (docs/machines.md):
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from collections import Counter
 from collections.abc import Sequence
@@ -38,6 +42,7 @@ from harness import results as res
 from harness import stats
 from harness.errors import ResultsError
 from harness.fsutil import atomic_write_json, atomic_write_text, sha256_file
+from harness.outdir import marked_kind
 from harness.policy import POLICY
 
 #: what a merge writes into its --out folder (harness.outdir kind "merge")
@@ -57,18 +62,64 @@ def check(runs: Sequence[tuple[Path, doc.RunDocument]], allow_same_machine: bool
     """
     if len(runs) < 2:
         raise MergeRefused("merge needs at least two runs", "name two or more results directories")
+    _same_run([path for path, _ in runs])
     for path, run in runs:
         if not run.finished:
             done = len(run.processes)
             raise MergeRefused(
                 f"{path} is an unfinished run ({done} of {run.header.planned_processes} planned processes)",
-                f"resume it first: {shlex.join(run.header.command)}",
+                f"resume it first: {shlex.join(resume_command(run.header.command, _folder(path)))}",
             )
     first_path, first = runs[0]
     for path, run in runs[1:]:
         _same(first_path, first, path, run)
     _same_machine(runs, allow_same_machine)
     return _builds_differ(runs)
+
+
+def _folder(path: Path) -> Path:
+    """The run's folder as given (``DIR`` for ``DIR`` or ``DIR/results.json``)."""
+    path = Path(path)
+    return path.parent if path.name == res.RESULTS else path
+
+
+def resume_command(command: Sequence[str], folder: Path) -> list[str]:
+    """A run's recorded ``command`` with ``folder`` (the directory given to merge) as its ``--out``
+    (``--out X`` or ``--out=X``; appended when the command has none): the command that resumes that run
+    where it now lies, whatever folder it was first written to."""
+    out, skip, found = [], False, False
+    for i, arg in enumerate(command):
+        if skip:
+            skip = False
+        elif arg == "--out" and i + 1 < len(command):
+            out += ["--out", str(folder)]
+            skip = found = True
+        elif arg.startswith("--out="):
+            out.append(f"--out={folder}")
+            found = True
+        else:
+            out.append(arg)
+    return out if found else [*out, "--out", str(folder)]
+
+
+def _same_run(paths: Sequence[Path]) -> None:
+    """Refuse one run given twice: one resolved folder, or results.json files of one sha256 (a copy)."""
+    seen: dict[str, Path] = {}
+    for path in paths:
+        folder = _folder(path)
+        for key in (f"dir:{folder.resolve()}", f"sha256:{sha256_file(folder / res.RESULTS)}"):
+            if key in seen:
+                raise MergeRefused(
+                    f"{seen[key]} and {path} are the same run given twice "
+                    + ("(one folder)" if key.startswith("dir:") else "(results.json of one sha256: a copy)"),
+                    "name each machine's run once (--allow-same-machine is for two machines, not one run twice)",
+                )
+            seen[key] = path
+
+
+def plant_k(run: doc.RunDocument) -> float | None:
+    """The run's ``compare --plant-k`` (a calibration run: the patched side's GEMMs had K grown), or None."""
+    return run.data["run"].get("plant_k") or None
 
 
 def _differ(what: str, a: Path, va, b: Path, vb, remedy: str) -> None:
@@ -87,6 +138,15 @@ def _same(a_path: Path, a: doc.RunDocument, b_path: Path, b: doc.RunDocument) ->
         "measure one change (docs/machines.md)",
     )
     _differ("kinds", a_path, a.header.kind, b_path, b.header.kind, "merge compare runs with compare runs")
+    _differ(
+        "--plant-k",
+        a_path,
+        plant_k(a) or "none",
+        b_path,
+        plant_k(b) or "none",
+        "merge calibration runs (compare --plant-k) only with calibration runs of the same K, ordinary runs "
+        "with ordinary runs",
+    )
     _differ("builds", a_path, a.header.builds, b_path, b.header.builds, "merge runs of the same builds")
     _differ("series", a_path, a.evidence.series, b_path, b.evidence.series, "merge runs of one patch series")
     for role in a.header.builds:
@@ -259,15 +319,51 @@ def _labels(runs: Sequence[doc.RunDocument]) -> list[str]:
     return out
 
 
+def check_out(out: Path, directories: Sequence[Path]) -> None:
+    """Refuse an ``--out`` that is one of the sources, or inside one: a merge never writes into a run it reads.
+
+    Raises:
+        MergeRefused: the source named, one line.
+    """
+    target = Path(out).resolve()
+    for directory in directories:
+        folder = _folder(Path(directory)).resolve()
+        if target == folder or folder in target.parents:
+            where = "one of the sources" if target == folder else f"inside the source {directory}"
+            raise MergeRefused(
+                f"--out {out} is {where}: merge only reads its sources and never writes into them",
+                "give --out a folder of its own, e.g. results/merged",
+            )
+
+
+def stored_path(directory: Path, out: Path | None) -> str:
+    """A source's folder as the merged document stores it: relative to ``out``'s parent where it lies under
+    that parent (``merge runs/a runs/b --out runs/merged`` stores ``a``, ``b``), else absolute; absolute
+    without ``out``. Never relative to the shell's working directory, which the document does not record."""
+    folder = _folder(Path(directory)).resolve()
+    if out is not None:
+        base = Path(out).resolve().parent
+        if folder.is_relative_to(base):
+            return folder.relative_to(base).as_posix()
+    return str(folder)
+
+
 def merge(
-    directories: Sequence[Path], allow_same_machine: bool = False, command: Sequence[str] = ()
+    directories: Sequence[Path],
+    allow_same_machine: bool = False,
+    command: Sequence[str] = (),
+    out: Path | None = None,
 ) -> doc.MergeDocument:
-    """Read, check (:func:`check`) and evaluate the runs in ``directories``; nothing is written.
+    """Read, check (:func:`check`) and evaluate the runs in ``directories``; nothing is written. ``out``
+    (the ``--out`` folder, not written here) is checked (:func:`check_out`) and anchors the stored source
+    paths (:func:`stored_path`).
 
     Raises:
         ResultsError: a directory without a readable results.json (:func:`harness.results.load`'s messages),
-            a merged document given as a source; MergeRefused: see :func:`check`.
+            a merged document given as a source; MergeRefused: see :func:`check` and :func:`check_out`.
     """
+    if out is not None:
+        check_out(out, directories)
     runs = []
     for directory in directories:
         path = Path(directory)
@@ -287,7 +383,7 @@ def merge(
         sources.append(
             doc.Source(
                 label,
-                str(path),
+                stored_path(path, out),
                 sha256_file(results),
                 results.stat().st_size,
                 run.header.command,
@@ -309,6 +405,7 @@ def merge(
         tuple(command),
         harness.__version__,
         "" if differ else _builds_same(first),
+        plant_k(first),
     )
 
 
@@ -319,14 +416,33 @@ def _peek(path: Path):
         return None
 
 
+#: how a merged results.json begins (harness.fsutil.atomic_write_json sorts keys; a run's has no builds_differ)
+_MERGED_START = re.compile(r'\A\s*\{\s*"builds_differ"\s*:')
+
+
 def load_merged(directory: Path) -> doc.MergeDocument | None:
     """The merged document in ``directory``, or None when its results.json is not one (a run's, or none).
 
     Raises:
-        ResultsError: a merged document that is damaged (:meth:`harness.document.MergeDocument.from_json`).
+        ResultsError: a merged document that is damaged (:meth:`harness.document.MergeDocument.from_json`),
+            or one that is no longer JSON (truncated) in a folder marked as a merge's (its marker's kind) or
+            beginning as a merged document does: its remedy is to merge the sources again (a merge folder
+            has no raw/ to rebuild from).
     """
     path = Path(directory) / res.RESULTS
     data = _peek(path) if path.is_file() else None
+    if data is None and path.is_file():
+        try:
+            head = path.read_bytes()[:200].decode("utf-8", "replace")
+            marked = marked_kind(Path(directory)) == "merge"
+        except (OSError, ResultsError):
+            head, marked = "", False
+        if marked or _MERGED_START.match(head):
+            raise ResultsError(
+                f"{path} is a damaged merged document (not readable JSON: truncated?)",
+                "merge the sources again (`python -m harness merge DIR DIR ... --out DIR`; the sources are "
+                "unchanged by a merge, and their paths and sha256 are in report.md)",
+            )
     return doc.MergeDocument.from_json(data, str(path)) if doc.is_merge(data) else None
 
 
@@ -349,6 +465,21 @@ def write_report(out: Path, merged: doc.MergeDocument) -> Path:
 COLUMNS = 4
 #: words of a claim's outcome (harness.contrasts)
 CLAIM_WORDS = {"faster": "faster", "unchanged": "unchanged", "equivalent": "equivalent"}
+
+
+def cell(text: object) -> str:
+    """``text`` as one markdown table cell: ``|`` escaped as ``\\|`` (GitHub markdown unescapes it, also inside a
+    code span, so a CPU name, path or command with ``|`` shows as it is and keeps the table's columns)."""
+    return str(text).replace("|", "\\|")
+
+
+def code(text: str) -> str:
+    """``text`` as a code span for a table cell (:func:`cell`): fenced by one backtick more than its longest
+    run of backticks, so the text shown is exactly ``text``."""
+    runs = [len(r) for r in re.findall(r"`+", text)]
+    fence = "`" * (max(runs, default=0) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") or runs else ""
+    return cell(f"{fence}{pad}{text}{pad}{fence}")
 
 
 def _verdict(v: str) -> str:
@@ -417,10 +548,16 @@ def _machines_table(merged: doc.MergeDocument) -> list[str]:
     for s in merged.sources:
         m = s.machine
         lo, hi = s.processes
-        lines.append(
-            f"| {s.label} | {m.gpu_name or '–'} | {m.cpu_name or '–'} | {m.cpus or '–'} / {m.threads} | {m.os_text} "
-            f"| {' / '.join(v for _, v in s.torch)} | {lo if lo == hi else f'{lo}-{hi}'} |"
+        row = (
+            s.label,
+            m.gpu_name or "–",
+            m.cpu_name or "–",
+            f"{m.cpus or '–'} / {m.threads}",
+            m.os_text,
+            " / ".join(v for _, v in s.torch),
+            lo if lo == hi else f"{lo}-{hi}",
         )
+        lines.append("| " + " | ".join(map(cell, row)) + " |")
     return lines + [""]
 
 
@@ -436,7 +573,7 @@ def _contrast_tables(merged: doc.MergeDocument) -> list[str]:
         out += ["| machine | " + " | ".join(f"C{i + 1}" for i in chunk) + " |", "|---|" + "---|" * len(chunk)]
         for s in merged.sources:
             entries = [_entry(s.contrasts[i], merged.contrasts[i].claim, _uneven(merged, i)) for i in chunk]
-            out.append(f"| {s.label} | " + " | ".join(entries) + " |")
+            out.append(f"| {cell(s.label)} | " + " | ".join(map(cell, entries)) + " |")
         out.append("")
     return out
 
@@ -466,9 +603,16 @@ def pr_block(merged: doc.MergeDocument) -> list[str]:
     n = len(merged.sources)
     series = f" of series `{merged.series}`" if merged.series else ""
     series += f" (`{merged.series_hash[:8]}`)" if merged.series_hash else ""
-    out = [
-        f"## For the pull request: {n} machines",
-        "",
+    out = [f"## For the pull request: {n} machines", ""]
+    if merged.plant_k:
+        out += [
+            f"> **Calibration:** on every machine the patched side ran every GEMM with K grown by at least "
+            f"{merged.plant_k:.0%} (`--plant-k`; both sides are otherwise the same torch): every kernel-bound "
+            "GEMM cell whose grown K really costs more than the band should come out slower (what K' costs on "
+            "the device: benchmarks/planted_cost.py); SDPA cells are unchanged.",
+            "",
+        ]
+    out += [
         f"`{merged.device}` runs{series} on {n} machines, merged; each machine's run is its own (results.json and "
         "its sha256 in the details) and no number is pooled across machines. Speedup = B time / A time "
         "(> 1: A faster): per machine, the geometric mean over the contrast's cells of whole processes paired "
@@ -493,12 +637,11 @@ def pr_block(merged: doc.MergeDocument) -> list[str]:
 def _sources(merged: doc.MergeDocument) -> list[str]:
     lines = ["## Sources", "", "| machine | results.json | sha256 | bytes | command |", "|---|---|---|---|---|"]
     for s in merged.sources:
-        lines.append(
-            f"| {s.label} | `{s.path}` | `{s.sha256}` | {s.size} | `{shlex.join(s.command).replace('|', '/')}` |"
-        )
+        lines.append(f"| {cell(s.label)} | {code(s.path)} | `{s.sha256}` | {s.size} | {code(shlex.join(s.command))} |")
     return lines + [
         "",
-        "Each source is read, never written: `python -m harness report DIR` re-renders its own report.",
+        "Each source is read, never written: `python -m harness report DIR` re-renders its own report. "
+        "A folder is relative to the merge folder's parent where it lies under it, else absolute.",
         "",
     ]
 
@@ -509,11 +652,11 @@ def _cell_tables(merged: doc.MergeDocument) -> list[str]:
     for i, contrast in enumerate(merged.contrasts):
         keys = list(dict.fromkeys(c.key for s in merged.sources for c in s.contrasts[i].cells))
         out += [f"<details><summary>C{i + 1} {contrast.label}: {len(keys)} cells</summary>", ""]
-        out += ["| cell | " + " | ".join(labels) + " |", "|---|" + "---|" * len(labels)]
+        out += ["| cell | " + " | ".join(map(cell, labels)) + " |", "|---|" + "---|" * len(labels)]
         for key in keys:
             found = [next((c for c in s.contrasts[i].cells if c.key == key), None) for s in merged.sources]
             entries = ["not measured" if c is None else f"{c.speedup_ci()} {_verdict(c.verdict)}" for c in found]
-            out.append(f"| `{key}` | " + " | ".join(entries) + " |")
+            out.append(f"| {code(key)} | " + " | ".join(entries) + " |")
         whys = "; ".join(f"{s.label}: {s.contrasts[i].why}" for s in merged.sources)
         out += ["", f"Each machine's own outcome: {whys}.", "", "</details>", ""]
     return out

@@ -162,6 +162,8 @@ def _planted(case: str, data: dict) -> dict:
         data["builds"]["patched"]["build"] = _manifest("aaaa", USE_MKLDNN="OFF")
     elif case == "config":
         data["configs"]["no_vec"]["env"] = {"ATEN_CPU_CAPABILITY": "avx2"}
+    elif case == "plant_k":  # a calibration run (compare --plant-k 0.05) beside an ordinary one
+        data["run"]["plant_k"] = 0.05
     return data
 
 
@@ -178,6 +180,7 @@ def _planted(case: str, data: dict) -> dict:
         ("torch", ["different stock torch (2.13.0 at cf30153c4c13 vs 2.13.0 at 000000000000)"]),
         ("flags", ["built with different flags (USE_MKLDNN)"]),
         ("config", ["different `no_vec` variables"]),
+        ("plant_k", ["runs of different --plant-k (none vs 0.05)", "calibration runs"]),
     ],
 )
 def test_refused_in_one_line_with_nothing_written(tmp_path, example, case, fragments):
@@ -205,7 +208,7 @@ def test_a_cpu_run_and_a_cuda_run_are_refused(tmp_path, example):
 
 def test_the_same_machine_twice_only_when_asked(tmp_path, example):
     a = save(tmp_path / "a", example)
-    b = save(tmp_path / "b", example)
+    b = save(tmp_path / "b", {**example, "run": {**example["run"], "seed": 7}})  # another run, same machine
     ran = run_harness("merge", str(a), str(b), "--out", str(tmp_path / "m"))
     assert (
         ran.returncode == 2
@@ -248,12 +251,24 @@ def test_unreadable_sources_and_a_merged_document_are_refused(tmp_path, example)
     assert ran.returncode == 2 and "results.json does not exist" in ran.stderr
     ran = run_harness("merge", str(a), "--out", str(tmp_path / "m2"))
     assert ran.returncode == 2 and "at least two runs" in ran.stderr and not (tmp_path / "m2").exists()
-    # --out: a source run's own folder (a run of the harness) is not a merge folder
-    (a / ".torch-patch-harness-out.json").write_text(
-        json.dumps({"tool": "torch-patch-harness", "kind": "run", "writes": ["results.json"]})
-    )
-    ran = run_harness("merge", str(a), str(b), "--out", str(a))
-    assert ran.returncode == 2 and "is a run folder of the harness" in ran.stderr
+
+
+@pytest.mark.parametrize("marked", [False, True])
+def test_out_that_is_a_source_is_refused_as_one(tmp_path, example, marked):
+    """--out a source (marked by its run or not, or a folder inside it): said so, not 'holds files that are not
+    a run' nor 'a run folder of the harness'; nothing written."""
+    a = save(tmp_path / "a", as_machine(example, "AMD EPYC", 2, 2))
+    b = save(tmp_path / "b", as_machine(example, "Other CPU", 8, 8))
+    if marked:
+        (a / ".torch-patch-harness-out.json").write_text(
+            json.dumps({"tool": "torch-patch-harness", "kind": "run", "writes": ["results.json"]})
+        )
+    before = tree_hashes(a, b)
+    for out, said in ((a, f"--out {a} is one of the sources"), (a / "m", f"--out {a / 'm'} is inside the source {a}")):
+        ran = run_harness("merge", str(a), str(b), "--out", str(out))
+        assert ran.returncode == 2 and ran.stderr.startswith(f"error: {said}"), ran.stderr
+        assert len(ran.stderr.splitlines()) == 1 and "give --out a folder of its own" in ran.stderr
+    assert tree_hashes(a, b) == before and not (a / "m").exists()
 
 
 # ------------------------------------------------------------------ the typed document
@@ -363,41 +378,162 @@ def test_ten_machines_merge_under_10_s_with_a_pr_block_under_60_lines(tmp_path):
 # ------------------------------------------------------------------ the workflow's merge job, here
 
 
-def _merge_step() -> str:
-    yaml = pytest.importorskip("yaml", reason="PyYAML comes with the test extra")
-    wf = yaml.safe_load(WORKFLOW.read_text())
-    steps = wf["jobs"]["merge"]["steps"]
-    download = next(s for s in steps if str(s.get("uses", "")).startswith("actions/download-artifact@"))
-    assert download["with"] == {"pattern": "results-*", "path": "runs"}  # one folder per artifact name
-    assert wf["jobs"]["measure"]["runs-on"] == ["self-hosted", "macOS", "ARM64", "${{ matrix.chip }}"]
-    assert wf[True]["workflow_dispatch"]["inputs"]["chips"]["default"] == ""  # YAML 1.1 reads `on` as true
-    upload = next(s for s in wf["jobs"]["measure"]["steps"] if str(s.get("uses", "")).startswith("actions/upload-"))
-    assert upload["with"]["name"] == "results-${{ matrix.chip }}"
-    return next(s["run"] for s in steps if "nox -s merge" in s.get("run", ""))
-
-
-def test_the_workflow_merge_job_runs_here_on_downloaded_artifacts(tmp_path, example, monkeypatch):
-    script = _merge_step()
-    # actions/download-artifact without a name: runs/<artifact name>/<the uploaded folder's contents>
-    save(tmp_path / "runs" / "results-m1-pro", as_machine(example, "Apple M1 Pro", 8, 10))
-    save(tmp_path / "runs" / "results-m4", as_machine(example, "Apple M4", 10, 10))
-    nox_line = next(line for line in script.splitlines() if line.strip().startswith("nox -s merge --"))
-    args = shlex.split(nox_line.split(" -- ", 1)[1])
-    monkeypatch.chdir(tmp_path)
-    expanded: list[str] = []
-    for a in args:  # the shell's glob
-        expanded += sorted(str(p.relative_to(tmp_path)) for p in tmp_path.glob(a)) if "*" in a else [a]
-    assert expanded[:2] == ["runs/results-m1-pro", "runs/results-m4"]
-    ran = run_harness("merge", *expanded)
-    assert ran.returncode == 0, ran.stderr
-    summary_line = next(line for line in script.splitlines() if "GITHUB_STEP_SUMMARY" in line)
-    summary = tmp_path / "summary.md"
-    subprocess.run(
-        ["bash", "-c", summary_line], cwd=tmp_path, env={"GITHUB_STEP_SUMMARY": str(summary)}, check=True, timeout=30
+def _step(job: str, *, uses: str = "", named: str = "") -> dict:
+    """The first step of ``job`` in machines.yml that uses ``uses`` (a prefix) or whose name starts with ``named``."""
+    steps = _workflow()["jobs"][job]["steps"]
+    return next(
+        s
+        for s in steps
+        if (uses and str(s.get("uses", "")).startswith(uses)) or (named and s.get("name", "").startswith(named))
     )
-    text = summary.read_text()
+
+
+def _artifact(folder: Path, into: Path, upload: dict) -> None:
+    """``folder`` uploaded by the workflow step ``upload`` (actions/upload-artifact) and downloaded into ``into``
+    (actions/download-artifact: the folder's contents, one folder per artifact). Since upload-artifact v4.4 a
+    hidden file or folder (a name starting with ".") is left out unless the step sets include-hidden-files."""
+    hidden = upload["with"].get("include-hidden-files") is True
+    for path in sorted(folder.rglob("*")):
+        rel = path.relative_to(folder)
+        if path.is_file() and (hidden or not any(part.startswith(".") for part in rel.parts)):
+            (into / rel).parent.mkdir(parents=True, exist_ok=True)
+            (into / rel).write_bytes(path.read_bytes())
+
+
+def _bash(script: str, cwd: Path, **env: str) -> subprocess.CompletedProcess:
+    """A run step as GitHub runs it (bash -e -o pipefail), with ``env`` and PATH only."""
+    return subprocess.run(
+        ["bash", "-e", "-o", "pipefail", "-c", script],
+        cwd=cwd,
+        env={"PATH": os.environ["PATH"], **env},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+
+
+def _measured(tmp_path: Path, chip: str, data: dict | None) -> Path:
+    """What a Mac's job leaves in results/mps-<chip>/: the run's results.json and report.md and the output
+    folder's marker (a compare run's own), or nothing (the job failed before compare)."""
+    folder = tmp_path / "mac" / f"mps-{chip}"
+    folder.mkdir(parents=True)
+    if data is not None:
+        save(folder, data)
+        (folder / "report.md").write_text((EXAMPLES / "cpu-contrasts" / "report.md").read_text())
+        (folder / ".torch-patch-harness-out.json").write_text(
+            json.dumps({"tool": "torch-patch-harness", "kind": "run", "writes": ["results.json", "report.md"]})
+        )
+    return folder
+
+
+def _merge_job(tmp_path: Path, chips: dict[str, dict | None], workflow_upload: dict | None = None) -> dict:
+    """The measure jobs' uploads, then the merge job's steps in order, here: the `finished` step and the
+    summary step in bash, the merge command in-process (:func:`conftest.run_harness`), and the merged folder
+    uploaded and downloaded again. Returns the step outputs, the summary and the downloaded merged folder."""
+    ws = tmp_path / "ws"  # the checkout
+    ws.mkdir(parents=True)
+    download = _step("merge", uses="actions/download-artifact@")
+    assert download["with"] == {"pattern": "results-*", "path": "runs"}  # one folder per artifact name
+    upload = _step("measure", uses="actions/upload-artifact@")
+    assert upload["with"]["name"] == "results-${{ matrix.chip }}"
+    for chip, data in chips.items():
+        _artifact(_measured(tmp_path, chip, data), ws / "runs" / f"results-{chip}", upload)
+    finished = _step("merge", named="the machines whose runs finished")
+    out = tmp_path / "outputs"
+    ran = _bash(finished["run"], ws, CHIPS=json.dumps(list(chips)), GITHUB_OUTPUT=str(out))
+    assert ran.returncode == 0, ran.stderr
+    outputs = dict(line.split("=", 1) for line in out.read_text().splitlines())
+    merge_step = _step("merge", named="merge (")
+    assert merge_step["if"] == "fromJSON(steps.finished.outputs.count) >= 2"
+    merged = None
+    if int(outputs["count"]) >= 2:
+        line = next(x for x in merge_step["run"].splitlines() if x.strip().startswith("nox -s merge --"))
+        args = [
+            a
+            for x in shlex.split(line.split(" -- ", 1)[1])
+            for a in (outputs["runs"].split() if x == "${runs[@]}" else [x])
+        ]
+        ran = run_harness("merge", *args, cwd=ws)
+        assert ran.returncode == 0, ran.stderr
+        merged = tmp_path / "downloaded" / "merged"
+        _artifact(ws / "runs" / "merged", merged, workflow_upload or _step("merge", uses="actions/upload-artifact@"))
+    summary = tmp_path / "summary.md"
+    env = {"COUNT": outputs["count"], "RUNS": outputs["runs"], "MISSING": outputs["missing"]}
+    ran = _bash(_step("merge", named="the PR block")["run"], ws, GITHUB_STEP_SUMMARY=str(summary), **env)
+    return {
+        **outputs,
+        "rc": ran.returncode,
+        "summary": summary.read_text() if summary.exists() else "",
+        "merged": merged,
+    }
+
+
+def test_the_workflow_merge_job_merges_the_finished_macs_and_lists_the_others(tmp_path, example):
+    unfinished = _planted("unfinished", as_machine(example, "Apple M2", 8, 8))
+    job = _merge_job(
+        tmp_path,
+        {
+            "m1-pro": as_machine(example, "Apple M1 Pro", 8, 10),
+            "m2": unfinished,  # its job timed out: the run is there, unfinished
+            "m3": None,  # its job failed before compare: no results.json
+            "m4": as_machine(example, "Apple M4", 10, 10),
+        },
+    )
+    assert (job["count"], job["runs"], job["missing"], job["rc"]) == (
+        "2",
+        "runs/results-m1-pro runs/results-m4",
+        "m2 m3",
+        0,
+    )
+    text = job["summary"]
     assert text.startswith("## For the pull request: 2 machines") and "<details>" not in text
     assert "| Apple M1 Pro | – | Apple M1 Pro | 10 / 8 |" in text and "- C1 " in text
+    assert text.rstrip().endswith("artifact results-<chip>): m2 m3")
+    # the downloaded merged artifact keeps its marker, so `report` re-renders it byte for byte
+    merged = job["merged"]
+    assert (merged / ".torch-patch-harness-out.json").is_file()
+    before = (merged / "report.md").read_text()
+    ran = run_harness("report", str(merged))
+    assert ran.returncode == 0, ran.stderr
+    assert (merged / "report.md").read_text() == before
+    # sources stored relative to --out's parent (runs/)
+    assert [s["path"] for s in json.loads((merged / "results.json").read_text())["sources"]] == [
+        "results-m1-pro",
+        "results-m4",
+    ]
+
+
+def test_the_workflow_merges_two_identical_macs_and_reports_a_single_one(tmp_path, example):
+    twins = _merge_job(
+        tmp_path / "twins",
+        {"m4": as_machine(example, "Apple M4", 10, 10), "m4-b": example | {"run": {**example["run"], "seed": 3}}},
+    )
+    assert twins["rc"] == 0 and twins["summary"].startswith("## For the pull request: 2 machines"), twins
+    single = _merge_job(tmp_path / "single", {"m4": as_machine(example, "Apple M4", 10, 10)})
+    assert (single["count"], single["missing"], single["rc"], single["merged"]) == ("1", "", 0, None)
+    own = (EXAMPLES / "cpu-contrasts" / "report.md").read_text()
+    assert single["summary"].startswith(
+        "One machine finished, nothing to merge: its own run's PR block (runs/results-m4)."
+    )
+    assert own.split("<details>")[0].split("## For the pull request", 1)[1] in single["summary"]
+    none = _merge_job(tmp_path / "none", {"m4": None})
+    assert none["rc"] == 1 and none["summary"].startswith("Not merged") and none["summary"].rstrip().endswith(": m4")
+
+
+def test_an_upload_that_drops_hidden_files_loses_the_marker_report_needs(tmp_path, example):
+    """The planted defect: the merge job's upload without include-hidden-files (upload-artifact v4.4+'s default)."""
+    for job in _workflow()["jobs"].values():
+        for step in job["steps"]:
+            if str(step.get("uses", "")).startswith("actions/upload-artifact@"):
+                assert step["with"]["include-hidden-files"] is True, step
+    upload = _step("merge", uses="actions/upload-artifact@")
+    without = {**upload, "with": {k: v for k, v in upload["with"].items() if k != "include-hidden-files"}}
+    job = _merge_job(
+        tmp_path, {"m1": as_machine(example, "Apple M1", 8, 8), "m4": as_machine(example, "Apple M4", 10, 10)}, without
+    )
+    assert not (job["merged"] / ".torch-patch-harness-out.json").exists()
+    ran = run_harness("report", str(job["merged"]))
+    assert ran.returncode == 2 and "holds files that are not a run of the harness" in ran.stderr, ran.stderr
 
 
 def _workflow() -> dict:
@@ -409,7 +545,12 @@ def test_the_workflow_commands_parse_and_every_action_is_pinned():
     """Each `nox -s X -- ARGS` of machines.yml names a nox session and parses with that command's options."""
     from harness.cli import build_parser
 
-    values = {"$STOCK": "dist/s.whl", "$PATCHED": "dist/p.whl", "$SERIES": "mps-gemm-prefer-fast-math"}
+    values = {
+        "$STOCK": "dist/s.whl",
+        "$PATCHED": "dist/p.whl",
+        "$SERIES": "mps-gemm-prefer-fast-math",
+        "${runs[@]}": "runs/results-m1",
+    }
     seen = []
     for job in _workflow()["jobs"].values():
         for step in job["steps"]:
@@ -425,7 +566,12 @@ def test_the_workflow_commands_parse_and_every_action_is_pinned():
 
 
 @pytest.mark.parametrize(
-    "chips, outputs", [("", "any=false\nchips=[]\n"), (" m1-pro, m4 ,", 'chips=["m1-pro", "m4"]\nany=true\n')]
+    "chips, outputs",
+    [
+        ("", "any=false\nchips=[]\n"),
+        (" m1-pro, m4 ,", 'chips=["m1-pro", "m4"]\nany=true\n'),
+        ("m4,m4", 'chips=["m4"]\nany=true\n'),  # one runner label named twice is one matrix job (one artifact name)
+    ],
 )
 def test_the_setup_job_skips_when_no_chip_is_given(tmp_path, chips, outputs):
     """The matrix is the chip labels as JSON; none: `any` false, and every other job is skipped."""
@@ -444,3 +590,133 @@ def test_the_setup_job_skips_when_no_chip_is_given(tmp_path, chips, outputs):
     }
     subprocess.run(["bash", "-e", "-c", setup], env=env, check=True, timeout=30, capture_output=True)
     assert out.read_text() == outputs
+
+
+# ------------------------------------------------------------------ hostile-user review (5, 6, 7, 12, 13, 15)
+
+
+def test_a_merge_of_calibration_runs_says_so_at_the_top(tmp_path, example):
+    planted = copy.deepcopy(example)
+    planted["run"]["plant_k"] = 0.05
+    a = save(tmp_path / "a", as_machine(planted, "AMD EPYC", 2, 2))
+    b = save(tmp_path / "b", as_machine(planted, "Other CPU", 8, 8))
+    assert run_harness("merge", str(a), str(b), "--out", str(tmp_path / "m")).returncode == 0
+    block = block_of((tmp_path / "m" / "report.md").read_text()).splitlines()
+    assert block[0] == "## For the pull request: 2 machines"
+    assert block[2].startswith("> **Calibration:** on every machine the patched side ran every GEMM with K grown")
+    assert "at least 5% (`--plant-k`" in block[2]
+    stored = json.loads((tmp_path / "m" / "results.json").read_text())
+    assert stored["plant_k"] == 0.05 and doc.MergeDocument.from_json(stored).plant_k == 0.05
+    # an ordinary merge has no such line (and no plant_k key)
+    merged = merge.merge([save(tmp_path / "c", as_machine(example, "AMD EPYC", 2, 2)), save(tmp_path / "d", example)])
+    assert merged.plant_k is None and "Calibration" not in merge.render(merged)
+    assert "plant_k" not in merged.to_json()
+
+
+def test_the_same_run_given_twice_is_refused_even_when_same_machine_is_allowed(tmp_path, example):
+    a = save(tmp_path / "a", example)
+    copied = save(tmp_path / "copy", example)  # byte-identical results.json in another folder
+    for args, said in (
+        (["a", "a", "--allow-same-machine"], "a and a are the same run given twice (one folder)"),
+        (["a", "./a"], "a and a are the same run given twice (one folder)"),  # Path("./a") prints as a
+        (["a", str(a / "results.json")], "are the same run given twice (one folder)"),
+        (["a", "copy", "--allow-same-machine"], "a and copy are the same run given twice (results.json of one"),
+    ):
+        ran = run_harness("merge", *args, "--out", "m", cwd=tmp_path)
+        assert ran.returncode == 2 and said in ran.stderr and "same machine" not in ran.stderr, ran.stderr
+        assert len(ran.stderr.splitlines()) == 1
+    assert not (tmp_path / "m").exists() and copied.exists()
+
+
+def test_an_unfinished_source_is_resumed_where_it_lies_now(tmp_path, example):
+    a = save(tmp_path / "a", as_machine(example, "AMD EPYC", 2, 2))
+    moved = tmp_path / "copied from the Mac" / "mps m4"
+    save(moved, _planted("unfinished", example))  # recorded --out results/cpu-contrasts, copied elsewhere
+    ran = run_harness("merge", str(a), str(moved), "--out", str(tmp_path / "m"))
+    assert ran.returncode == 2, ran.stderr
+    printed = ran.stderr.split("resume it first: ", 1)[1].strip()
+    expected = [*example["run"]["command"][:-1], str(moved)]
+    assert shlex.split(printed) == expected and printed == shlex.join(expected)
+    assert "results/cpu-contrasts" not in ran.stderr
+    # --out=X and no --out at all
+    assert merge.resume_command(["compare", "--out=old", "--quick"], Path("new dir")) == [
+        "compare",
+        "--out=new dir",
+        "--quick",
+    ]
+    assert merge.resume_command(["compare"], Path("d")) == ["compare", "--out", "d"]
+
+
+def _merged_json(tmp_path, example) -> tuple[Path, dict]:
+    a = save(tmp_path / "a", as_machine(example, "AMD EPYC", 2, 2))
+    b = save(tmp_path / "b", as_machine(example, "Other CPU", 8, 8))
+    assert run_harness("merge", str(a), str(b), "--out", str(tmp_path / "m")).returncode == 0
+    return tmp_path / "m", json.loads((tmp_path / "m" / "results.json").read_text())
+
+
+def test_a_merged_document_of_the_wrong_shape_is_one_line_not_a_crash(tmp_path, example):
+    folder, good = _merged_json(tmp_path, example)
+    no_records = copy.deepcopy(good)
+    no_records["sources"][0]["contrasts"] = []
+    one = {**good, "sources": good["sources"][:1]}
+    for planted, said in (
+        (no_records, "sources[0]'s 0 contrast record(s) are not the document's 4 contrasts"),
+        (one, "1 source(s); a merge has at least two"),
+    ):
+        with pytest.raises(ResultsError, match=re.escape(said)):
+            doc.MergeDocument.from_json(planted)
+        (folder / "results.json").write_text(json.dumps(planted))
+        ran = run_harness("report", str(folder))
+        assert ran.returncode == 2 and said in ran.stderr and "Traceback" not in ran.stderr, ran.stderr
+        assert len(ran.stderr.splitlines()) == 1 and "merge the sources again" in ran.stderr
+
+
+def test_a_truncated_or_newer_merged_document_gets_a_merge_remedy(tmp_path, example):
+    folder, good = _merged_json(tmp_path, example)
+    text = (folder / "results.json").read_text()
+    (folder / "results.json").write_text(text[: len(text) // 2])
+    for marked in (True, False):  # by its folder's marker, and (an artifact without it) by how it begins
+        if not marked:
+            (folder / ".torch-patch-harness-out.json").unlink()
+        with pytest.raises(ResultsError) as caught:
+            merge.load_merged(folder)
+        assert "is a damaged merged document (not readable JSON" in str(caught.value)
+        assert "merge the sources again" in caught.value.remedy and "raw/" not in caught.value.remedy
+    # a run's truncated results.json is still a run's (the runner rebuilds it from raw/)
+    run = save(tmp_path / "run", example)
+    (run / "results.json").write_text((run / "results.json").read_text()[:500])
+    assert merge.load_merged(run) is None
+    newer = {**good, "merge_version": 2, "harness_version": "9.9.0"}
+    (folder / "results.json").write_text(json.dumps(newer))
+    ran = run_harness("report", str(folder))
+    assert ran.returncode == 2 and "is a merged document of version 2; this harness reads version 1" in ran.stderr
+    assert "read it with the harness version that wrote it (9.9.0)" in ran.stderr, ran.stderr
+
+
+def _columns(row: str) -> list[str]:
+    """A markdown table row's cells as GitHub splits them: on `|` not escaped as `\\|`."""
+    return [c.strip().replace("\\|", "|") for c in re.split(r"(?<!\\)\|", row.strip())[1:-1]]
+
+
+def test_pipes_keep_the_tables_and_the_command_exact_and_paths_are_anchored(tmp_path, example, monkeypatch):
+    runs = tmp_path / "runs"
+    a_data = as_machine(example, "AMD | EPYC", 2, 2)
+    a_data["run"]["command"] = [*example["run"]["command"][:-1], "results/a|b"]
+    save(runs / "a|b", a_data)
+    save(runs / "b", as_machine(example, "Other CPU", 8, 8))
+    monkeypatch.chdir(runs)  # relative paths given from runs/: stored relative to --out's parent, not to cwd
+    ran = run_harness("merge", "a|b", "b", "--out", "../merged")
+    assert ran.returncode == 0, ran.stderr
+    stored = json.loads((tmp_path / "merged" / "results.json").read_text())
+    assert [s["path"] for s in stored["sources"]] == ["runs/a|b", "runs/b"]  # under tmp_path, --out's parent
+    text = (tmp_path / "merged" / "report.md").read_text()
+    machine = next(line for line in text.splitlines() if line.startswith("| AMD \\| EPYC |"))
+    assert _columns(machine)[:3] == ["AMD | EPYC", "–", "AMD | EPYC"] and len(_columns(machine)) == 7
+    source = next(line for line in text.splitlines() if line.startswith("| AMD \\| EPYC | `runs/a"))
+    cells = _columns(source)
+    assert len(cells) == 5 and cells[1] == "`runs/a|b`"
+    assert cells[4] == f"`{shlex.join(a_data['run']['command'])}`"  # the command as recorded, `|` and all
+    # a source outside --out's parent is stored absolute
+    merged = merge.merge([runs / "a|b", runs / "b"], out=tmp_path / "elsewhere" / "deep" / "m")
+    assert [s.path for s in merged.sources] == [str((runs / "a|b").resolve()), str((runs / "b").resolve())]
+    assert merge.code("a `b` c") == "`` a `b` c ``"

@@ -24,9 +24,11 @@ def add_arguments_merge(parser: argparse.ArgumentParser) -> None:
 
 
 def run_merge(args: argparse.Namespace) -> int:
-    """``merge``: check and evaluate the runs (nothing written when refused), claim ``--out``
+    """``merge``: check ``--out`` (not a source) and evaluate the runs (nothing written when refused), claim ``--out``
     (:func:`harness.outdir.claim`, kind ``merge``), write; prints the paths written."""
-    merged = merge.merge(args.directories, args.allow_same_machine, ["python", "-m", "harness", *sys.argv[1:]])
+    merged = merge.merge(
+        args.directories, args.allow_same_machine, ["python", "-m", "harness", *sys.argv[1:]], out=args.out
+    )
     out = claim(args.out, "--out", MERGE_WRITES, kind="merge")
     for path in merge.write(out, merged):
         print(path)
