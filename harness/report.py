@@ -680,6 +680,15 @@ def _drift_lines(analysis: Analysis, configs: list[str]) -> list[str]:
     return lines + [""]
 
 
+def _dash(value) -> str:
+    """A build manifest's field as text: ``–`` where the manifest lacks it (manifests of older builds)."""
+    return "–" if value is None or value == "" else str(value)
+
+
+def _code(value) -> str:
+    return "–" if value is None or value == "" else f"`{value}`"
+
+
 def _build_rows(data: dict) -> list[str]:
     """Base SHA, series and build flags from the wheels' build manifests, and whether the flags match."""
     builds = data["run"]["builds"]
@@ -692,12 +701,12 @@ def _build_rows(data: dict) -> list[str]:
         ]
     lines = ["", "| build manifest | " + " | ".join(builds) + " |", "|---|" + "---|" * len(builds)]
     for label, fn in (
-        ("base SHA", lambda m: f"`{m.get('base_sha')}`"),
-        ("series", lambda m: f"{m['series']['name']} `{m['series']['hash']}`" if m.get("series") else "–"),
-        ("platform / build type", lambda m: f"{m.get('platform')} / {m.get('build_type')}"),
-        ("version label", lambda m: f"`{m.get('version')}`"),
-        ("compiler", lambda m: m.get("compiler")),
-        ("CMake", lambda m: m.get("cmake")),
+        ("base SHA", lambda m: _code(m.get("base_sha"))),
+        ("series", lambda m: f"{m['series'].get('name')} {_code(m['series'].get('hash'))}" if m.get("series") else "–"),
+        ("platform / build type", lambda m: f"{_dash(m.get('platform'))} / {_dash(m.get('build_type'))}"),
+        ("version label", lambda m: _code(m.get("version"))),
+        ("compiler", lambda m: _dash(m.get("compiler"))),
+        ("CMake", lambda m: _dash(m.get("cmake"))),
         ("Metal toolchain", lambda m: macos.metal_text(m.get("metal_capability"))),
     ):
         lines.append(f"| {label} | " + " | ".join(fn(manifests[b]) if manifests[b] else "–" for b in builds) + " |")
