@@ -148,6 +148,7 @@ class Analysis:
     families: list[str]
     floors: list[und.NoiseFloor] = field(default_factory=list)
     needs: list[und.Need] = field(default_factory=list)
+    resume: und.Resume | None = None  # what the printed resume command gives the undetermined cells
 
 
 def cell_of(key: str) -> Cell:
@@ -203,7 +204,9 @@ def analyse(data: dict) -> Analysis:
         and not r.contrast.dtypes
     }
     floors = und.noise_floors(results)
-    return Analysis(builds, ab, table, rows, results, per_config, drifts, families, floors, und.needs(results, floors))
+    found = und.needs(results, floors)
+    resume = und.resume(data, results, found) if found else None
+    return Analysis(builds, ab, table, rows, results, per_config, drifts, families, floors, found, resume)
 
 
 def _us(seconds: float | None) -> str:
@@ -677,6 +680,15 @@ def _drift_lines(analysis: Analysis, configs: list[str]) -> list[str]:
     return lines + [""]
 
 
+def _dash(value) -> str:
+    """A build manifest's field as text: ``–`` where the manifest lacks it (manifests of older builds)."""
+    return "–" if value is None or value == "" else str(value)
+
+
+def _code(value) -> str:
+    return "–" if value is None or value == "" else f"`{value}`"
+
+
 def _build_rows(data: dict) -> list[str]:
     """Base SHA, series and build flags from the wheels' build manifests, and whether the flags match."""
     builds = data["run"]["builds"]
@@ -689,12 +701,12 @@ def _build_rows(data: dict) -> list[str]:
         ]
     lines = ["", "| build manifest | " + " | ".join(builds) + " |", "|---|" + "---|" * len(builds)]
     for label, fn in (
-        ("base SHA", lambda m: f"`{m.get('base_sha')}`"),
-        ("series", lambda m: f"{m['series']['name']} `{m['series']['hash']}`" if m.get("series") else "–"),
-        ("platform / build type", lambda m: f"{m.get('platform')} / {m.get('build_type')}"),
-        ("version label", lambda m: f"`{m.get('version')}`"),
-        ("compiler", lambda m: m.get("compiler")),
-        ("CMake", lambda m: m.get("cmake")),
+        ("base SHA", lambda m: _code(m.get("base_sha"))),
+        ("series", lambda m: f"{m['series'].get('name')} {_code(m['series'].get('hash'))}" if m.get("series") else "–"),
+        ("platform / build type", lambda m: f"{_dash(m.get('platform'))} / {_dash(m.get('build_type'))}"),
+        ("version label", lambda m: _code(m.get("version"))),
+        ("compiler", lambda m: _dash(m.get("compiler"))),
+        ("CMake", lambda m: _dash(m.get("cmake"))),
         ("Metal toolchain", lambda m: macos.metal_text(m.get("metal_capability"))),
     ):
         lines.append(f"| {label} | " + " | ".join(fn(manifests[b]) if manifests[b] else "–" for b in builds) + " |")
@@ -882,12 +894,31 @@ def launch_bound_line(data: dict, analysis: Analysis) -> list[str]:
     return [text + f"; {len(short)} did not reach it ({why}): {named}.", ""]
 
 
+def _resume_text(resume: und.Resume) -> str:
+    """What the resume command runs: rounds, worker processes and minutes (or why the time is unknown)."""
+    if resume.seconds is None:
+        time_text = "time unknown (this run's processes carry no start time)"
+    else:
+        time_text = f"~{math.ceil(resume.seconds / 60)} min of worker time"
+    if resume.adaptive:
+        return (
+            f"The command below continues the adaptive rounds for up to {_plural(resume.rounds, 'round')} "
+            f"({resume.until} in all): {resume.processes} worker processes, {time_text}"
+        )
+    return (
+        f"The command below adds {_plural(resume.rounds, 'round')} ({resume.until} in all) of every cell under every "
+        f"build and config: {resume.processes} worker processes, {time_text}"
+    )
+
+
 def undetermined_lines(data: dict, analysis: Analysis) -> list[str]:
     """The PR block's few lines on undetermined cells (:mod:`harness.undetermined`): how many, the noise
-    floor per config, the MDE range, the processes and minutes a verdict needs, and the command."""
+    floor per config, the MDE range, the processes a verdict needs, what the resume command runs (processes,
+    minutes), the cells it cannot bring to a verdict and why, and the command."""
     found = analysis.needs
     if not found:
         return []
+    resume = analysis.resume or und.resume(data, analysis.contrasts, found)
     total = sum(len(r.rows) for r in analysis.contrasts)
     floors = "; ".join(
         f"`{config}` " + ", ".join(f"{_pct(f.sd)} {f.cls.value}" for f in analysis.floors if f.config == config)
@@ -897,56 +928,72 @@ def undetermined_lines(data: dict, analysis: Analysis) -> list[str]:
     mde = f"{_pct(min(mdes))}-{_pct(max(mdes))}" if mdes else "–"
     reach = [f for f in found if f.processes is not None]
     far = len(found) - len(reach)
-    estimate = und.seconds(data, found)
-    argv = und.resume_argv(data, found, estimate)
-    lines = [
+    text = (
         f"**{len(found)} of {total} cell verdicts undetermined.** Noise floor (sd of the log per-process medians "
         f"between processes): {floors or '–'}. At the processes they had, the smallest change they could show "
         f"(MDE: band + CI half-width) is {mde}"
-        + (
-            f"; a verdict needs up to {max(f.processes for f in reach)} processes per side "
-            f"(~{math.ceil(estimate / 60)} min of worker time)"
-            if reach
-            else ""
-        )
+        + (f"; a verdict needs up to {max(f.processes for f in reach)} processes per side" if reach else "")
         + (
             f"; {far} would need more than {und.MAX_PROCESSES} (spread too wide, or the estimate at the band's edge)"
             if far
             else ""
         )
-        + ". Per cell: Details, Undetermined cells."
-        + (" Resume the run to get there:" if argv else ""),
-        "",
-    ]
-    if argv:
-        lines += ["```", _nox_command(argv), "```", ""]
+        + "."
+    )
+    if resume.argv:
+        text += " " + _resume_text(resume) + "."
+    if resume.beyond:
+        given = max(g for f, g in zip(found, resume.given, strict=True) if f in resume.beyond)
+        why = (
+            f"adaptive rounds stop at {und.MAX_ROUNDS} rounds in all, runner.MAX_ROUNDS, so it gives them at most "
+            f"{given} processes per side"
+            if resume.adaptive
+            else f"they need more than the {given} processes per side it gives"
+        )
+        cells = dict.fromkeys(f"{f.row.cell.op} {f.row.cell.label} {f.row.cell.dtype}" for f in resume.beyond)
+        text += (
+            f" {'It' if resume.argv else 'Resuming'} cannot bring {len(resume.beyond)} of the {len(found)} to a "
+            f"verdict ({why}): {_named(list(cells))}."
+        )
+    text += " Per cell, the CI half-width predicted after resuming: Details, Undetermined cells."
+    if resume.argv:
+        text += " Resume the run:"
+    lines = [text, ""]
+    if resume.argv:
+        lines += ["```", _nox_command(resume.argv), "```", ""]
     return lines
 
 
 def _undetermined_details(analysis: Analysis) -> list[str]:
-    """Every undetermined cell of every contrast: processes it had, CI half-width, MDE, goal, processes needed."""
+    """Every undetermined cell of every contrast: processes it had, CI half-width, MDE, goal, processes needed,
+    and the processes the resume command gives it with the CI half-width predicted there."""
     if not analysis.needs:
         return []
+    given = analysis.resume.given if analysis.resume else [f.n for f in analysis.needs]
     lines = [
         "## Undetermined cells",
         "",
         "Per undetermined cell: the processes per side it had (paired rounds), its CI half-width, the smallest "
         "change those processes could show (MDE = band + half-width), the half-width that decides it at its "
         "estimate (goal: band − |change| for equivalence, |change| − band beyond; at least a quarter of the band), "
-        "and the processes per side that reach it (half-width ∝ 1/√n; below the floor, predicted from the noise "
-        "floor). docs/reading-the-report.md.",
+        "the processes per side that reach it (half-width ∝ 1/√n; below the floor, predicted from the noise "
+        "floor), and the processes per side the resume command above gives it with the CI half-width predicted "
+        "there (check a resumed run against it). docs/reading-the-report.md.",
         "",
         "<details><summary>every undetermined cell</summary>",
         "",
-        "| contrast | cell | dtype | class | processes | CI half-width | MDE | goal | processes needed |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| contrast | cell | dtype | class | processes | CI half-width | MDE | goal | processes needed "
+        "| after resuming | predicted CI half-width |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for f in analysis.needs:
+    for f, after in zip(analysis.needs, given, strict=True):
         c = f.row.cell
         needed = str(f.processes) if f.processes is not None else f"> {und.MAX_PROCESSES}"
+        predicted = _pct(f.width_at(after)) if after > f.n else "–"
         lines.append(
             f"| {f.result.contrast.label} | {c.op} {c.label} | {c.dtype} | {f.row.cls.value} | {f.n} "
-            f"| {_pct(f.half_width)} | {_pct(f.mde)} | {_pct(f.goal)}{' (edge)' if f.edge else ''} | {needed} |"
+            f"| {_pct(f.half_width)} | {_pct(f.mde)} | {_pct(f.goal)}{' (edge)' if f.edge else ''} | {needed} "
+            f"| {after if after > f.n else '–'} | {predicted} |"
         )
     return lines + ["", "</details>", ""]
 

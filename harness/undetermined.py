@@ -17,11 +17,21 @@ Numbers only from results.json and the evaluated contrasts (:mod:`harness.contra
   :func:`harness.stats.unconverged`): ``n' = ceil(n (half-width / goal)²)``, at least the class's floor.
   A cell without a CI (below its floor) gets its half-width predicted from the noise floor:
   ``1.96 · sd · √(2/n) · √(π/3)`` (the Hodges-Lehmann estimate's efficiency 3/π against the mean).
-- **Minutes**: from the run's own processes (:func:`harness.policy.cell_costs`: start-up, per-cell
-  overhead, each cell's timed blocks) for the processes each (build, config) side needs.
-- **Command**: the recorded command with ``--rounds N`` (runs without adaptive rounds), or, for a run with
-  adaptive rounds, ``--target-ci`` / ``--target-ci-launch-bound`` at the goals and ``--budget-s`` at the
-  estimate: ``compare`` keeps every finished process of ``--out`` and adds the rest.
+- **What the command runs**: a run without adaptive rounds resumes with ``--rounds N`` (N in all), which
+  runs every cell under every (build, config) in each added round: the added rounds times the run's
+  processes per round, each costing the median wall time (``finished - started``) of that side's processes
+  so far; a cell gets its own processes plus the added rounds. A run with adaptive rounds resumes with
+  ``--target-ci`` / ``--target-ci-launch-bound`` at the goals and ``--budget-s`` at the estimate: every
+  ``patched/C`` vs ``stock/C`` cell whose CI is wider than its target gets processes (half-width ∝ 1/√n)
+  until it reaches the target or the run reaches :data:`harness.runner.MAX_ROUNDS` rounds in all; each
+  process costs the start-up plus, per cell, the per-cell overhead and the cell's latest timed-block
+  seconds (:func:`harness.policy.cell_costs`, which needs the workers' start records). A cell whose
+  verdict needs more processes than the command can give (adaptive: the rounds left to MAX_ROUNDS; either
+  mode: more than :data:`MAX_PROCESSES`) is named as out of its reach; the command still takes it as far
+  as it goes. Time unknown (None) when the run's processes carry no start time.
+- **Predicted width**: per undetermined cell, the CI half-width at the processes the command gives it
+  (the same 1/√n law), so that a resumed run can be checked against it.
+- **Command**: ``compare`` keeps every finished process of ``--out`` and adds the rest.
 """
 
 from __future__ import annotations
@@ -35,6 +45,9 @@ from harness.policy import POLICY, CellClass, Policy, cell_costs, measured_secon
 
 #: more processes per side than this: not a sensible cost (the report says so instead of a number)
 MAX_PROCESSES = 200
+#: adaptive rounds stop at this many rounds in all: :data:`harness.runner.MAX_ROUNDS`, copied because the
+#: runner imports the report, which imports this module (tests/test_undetermined.py asserts they agree)
+MAX_ROUNDS = 64
 
 
 @dataclass(frozen=True)
@@ -52,7 +65,9 @@ class NoiseFloor:
 class Need:
     """One undetermined cell of one contrast: processes per side it had (``n``), its CI half-width (NaN:
     none), its MDE (fraction), the goal half-width, processes per side to reach it (``None``: more than
-    :data:`MAX_PROCESSES`), and whether its estimate sits at the band's edge."""
+    :data:`MAX_PROCESSES`), whether its estimate sits at the band's edge, and the half-width the
+    prediction starts from (``basis``: the CI's, or the noise floor's below the floor; NaN: none) at
+    ``at`` processes per side."""
 
     result: ContrastResult
     row: ContrastRow
@@ -62,6 +77,12 @@ class Need:
     goal: float
     processes: int | None
     edge: bool
+    basis: float = math.nan
+    at: int = 0
+
+    def width_at(self, processes: int) -> float:
+        """Predicted CI half-width (fraction) at ``processes`` per side (NaN: no basis)."""
+        return self.basis * math.sqrt(self.at / processes) if math.isfinite(self.basis) and processes > 0 else math.nan
 
 
 def spread(row: ContrastRow) -> float:
@@ -126,6 +147,8 @@ def need(result: ContrastResult, row: ContrastRow, floors: list[NoiseFloor], pol
         goal,
         processes if processes <= MAX_PROCESSES else None,
         edge,
+        hw,
+        at,
     )
 
 
@@ -134,32 +157,133 @@ def needs(results: list[ContrastResult], floors: list[NoiseFloor], policy: Polic
     return [need(r, row, floors, policy) for r in results for row in r.undetermined]
 
 
-def seconds(data: dict, found: list[Need]) -> float:
-    """Estimated worker seconds to give every cell of ``found`` its processes (those with a number): per
-    (build, config) side, one process per extra round, each costing the start-up plus, per cell still
-    short in that round, the per-cell overhead and the cell's median timed-block seconds so far
-    (:func:`harness.policy.cell_costs`); 0 before any process ran."""
-    startup, overhead = cell_costs(data["processes"])
-    if not startup and not overhead:
-        return 0.0
-    measured: dict[tuple[str, str, str], float] = {}
+@dataclass(frozen=True)
+class Resume:
+    """What the resume command gives (module docstring): ``argv`` (None: nothing to add), whether it
+    continues adaptive rounds, ``cap`` (processes per side it can give a cell at most), ``given`` (per
+    entry of ``found``: processes per side after it), ``rounds`` (rounds it adds at most), ``processes``
+    (worker processes it starts), ``seconds`` (their estimated worker seconds; None: time unknown, the
+    run's processes carry no start time) and ``beyond`` (the cells of ``found`` it cannot bring to a
+    verdict: they need more than it gives)."""
+
+    argv: list[str] | None
+    adaptive: bool
+    cap: int
+    given: list[int]
+    rounds: int
+    processes: int
+    seconds: float | None
+    beyond: list[Need]
+    until: int = 0
+
+
+def rounds_done(data: dict) -> int:
+    """Rounds the run holds: 1 + the highest round of its processes (``run.rounds`` before any)."""
+    return max((p["round"] + 1 for p in data["processes"] if isinstance(p.get("round"), int)), default=0) or int(
+        data["run"]["rounds"]
+    )
+
+
+def process_walls(data: dict) -> dict[tuple[str, str], float]:
+    """(build, config) -> median wall seconds (``finished - started``) of its processes; sides without
+    either time are left out."""
+    walls: dict[tuple[str, str], list[float]] = {}
     for proc in data["processes"]:
+        begun, ended = proc.get("started"), proc.get("finished")
+        if all(isinstance(t, (int, float)) and math.isfinite(t) for t in (begun, ended)) and ended >= begun:
+            walls.setdefault((proc["build"], proc["config"]), []).append(ended - begun)
+    return {side: statistics.median(v) for side, v in walls.items()}
+
+
+def _fixed(data: dict, found: list[Need]) -> Resume:
+    """``--rounds N``: every cell under every (build, config) in each added round."""
+    run = data["run"]
+    reach = [f for f in found if f.processes is not None]
+    extra = max((f.processes - f.n for f in reach), default=0)
+    done = rounds_done(data)
+    sides = [(b, c) for b in run["builds"] for c in run["configs"]]
+    walls = process_walls(data)
+    if extra <= 0:
+        return Resume(None, False, MAX_PROCESSES, [f.n for f in found], 0, 0, 0.0, [f for f in found if f not in reach])
+    fallback = statistics.median(walls.values()) if walls else None
+    seconds = None if fallback is None else extra * sum(walls.get(side, fallback) for side in sides)
+    given = [f.n + extra for f in found]
+    beyond = [f for f, g in zip(found, given, strict=True) if f.processes is None or f.processes > g]
+    argv = _replace(list(run["command"]), "--rounds", str(done + extra))
+    return Resume(argv, False, MAX_PROCESSES, given, extra, extra * len(sides), seconds, beyond, done + extra)
+
+
+def _target(goals: list[float], current: float) -> float:
+    """The ``--target-ci`` value for ``goals``: the smallest, never looser than ``current``, in steps of
+    0.001 down (0 would turn adaptive rounds off, so at least 0.001)."""
+    return max(math.floor(min([*goals, current]) * 1000) / 1000, 0.001)
+
+
+def _adaptive(data: dict, results: list[ContrastResult], found: list[Need], policy: Policy) -> Resume:
+    """``--target-ci`` / ``--budget-s``: adaptive rounds up to :data:`MAX_ROUNDS` in all."""
+    run, adaptive = data["run"], data["run"]["adaptive"]
+    policy = policy.with_targets(adaptive.get("target"), adaptive.get("launch_bound_target"))
+    done = rounds_done(data)
+    left = max(0, MAX_ROUNDS - done)
+    open_ = [f for f in found if math.isfinite(f.goal) and (f.processes is None or f.processes > f.n)]
+    targets = {
+        cls: _target([f.goal for f in open_ if f.row.cls == cls], policy.rule(cls).target)
+        for cls in (CellClass.KERNEL_BOUND, CellClass.LAUNCH_BOUND)
+    }
+    floors = noise_floors(results)
+    extra: dict[tuple[str, str], int] = {}  # (config, cell) -> rounds that measure it
+    for result in results:
+        a, b = result.contrast.a, result.contrast.b
+        if a.config != b.config or {a.build, b.build} != {"stock", "patched"}:
+            continue
+        for row in result.rows:
+            if not (row.a and row.b):
+                continue
+            basis = need(result, row, floors, policy)
+            t = targets[row.cls]
+            if math.isfinite(row.cmp.half_width) and row.cmp.half_width <= t:
+                continue
+            wanted = math.ceil(basis.at * (basis.basis / t) ** 2) if math.isfinite(basis.basis) else basis.n + left
+            wanted = max(wanted, policy.rule(row.cls).floor)
+            extra[a.config, row.cell.key] = min(max(wanted - basis.n, 0), left)
+    given = []
+    for f in found:
+        sides = {(s.config, f.row.cell.key) for s in (f.result.contrast.a, f.result.contrast.b)}
+        given.append(f.n + min(extra.get(side, 0) for side in sides))
+    beyond = [f for f, g in zip(found, given, strict=True) if f.processes is None or f.processes > g]
+    rounds = max(extra.values(), default=0)
+    if rounds <= 0:
+        return Resume(None, True, MAX_ROUNDS, given, 0, 0, 0.0, beyond)
+    startup, overhead = cell_costs(data["processes"])
+    measured: dict[tuple[str, str, str], float] = {}
+    for proc in data["processes"]:  # the latest measurement: what an adaptive round gives the cell
         for key, rec in proc.get("cells", {}).items():
             if rec.get("measurement"):
-                measured.setdefault((proc["build"], proc["config"], key), measured_seconds(rec["measurement"]))
-    short: dict[tuple[str, str], dict[str, int]] = {}  # side -> cell -> extra processes
-    for f in found:
-        if f.processes is None:
-            continue
-        for side in (f.result.contrast.a, f.result.contrast.b):
-            cells = short.setdefault((side.build, side.config), {})
-            cells[f.row.cell.key] = max(cells.get(f.row.cell.key, 0), f.processes - f.n)
-    total = 0.0
-    for (build, config), cells in short.items():
+                measured[proc["build"], proc["config"], key] = measured_seconds(rec["measurement"])
+    seconds, processes = 0.0, 0
+    for config in run["configs"]:
+        cells = {k: e for (c, k), e in extra.items() if c == config and e > 0}
         for r in range(1, max(cells.values(), default=0) + 1):
-            pending = [k for k, extra in cells.items() if extra >= r]
-            total += startup + sum(overhead + measured.get((build, config, k), 0.0) for k in pending)
-    return total
+            pending = [k for k, e in cells.items() if e >= r]
+            for build in run["builds"]:
+                processes += 1
+                seconds += startup + sum(overhead + measured.get((build, config, k), 0.0) for k in pending)
+    known = bool(startup or overhead)
+    argv = list(run["command"])
+    for option, cls in (("--target-ci", CellClass.KERNEL_BOUND), ("--target-ci-launch-bound", CellClass.LAUNCH_BOUND)):
+        if any(f.row.cls == cls for f in open_):
+            argv = _replace(argv, option, f"{targets[cls]:g}")
+    if known:
+        argv = _replace(argv, "--budget-s", f"{max(60, math.ceil(seconds * 1.2 / 10) * 10)}")
+    until = done + rounds
+    return Resume(argv, True, MAX_ROUNDS, given, rounds, processes, seconds if known else None, beyond, until)
+
+
+def resume(data: dict, results: list[ContrastResult], found: list[Need], policy: Policy = POLICY) -> Resume:
+    """What resuming the run gives the undetermined cells ``found`` of ``results`` (module docstring)."""
+    if data["run"].get("adaptive"):
+        return _adaptive(data, results, found, policy)
+    return _fixed(data, found)
 
 
 def _replace(argv: list[str], option: str, value: str) -> list[str]:
@@ -176,21 +300,3 @@ def _replace(argv: list[str], option: str, value: str) -> list[str]:
             continue
         out.append(arg)
     return out + [option, value]
-
-
-def resume_argv(data: dict, found: list[Need], estimate_s: float, policy: Policy = POLICY) -> list[str] | None:
-    """The recorded command that resumes the run to the goals of ``found`` (module docstring), or None when
-    no cell can be reached within :data:`MAX_PROCESSES`."""
-    reachable = [f for f in found if f.processes is not None and f.processes > f.n]
-    if not reachable:
-        return None
-    argv, adaptive = list(data["run"]["command"]), data["run"].get("adaptive")
-    if not adaptive:
-        return _replace(argv, "--rounds", str(max(f.processes for f in reachable)))
-    policy = policy.with_targets(adaptive.get("target"), adaptive.get("launch_bound_target"))
-    for option, cls in (("--target-ci", CellClass.KERNEL_BOUND), ("--target-ci-launch-bound", CellClass.LAUNCH_BOUND)):
-        goals = [f.goal for f in reachable if f.row.cls == cls]
-        if goals:
-            goal = min(min(goals), policy.rule(cls).target)
-            argv = _replace(argv, option, f"{math.floor(goal * 1000) / 1000:g}")
-    return _replace(argv, "--budget-s", f"{max(60, math.ceil(estimate_s * 1.2 / 10) * 10)}")

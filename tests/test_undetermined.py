@@ -3,6 +3,7 @@ and a resume command that ``compare`` accepts. In-process, synthetic results (te
 
 from __future__ import annotations
 
+import copy
 import math
 import random
 
@@ -11,7 +12,7 @@ import pytest
 from test_evidence import synthetic
 
 from harness import contrasts as con
-from harness import report, stats
+from harness import report, runner, stats
 from harness import undetermined as und
 from harness.cli import build_parser
 from harness.errors import UsageError
@@ -81,45 +82,138 @@ def _args(argv: list[str]):
     return build_parser("compare").parse_args(argv[4:])
 
 
-def test_the_resume_command_is_one_compare_accepts():
-    data = _run(0.03, 6)
+def _timed(data: dict, wall: dict[str, float] | None = None) -> dict:
+    """Every process 2 s of start-up; its wall time ``wall[build]`` (default 4 s)."""
+    for i, proc in enumerate(data["processes"]):
+        proc.update(started=100.0 * i, worker_started=100.0 * i + 2)
+        proc["finished"] = 100.0 * i + (wall or {}).get(proc["build"], 4.0)
+    return data
+
+
+def _adaptive(data: dict, target: float = 0.01) -> dict:
+    data["run"]["adaptive"] = {
+        "target": target,
+        "launch_bound_target": 0.05,
+        "budget_s": 100.0,
+        "rounds_added": 0,
+        "unconverged": {},
+    }
+    data["run"]["command"] += ["--budget-s", "100"]
+    return data
+
+
+def _resume(data: dict) -> tuple[list[und.Need], und.Resume]:
     results = con.evaluate_all(data)
     found = und.needs(results, und.noise_floors(results))
-    plain = und.resume_argv(data, found, 120.0)
+    return found, und.resume(data, results, found)
+
+
+def test_the_resume_command_is_one_compare_accepts():
+    data = _timed(_run(0.03, 6))
+    found, plain = _resume(data)
     need = max(f.processes for f in found)
-    assert _args(plain).rounds == need and plain.count("--rounds") == 1  # a run without adaptive rounds
-    data["run"]["adaptive"] = {"target": 0.01, "launch_bound_target": 0.05, "budget_s": 100.0, "rounds_added": 2}
-    data["run"]["command"] += ["--budget-s", "100"]
-    adaptive = _args(und.resume_argv(data, found, 300.0))
+    assert _args(plain.argv).rounds == need and plain.argv.count("--rounds") == 1  # a run without adaptive rounds
+    _, adaptive_resume = _resume(_adaptive(data))
+    adaptive = _args(adaptive_resume.argv)
     goal = min(min(f.goal for f in found), POLICY.kernel_bound.target)  # never looser than the run's target
-    assert adaptive.budget_s == 360 and adaptive.target_ci == math.floor(goal * 1000) / 1000
-    assert adaptive.rounds is None and und.resume_argv(data, found, 300.0).count("--budget-s") == 1
+    assert adaptive.target_ci == math.floor(goal * 1000) / 1000
+    assert adaptive.budget_s == max(60, math.ceil(adaptive_resume.seconds * 1.2 / 10) * 10)
+    assert adaptive.rounds is None and adaptive_resume.argv.count("--budget-s") == 1
+    assert und._target([0.0004], 0.01) == 0.001  # never 0, which would turn adaptive rounds off
     with pytest.raises(UsageError):  # the parser is real: an option compare lacks is refused
-        _args([*plain, "--base", "main"])
+        _args([*plain.argv, "--base", "main"])
 
 
 def test_the_pr_block_says_the_noise_floor_processes_minutes_and_the_command():
-    data = _run(0.03, 6)
-    for i, proc in enumerate(data["processes"]):  # 2 s start-up, 1 s per cell
-        proc.update(started=10.0 * i, worker_started=10.0 * i + 2, finished=10.0 * i + 4)
+    data = _timed(_run(0.03, 6))
     text = report.render(data)
     block = text.split("<details>")[0]
     assert "cell verdicts undetermined.** Noise floor (sd of the log per-process medians between processes): " in block
-    assert "`default` " in block and "processes per side (~" in block and " min of worker time)" in block
+    assert "`default` " in block and "processes per side" in block and " min of worker time" in block
     command = block.split("```\n", 1)[1].split("\n```", 1)[0]
     assert command.startswith("nox -s compare -- --stock a --patched b --device cpu --out r --rounds ")
     assert "## Undetermined cells" in text and "| patched/default vs stock/default | mm M512 N512 K512 |" in text
 
 
-def test_minutes_come_from_the_runs_own_processes():
-    data = _run(0.03, 6)
-    for i, proc in enumerate(data["processes"]):
-        proc.update(started=10.0 * i, worker_started=10.0 * i + 2, finished=10.0 * i + 4)
-    results = con.evaluate_all(data)
-    found = und.needs(results, und.noise_floors(results))
-    startup, overhead = 2.0, 1.0 - 3 * 1e-3  # a cell's 3 blocks of ~1 ms (noise aside) are its timed part
-    extra = {f.row.cell.key: f.processes - f.n for f in found}
-    expected = 2 * sum(  # two sides (patched/default, stock/default), one process per extra round each
-        startup + sum(overhead + 3e-3 for k, e in extra.items() if e >= r) for r in range(1, max(extra.values()) + 1)
+def test_fixed_rounds_minutes_count_every_process_the_command_runs():
+    """``--rounds N`` re-runs every cell under every (build, config) in each added round: the minutes are the
+    added rounds x each side's process wall time, not only the cells still short (the review's defect:
+    cpu-contrasts said ~4 min for 28 rounds x 4 processes x 8.5 s)."""
+    data = _timed(_run(0.03, 6), {"stock": 10.0, "patched": 12.0})
+    found, resume = _resume(data)
+    extra = max(f.processes for f in found) - 6
+    assert extra > 1 and (resume.rounds, resume.until, resume.processes) == (extra, 6 + extra, 2 * extra)
+    assert resume.seconds == pytest.approx(extra * (10.0 + 12.0))
+    assert resume.given == [6 + extra] * len(found) and not resume.beyond
+    block = report.render(data).split("<details>")[0]
+    assert f"adds {extra} rounds ({6 + extra} in all) of every cell under every build and config: " in block
+    assert f"{2 * extra} worker processes, ~{math.ceil(extra * 22 / 60)} min of worker time" in block
+
+
+def test_adaptive_minutes_come_from_the_runs_own_processes():
+    data = _adaptive(_timed(_run(0.03, 6)))
+    found, resume = _resume(data)
+    startup, overhead = 2.0, (4.0 - 2.0) / 2 - 3e-3  # 2 cells per process; each cell's 3 blocks of ~1 ms are timed
+    extra = {f.row.cell.key: g - f.n for f, g in zip(found, resume.given, strict=True)}
+    expected = 2 * sum(  # two builds of the one config, one process per round each
+        startup + sum(overhead + 3e-3 for e in extra.values() if e >= r) for r in range(1, max(extra.values()) + 1)
     )
-    assert und.seconds(data, found) == pytest.approx(expected, rel=1e-3)
+    assert resume.adaptive and resume.seconds == pytest.approx(expected, rel=1e-2)
+    assert resume.processes == 2 * max(extra.values())
+
+
+def test_time_unknown_when_the_processes_carry_no_start_time():
+    """h200-aa's processes carry no worker start time: the block said "~0 min"; it must say the time is
+    unknown, never 0."""
+    data = _run(0.03, 6)
+    for proc in data["processes"]:
+        proc.pop("started", None)
+        proc.pop("worker_started", None)
+    _, resume = _resume(data)
+    assert resume.argv and resume.seconds is None
+    _, adaptive = _resume(_adaptive(copy.deepcopy(data)))
+    assert adaptive.argv and adaptive.seconds is None and "--budget-s" in adaptive.argv  # the run's own, kept
+    block = report.render(data).split("<details>")[0]
+    assert "time unknown (this run's processes carry no start time)" in block and "~0 min" not in block
+
+
+def test_the_cap_is_the_runners():
+    assert und.MAX_ROUNDS == runner.MAX_ROUNDS
+
+
+def test_adaptive_resume_is_capped_at_max_rounds_and_says_which_cells_it_cannot_decide():
+    """Adaptive rounds stop at runner.MAX_ROUNDS rounds in all: a cell that needs more processes is named, its
+    processes after resuming are capped, and the command still takes it as far as it goes (cpu-ab said "up to
+    123 processes per side" under a command that can give at most 64)."""
+    data = _adaptive(_timed(_run(0.04, 10)))
+    found, resume = _resume(data)
+    assert any(f.processes is not None and f.processes > runner.MAX_ROUNDS for f in found)  # the planted need
+    assert resume.argv and resume.until <= runner.MAX_ROUNDS
+    assert all(g <= runner.MAX_ROUNDS for g in resume.given) and max(resume.given) == runner.MAX_ROUNDS
+    assert resume.beyond == [
+        f for f, g in zip(found, resume.given, strict=True) if f.processes is None or f.processes > g
+    ]
+    block = report.render(data).split("<details>")[0]
+    assert f"cannot bring {len(resume.beyond)} of the {len(found)} to a verdict (adaptive rounds stop at " in block
+    cap = runner.MAX_ROUNDS
+    assert f"{cap} rounds in all, runner.MAX_ROUNDS, so it gives them at most {cap} processes per side" in block
+
+
+def test_the_details_state_the_predicted_width_at_the_processes_the_command_gives():
+    """Issue 29: resuming with the printed command narrows the CIs as predicted (within a factor 1.5). The
+    details give, per undetermined cell, the processes after resuming and the half-width predicted there;
+    fresh synthetic processes at that count land within 1.5 of it."""
+    data = _timed(_run(0.03, 6))
+    found, resume = _resume(data)
+    text = report.render(data)
+    for f, given in zip(found, resume.given, strict=True):
+        c = f.row.cell
+        assert f"| {c.op} {c.label} | {c.dtype} |" in text
+        assert f"| {given} | {report._pct(f.width_at(given))} |" in text
+    f, given = found[0], resume.given[0]
+    rng = np.random.default_rng(11)
+    widths = [
+        stats.compare(np.exp(rng.normal(0, 0.03, given)), np.exp(rng.normal(0, 0.03, given))).half_width
+        for _ in range(20)
+    ]
+    assert f.width_at(given) / 1.5 <= float(np.median(widths)) <= f.width_at(given) * 1.5
