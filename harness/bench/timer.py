@@ -27,7 +27,8 @@ calls enqueued against a host deadline pile up and the next synchronize waits fo
 For every block the host time spent enqueuing the calls is recorded too. What the block's final
 synchronize waits for depends on when the calls' work reaches the device, which this timer measures
 once per cell (:meth:`BlockTimer.probe_deferred`, one extra block after the sizing): enqueue a block,
-rest the host 1.5 x the sized block (longer than its device time), then time the synchronize alone.
+rest the host 1.5 x the sized block's wait (longer than the device work left after the enqueue), then
+time the synchronize alone.
 
 - **Submitted as issued** (a wait near 0 after the rest: CUDA launches; CPU calls are synchronous and
   never probed): the device works while the host enqueues, so the block lasts the enqueue plus the wait
@@ -45,7 +46,7 @@ rest the host 1.5 x the sized block (longer than its device time), then time the
   without a commit: ``aten/src/ATen/native/mps/operations/LinearAlgebra.mm`` @ ``001077cb``; only
   ``torch.mps.synchronize`` -> ``MPSHooks::deviceSynchronize`` -> ``synchronize(COMMIT_AND_WAIT)``
   commits it: ``aten/src/ATen/mps/MPSHooks.mm`` @ ``fe0b902f``, ``MPSStream.mm`` @ ``fba75098``).
-  MPSGraph calls (``runMPSGraph`` in ``aten/src/ATen/native/mps/OperationUtils.mm``) ask for
+  MPSGraph calls (``runMPSGraph``, ``aten/src/ATen/native/mps/OperationUtils.mm`` @ ``bff2c90b``) ask for
   ``COMMIT_ADAPTIVE``, which commits only when the allocator's low watermark is <= 1 (``MPSStream.mm``
   @ ``fba75098``); whether MPSGraph submits its work as it encodes (``enableCommitAndContinue``) is
   Apple's private behaviour, so it is measured, not assumed.
@@ -90,8 +91,8 @@ HOST_BOUND_RATIO = 0.9
 #: (:attr:`Measurement.deferred`) is launch-bound: its block is enqueue + device time, and the host sets
 #: the time once the enqueue is at least the device time (block - enqueue)
 DEFERRED_LAUNCH_RATIO = 0.5
-#: the deferral probe rests the host this many sized blocks before it times the synchronize (the sized
-#: block bounds the device time from above on either kind of route)
+#: the deferral probe rests the host this many times the sized block's wait at its synchronize (block -
+#: enqueue: the device work left once the host has enqueued a block, on either kind of route)
 PROBE_REST = 1.5
 #: a deferral probe's wait at the synchronize after its rest, beyond the synchronize's own cost, at or above
 #: this share of the probe's block (enqueue + wait) means its work was deferred until the synchronize; a
@@ -363,7 +364,7 @@ class BlockTimer:
         blocks, last, deferred = None, None, False
         if number is None:
             number, last, enqueue = self._size(fn, max(min_block_s, overhead / max_overhead_fraction))
-            deferred = self.probe_deferred(fn, number, last, overhead)
+            deferred = self.probe_deferred(fn, number, last, enqueue, overhead)
             if host_bound_blocks and self.method != "perf_counter" and enqueue >= launch_ratio(deferred) * last:
                 blocks = host_bound_blocks
         m = Measurement(number=number, overhead_s=overhead, method=self.method, deferred=deferred)
@@ -379,20 +380,23 @@ class BlockTimer:
             m.enqueue.append(enqueue / number)
         return m
 
-    def probe_deferred(self, fn: Callable[[], object], number: int, block: float, overhead: float) -> bool:
+    def probe_deferred(
+        self, fn: Callable[[], object], number: int, block: float, enqueue: float, overhead: float
+    ) -> bool:
         """Is the work of ``fn`` deferred until the synchronize, or submitted as issued (module docstring)?
 
-        Enqueues one block of ``number`` calls, rests the host :data:`PROBE_REST` x ``block`` seconds (the
-        sized block, which bounds the block's device time from above on either kind of route), then times
-        the synchronize alone. Work submitted as issued finished during the rest: the synchronize costs
-        its own ``overhead``. Deferred work starts only at the synchronize, which waits for its whole
-        device time. Deferred when that wait, beyond ``overhead``, is at least :data:`PROBE_WAIT_SHARE` of
-        the probe's block (enqueue + wait). Only the rest's length comes from the sized block: a sizing
-        block slowed by a first-call compile or a busy host does not move the decision.
+        Enqueues one block of ``number`` calls, rests the host :data:`PROBE_REST` x the sized block's wait
+        (``block - enqueue``: the device work left when the host has enqueued a block, on either kind of
+        route; at least :data:`PROBE_WAIT_SHARE` of the block), then times the synchronize alone. Work
+        submitted as issued finished during the rest: the synchronize costs its own ``overhead``. Deferred
+        work starts only at the synchronize, which waits for its whole device time. Deferred when that
+        wait, beyond ``overhead``, is at least :data:`PROBE_WAIT_SHARE` of the probe's block (enqueue +
+        wait). Only the rest's length comes from the sized block: a sizing block slowed by a first-call
+        compile or a busy host does not move the decision.
 
         Args:
-            number: calls per block; block: the sized block, seconds; overhead: an empty block's seconds
-                (:meth:`overhead`).
+            number: calls per block; block, enqueue: the sized block's seconds and its host enqueue
+                seconds; overhead: an empty block's seconds (:meth:`overhead`).
 
         Returns False without running anything on the cpu clock (calls are synchronous). Costs one block
         plus the rest.
@@ -404,7 +408,7 @@ class BlockTimer:
         for _ in range(number):
             fn()
         t1 = self.clock()
-        self.sleep(PROBE_REST * block)
+        self.sleep(PROBE_REST * max(block - enqueue, PROBE_WAIT_SHARE * block))
         t2 = self.clock()
         self.sync()
         t3 = self.clock()
