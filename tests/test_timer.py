@@ -198,9 +198,9 @@ def test_a_duty_cycle_rests_twice_each_block_and_prerolls_before_timing_it():
     assert m.number == 1 and not m.host_bound
     # measure_s counts timed blocks only: 3 blocks of 1 ms (the wall time, rests included, is 3 ms after the first)
     assert m.samples == pytest.approx([1e-3] * 3)
-    # the deferral probe's rest (1.5 sized blocks), then before each timed block twice the block before it
-    # (the sizing one first)
-    assert rests == pytest.approx([1.5e-3] + [2e-3] * 3)
+    # the deferral probe's rest (1.5 x the sized block's 0.9 ms wait), then before each timed block twice the
+    # block before it (the sizing one first)
+    assert rests == pytest.approx([1.35e-3] + [2e-3] * 3)
     # after the warm-up call, the sizing block and the probe: rest, one untimed pre-roll call, then the block
     timed = clock.trace[-15:]
     assert timed == ["sleep", "call", "sync", "call", "sync"] * 3
@@ -259,7 +259,7 @@ def test_the_probe_tells_work_deferred_until_the_synchronize_from_work_submitted
     issued = FakeDevice(10_000, 40_000, deferred=False)
     m = device_timer(issued).measure(issued.call, **TIMING)
     assert not m.deferred and m.samples[-1] == pytest.approx(40e-6, rel=0.02) and not m.launch_bound
-    # the probe costs one block (the sized one's calls) and a rest of 1.5 sized blocks, once per cell
+    # the probe costs one block (the sized one's calls) and a rest of 1.5 x the sized block's wait, once per cell
     assert issued.trace.count("sleep") == 1
     assert m.number == 44  # sizing blocks of 1, 22 and 44 calls (50 µs, 0.89 ms, 1.77 ms)
     assert issued.trace.count("call") == 1 + (1 + 22 + 44) + 44 + 4 * 44  # warm-up, sizing, probe, blocks
