@@ -12,10 +12,15 @@ The rows (the same code on cpu, cuda and mps; under ``--device mps`` in CI throu
 
 1. ``synchronize waits``: a block ended by the synchronize alone lasts as long as one that first reads the
    last output to the host (at least :data:`SYNC_RATIO` of it).
-2. ``host encode``: the share of a block's time the host spends enqueuing, per route; on a route that
-   defers its commit (:data:`DEFERS_COMMIT`) that share adds to its block time, on the others encoding
-   overlaps the device's work; the difference between routes biases a ``faster`` contrast between them,
-   and over :data:`ENCODE_BIAS` the report names it next to the contrast (:func:`encode_bias_note`).
+2. ``host encode``: the share of a block's time the host spends enqueuing, per route, on :data:`CELL` and
+   on the device's smallest default GEMM cell (:func:`small_cell`: host encode per call is fixed while
+   device time grows with FLOP, so the small cell carries the largest share). Whether a route's work is
+   submitted as issued or deferred until the synchronize is measured, not assumed: the timer's deferral
+   probe on :data:`CELL` (:meth:`harness.bench.timer.BlockTimer.probe_deferred`, the function every timed
+   cell runs). On a deferred route (block = encode + device time) the encode share adds to its block
+   time; on a route submitted as issued encoding overlaps the device's work. The difference between
+   routes biases a ``faster`` contrast between them: the row reports its range over the two cells, and
+   over :data:`ENCODE_BIAS` the report names it next to the contrast (:func:`encode_bias_note`).
 3. ``duty``: duty 1/3 is not slower than back to back by more than :data:`DUTY_TOLERANCE` (resting does
    not clock the device down); picks the duty for this device (``doctor.json``: ``recommend.duty``).
 4. ``stall timeout``: the slowest cell of the default matrix (largest per op family and dtype), with
@@ -46,13 +51,6 @@ ROUTES = {
     "cuda": {"default": "cuBLAS", "cublaslt": "cuBLASLt"},
     "cpu": {"default": "vectorised ATen", "no_vec": "ATen without vectors"},
 }
-#: device -> the route configs whose GEMMs are encoded without a commit, so the device starts only at the
-#: block's final synchronize and the host's encode time adds to the block (block = encode + device time):
-#: MPS's Metal GEMM (``do_metal_mm`` encodes, no commit: aten/src/ATen/native/mps/operations/LinearAlgebra.mm
-#: @ 001077cb). Every other route (MPSGraph commits and continues, MPSStream.mm @ fba75098; CUDA launches
-#: are queued as issued; CPU calls run on the host) overlaps encoding with the device's work while the
-#: device is busy, and where it is not the cell is launch-bound and judged as such (harness.policy).
-DEFERS_COMMIT = {"mps": frozenset({"prefer_metal"})}
 #: device -> the kernel-bound GEMM cell rows 1-3 and 5 time (cheap on the device: ms, not s)
 CELL = {"cpu": "mm/256x256x256/float32", "cuda": "mm/4096x4096x4096/float16", "mps": "mm/2048x2048x2048/float16"}
 #: device -> shortest timed block, seconds (the runner's: harness.runner.TIMING)
@@ -62,6 +60,7 @@ SLOWEST_BUDGET_S = {"cpu": 3.0, "cuda": 10.0, "mps": 10.0}
 #: under the conformance mode (CPU tensors in CI) every size smaller: the code paths run, the numbers mean little
 EMULATED = {
     "cell": "mm/64x64x64/float32",
+    "small_cell": "mm/1x64x64/float32",
     "min_block_s": 1e-3,
     "budget_s": 0.2,
     "blocks": 4,
@@ -86,6 +85,13 @@ DUTY_TOLERANCE = 0.03
 STALL_MARGIN = 2.0
 #: seconds each step of an assumption process may take (tests shorten them)
 STEP_S = {child.IMPORT_STEP: children.IMPORT_TORCH_S, **{s: 120.0 for s in child.STEPS.values()}}
+
+
+def small_cell(device: str) -> str:
+    """The smallest default GEMM cell (by FLOP) in the dtype of the device's :data:`CELL`: row 2 measures its
+    encode share too (``mm/1x1024x1024`` of :func:`harness.bench.workloads.default_cells`)."""
+    dtype = Cell.from_key(CELL[device]).dtype
+    return min((c for c in default_cells((dtype,)) if c.family == "gemm"), key=lambda c: c.flop).key
 
 
 @dataclass(frozen=True)
@@ -153,19 +159,48 @@ def judge_sync(m: Measured) -> Verdict:
     return Verdict(held, f"synchronize-only block / host-read block: {shown}", {"ratio": ratios})
 
 
+def _share(enqueue_s: float, block_s: float) -> float:
+    return min(1.0, enqueue_s / block_s) if block_s > 0 else 1.0
+
+
+def _bias(shares: dict[str, float], deferred: dict[str, bool | None]) -> float:
+    """What encoding adds to one route's blocks and not to another's: the encode share of each deferred
+    route (0 for a route submitted as issued: its encoding overlaps the device's work), max - min."""
+    added = [v if deferred.get(r) else 0.0 for r, v in shares.items()]
+    return max(added) - min(added)
+
+
 def judge_encode(m: Measured) -> Verdict:
     got = m.ok("sync")
     if not got:
         return _missing(m, "sync")
-    shares = {r: min(1.0, s["enqueue_s"] / s["sync_s"]) if s["sync_s"] > 0 else 1.0 for r, s in got.items()}
-    deferred = {m.labels[c] for c in DEFERS_COMMIT.get(m.device, ())}
-    added = {r: v if r in deferred else 0.0 for r, v in shares.items()}  # overlapped encoding adds nothing
-    bias = max(added.values()) - min(added.values())
+    shares = {r: _share(s["enqueue_s"], s["sync_s"]) for r, s in got.items()}
+    deferred = {r: s.get("deferred") for r, s in got.items()}  # the timer's probe on CELL: a route's property
+    small = {r: s["small"] for r, s in got.items() if isinstance(s.get("small"), dict)}
+    small_shares = {r: _share(x["enqueue_s"], x["block_s"]) for r, x in small.items()}
+    biases = [_bias(shares, deferred)] + ([_bias(small_shares, deferred)] if small_shares else [])
+    low, high = min(biases), max(biases)
+    how = {True: "deferred until the synchronize", False: "submitted as issued", None: "deferral not measured"}
     shown = ", ".join(
-        f"{r} {_pct(v)}" + (" (no commit until the synchronize)" if r in deferred else "") for r, v in shares.items()
+        f"{r} {_pct(v)}" + (f" / {_pct(small_shares[r])}" if r in small_shares else "") + f" ({how[deferred[r]]})"
+        for r, v in shares.items()
     )
-    detail = f"host-encode share of a block per call: {shown}; bias on a `faster` contrast between routes {_pct(bias)}"
-    return Verdict(bias <= ENCODE_BIAS, detail, {"shares": shares, "bias": bias, "cell": m.cell()})
+    cells = m.cell() + (f" / {next(iter(small.values()))['cell']}" if small else "")
+    span = _pct(high) if high - low < 0.005 else f"{_pct(low)}-{_pct(high)}"
+    detail = (
+        f"host-encode share of a block per call on {cells}: {shown} (measured); bias on a `faster` contrast "
+        f"between routes (encode share of the deferred routes) {span}"
+    )
+    data = {
+        "shares": shares,
+        "small_shares": small_shares,
+        "deferred": deferred,
+        "bias": high,
+        "bias_range": [low, high],
+        "cell": m.cell(),
+        "small_cell": next(iter(small.values()))["cell"] if small else None,
+    }
+    return Verdict(high <= ENCODE_BIAS, detail, data)
 
 
 def pick_duty(pairs: dict[str, dict]) -> float:
@@ -259,7 +294,9 @@ _MPS = "aten/src/ATen/mps/MPSStream.mm @ fba75098"
 ASSUMPTIONS: list[Assumption] = [
     Assumption(
         "assumption: synchronize waits for uncommitted work",
-        f"{_MPS} (synchronize: COMMIT_AND_WAIT; a blocking copy_and_sync commits and waits); torch/mps/__init__.py",
+        "torch.mps.synchronize -> torch._C._mps_deviceSynchronize (torch/csrc/mps/Module.cpp @ f3b72801) -> "
+        "MPSHooks::deviceSynchronize -> synchronize(SyncType::COMMIT_AND_WAIT) (aten/src/ATen/mps/MPSHooks.mm @ "
+        f"fe0b902f) -> commitAndWait; a blocking copy_and_sync commits and waits ({_MPS})",
         (
             "block times include all the work of their calls",
             "synchronize returned before the work ended: every block time under-counts; no evidence from this device",
@@ -268,8 +305,10 @@ ASSUMPTIONS: list[Assumption] = [
     ),
     Assumption(
         "assumption: host encoding does not bias a contrast",
+        "harness/bench/timer.py deferral probe (measured per route); "
         "aten/src/ATen/native/mps/operations/LinearAlgebra.mm @ 001077cb (do_metal_mm encodes, no commit); "
-        f"{_MPS} (executeMPSGraph commits)",
+        "aten/src/ATen/native/mps/OperationUtils.mm @ bff2c90b (runMPSGraph: COMMIT_ADAPTIVE, which commits "
+        f"only at the allocator's low watermark, {_MPS}; whether MPSGraph submits as it encodes is Apple's)",
         (
             "block times measure the device's work alike on every route",
             "the report names this bias next to any `faster` contrast between these routes (doctor.json encode bias)",
@@ -338,6 +377,7 @@ def spec(device: str, rows: list[str], emulate: dict | None) -> dict:
     return {
         "device": device,
         "cell": small.get("cell", CELL[device]),
+        "small_cell": small.get("small_cell", small_cell(device)),
         "rows": rows,
         "min_block_s": small.get("min_block_s", MIN_BLOCK_S[device]),
         "blocks": small.get("blocks", 10),
@@ -439,7 +479,9 @@ def to_json(m: Measured, verdicts: list[tuple[Assumption, Verdict]]) -> dict:
             "stall_timeout_s": stall.data.get("stall_timeout_s") if stall.held is False else None,
         },
         "encode_bias": encode.data.get("bias"),
+        "encode_bias_range": encode.data.get("bias_range"),
         "encode_shares": encode.data.get("shares"),
+        "encode_deferred": encode.data.get("deferred"),
     }
 
 
@@ -450,5 +492,11 @@ def encode_bias_note(doctor_json: dict) -> str | None:
     bias = part.get("encode_bias")
     if bias is None or bias <= ENCODE_BIAS:
         return None
-    shares = ", ".join(f"{r} {_pct(v)}" for r, v in (part.get("encode_shares") or {}).items())
-    return f"host encoding biases this contrast by up to {_pct(bias)} (doctor: host-encode share {shares})"
+    deferred = part.get("encode_deferred") or {}
+    shares = ", ".join(
+        f"{r} {_pct(v)}" + (" deferred" if deferred.get(r) else "")
+        for r, v in (part.get("encode_shares") or {}).items()
+    )
+    low = (part.get("encode_bias_range") or [bias])[0]
+    span = f"{_pct(low)}-{_pct(bias)}" if bias - low >= 0.005 else f"up to {_pct(bias)}"
+    return f"host encoding biases this contrast by {span} (doctor: host-encode share {shares})"

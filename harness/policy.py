@@ -1,13 +1,26 @@
 """The verdict policy: which class a cell is in, each class's band, floor and target, and the one judge.
 
-A cell is **launch-bound** when its device waits for the host: in most of the processes that measured
-it, the host needed at least :data:`harness.bench.timer.HOST_BOUND_RATIO` (90 %) of a block's time to
-enqueue its calls, so the device had no backlog and sat idle between calls (the time is the host's
-launch rate, not the kernel's). Otherwise the host waited for the device at the block's final
-synchronize for more than a tenth of the block: the device was busy, and the cell is **kernel-bound**,
-whatever share of the call the host needed to enqueue it. (Until this rule the label was enqueue
-≥ 0.5 × block time: on an H200, whose host took 15-20 µs to enqueue a GEMM, mm 2048³ fp16 at
-694 TFLOP/s, its device busy, was labelled launch-bound.)
+A cell is **launch-bound** when the host sets its time, kernel-bound otherwise. What that means for a
+block depends on when the calls' work reaches the device, which the timer measures once per cell
+(:meth:`harness.bench.timer.BlockTimer.probe_deferred`, stored as ``measurement.deferred``):
+
+- work **submitted as issued** (CUDA launches): the device works while the host enqueues. The cell is
+  launch-bound when, in most of the processes that measured it, the host needed at least
+  :data:`harness.bench.timer.HOST_BOUND_RATIO` (90 %) of a block's time to enqueue its calls, so the
+  device had no backlog and sat idle between calls (the time is the host's launch rate, not the
+  kernel's). Otherwise the host waited for the device at the block's final synchronize for more than a
+  tenth of the block: the device was busy, whatever share of the call the host needed to enqueue it.
+  (Until this rule the label was enqueue >= 0.5 x block time for every cell: on an H200, whose host
+  took 15-20 µs to enqueue a GEMM, mm 2048³ fp16 at 694 TFLOP/s, its device busy, was labelled
+  launch-bound.)
+- work **deferred until the synchronize** (MPS's Metal GEMM: ``do_metal_mm`` encodes without a commit,
+  ``aten/src/ATen/native/mps/operations/LinearAlgebra.mm`` @ ``001077cb``; ``torch.mps.synchronize``
+  commits and waits, ``aten/src/ATen/mps/MPSHooks.mm`` @ ``fe0b902f``): the device starts at the
+  synchronize, the block is enqueue + device time and the wait at the synchronize is the whole device
+  time, so a long wait does not mean a busy device. The cell is launch-bound when the enqueue is at
+  least the device time (block - enqueue): enqueue >= :data:`harness.bench.timer.DEFERRED_LAUNCH_RATIO`
+  (50 %) of the block. Under the 90 % rule a Metal cell spending 60 % of its block encoding would be
+  judged kernel-bound (±2 %) though the host sets its time.
 
 Per class a :class:`Rule`: the verdict band (±2 % kernel-bound, ±5 % launch-bound: host latency varies
 widely between processes, docs/methodology.md), the floor of processes per side
@@ -84,9 +97,9 @@ POLICY = Policy()
 
 def classify(records: list[dict]) -> CellClass:
     """The class of one cell from every process that measured it (both sides of a comparison):
-    launch-bound when more than half of them recorded a block whose device waited for the host
-    (:attr:`harness.bench.timer.Measurement.launch_bound`, recomputed from the raw samples and
-    enqueue times, never read from the stored label), else kernel-bound."""
+    launch-bound when more than half of them recorded blocks whose time the host set
+    (:attr:`harness.bench.timer.Measurement.launch_bound`, recomputed from the raw samples, enqueue
+    times and deferral probe, never read from the stored label), else kernel-bound."""
     labels = [res.measurement(r["measurement"]).launch_bound for r in records if r.get("measurement")]
     return CellClass.LAUNCH_BOUND if labels and 2 * sum(labels) > len(labels) else CellClass.KERNEL_BOUND
 

@@ -252,7 +252,8 @@ def cells_problem(cells, where: str) -> str | None:
 
     Checked: a dict of dicts, each with a string ``status`` and, when it has one, a ``check`` verdict
     (:func:`verdict_problem`); an ``ok`` record has a ``measurement`` with a ``median`` and a ``samples``
-    list of times (seconds, :data:`MIN_SECONDS` to :data:`MAX_SECONDS`; the median within the samples)."""
+    list of times (seconds, :data:`MIN_SECONDS` to :data:`MAX_SECONDS`; the median within the samples) and,
+    optionally, a boolean ``deferred`` (the timer's deferral probe)."""
     if not isinstance(cells, dict):
         return f"{where} is {_kind(cells)}, not an object of cell records"
     for key, rec in cells.items():
@@ -288,6 +289,8 @@ def cells_problem(cells, where: str) -> str | None:
                 and (not layouts or (layouts[0] == 0 and layouts[-1] < len(samples)))
             ):
                 return f"{at}.measurement.layouts is {layouts!r}"[:200] + ", not rising block indices from 0"
+            if "deferred" in m and not isinstance(m["deferred"], bool):
+                return f"{at}.measurement.deferred is {_kind(m['deferred'])}, not true or false"
             if not min(samples) <= m["median"] <= max(samples):
                 return (
                     f"{at}.measurement.median is {m['median']!r}, outside its samples "
@@ -540,18 +543,11 @@ def startup_seconds(process: dict) -> float | None:
 
 
 def measurement(m: dict) -> Measurement:
-    """A record's ``measurement`` as a :class:`harness.bench.timer.Measurement`, from its raw samples:
-    its median and launch-bound label are recomputed, never read from the stored ``median`` /
-    ``launch_bound`` keys (kept in the JSON for readers of the file only; the label's rule changed:
-    harness.policy)."""
-    return Measurement(
-        samples=list(m["samples"]),
-        enqueue=list(m.get("enqueue") or [0.0]),
-        layouts=list(m.get("layouts") or []),
-        number=m.get("number", 1),
-        overhead_s=m.get("overhead_s", 0.0),
-        method=m.get("method", ""),
-    )
+    """A record's ``measurement`` as a :class:`harness.bench.timer.Measurement`, from its raw samples
+    (:meth:`~harness.bench.timer.Measurement.from_json`): its median and launch-bound label are recomputed,
+    never read from the stored ``median`` / ``launch_bound`` keys (kept in the JSON for readers of the file
+    only; the label's rule changed: harness.policy)."""
+    return Measurement.from_json(m)
 
 
 def median_of(record: dict) -> float:

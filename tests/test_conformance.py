@@ -577,6 +577,10 @@ def test_every_doctor_assumption_row_runs_its_mps_path_and_prints_a_verdict(monk
         most[name] = emu.most_uncommitted
         assert "read" in emu.trace and emu.most_calls_between_syncs <= MAX_BLOCK_CALLS
     assert most["vanilla"] == 0 and most["prefer_metal"] >= routes["prefer_metal"]["sync"]["number"] >= 1
+    # row 2's deferral is the timer's probe, per route and on the small cell too (rule 6)
+    assert routes["prefer_metal"]["sync"]["deferred"] is True and routes["vanilla"]["sync"]["deferred"] is False
+    assert routes["prefer_metal"]["sync"]["small"]["cell"] == asm.EMULATED["small_cell"]
+    assert routes["prefer_metal"]["sync"]["small"]["deferred"] is True
     assert routes["vanilla"]["cell"] == asm.EMULATED["cell"]
     cells = asm.accuracy_cells(asm.EMULATED["accuracy"])
     assert all(r["accuracy"][k].get("rel_error") is not None for r in routes.values() for k in cells)
@@ -584,7 +588,34 @@ def test_every_doctor_assumption_row_runs_its_mps_path_and_prints_a_verdict(monk
     m = asm.Measured("mps", routes, fresh, dict(asm.ROUTES["mps"]), STALL_TIMEOUT["full"], TIMING["full"]["gpu"])
     verdicts = asm.judge(m)
     assert [a.name for a, _ in verdicts] == [a.name for a in asm.ASSUMPTIONS] and len(verdicts) == 6
+    encode = dict(verdicts)[asm.ASSUMPTIONS[1]]
+    assert "MPSGraph" in encode.detail and "(submitted as issued)" in encode.detail
+    assert "(deferred until the synchronize)" in encode.detail and encode.data["bias"] > 0
     for a, v in verdicts:
         status, detail = asm.row_text(a, v)
         assert v.held is not None and detail.startswith(("assumption held: ", "did not hold: ")), (a.name, detail)
         assert "MPSGraph" in detail or a.judge in (asm.judge_fresh, asm.judge_stall), detail
+
+
+def test_rule6_the_timers_probe_finds_metal_gemms_deferred_and_every_other_call_submitted_as_issued(monkeypatch):
+    """Rule 6 through the real worker: under PYTORCH_MPS_PREFER_METAL the Metal-routed GEMMs' work waits for
+    the synchronize and the probe says so (deferred, judged by the 0.5 rule); MPSGraph calls (SDPA there, every
+    call without it) are submitted as issued."""
+    timing = {**TINY, "warmup_calls": 3}
+    found = {}
+    for prefer in (False, True):
+        monkeypatch.delenv("PYTORCH_MPS_PREFER_METAL", raising=False)
+        if prefer:
+            monkeypatch.setenv("PYTORCH_MPS_PREFER_METAL", "1")
+        with emulate(torch) as (device, emu):
+            for key in ("mm/32x32x32/float32", "sdpa/1x2x32x16/float32"):
+                record = run_cell(torch, BlockTimer(device), device, Cell.from_key(key), {"timing": timing}, {})
+                assert record["status"] == "ok", record
+                found[(prefer, key)] = record["measurement"]["deferred"]
+            assert (emu.most_uncommitted > 0) is prefer
+    assert found == {
+        (False, "mm/32x32x32/float32"): False,
+        (False, "sdpa/1x2x32x16/float32"): False,
+        (True, "mm/32x32x32/float32"): True,
+        (True, "sdpa/1x2x32x16/float32"): False,
+    }

@@ -133,28 +133,65 @@ def test_a_synchronize_that_does_not_wait_is_caught_and_one_that_does_holds():
 
 
 def test_a_route_whose_host_encoding_adds_to_its_blocks_is_named_next_to_the_contrast():
+    """Row 2 takes each route's deferral from the timer's probe (the answer's ``deferred``), never from a
+    table: the same numbers with the Metal route measured as submitted as issued carry no bias."""
     from harness import assumptions as asm
 
-    graph = {"sync_s": 1e-3, "read_s": 1e-3, "enqueue_s": 5e-5, "number": 8}
-    metal = {"sync_s": 1e-3, "read_s": 1e-3, "enqueue_s": 3e-4, "number": 8}
-    v = asm.judge_encode(_measured({"vanilla": {"sync": graph}, "prefer_metal": {"sync": metal}}))
-    assert v.held is False and v.data["bias"] == pytest.approx(0.30)
+    def sync(share, small_share, deferred):
+        small = {"cell": "mm/1x1024x1024/float16", "block_s": 1e-4, "enqueue_s": small_share * 1e-4}
+        return {"sync_s": 1e-3, "read_s": 1e-3, "enqueue_s": share * 1e-3, "number": 8, "deferred": deferred} | {
+            "small": {**small, "deferred": deferred}
+        }
+
+    m = _measured({"vanilla": {"sync": sync(0.05, 0.2, False)}, "prefer_metal": {"sync": sync(0.3, 0.6, True)}})
+    v = asm.judge_encode(m)
+    # the small cell carries the larger share: the bias ranges over the big cell's 30 % and the small one's 60 %
+    assert v.held is False and v.data["bias"] == pytest.approx(0.6)
+    assert v.data["bias_range"] == pytest.approx([0.3, 0.6]) and v.data["deferred"] == {
+        "MPSGraph": False,
+        "Metal": True,
+    }
     assert (
-        "MPSGraph 5%, Metal 30% (no commit until the synchronize); bias on a `faster` contrast between routes 30%"
-        in v.detail
+        "on mm/2048x2048x2048/float16 / mm/1x1024x1024/float16: MPSGraph 5% / 20% (submitted as issued), "
+        "Metal 30% / 60% (deferred until the synchronize) (measured); bias on a `faster` contrast between routes "
+        "(encode share of the deferred routes) 30%-60%" in v.detail
     )
-    m = _measured({"vanilla": {"sync": graph}, "prefer_metal": {"sync": metal}})
-    note = asm.encode_bias_note({"assumptions": asm.to_json(m, [(asm.ASSUMPTIONS[1], asm.judge_encode(m))])})
-    assert note == "host encoding biases this contrast by up to 30% (doctor: host-encode share MPSGraph 5%, Metal 30%)"
-    same = asm.judge_encode(_measured({"vanilla": {"sync": graph}, "prefer_metal": {"sync": graph}}))
-    assert same.held is False  # the Metal route's own encode share still adds to its blocks
+    note = asm.encode_bias_note({"assumptions": asm.to_json(m, [(asm.ASSUMPTIONS[1], v)])})
+    assert (
+        note
+        == "host encoding biases this contrast by 30%-60% (doctor: host-encode share MPSGraph 5%, Metal 30% deferred)"
+    )
+    # planted: the same numbers, the Metal route's probe found its work submitted as issued: no bias
+    issued = asm.judge_encode(
+        _measured({"vanilla": {"sync": sync(0.05, 0.2, False)}, "prefer_metal": {"sync": sync(0.3, 0.6, False)}})
+    )
+    assert issued.held is True and issued.data["bias"] == 0.0
+    # both routes deferred with the same share: the contrast between them is not biased
+    same = asm.judge_encode(
+        _measured({"vanilla": {"sync": sync(0.3, 0.6, True)}, "prefer_metal": {"sync": sync(0.3, 0.6, True)}})
+    )
+    assert same.held is True and same.data["bias"] == 0.0
     assert asm.encode_bias_note({"assumptions": {"encode_bias": 0.0}}) is None
-    # CUDA queues each launch as issued: the H200's 8 % / 14 % encode shares overlap a busy device (no bias)
-    lt = {"sync_s": 1e-3, "read_s": 1e-3, "enqueue_s": 1.4e-4, "number": 8}
+    # an answer without the probe (an older child): shown as not measured, adds nothing
+    old = {"sync_s": 1e-3, "read_s": 1e-3, "enqueue_s": 3e-4, "number": 8}
+    v = asm.judge_encode(_measured({"vanilla": {"sync": old}, "prefer_metal": {"sync": old}}))
+    assert "Metal 30% (deferral not measured)" in v.detail and v.data["bias"] == 0.0
+    # CUDA's probe finds launches submitted as issued: the H200's 8 % / 14 % encode shares overlap a busy device
     cuda = asm.judge_encode(
-        _measured({"default": {"sync": {**graph, "enqueue_s": 8e-5}}, "cublaslt": {"sync": lt}}, device="cuda")
+        _measured(
+            {"default": {"sync": sync(0.08, 0.5, False)}, "cublaslt": {"sync": sync(0.14, 0.6, False)}}, device="cuda"
+        )
     )
-    assert cuda.held is True and cuda.data["bias"] == 0.0 and "cuBLAS 8%, cuBLASLt 14%" in cuda.detail
+    assert cuda.held is True and cuda.data["bias"] == 0.0 and "cuBLAS 8% / 50% (submitted as issued)" in cuda.detail
+
+
+def test_the_smallest_default_gemm_cell_is_the_small_cell_row_2_times():
+    from harness import assumptions as asm
+
+    assert asm.small_cell("mps") == asm.small_cell("cuda") == "mm/1x1024x1024/float16"
+    assert asm.small_cell("cpu") == "mm/1x1024x1024/float32"
+    assert asm.spec("mps", ["sync"], None)["small_cell"] == "mm/1x1024x1024/float16"
+    assert asm.spec("mps", ["sync"], {"macos": [14, 0]})["small_cell"] == asm.EMULATED["small_cell"]
 
 
 class _Clock:

@@ -112,6 +112,10 @@ def _cell_edit(fn):
             "measurement.layouts is ['0'], not rising block indices from 0",
         ),
         (
+            _cell_edit(lambda proc, key: proc["cells"][key]["measurement"].update(deferred="yes")),
+            "measurement.deferred is string, not true or false",
+        ),
+        (
             _cell_edit(lambda proc, key: proc["cells"].update({"mm/7x7x7/float32": proc["cells"][key]})),
             "cells['mm/7x7x7/float32'] is a cell that is not in run.cells (the plan)",
         ),
@@ -132,6 +136,17 @@ def test_schema_faults_are_one_line_naming_the_key(good, tmp_path, capsys, edit,
 
 def test_examples_still_validate(good):
     assert res.problem(good) is None
+
+
+def test_deferred_is_optional_and_read_as_not_measured_when_absent(good):
+    """Results written before the timer's deferral probe have no ``deferred``: valid, read as False."""
+    data = copy.deepcopy(good)
+    i, key = _ok_cell(data, "patched")
+    m = data["processes"][i]["cells"][key]["measurement"]
+    m.pop("deferred", None)
+    assert res.problem(data) is None and res.measurement(m).deferred is False
+    m["deferred"] = True
+    assert res.problem(data) is None and res.measurement(m).deferred is True
 
 
 @pytest.mark.parametrize("how", ["zip comment", "wheel vs requirement"])

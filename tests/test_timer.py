@@ -6,8 +6,16 @@ import time
 import pytest
 import torch
 
+from harness import policy
 from harness.bench import devices
-from harness.bench.timer import MAX_BLOCK_CALLS, WARMUP_CALLS, BlockTimer, Measurement, layout_medians
+from harness.bench.timer import (
+    DEFERRED_LAUNCH_RATIO,
+    MAX_BLOCK_CALLS,
+    WARMUP_CALLS,
+    BlockTimer,
+    Measurement,
+    layout_medians,
+)
 
 
 class FakeClock:
@@ -190,13 +198,13 @@ def test_a_duty_cycle_rests_twice_each_block_and_prerolls_before_timing_it():
     assert m.number == 1 and not m.host_bound
     # measure_s counts timed blocks only: 3 blocks of 1 ms (the wall time, rests included, is 3 ms after the first)
     assert m.samples == pytest.approx([1e-3] * 3)
-    assert rests == pytest.approx(
-        [2e-3] * 3
-    )  # before each timed block: twice the block before it (the sizing one first)
-    # after the warm-up call and the sizing block: rest, one untimed pre-roll call, then the synchronized block
+    # the deferral probe's rest (1.5 x the sized block's 0.9 ms wait), then before each timed block twice the
+    # block before it (the sizing one first)
+    assert rests == pytest.approx([1.35e-3] + [2e-3] * 3)
+    # after the warm-up call, the sizing block and the probe: rest, one untimed pre-roll call, then the block
     timed = clock.trace[-15:]
     assert timed == ["sleep", "call", "sync", "call", "sync"] * 3
-    assert clock.trace.count("call") == 1 + 1 + 3 * 2
+    assert clock.trace.count("call") == 1 + 1 + 1 + 3 * 2  # warm-up, sizing, probe, 3 x (pre-roll + block)
 
 
 @pytest.mark.parametrize("duty", [0.0, -0.5, 1.5])
@@ -204,3 +212,79 @@ def test_a_duty_outside_0_1_is_refused(duty):
     clock = FakeClock(call_ns=1_000)
     with pytest.raises(ValueError, match=r"duty must be in \(0, 1\]"):
         fake_timer(clock).measure(clock.call, duty=duty)
+
+
+class FakeDevice(FakeClock):
+    """A host clock and a device behind it: each call costs the host ``encode_ns`` and the device
+    ``device_ns``. Submitted as issued, the device runs each call from the moment it was enqueued (after the
+    calls before it); ``deferred``, nothing runs before the synchronize (MPS's Metal GEMM). The synchronize
+    returns when the device is done; ``sleep`` moves the host clock."""
+
+    def __init__(self, encode_ns: int, device_ns: int, deferred: bool) -> None:
+        super().__init__(call_ns=encode_ns)
+        self.device_ns, self.deferred, self.busy_until, self.pending = device_ns, deferred, 0, 0
+
+    def call(self) -> None:
+        super().call()
+        if self.deferred:
+            self.pending += self.device_ns
+        else:
+            self.busy_until = max(self.busy_until, self.now) + self.device_ns
+
+    def sync(self) -> None:
+        self.busy_until = max(self.busy_until, self.now) + self.pending
+        self.pending = 0
+        self.now = max(self.now, self.busy_until)
+        self.trace.append("sync")
+
+    def sleep(self, seconds: float) -> None:
+        self.now += round(seconds * 1e9)
+        self.trace.append("sleep")
+
+
+def device_timer(dev: FakeDevice, method: str = "synchronize+perf_counter") -> BlockTimer:
+    profile = devices.DeviceProfile("mps", "cpu", dev.sync, lambda: None, lambda: None, method)
+    return BlockTimer(profile, clock=dev, sleep=dev.sleep)
+
+
+TIMING = {"warmup_s": 0.0, "warmup_calls": 1, "measure_s": 0.0, "min_block_s": 1e-3, "min_samples": 4}
+
+
+def test_the_probe_tells_work_deferred_until_the_synchronize_from_work_submitted_as_issued():
+    # deferred (Metal GEMM: encode 60 µs, device 40 µs a call): the synchronize after the rest waits the device time
+    deferred = FakeDevice(60_000, 40_000, deferred=True)
+    m = device_timer(deferred).measure(deferred.call, **TIMING)
+    assert m.deferred and m.samples == pytest.approx([100e-6] * 4) and m.enqueue == pytest.approx([60e-6] * 4)
+    # as issued (encode 10 µs, device 40 µs): the device finished during the rest
+    issued = FakeDevice(10_000, 40_000, deferred=False)
+    m = device_timer(issued).measure(issued.call, **TIMING)
+    assert not m.deferred and m.samples[-1] == pytest.approx(40e-6, rel=0.02) and not m.launch_bound
+    # the probe costs one block (the sized one's calls) and a rest of 1.5 x the sized block's wait, once per cell
+    assert issued.trace.count("sleep") == 1
+    assert m.number == 44  # sizing blocks of 1, 22 and 44 calls (50 µs, 0.89 ms, 1.77 ms)
+    assert issued.trace.count("call") == 1 + (1 + 22 + 44) + 44 + 4 * 44  # warm-up, sizing, probe, blocks
+    # on the cpu clock calls are synchronous: no probe
+    cpu = FakeDevice(10_000, 40_000, deferred=True)
+    m = device_timer(cpu, "perf_counter").measure(cpu.call, **TIMING)
+    assert not m.deferred and "sleep" not in cpu.trace
+
+
+def test_a_deferred_cell_spending_60_percent_of_its_block_encoding_is_launch_bound():
+    # planted: the host encodes 60 % of each block, the device's 40 % starts only at the synchronize
+    dev = FakeDevice(60_000, 40_000, deferred=True)
+    m = device_timer(dev).measure(dev.call, **TIMING, host_bound_blocks=5)
+    assert m.deferred and m.launch_bound and len(m.samples) == 5  # host-bound blocks, as for launch-bound cells
+    record = {"status": "ok", "measurement": m.to_json()}
+    assert record["measurement"]["deferred"] is True
+    assert policy.classify([record] * 3) == policy.CellClass.LAUNCH_BOUND
+    # the same numbers read as submitted as issued (the 0.9 rule): kernel-bound, judged at ±2 %
+    record["measurement"]["deferred"] = False
+    assert policy.classify([record] * 3) == policy.CellClass.KERNEL_BOUND
+    # results written before the probe (no `deferred`): not measured, the 0.9 rule
+    del record["measurement"]["deferred"]
+    assert not Measurement.from_json(record["measurement"]).deferred
+    assert policy.classify([record] * 3) == policy.CellClass.KERNEL_BOUND
+    # the deferred rule's edge: enqueue = device time
+    edge = Measurement(samples=[2e-6] * 3, enqueue=[1e-6] * 3, method="synchronize+perf_counter", deferred=True)
+    assert DEFERRED_LAUNCH_RATIO == 0.5 and edge.launch_bound
+    assert not Measurement(samples=[2e-6] * 3, enqueue=[0.9e-6] * 3, method="s", deferred=True).launch_bound

@@ -8,7 +8,8 @@ picks the Metal GEMM route, read once per process), announces each measurement o
 
 SPEC::
 
-    {"device": "mps", "cell": "mm/1024x1024x1024/float16", "rows": ["fresh", "sync", "duty", "slowest", "accuracy"],
+    {"device": "mps", "cell": "mm/1024x1024x1024/float16", "small_cell": "mm/1x1024x1024/float16",
+     "rows": ["fresh", "sync", "duty", "slowest", "accuracy"],
      "min_block_s": 0.005, "blocks": 5, "slowest": {"candidates": [...], "probes": {...}, "direct_s": 2.0,
      "budget_s": 10.0}, "accuracy": ["mm/256x256x256/float16", ...], "accumulator": "float32",
      "threads": 1, "emulate": null}
@@ -21,6 +22,11 @@ Measurements (seconds per call unless said):
   before that synchronize (a blocking copy: on MPS ``copy_and_sync`` commits and waits,
   ``aten/src/ATen/mps/MPSStream.mm`` @ ``fba75098``), which cannot finish before the work does.
   ``enqueue_s``: host time per call spent enqueuing in the ``sync_s`` blocks (the host-encode time).
+  ``deferred``: the timer's deferral probe on the cell (:meth:`harness.bench.timer.BlockTimer.probe_deferred`,
+  the same function every timed cell runs): True when the route's work waits for the synchronize.
+  ``small``: the spec's ``small_cell`` (the smallest default GEMM cell of the device: host encode per call
+  is fixed while device time grows with FLOP, so it carries the largest encode share) timed by the
+  timer: ``{"cell", "block_s", "enqueue_s", "deferred"}``, medians, seconds per call.
 - ``duty``: the cell timed back to back (``duty_1``) and at a duty of 1/3 (``duty_third``,
   :meth:`harness.bench.timer.BlockTimer.measure`).
 - ``slowest``: one call of each candidate cell (the largest of the default matrix per op family and dtype),
@@ -88,6 +94,19 @@ def sync_and_encode(timer, fn, read, number: int, blocks: int) -> dict:
         enqueue.append(enq / number)
         read_.append(timer.time_block(reading, number)[0] / number)
     return {"sync_s": min(plain), "read_s": min(read_), "enqueue_s": statistics.median(enqueue), "number": number}
+
+
+def small_share(timer, device, key: str, min_block_s: float, spec: dict) -> dict:
+    """The cell ``key`` timed as a run times it (:meth:`harness.bench.timer.BlockTimer.measure`, deferral
+    probe included): ``{"cell", "block_s", "enqueue_s", "deferred"}``, medians in seconds per call."""
+    from harness.bench.workloads import Cell, make_inputs, op_callable
+
+    cell = Cell.from_key(key)
+    fn = op_callable(cell, make_inputs(cell, device.torch_device))
+    m = timer.measure(
+        fn, warmup_s=0.0, warmup_calls=3, measure_s=0.0, min_block_s=min_block_s, min_samples=int(spec.get("blocks", 5))
+    )
+    return {"cell": key, "block_s": m.median, "enqueue_s": statistics.median(m.enqueue), "deferred": m.deferred}
 
 
 def duty_pair(timer, fn, min_block_s: float, measure_s: float) -> dict:
@@ -186,6 +205,9 @@ def measure(torch, device, spec: dict, channel: Channel) -> dict:
             # at most MAX_BLOCK_CALLS - 4: the host read adds two device calls to a bounded block
             number = max(sized.number, min(MAX_BLOCK_CALLS - 4, math.ceil(min_block / max(sized.median, 1e-9))))
             answer["sync"] = sync_and_encode(timer, fn, read_last, number, int(spec.get("blocks", 5)))
+            answer["sync"]["deferred"] = sized.deferred
+            if spec.get("small_cell"):
+                answer["sync"]["small"] = small_share(timer, device, spec["small_cell"], min_block, spec)
         elif row == "duty":
             answer["duty"] = duty_pair(timer, fn, min_block, float(spec.get("measure_s", 0.05)))
         elif row == "slowest":

@@ -53,14 +53,27 @@ untagged copy. Each rule cites the upstream file it emulates:
 6. **Command buffers.** Which device work is committed to the GPU when: a Metal GEMM that
    ``PYTORCH_MPS_PREFER_METAL`` routes (rule 5's :data:`METAL_GEMM`) is encoded into the stream's command
    buffer without a commit (``do_metal_mm``, ``aten/src/ATen/native/mps/operations/LinearAlgebra.mm`` @
-   ``001077cb``); every other call but a view is an MPSGraph execution, which commits (``executeMPSGraph`` ->
-   ``synchronize(COMMIT_ADAPTIVE)`` / commit-and-continue, ``aten/src/ATen/mps/MPSStream.mm`` @ ``fba75098``);
-   ``torch.mps.synchronize()`` commits and waits (``synchronize(SyncType::COMMIT_AND_WAIT)`` ->
-   ``commitAndWait``, same file), and so does a blocking copy to the host (``copy_and_sync``:
-   ``COMMIT_AND_WAIT`` unless ``non_blocking``). ``uncommitted`` counts the calls encoded since the last
-   commit, ``most_uncommitted`` the most a synchronize or host read found; ``trace`` records ``read`` for
-   each host read. So the doctor's rows (:mod:`harness.bench.assumptions`) run their Metal-route path in CI:
-   a block of Metal GEMMs that only the synchronize commits, and the host read that must wait for it.
+   ``001077cb``), so nothing of it reaches the device before a commit. ``torch.mps.synchronize()`` commits
+   and waits (``torch._C._mps_deviceSynchronize`` -> ``MPSHooks::deviceSynchronize`` ->
+   ``synchronize(SyncType::COMMIT_AND_WAIT)``, ``aten/src/ATen/mps/MPSHooks.mm`` @ ``fe0b902f``;
+   ``commitAndWait`` in ``aten/src/ATen/mps/MPSStream.mm`` @ ``fba75098``), and so does a blocking copy to
+   the host (``copy_and_sync``: ``COMMIT_AND_WAIT`` unless ``non_blocking``). Every other call but a view
+   is an MPSGraph execution: ``runMPSGraph`` (``OperationUtils.mm`` @ ``bff2c90b``) asks for
+   ``COMMIT_ADAPTIVE``, which commits only when the allocator's low watermark is <= 1 (``MPSStream.mm`` @
+   ``fba75098``), and whether MPSGraph submits its
+   work as it encodes (``enableCommitAndContinue`` on the execution descriptor) is Apple's private
+   behaviour; the emulation takes it as submitted as issued (committing what was encoded before it),
+   which the timer's deferral probe measures on a Mac instead of assuming. The emulated device runs
+   committed work after the host issued it: a deferred Metal GEMM's work takes
+   :data:`DEVICE_FACTOR` x the host time of its call, run from its commit on, so the synchronize (or
+   host read) waits for it; an MPSGraph call's work is done within the call (a CPU tensor). So the
+   timer's probe (:meth:`harness.bench.timer.BlockTimer.probe_deferred`) finds Metal GEMMs under
+   ``PYTORCH_MPS_PREFER_METAL`` deferred and every other call submitted as issued, and their blocks last
+   enqueue + device time (encode share 1 / (1 + :data:`DEVICE_FACTOR`)). ``uncommitted`` counts
+   the calls encoded since the last commit, ``most_uncommitted`` the most a synchronize or host read
+   found; ``trace`` records ``read`` for each host read. So the doctor's rows
+   (:mod:`harness.bench.assumptions`) run their Metal-route path in CI: a block of Metal GEMMs that only
+   the synchronize commits, and the host read that must wait for it.
 
 Rules 1-2 and 5-6 emulate upstream behaviour (the harness must cope with it: skip the dtype, convert in
 two steps); rules 3-4 are constraints on the harness's own code. ``trace`` records every
@@ -70,6 +83,7 @@ synchronize and device call, for tests. Standard library + torch only.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -82,6 +96,11 @@ DOUBLE_ERROR = (
     "Please use float32 instead."
 )
 BFLOAT16_ERROR = "MPS BFloat16 is only supported on MacOS 14 or newer"
+#: rule 6: the emulated device needs this many seconds per host second of a deferred (Metal GEMM) call:
+#: its block is 1.5 x its host time (encode share 2/3: launch-bound under the deferred rule), and the
+#: deferral probe's wait is 1/3 of its block, well over :data:`harness.bench.timer.PROBE_WAIT_SHARE`
+#: (a larger factor makes CI's Metal cells kernel-bound at the price of that many seconds of waiting)
+DEVICE_FACTOR = 0.5
 
 
 class ConformanceError(AssertionError):
@@ -139,6 +158,8 @@ class Emulation:
         self.counters = {"G": 0, "K": 0}  # m_graph_counter, m_kernel_counter
         self.uncommitted = 0  # rule 6: calls encoded since the last commit
         self.most_uncommitted = 0
+        self.pending_s = 0.0  # rule 6: device seconds of the encoded, uncommitted work
+        self.busy_until = 0.0  # rule 6: host clock (perf_counter) at which the committed work ends
 
     def profile(self, name: str, tensors: list) -> None:
         """Print the profiler's operation line of one device call ``name`` on ``tensors`` (rule 5), when the
@@ -166,21 +187,35 @@ class Emulation:
         self.calls_since_sync = 0
         self.commit_and_wait()
 
+    def commit(self) -> None:
+        """Rule 6: the encoded work goes to the device, which runs it after what it already has."""
+        self.busy_until = max(self.busy_until, time.perf_counter()) + self.pending_s
+        self.pending_s = 0.0
+        self.uncommitted = 0
+
     def commit_and_wait(self) -> None:
         """Rule 6: synchronize or a blocking host copy commits what was encoded and waits for it."""
         self.most_uncommitted = max(self.most_uncommitted, self.uncommitted)
-        self.uncommitted = 0
+        self.commit()
+        left = self.busy_until - time.perf_counter()
+        if left > 0:
+            time.sleep(left)
 
     def host_read(self) -> None:
         """Rule 6: a blocking device-to-host copy (``copy_and_sync``, COMMIT_AND_WAIT)."""
         self.trace.append("read")
         self.commit_and_wait()
 
-    def encode(self, name: str, tensors: list) -> None:
-        """Rule 6: a Metal GEMM is encoded without a commit; any other call commits (MPSGraph)."""
+    def encode(self, name: str, tensors: list, host_s: float = 0.0) -> None:
+        """Rule 6: a Metal GEMM is encoded without a commit (its work, :data:`DEVICE_FACTOR` x ``host_s``
+        device seconds, waits for one); any other call commits (MPSGraph, taken as submitted as issued)."""
         floating = all(t.dtype.is_floating_point for t in tensors if isinstance(t, self.torch.Tensor))
         metal = self.prefer_metal and floating and _GEMM_NAMES.get(name, name) in self.metal_gemm
-        self.uncommitted = self.uncommitted + 1 if metal else 0
+        if metal:
+            self.uncommitted += 1
+            self.pending_s += DEVICE_FACTOR * host_s
+        else:
+            self.commit()
 
     def device_call(self, name: str) -> None:
         self.trace.append(name)
@@ -239,6 +274,7 @@ def _make_mode(emu: Emulation):
 
     class MPSRules(TorchFunctionMode):
         def __torch_function__(self, func, types, args=(), kwargs=None):
+            started = time.perf_counter()  # rule 6: the host time of a call sets its emulated device time
             kwargs = dict(kwargs or {})
             from_device = any(_is_device(a) for a in _flatten((args, kwargs)))
             if func is Tensor.to:
@@ -263,7 +299,8 @@ def _make_mode(emu: Emulation):
             if tensors:
                 emu.device_call(getattr(func, "__name__", str(func)))
                 if not all(t._is_view() for t in tensors):  # a view encodes nothing
-                    emu.encode(getattr(func, "__name__", str(func)), list(_flatten((args, kwargs))))
+                    host_s = time.perf_counter() - started
+                    emu.encode(getattr(func, "__name__", str(func)), list(_flatten((args, kwargs))), host_s)
                 emu.profile(getattr(func, "__name__", str(func)), list(_flatten((args, kwargs))))
             for t in tensors:
                 setattr(t, _TAG, True)

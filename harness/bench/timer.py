@@ -24,13 +24,32 @@ Bounded enqueue: warm-up runs one call at a time, each followed by a synchronize
 ``aten/src/ATen/native/mps/operations/LinearAlgebra.mm``) does not commit its command buffer, so
 calls enqueued against a host deadline pile up and the next synchronize waits for all of them.
 
-For every block the host time spent enqueuing the calls is recorded too. The block lasts the enqueue
-plus the wait at its final synchronize for the work the device has not done yet. When the host needs
-about as long to enqueue a call as the block takes per call (enqueue >= :data:`HOST_BOUND_RATIO` of
-the block), that wait is short: the device had no backlog and sat idle between calls, waiting for
-the host. The cell is **launch-bound** and its time is host-visible latency, not kernel time. A
-longer wait means a backlog: the device was busy, and the cell is kernel-bound however long the
-enqueue took.
+For every block the host time spent enqueuing the calls is recorded too. What the block's final
+synchronize waits for depends on when the calls' work reaches the device, which this timer measures
+once per cell (:meth:`BlockTimer.probe_deferred`, one extra block after the sizing): enqueue a block,
+rest the host 1.5 x the sized block's wait (longer than the device work left after the enqueue), then
+time the synchronize alone.
+
+- **Submitted as issued** (a wait near 0 after the rest: CUDA launches; CPU calls are synchronous and
+  never probed): the device works while the host enqueues, so the block lasts the enqueue plus the wait
+  for the work the device has not done yet. When the host needs about as long to enqueue a call as the
+  block takes per call (enqueue >= :data:`HOST_BOUND_RATIO` of the block), that wait is short: the
+  device had no backlog and sat idle between calls, waiting for the host. The cell is **launch-bound**
+  and its time is host-visible latency, not kernel time. A longer wait means a backlog: the device was
+  busy, and the cell is kernel-bound however long the enqueue took.
+- **Deferred until the synchronize** (the wait after the rest is still most of the sized block's wait;
+  ``Measurement.deferred``): nothing reaches the device before the synchronize, so the block is the
+  enqueue plus the whole device time and the wait says nothing about a backlog. The host sets the
+  cell's time when the enqueue is at least the device time (block - enqueue), i.e. enqueue >=
+  :data:`DEFERRED_LAUNCH_RATIO` (0.5) of the block: launch-bound. On MPS the Metal GEMM that
+  ``PYTORCH_MPS_PREFER_METAL`` selects defers (``do_metal_mm`` encodes into the stream's command buffer
+  without a commit: ``aten/src/ATen/native/mps/operations/LinearAlgebra.mm`` @ ``001077cb``; only
+  ``torch.mps.synchronize`` -> ``MPSHooks::deviceSynchronize`` -> ``synchronize(COMMIT_AND_WAIT)``
+  commits it: ``aten/src/ATen/mps/MPSHooks.mm`` @ ``fe0b902f``, ``MPSStream.mm`` @ ``fba75098``).
+  MPSGraph calls (``runMPSGraph``, ``aten/src/ATen/native/mps/OperationUtils.mm`` @ ``bff2c90b``) ask for
+  ``COMMIT_ADAPTIVE``, which commits only when the allocator's low watermark is <= 1 (``MPSStream.mm``
+  @ ``fba75098``); whether MPSGraph submits its work as it encodes (``enableCommitAndContinue``) is
+  Apple's private behaviour, so it is measured, not assumed.
 
 Warm-up transient: on an H200 the first 1-4 timed blocks of a heavy GEMM (20-80 ms of load) run
 5-13 % faster than the rest (GEMM 4096³ fp32 with TF32: 347 µs, then 400 µs from the fifth block on;
@@ -68,6 +87,18 @@ from dataclasses import asdict, dataclass, field
 #: further layouts, and judged as launch-bound (harness.policy). On an H200 whose host takes 15-20 µs to
 #: enqueue a GEMM, mm 2048³ fp16 (25 µs per call) has 0.54-0.79: a busy device, kernel-bound.
 HOST_BOUND_RATIO = 0.9
+#: host-enqueue / block time at or above which a cell whose work is deferred until the synchronize
+#: (:attr:`Measurement.deferred`) is launch-bound: its block is enqueue + device time, and the host sets
+#: the time once the enqueue is at least the device time (block - enqueue)
+DEFERRED_LAUNCH_RATIO = 0.5
+#: the deferral probe rests the host this many times the sized block's wait at its synchronize (block -
+#: enqueue: the device work left once the host has enqueued a block, on either kind of route)
+PROBE_REST = 1.5
+#: a deferral probe's wait at the synchronize after its rest, beyond the synchronize's own cost, at or above
+#: this share of the probe's block (enqueue + wait) means its work was deferred until the synchronize; a
+#: wait below it is the synchronize alone (work submitted as issued finished during the rest), or a device
+#: so little behind the host that the cell is launch-bound under either rule
+PROBE_WAIT_SHARE = 0.1
 #: most calls one timed block enqueues before it synchronizes (bounded queue on every device;
 #: with a 6-12 µs synchronize and calls >= 5 µs, a full block keeps the overhead < 0.25 %)
 MAX_BLOCK_CALLS = 1024
@@ -117,6 +148,12 @@ def steady_median(samples: list[float]) -> float:
     return statistics.median(samples[steady_start(samples) :])
 
 
+def launch_ratio(deferred: bool) -> float:
+    """The enqueue / block share at or above which a cell is launch-bound: :data:`DEFERRED_LAUNCH_RATIO`
+    where its work is deferred until the synchronize, else :data:`HOST_BOUND_RATIO` (module docstring)."""
+    return DEFERRED_LAUNCH_RATIO if deferred else HOST_BOUND_RATIO
+
+
 def layout_slices(n: int, layouts: list[int]) -> list[slice]:
     """The blocks of each layout: ``layouts`` holds the index of each layout's first block (empty or
     ``[0]``: one layout, all ``n`` blocks)."""
@@ -146,6 +183,9 @@ class Measurement:
         number: calls per block.
         overhead_s: the timer's own cost for one empty block, seconds.
         method: the clock: ``perf_counter`` (cpu) or ``synchronize+perf_counter`` (cuda, mps).
+        deferred: the deferral probe (:meth:`BlockTimer.probe_deferred`) found the cell's work deferred
+            until the synchronize; False where it was submitted as issued or not probed (cpu clock, a
+            given block size, results written before the probe existed).
     """
 
     samples: list[float] = field(default_factory=list)
@@ -154,6 +194,7 @@ class Measurement:
     number: int = 1
     overhead_s: float = 0.0
     method: str = ""
+    deferred: bool = False
 
     @property
     def median(self) -> float:
@@ -175,17 +216,33 @@ class Measurement:
 
     @property
     def host_bound(self) -> bool:
-        """True when the host enqueue time per call is >= :data:`HOST_BOUND_RATIO` x the block time
-        per call: the device waits for the host (never on the cpu clock)."""
+        """True when the host enqueue time per call is >= :func:`launch_ratio` x the block time per call
+        (:data:`HOST_BOUND_RATIO`, or :data:`DEFERRED_LAUNCH_RATIO` when :attr:`deferred`): the host sets
+        the block time (never on the cpu clock)."""
         if self.method == "perf_counter" or not self.samples:
             return False
-        return statistics.median(self.enqueue) >= HOST_BOUND_RATIO * self.median
+        return statistics.median(self.enqueue) >= launch_ratio(self.deferred) * self.median
 
     @property
     def launch_bound(self) -> bool:
-        """The device waited for the host (:attr:`host_bound`): the label a cell's class is voted from
+        """The host set the block time (:attr:`host_bound`): the label a cell's class is voted from
         (:func:`harness.policy.classify`)."""
         return self.host_bound
+
+    @classmethod
+    def from_json(cls, m: dict) -> Measurement:
+        """A stored measurement (:meth:`to_json`) from its raw fields; ``median``, ``steady_from`` and
+        ``launch_bound`` are derived again, never read. ``deferred`` absent (results written before the
+        probe): not measured, False."""
+        return cls(
+            samples=list(m["samples"]),
+            enqueue=list(m.get("enqueue") or [0.0]),
+            layouts=list(m.get("layouts") or []),
+            number=m.get("number", 1),
+            overhead_s=m.get("overhead_s", 0.0),
+            method=m.get("method", ""),
+            deferred=bool(m.get("deferred", False)),
+        )
 
     def to_json(self) -> dict:
         out = asdict(self)
@@ -275,7 +332,8 @@ class BlockTimer:
         host_bound_blocks: int | None = None,
         duty: float = 1.0,
     ) -> Measurement:
-        """Warm up, size the block, then collect ``measure_s`` seconds of timed blocks.
+        """Warm up, size the block, probe whether its work is deferred until the synchronize (once,
+        after sizing; not with a given ``number``), then collect ``measure_s`` seconds of timed blocks.
 
         Args:
             fn: the call to time (its result is discarded).
@@ -288,7 +346,8 @@ class BlockTimer:
             max_overhead_fraction: timer overhead must stay below this share of a block.
             number: calls per block, skipping the sizing (a further layout of a cell already sized).
             host_bound_blocks: when the last sizing block is host-bound (host enqueue >=
-                :data:`HOST_BOUND_RATIO` of the block), collect exactly this many blocks instead:
+                :func:`launch_ratio` of the block, after the deferral probe
+                :meth:`probe_deferred`), collect exactly this many blocks instead:
                 such a cell's time is host latency, whose spread between processes dwarfs the
                 spread inside one (docs/methodology.md), so its blocks are spent on processes.
             duty: unless host-bound, the busy share of the timed period: before each timed block the
@@ -302,12 +361,13 @@ class BlockTimer:
             raise ValueError(f"duty must be in (0, 1], got {duty!r}")
         self.warmup(fn, warmup_s, warmup_calls)
         overhead = self.overhead()
-        blocks, last = None, None
+        blocks, last, deferred = None, None, False
         if number is None:
             number, last, enqueue = self._size(fn, max(min_block_s, overhead / max_overhead_fraction))
-            if host_bound_blocks and self.method != "perf_counter" and enqueue >= HOST_BOUND_RATIO * last:
+            deferred = self.probe_deferred(fn, number, last, enqueue, overhead)
+            if host_bound_blocks and self.method != "perf_counter" and enqueue >= launch_ratio(deferred) * last:
                 blocks = host_bound_blocks
-        m = Measurement(number=number, overhead_s=overhead, method=self.method)
+        m = Measurement(number=number, overhead_s=overhead, method=self.method, deferred=deferred)
         timed = 0.0
         while len(m.samples) < max_samples and (
             len(m.samples) < (blocks or min_samples) or (blocks is None and timed < measure_s)
@@ -319,6 +379,41 @@ class BlockTimer:
             m.samples.append(last / number)
             m.enqueue.append(enqueue / number)
         return m
+
+    def probe_deferred(
+        self, fn: Callable[[], object], number: int, block: float, enqueue: float, overhead: float
+    ) -> bool:
+        """Is the work of ``fn`` deferred until the synchronize, or submitted as issued (module docstring)?
+
+        Enqueues one block of ``number`` calls, rests the host :data:`PROBE_REST` x the sized block's wait
+        (``block - enqueue``: the device work left when the host has enqueued a block, on either kind of
+        route; at least :data:`PROBE_WAIT_SHARE` of the block), then times the synchronize alone. Work
+        submitted as issued finished during the rest: the synchronize costs its own ``overhead``. Deferred
+        work starts only at the synchronize, which waits for its whole device time. Deferred when that
+        wait, beyond ``overhead``, is at least :data:`PROBE_WAIT_SHARE` of the probe's block (enqueue +
+        wait). Only the rest's length comes from the sized block: a sizing block slowed by a first-call
+        compile or a busy host does not move the decision.
+
+        Args:
+            number: calls per block; block, enqueue: the sized block's seconds and its host enqueue
+                seconds; overhead: an empty block's seconds (:meth:`overhead`).
+
+        Returns False without running anything on the cpu clock (calls are synchronous). Costs one block
+        plus the rest.
+        """
+        if self.method == "perf_counter":
+            return False
+        self.sync()
+        t0 = self.clock()
+        for _ in range(number):
+            fn()
+        t1 = self.clock()
+        self.sleep(PROBE_REST * max(block - enqueue, PROBE_WAIT_SHARE * block))
+        t2 = self.clock()
+        self.sync()
+        t3 = self.clock()
+        enqueue, waited = (t1 - t0) * 1e-9, (t3 - t2) * 1e-9
+        return waited - overhead >= PROBE_WAIT_SHARE * (enqueue + waited)
 
     def _rest(self, fn: Callable[[], object], number: int, block: float | None, duty: float) -> None:
         """Idle ``block × (1/duty − 1)`` seconds (none before the first block of a further layout,
