@@ -128,6 +128,8 @@ class Verdict:
     held: bool | None
     detail: str
     data: dict = field(default_factory=dict)
+    #: False: the assumption does not concern this device (the row is ``skipped``, never ``failed``)
+    applies: bool = True
 
 
 @dataclass(frozen=True)
@@ -211,6 +213,8 @@ def pick_duty(pairs: dict[str, dict]) -> float:
 
 
 def judge_duty(m: Measured) -> Verdict:
+    if m.device == "cpu":  # the runner never rests the cpu (TIMING: duty 1 on the cpu clock)
+        return Verdict(None, "the cpu is timed back to back (duty 1), never rested", {"duty": 1.0}, applies=False)
     got = m.ok("duty")
     if not got:
         return _missing(m, "duty")
@@ -257,6 +261,11 @@ def judge_stall(m: Measured) -> Verdict:
     return Verdict(held, detail, {"cell": c["key"], "route": route, "cell_s": cell_s, "stall_timeout_s": need})
 
 
+#: row 5: fresh processes whose slowest is more than this much slower than the fastest are not "one level"
+#: even when :func:`harness.stats.modes` cannot split them (4 values rarely make two modes)
+FRESH_SPREAD = 0.10
+
+
 def judge_fresh(m: Measured) -> Verdict:
     from harness import stats
 
@@ -264,10 +273,15 @@ def judge_fresh(m: Measured) -> Verdict:
         why = "; ".join(m.fresh_errors) or m.errors() or "too few processes answered"
         return Verdict(None, f"not measured: {len(m.fresh)} of {FRESH} fresh processes answered ({why})")
     found = stats.modes(m.fresh)
+    spread = max(m.fresh) / min(m.fresh) - 1
     shown = ", ".join(f"{v * 1e3:.3g}" for v in m.fresh)
     label = next(iter(m.labels.values()))
-    detail = f"{m.cell()} under {label} in {len(m.fresh)} fresh processes: {shown} ms; {len(found)} mode(s)"
-    return Verdict(len(found) == 1, detail, {"times_s": m.fresh, "modes": len(found)})
+    detail = (
+        f"{m.cell()} under {label} in {len(m.fresh)} fresh processes: {shown} ms; {len(found)} mode(s), "
+        f"slowest {spread:.0%} above the fastest"
+    )
+    held = len(found) == 1 and spread <= FRESH_SPREAD
+    return Verdict(held, detail, {"times_s": m.fresh, "modes": len(found), "spread": spread})
 
 
 def judge_accuracy(m: Measured) -> Verdict:
@@ -458,6 +472,8 @@ def judge(m: Measured) -> list[tuple[Assumption, Verdict]]:
 def row_text(a: Assumption, v: Verdict) -> tuple[str, str]:
     """(status, detail) of the doctor row: ``ok`` / ``failed``, "assumption held" or "did not hold", the
     numbers, what it means, and the source."""
+    if not v.applies:
+        return "skipped", f"not applicable: {v.detail}"
     if v.held is None:
         return "failed", f"{v.detail} [{a.source}]"
     word, means = ("assumption held", a.means[0]) if v.held else ("did not hold", a.means[1])
