@@ -1253,6 +1253,14 @@ def recipe_notes(recipe: macos.WheelRecipe | None, env: Mapping[str, str], sourc
     differ = macos.declared_differ(env, recipe)
     if differ:
         notes.append("flags differ from the released wheel's: " + ", ".join(differ))
+    reference = macos.release_reference(recipe)
+    if reference is not None:
+        wheel, nearest = reference
+        released = macos.released_differ(env, wheel, nearest=nearest)
+        what = f"{wheel.wheel}{', nearest release' if nearest else ''}"
+        notes.append(
+            f"flags against the released wheel's build settings ({what}): " + ("; ".join(released) or "they agree")
+        )
     return notes
 
 
@@ -1503,12 +1511,13 @@ def host_metal(plan: BuildPlan, path: str, dist_dir: Path) -> dict[str, str] | N
 def macos_record(plan: BuildPlan, capability: Mapping[str, str] | None) -> dict:
     """The build manifest's macOS entries: ``can_compile_metal`` (CMake's cache), ``metal_capability``
     (:func:`built_metal_capability`), ``upstream_recipe`` (which upstream wheel build it follows, cited)
-    and ``release_differs`` (its flags that differ from upstream's released wheel's)."""
+    and ``release_differs`` (its flags that differ from upstream's wheel build of the base and from the
+    released wheel's build settings, :func:`harness.macos.recipe_release_differs`)."""
     return {
         "can_compile_metal": cmake_cache_value(plan.source_dir, "CAN_COMPILE_METAL"),
         "metal_capability": built_metal_capability(plan.source_dir, capability),
         "upstream_recipe": _recipe_record(plan),
-        "release_differs": macos.declared_differ(plan.env, macos.RECIPES.get(plan.recipe or "")),
+        "release_differs": macos.recipe_release_differs(plan.env, macos.RECIPES.get(plan.recipe or "")),
     }
 
 

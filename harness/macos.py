@@ -416,6 +416,233 @@ def declared_differ(env: Mapping[str, str], recipe: WheelRecipe | None) -> list[
     ]
 
 
+# ------------------------------------------------------------------ a released wheel's build settings
+
+#: What ``torch.__config__.show()`` prints after ``Build settings:`` is compiled in from the
+#: ``CAFFE2_BUILD_STRINGS`` list of the generated ``caffe2/core/macros.h`` (``caffe2/core/macros.h.in``
+#: at pytorch/pytorch 536c3919: ``{"TORCH_VERSION", ...}, {"CXX_FLAGS", "${CMAKE_CXX_FLAGS}"}, {"USE_CUDA",
+#: "${USE_CUDA}"}`` …): ``torch/__config__.py`` (231dc429) ``show()`` returns ``torch._C._show_config()``, that
+#: is ``at::show_config()`` (``aten/src/ATen/Version.cpp`` at 44f1f672), which prints
+#: ``caffe2::GetBuildOptions()`` (``caffe2/core/common.cc``: the map ``CAFFE2_BUILD_STRINGS``), skipping empty
+#: values. The 2.13.0 macOS wheel ships that header (``torch/include/caffe2/core/macros.h``); the 2.6.0 one
+#: does not, so its settings come from ``ATen/Config.h`` and the ``CXX_FLAGS`` string of ``libtorch_cpu.dylib``
+#: (:func:`wheel_build_settings`).
+_BUILD_STRING = re.compile(r'\{\s*"([A-Z_][A-Z0-9_]*)"\s*,\s*(?:R"PYT\((.*?)\)PYT"|"((?:[^"\\]|\\.)*)")\s*\}', re.S)
+_KEY_VALUE = re.compile(r"^([A-Z_][A-Z0-9_]*)=(.*)$")
+
+#: ``ATen/Config.h`` macros and the build option each one reports (``AT_MKLDNN_ENABLED() 0`` -> USE_MKLDNN=OFF)
+ATEN_CONFIG_OPTIONS = {
+    "AT_MKLDNN_ENABLED": "USE_MKLDNN",
+    "AT_MKL_ENABLED": "USE_MKL",
+    "AT_NNPACK_ENABLED": "USE_NNPACK",
+    "AT_PARALLEL_OPENMP": "USE_OPENMP",
+}
+
+#: build options whose ``-D<KEY>`` CMakeLists.txt appends to ``CMAKE_CXX_FLAGS`` exactly when the option is on
+#: (v2.6.0 CMakeLists.txt lines 902-968; ``USE_MPS`` also at pytorch/pytorch 00117da6), so a wheel's
+#: ``CXX_FLAGS`` decides them; the value is the option's CMake default where ``option(... OFF)`` makes it
+#: plain (None: the default depends on the host, so an unset variable is not compared).
+CXX_FLAG_OPTIONS: dict[str, str | None] = {
+    "USE_FBGEMM": None,
+    "USE_PYTORCH_QNNPACK": None,
+    "USE_XNNPACK": None,
+    "USE_PYTORCH_METAL": "OFF",
+    "USE_PYTORCH_METAL_EXPORT": "OFF",
+    "USE_COREML_DELEGATE": "OFF",
+    "USE_MPS": None,
+}
+
+
+def build_settings(text: str) -> dict[str, str]:
+    """The build settings in ``text`` as ``{KEY: VALUE}``: the ``CAFFE2_BUILD_STRINGS`` entries of a
+    ``caffe2/core/macros.h``, the ``Build settings:`` line of ``torch.__config__.show()`` (:func:`config_flags`),
+    or ``KEY=VALUE`` lines (``#`` comments skipped; the fixture form). Empty values are dropped, as
+    ``show()`` drops them; {} when the text holds none."""
+    text = text or ""
+    if "#define CAFFE2_BUILD_STRINGS" in text:
+        body = text[text.index("#define CAFFE2_BUILD_STRINGS") :]
+        pairs = {m[1]: (m[2] if m[2] is not None else m[3]) for m in _BUILD_STRING.finditer(body)}
+        return {k: v for k, v in pairs.items() if v.strip()}
+    if re.search(r"^[ -]*Build settings:", text, re.M):
+        return {k: v for k, v in config_flags(text).items() if v}
+    pairs = (_KEY_VALUE.match(line.strip()) for line in text.splitlines() if not line.lstrip().startswith("#"))
+    return {m[1]: m[2] for m in pairs if m and m[2].strip()}
+
+
+def aten_config_settings(config_h: str) -> dict[str, str]:
+    """The options ``ATen/Config.h`` reports (:data:`ATEN_CONFIG_OPTIONS`), ``ON``/``OFF``."""
+    out = {}
+    for macro, option in ATEN_CONFIG_OPTIONS.items():
+        m = re.search(rf"^#define\s+{macro}(?:\(\))?\s+([01])\s*$", config_h or "", re.M)
+        if m:
+            out[option] = "ON" if m[1] == "1" else "OFF"
+    return out
+
+
+def option_settings(settings: Mapping[str, str]) -> dict[str, str]:
+    """``settings`` with the options its ``CXX_FLAGS`` decides (:data:`CXX_FLAG_OPTIONS`: ``-DUSE_MPS``
+    present -> ``USE_MPS=ON``, absent -> ``OFF``) added where the settings do not name them; unchanged
+    without ``CXX_FLAGS``."""
+    flags = settings.get("CXX_FLAGS")
+    if flags is None:
+        return dict(settings)
+    defined = set(flags.split())
+    derived = {key: "ON" if f"-D{key}" in defined else "OFF" for key in CXX_FLAG_OPTIONS}
+    return derived | dict(settings)
+
+
+def wheel_build_settings(wheel: Path) -> dict[str, str]:
+    """The build settings of a torch wheel file, read as text from the archive (nothing installed):
+    ``torch/include/caffe2/core/macros.h`` when the wheel ships it (2.13.0 does), else the ``ATen/Config.h``
+    options plus ``TORCH_VERSION``, ``CXX_COMPILER`` and ``CXX_FLAGS`` from ``torch/lib/libtorch_cpu.*``
+    (the three literals follow one another there, each unique; the short values after them are merged by
+    the linker and are not read). {} when the wheel has neither.
+
+    Raises:
+        OSError, zipfile.BadZipFile: the file cannot be read as a wheel.
+    """
+    import zipfile
+
+    with zipfile.ZipFile(wheel) as z:
+        names = set(z.namelist())
+        if "torch/include/caffe2/core/macros.h" in names:
+            return build_settings(z.read("torch/include/caffe2/core/macros.h").decode(errors="replace"))
+        out = {}
+        if "torch/include/ATen/Config.h" in names:
+            out |= aten_config_settings(z.read("torch/include/ATen/Config.h").decode(errors="replace"))
+        lib = next((n for n in sorted(names) if re.match(r"torch/lib/libtorch_cpu\.(dylib|so)$", n)), None)
+        if lib is not None:
+            data = z.read(lib)
+            at = data.find(b"\0TORCH_VERSION\0")
+            if at >= 0:
+                fields = data[at + 1 : at + 1 + 65536].split(b"\0")
+                if len(fields) > 4 and fields[2] == b"CXX_COMPILER":
+                    out |= {"TORCH_VERSION": fields[1].decode(), "CXX_COMPILER": fields[3].decode()}
+                    out["CXX_FLAGS"] = fields[4].decode()
+        return out
+
+
+@dataclass(frozen=True)
+class ReleasedWheel:
+    """The build settings of one released macOS arm64 wheel on PyPI (the reference for a recipe's flags).
+
+    Attributes:
+        version: the torch release (``2.6.0``).
+        wheel: the wheel's file name on PyPI.
+        sha256: the wheel file's sha256.
+        settings: the options its build settings decide (:func:`option_settings` of
+            :func:`wheel_build_settings`, ``USE_*`` keys only), ``ON``/``OFF``.
+    """
+
+    version: str
+    wheel: str
+    sha256: str
+    settings: Mapping[str, str]
+
+
+#: the released wheels read (``pip download --no-deps --only-binary=:all: --platform macosx_11_0_arm64
+#: --python-version 3.11 torch==2.6.0``, and ``macosx_14_0_arm64`` for 2.13.0); the full settings of each are
+#: in tests/data/released-macos-wheels/, and a test holds this table to them
+RELEASED_WHEELS: dict[str, ReleasedWheel] = {
+    w.version: w
+    for w in (
+        ReleasedWheel(
+            "2.6.0",
+            "torch-2.6.0-cp311-none-macosx_11_0_arm64.whl",
+            "94fc63b3b4bedd327af588696559f68c264440e2503cc9e6954019473d74ae21",
+            {
+                "USE_COREML_DELEGATE": "ON",
+                "USE_FBGEMM": "OFF",
+                "USE_MKL": "OFF",
+                "USE_MKLDNN": "OFF",
+                "USE_MPS": "ON",
+                "USE_NNPACK": "ON",
+                "USE_OPENMP": "ON",
+                "USE_PYTORCH_METAL": "OFF",
+                "USE_PYTORCH_METAL_EXPORT": "ON",
+                "USE_PYTORCH_QNNPACK": "ON",
+                "USE_XNNPACK": "ON",
+            },
+        ),
+        ReleasedWheel(
+            "2.13.0",
+            "torch-2.13.0-cp311-cp311-macosx_14_0_arm64.whl",
+            "e76f9bcecc52b8ff711239a2f7547d5353df95878ab232f0773c1d95928b92f8",
+            {
+                "USE_COREML_DELEGATE": "ON",
+                "USE_CUDA": "OFF",
+                "USE_CUDNN": "OFF",
+                "USE_CUSPARSELT": "OFF",
+                "USE_EIGEN_FOR_BLAS": "ON",
+                "USE_FBGEMM": "OFF",
+                "USE_GFLAGS": "OFF",
+                "USE_GLOG": "OFF",
+                "USE_GLOO": "ON",
+                "USE_MKL": "OFF",
+                "USE_MKLDNN": "OFF",
+                "USE_MPI": "OFF",
+                "USE_MPS": "ON",
+                "USE_NCCL": "OFF",
+                "USE_NNPACK": "ON",
+                "USE_OPENMP": "ON",
+                "USE_PYTORCH_METAL": "OFF",
+                "USE_PYTORCH_METAL_EXPORT": "ON",
+                "USE_PYTORCH_QNNPACK": "ON",
+                "USE_ROCM": "OFF",
+                "USE_ROCM_KERNEL_ASSERT": "OFF",
+                "USE_XCCL": "OFF",
+                "USE_XNNPACK": "OFF",
+                "USE_XPU": "OFF",
+            },
+        ),
+    )
+}
+
+#: the released wheel each recipe is compared with: its own release, or for main the newest release
+#: (``nearest``: main is ahead of it, so a difference may be main's change rather than the harness's)
+RELEASE_REFERENCE = {"v2.6": ("2.6.0", False), "main": ("2.13.0", True)}
+
+
+def release_reference(recipe: WheelRecipe | None) -> tuple[ReleasedWheel, bool] | None:
+    """The released wheel whose settings a build of ``recipe``'s base is compared with, and whether it is
+    only the nearest release (main); None without a recipe or a stored wheel for it."""
+    if recipe is None or recipe.name not in RELEASE_REFERENCE:
+        return None
+    version, nearest = RELEASE_REFERENCE[recipe.name]
+    return RELEASED_WHEELS[version], nearest
+
+
+def released_differ(env: Mapping[str, str], released: ReleasedWheel, *, nearest: bool = False) -> list[str]:
+    """The build options of a build's environment (its ``BuildPlan.env``) that differ from a released
+    wheel's build settings, one string each, sorted by key, e.g. ``USE_COREML_DELEGATE: this build unset
+    (CMake default OFF), torch 2.6.0's wheel ON``. Compared: each ``USE_*`` variable the environment sets
+    that the wheel's settings name (ON/1/TRUE and OFF/0/FALSE equal), and each option of
+    :data:`CXX_FLAG_OPTIONS` with a plain CMake default that the environment leaves unset. [] when they agree."""
+    ref = f"torch {released.version}'s wheel" + (" (nearest release)" if nearest else "")
+    out = []
+    for key in sorted(set(released.settings) | {k for k in env if k.startswith("USE_")}):
+        theirs = released.settings.get(key)
+        if theirs is None or not key.startswith("USE_"):
+            continue
+        if key in env:
+            if _norm(env[key]) != _norm(theirs):
+                out.append(f"{key}: this build {env[key]}, {ref} {theirs}")
+        elif CXX_FLAG_OPTIONS.get(key) is not None and _norm(CXX_FLAG_OPTIONS[key]) != _norm(theirs):
+            out.append(f"{key}: this build unset (CMake default {CXX_FLAG_OPTIONS[key]}), {ref} {theirs}")
+    return out
+
+
+def recipe_release_differs(env: Mapping[str, str], recipe: WheelRecipe | None) -> list[str]:
+    """A build's flags against upstream's released wheel of its base: :func:`declared_differ` (the
+    recipe, as read in upstream's scripts) then :func:`released_differ` (the released wheel's own
+    settings, :func:`release_reference`); the build manifest's ``release_differs``."""
+    out = declared_differ(env, recipe)
+    reference = release_reference(recipe)
+    if reference is not None:
+        out += released_differ(env, reference[0], nearest=reference[1])
+    return out
+
+
 # ------------------------------------------------------------------ Metal toolchain of a stock/patched pair
 
 
@@ -433,7 +660,8 @@ def metal_text(capability: Mapping[str, str] | None) -> str:
 
 def release_flag_lines(builds: Mapping[str, Mapping]) -> list[str]:
     """The report's line when a harness-built wheel's flags differ from upstream's released wheel of its
-    base (its manifest's ``release_differs``, :func:`declared_differ`); [] when none does."""
+    base (its manifest's ``release_differs``, :func:`recipe_release_differs`: upstream's wheel scripts and
+    the released wheel's build settings); [] when none does."""
     differ = [
         f"{name}: {', '.join(manifest['release_differs'])}"
         for name, build in builds.items()
@@ -442,7 +670,8 @@ def release_flag_lines(builds: Mapping[str, Mapping]) -> list[str]:
     if not differ:
         return []
     return [
-        f"> **Build flags differ from the released wheel's** (upstream's macOS wheel build): {'; '.join(differ)}",
+        "> **Build flags differ from the released wheel's** (upstream's macOS wheel build, the PyPI wheel's "
+        f"build settings): {'; '.join(differ)}",
         "",
     ]
 

@@ -101,6 +101,14 @@ def test_plan_follows_upstreams_wheel_build_per_base(pytorch_like, tmp_path, mon
     assert head.requirements[:2] == ("setuptools>=77.0.0,<80.0", "cmake>=3.27")
     assert "setuptools<76" in v26.requirements
     assert not any("disagree" in n or "differ" in n for n in v26.notes + head.notes)
+    released = [n for n in v26.notes + head.notes if n.startswith("flags against the released wheel's")]
+    assert released == [
+        "flags against the released wheel's build settings (torch-2.6.0-cp311-none-macosx_11_0_arm64.whl): "
+        "USE_COREML_DELEGATE: this build unset (CMake default OFF), torch 2.6.0's wheel ON; "
+        "USE_PYTORCH_METAL_EXPORT: this build unset (CMake default OFF), torch 2.6.0's wheel ON",
+        "flags against the released wheel's build settings (torch-2.13.0-cp311-cp311-macosx_14_0_arm64.whl, "
+        "nearest release): they agree",
+    ]
     linux = b.plan_build(pytorch_like["main"], "linux-cpu", launcher=None, dist_dir=tmp_path / "d")
     assert linux.recipe is None and "TH_BINARY_BUILD" not in linux.env  # a macOS recipe only
 
@@ -144,8 +152,8 @@ def test_a_flag_changed_from_the_released_wheel_is_named(pytorch_like, tmp_path,
     assert "flags differ from the released wheel's: USE_MKLDNN=ON (upstream's wheel: OFF)" in plan.notes
     builds = {"stock": {"build": {"release_differs": []}}, "patched": {"build": {"release_differs": differ}}}
     assert macos.release_flag_lines(builds)[0] == (
-        "> **Build flags differ from the released wheel's** (upstream's macOS wheel build): "
-        "patched: USE_MKLDNN=ON (upstream's wheel: OFF)"
+        "> **Build flags differ from the released wheel's** (upstream's macOS wheel build, the PyPI wheel's "
+        "build settings): patched: USE_MKLDNN=ON (upstream's wheel: OFF)"
     )
     assert macos.release_flag_lines({"stock": {"build": {"release_differs": []}}, "x": {}}) == []
 
@@ -170,6 +178,115 @@ def test_flags_compared_with_a_wheels_config_string():
     ]
     assert macos.flags_differ({"USE_MPS": "1", "USE_CUDA": "0"}, CONFIG_SHOW) == []
     assert macos.config_flags("no settings here") == {}
+
+
+RELEASED = Path(__file__).parent / "data" / "released-macos-wheels"
+
+
+@pytest.mark.parametrize(
+    "version, fixture",
+    [("2.6.0", "torch-2.6.0-macosx_11_0_arm64.txt"), ("2.13.0", "torch-2.13.0-macosx_14_0_arm64.txt")],
+)
+def test_released_wheel_table_is_the_fixtures_settings(version, fixture):
+    """The table the harness compares with is what the wheel's own build settings say (the fixture,
+    read from the PyPI wheel), file name and sha256 included; a table edited apart fails here."""
+    text = (RELEASED / fixture).read_text()
+    wheel = macos.RELEASED_WHEELS[version]
+    assert f"derived from {wheel.wheel} (PyPI), sha256 {wheel.sha256}" in text
+    settings = macos.option_settings(macos.build_settings(text))
+    assert settings["TORCH_VERSION"] == version
+    assert {k: v for k, v in settings.items() if k.startswith("USE_")} == dict(wheel.settings)
+
+
+def test_v2_6_recipe_against_the_released_2_6_0_wheel(pytorch_like, tmp_path, monkeypatch):
+    """The v2.6.0 recipe (the env `build` uses) against torch 2.6.0's wheel: the wheel was built with
+    Metal export and the CoreML delegate (-DUSE_PYTORCH_METAL_EXPORT -DUSE_COREML_DELEGATE in its CXX_FLAGS),
+    which v2.6's build_wheel.sh does not set; main agrees with 2.13.0's wheel (the nearest release)."""
+    monkeypatch.setattr(b, "macos_cross_compiling", lambda: False)
+    v26 = b.plan_build(pytorch_like["v2.6.0"], "macos-arm64", launcher=None, dist_dir=tmp_path / "d")
+    head = b.plan_build(pytorch_like["main"], "macos-arm64", launcher=None, dist_dir=tmp_path / "d")
+    assert macos.recipe_release_differs(v26.env, macos.V2_6) == [
+        "USE_COREML_DELEGATE: this build unset (CMake default OFF), torch 2.6.0's wheel ON",
+        "USE_PYTORCH_METAL_EXPORT: this build unset (CMake default OFF), torch 2.6.0's wheel ON",
+    ]
+    assert macos.recipe_release_differs(head.env, macos.MAIN) == []
+    assert b.macos_record(v26, None)["release_differs"] == macos.recipe_release_differs(v26.env, macos.V2_6)
+    assert macos.release_reference(None) is None
+
+
+def test_a_planted_flag_is_caught_against_the_released_wheel(pytorch_like, tmp_path, monkeypatch):
+    """Planted: main built with --build-env USE_MPS=0 USE_XNNPACK=ON: both named against 2.13.0's wheel
+    (MPS ON, XNNPACK OFF), in the plan, the manifest and the report's line."""
+    monkeypatch.setattr(b, "macos_cross_compiling", lambda: False)
+    plan = b.plan_build(
+        pytorch_like["main"],
+        "macos-arm64",
+        launcher=None,
+        dist_dir=tmp_path / "d",
+        env_overrides=["USE_MPS=0", "USE_XNNPACK=ON"],
+    )
+    differ = [
+        "USE_MPS: this build 0, torch 2.13.0's wheel (nearest release) ON",
+        "USE_XNNPACK: this build ON, torch 2.13.0's wheel (nearest release) OFF",
+    ]
+    assert macos.released_differ(plan.env, macos.RELEASED_WHEELS["2.13.0"], nearest=True) == differ
+    assert any(n.endswith("nearest release): " + "; ".join(differ)) for n in plan.notes)
+    record = b.macos_record(plan, None)
+    assert record["release_differs"] == differ
+    line = macos.release_flag_lines({"patched": {"build": record}})[0]
+    assert line.endswith("patched: " + ", ".join(differ))
+
+
+MACROS_H = """// Useful build settings that are recorded in the compiled binary
+// torch.__config__.show()
+#define CAFFE2_BUILD_STRINGS { \\
+  {"TORCH_VERSION", "2.13.0"}, \\
+  {"CXX_FLAGS", R"PYT( -DNDEBUG -DUSE_PYTORCH_QNNPACK -DUSE_PYTORCH_METAL_EXPORT -O2 -DUSE_MPS)PYT"}, \\
+  {"BUILD_TYPE", "Release"}, \\
+  {"USE_CUDA", "OFF"}, \\
+  {"CUDA_VERSION", ""}, \\
+  {"USE_MKLDNN", "OFF"}, \\
+}
+"""
+
+
+def test_build_settings_of_macros_h_config_and_a_wheel(tmp_path):
+    """macros.h (raw-string values, empty values dropped as show() drops them), show()'s line, and a
+    wheel archive: its macros.h, or without one ATen/Config.h and libtorch_cpu's three literals."""
+    import zipfile
+
+    settings = macros_settings = macos.build_settings(MACROS_H)
+    assert settings == {
+        "TORCH_VERSION": "2.13.0",
+        "CXX_FLAGS": " -DNDEBUG -DUSE_PYTORCH_QNNPACK -DUSE_PYTORCH_METAL_EXPORT -O2 -DUSE_MPS",
+        "BUILD_TYPE": "Release",
+        "USE_CUDA": "OFF",
+        "USE_MKLDNN": "OFF",
+    }
+    derived = macos.option_settings(settings)
+    assert (derived["USE_MPS"], derived["USE_PYTORCH_METAL_EXPORT"], derived["USE_PYTORCH_METAL"]) == (
+        "ON",
+        "ON",
+        "OFF",
+    )
+    assert derived["USE_XNNPACK"] == "OFF" and derived["USE_CUDA"] == "OFF"
+    assert macos.build_settings(CONFIG_SHOW)["USE_MPS"] == "ON" and macos.build_settings("nothing") == {}
+    with zipfile.ZipFile(tmp_path / "new.whl", "w") as z:
+        z.writestr("torch/include/caffe2/core/macros.h", MACROS_H)
+    assert macos.wheel_build_settings(tmp_path / "new.whl") == macros_settings
+    lib = b"\0junk\0TORCH_VERSION\0002.6.0\0CXX_COMPILER\0/usr/bin/c++\0 -DUSE_XNNPACK -DUSE_MPS\0BUILD_TYPE\0"
+    with zipfile.ZipFile(tmp_path / "old.whl", "w") as z:
+        z.writestr("torch/include/ATen/Config.h", "#define AT_MKLDNN_ENABLED() 0\n#define AT_PARALLEL_OPENMP 1\n")
+        z.writestr("torch/lib/libtorch_cpu.dylib", lib)
+    old = macos.wheel_build_settings(tmp_path / "old.whl")
+    assert old == {
+        "USE_MKLDNN": "OFF",
+        "USE_OPENMP": "ON",
+        "TORCH_VERSION": "2.6.0",
+        "CXX_COMPILER": "/usr/bin/c++",
+        "CXX_FLAGS": " -DUSE_XNNPACK -DUSE_MPS",
+    }
+    assert macos.option_settings(old)["USE_XNNPACK"] == "ON"
 
 
 # ------------------------------------------------------------------ the host
