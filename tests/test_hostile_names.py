@@ -172,7 +172,11 @@ WRITE_SITES = {
     "doctor.run": "doctor.md, doctor.json and raw/ in the --out folder given (as compare's --out)",
     "assumptions.run_child": "raw/assumptions-<config>.spec.json in doctor's raw/ (doctor.run claimed --out)",
     "pr.make_branch": "a temporary folder",
-    "pr.prepare": "PR.md beside the worktrees of the checkout that existing_checkout resolved",
+    "pr.keep_edited": "PR.md beside the worktrees of the checkout that existing_checkout resolved (an edited "
+    "one renamed to PR.md.~N~ beside it)",
+    "build.metal_capability": "a temporary folder (the Metal probe shaders)",
+    "merge.write": "results.json in the --out folder commands.merge claimed (outdir kind merge, never a source)",
+    "merge.write_report": "report.md in the merge folder given (merge.write, report DIR)",
 }
 _WRITES = {
     "unlink",
