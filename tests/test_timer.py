@@ -263,6 +263,18 @@ def test_the_probe_tells_work_deferred_until_the_synchronize_from_work_submitted
     assert issued.trace.count("sleep") == 1
     assert m.number == 44  # sizing blocks of 1, 22 and 44 calls (50 µs, 0.89 ms, 1.77 ms)
     assert issued.trace.count("call") == 1 + (1 + 22 + 44) + 44 + 4 * 44  # warm-up, sizing, probe, blocks
+
+    # a synchronize that wakes slowly after the rest (30 µs: an H200's cuBLASLt mm 4096³ fp16 was called
+    # deferred by a 0.15 ms probe block) is not deferred work: the wait must reach the device's own time
+    class SlowWake(FakeDevice):
+        def sync(self) -> None:
+            rested = bool(self.trace) and self.trace[-1] == "sleep"
+            super().sync()
+            self.now += 30_000 if rested else 0
+
+    small = SlowWake(5_000, 150_000, deferred=False)
+    m = device_timer(small).measure(small.call, **TIMING)
+    assert not m.deferred and "sleep" in small.trace
     # on the cpu clock calls are synchronous: no probe
     cpu = FakeDevice(10_000, 40_000, deferred=True)
     m = device_timer(cpu, "perf_counter").measure(cpu.call, **TIMING)

@@ -99,6 +99,11 @@ PROBE_REST = 1.5
 #: wait below it is the synchronize alone (work submitted as issued finished during the rest), or a device
 #: so little behind the host that the cell is launch-bound under either rule
 PROBE_WAIT_SHARE = 0.1
+#: ... and at least this share of the sized block's wait (the device time a deferred block waits for): a
+#: synchronize after an idle rest can take tens of µs on its own (on an H200 the share alone called
+#: cuBLASLt mm 4096³ fp16 deferred, its probe block a fraction of a ms of enqueue); where the sized wait is
+#: near 0 the cell is launch-bound under either rule
+PROBE_SIZED_SHARE = 0.25
 #: most calls one timed block enqueues before it synchronizes (bounded queue on every device;
 #: with a 6-12 µs synchronize and calls >= 5 µs, a full block keeps the overhead < 0.25 %)
 MAX_BLOCK_CALLS = 1024
@@ -391,8 +396,10 @@ class BlockTimer:
         submitted as issued finished during the rest: the synchronize costs its own ``overhead``. Deferred
         work starts only at the synchronize, which waits for its whole device time. Deferred when that
         wait, beyond ``overhead``, is at least :data:`PROBE_WAIT_SHARE` of the probe's block (enqueue +
-        wait). Only the rest's length comes from the sized block: a sizing block slowed by a first-call
-        compile or a busy host does not move the decision.
+        wait), :data:`PROBE_SIZED_SHARE` of the sized block's wait. The rest's
+        length and the second share come from the sized block; the decision rests on the probe's own wait,
+        which for deferred work is its whole device time and for work submitted as issued the synchronize's
+        wake-up alone.
 
         Args:
             number: calls per block; block, enqueue: the sized block's seconds and its host enqueue
@@ -412,8 +419,10 @@ class BlockTimer:
         t2 = self.clock()
         self.sync()
         t3 = self.clock()
+        sized_wait = block - enqueue
         enqueue, waited = (t1 - t0) * 1e-9, (t3 - t2) * 1e-9
-        return waited - overhead >= PROBE_WAIT_SHARE * (enqueue + waited)
+        need = max(PROBE_WAIT_SHARE * (enqueue + waited), PROBE_SIZED_SHARE * sized_wait)
+        return waited - overhead >= need
 
     def _rest(self, fn: Callable[[], object], number: int, block: float | None, duty: float) -> None:
         """Idle ``block × (1/duty − 1)`` seconds (none before the first block of a further layout,
