@@ -318,41 +318,21 @@ set(CMAKE_POLICY_VERSION_MINIMUM 3.5)
 add_subdirectory(third_party/protobuf/cmake)
 unset(CMAKE_POLICY_VERSION_MINIMUM)
 """
-_PT_WHEEL_SH_260 = """\
-#!/usr/bin/env bash
-export TH_BINARY_BUILD=1
-export MACOSX_DEPLOYMENT_TARGET=10.15
-export INSTALL_TEST=0 # dont install test binaries into site-packages
-retry brew install libomp
-export USE_DISTRIBUTED=1
-if [[ -n "$CROSS_COMPILE_ARM64" ]]; then
-    export CMAKE_OSX_ARCHITECTURES=arm64
-fi
-export USE_MKLDNN=OFF
-export USE_QNNPACK=OFF
-export BUILD_TEST=OFF
-python setup.py bdist_wheel -d "$whl_tmp_dir"
-"""
-_PT_MAC_ENV_SETUP = '''\
+#: upstream's macOS wheel scripts as the harness's drift test reads them (tests/data/upstream-macos-wheel:
+#: the lines derived from each base's own script), inside a runnable script where upstream has one
+_WHEEL_DATA = Path(__file__).resolve().parent / "data" / "upstream-macos-wheel"
+_PT_WHEEL_SH_260 = "#!/usr/bin/env bash\n" + (_WHEEL_DATA / "v2.6" / ".ci" / "wheel" / "build_wheel.sh").read_text()
+_PT_MAC_ENV_SETUP = (
+    '''\
 #!/usr/bin/env python3
 """macOS arm64 build environment: writes the build flags for build.sh to source."""
 
 import argparse
 from pathlib import Path
 
-# macOS arm64 build flags.
-MACOS_BUILD_ENV: dict[str, str] = {
-    "TH_BINARY_BUILD": "1",
-    "INSTALL_TEST": "0",
-    "MACOSX_DEPLOYMENT_TARGET": "14.0",
-    "USE_DISTRIBUTED": "1",
-    "USE_MKLDNN": "OFF",
-    "USE_QNNPACK": "OFF",
-    "BUILD_TEST": "OFF",
-    "USE_PYTORCH_METAL_EXPORT": "1",
-    "USE_COREML_DELEGATE": "1",
-}
-
+'''
+    + (_WHEEL_DATA / "main" / ".ci" / "wheel" / "mac" / "build_env_setup.py").read_text()
+    + """
 
 def main() -> None:
     parser = argparse.ArgumentParser()
@@ -364,7 +344,8 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
-'''
+"""
+)
 _PT_MAC_BUILD_WHEEL = '''\
 #!/usr/bin/env python3
 """Build the macOS arm64 wheel: the flags come from the environment (build_env_setup.py)."""

@@ -203,7 +203,7 @@ def test_macos_deployment_target_read_from_ci_wheel_mac(pytorch_like):
     )
     assert b.macos_deployment_target(pytorch_like["v2.6.0"]) == (
         "11.0",
-        "base sets 10.15 (.ci/wheel/build_wheel.sh:3); raised to the arm64 floor 11.0",
+        "base sets 10.15 (.ci/wheel/build_wheel.sh:5); raised to the arm64 floor 11.0",
     )
 
 
