@@ -97,10 +97,11 @@ DOUBLE_ERROR = (
 )
 BFLOAT16_ERROR = "MPS BFloat16 is only supported on MacOS 14 or newer"
 #: rule 6: the emulated device needs this many seconds per host second of a deferred (Metal GEMM) call:
-#: its block is 1.5 x its host time (encode share 2/3: launch-bound under the deferred rule), and the
-#: deferral probe's wait is 1/3 of its block, well over :data:`harness.bench.timer.PROBE_WAIT_SHARE`
-#: (a larger factor makes CI's Metal cells kernel-bound at the price of that many seconds of waiting)
-DEVICE_FACTOR = 0.5
+#: its block is 2 x its host time (encode share 1/2: launch-bound at the deferred rule's edge), and the
+#: deferral probe's wait is half its block, well over :data:`harness.bench.timer.PROBE_WAIT_SHARE` and
+#: the scheduling delays of a loaded CI host (at 0.5 the probe missed the Metal cells in about 1 of 5
+#: loaded runs; a larger factor costs that many seconds of waiting)
+DEVICE_FACTOR = 1.0
 
 
 class ConformanceError(AssertionError):

@@ -103,7 +103,9 @@ PROBE_WAIT_SHARE = 0.1
 #: synchronize after an idle rest can take tens of µs on its own (on an H200 the share alone called
 #: cuBLASLt mm 4096³ fp16 deferred, its probe block a fraction of a ms of enqueue); where the sized wait is
 #: near 0 the cell is launch-bound under either rule
-PROBE_SIZED_SHARE = 0.25
+PROBE_SIZED_SHARE = 0.1
+#: probes a cell takes before it counts as deferred (all must agree; the first "submitted as issued" ends it)
+PROBE_TIMES = 2
 #: most calls one timed block enqueues before it synchronizes (bounded queue on every device;
 #: with a 6-12 µs synchronize and calls >= 5 µs, a full block keeps the overhead < 0.25 %)
 MAX_BLOCK_CALLS = 1024
@@ -406,10 +408,15 @@ class BlockTimer:
                 seconds; overhead: an empty block's seconds (:meth:`overhead`).
 
         Returns False without running anything on the cpu clock (calls are synchronous). Costs one block
-        plus the rest.
+        plus the rest; a cell found deferred is probed :data:`PROBE_TIMES` times, all of which must agree.
         """
         if self.method == "perf_counter":
             return False
+        # deferred only when two probes in a row say so: a synchronize delayed once (a busy host, a slow
+        # wake-up) must not label work that was submitted as issued
+        return all(self._probe_once(fn, number, block, enqueue, overhead) for _ in range(PROBE_TIMES))
+
+    def _probe_once(self, fn: Callable[[], object], number: int, block: float, enqueue: float, overhead: float) -> bool:
         self.sync()
         t0 = self.clock()
         for _ in range(number):
