@@ -104,6 +104,8 @@ PROBE_WAIT_SHARE = 0.1
 #: cuBLASLt mm 4096³ fp16 deferred, its probe block a fraction of a ms of enqueue); where the sized wait is
 #: near 0 the cell is launch-bound under either rule
 PROBE_SIZED_SHARE = 0.1
+#: the sized block's wait (seconds) from which :data:`PROBE_SIZED_SHARE` applies
+PROBE_SIZED_MIN_S = 1e-3
 #: probes a cell takes before it counts as deferred (all must agree; the first "submitted as issued" ends it)
 PROBE_TIMES = 2
 #: most calls one timed block enqueues before it synchronizes (bounded queue on every device;
@@ -428,7 +430,9 @@ class BlockTimer:
         t3 = self.clock()
         sized_wait = block - enqueue
         enqueue, waited = (t1 - t0) * 1e-9, (t3 - t2) * 1e-9
-        need = max(PROBE_WAIT_SHARE * (enqueue + waited), PROBE_SIZED_SHARE * sized_wait)
+        # the sized block's wait counts only where it is long enough to tell from a synchronize's own wake-up
+        sized = PROBE_SIZED_SHARE * sized_wait if sized_wait >= PROBE_SIZED_MIN_S else 0.0
+        need = max(PROBE_WAIT_SHARE * (enqueue + waited), sized)
         return waited - overhead >= need
 
     def _rest(self, fn: Callable[[], object], number: int, block: float | None, duty: float) -> None:
