@@ -143,7 +143,9 @@ def _beyond(bound: Bound) -> st.SearchStrategy[str]:
     huge exponents and words; in the spellings a user may type."""
     low = st.floats(max_value=bound.low, allow_nan=False, allow_infinity=False).filter(lambda v: not bound.holds(v))
     high = st.floats(min_value=bound.high, allow_nan=False, allow_infinity=False).filter(lambda v: not bound.holds(v))
-    spellings = [low.map(repr), high.map(repr), high.map(lambda v: f"{v:e}")]
+    # %e keeps 6 digits: a value just above the bound can round onto it (6.048000e+05 for budget 604800 s)
+    rounded = high.map(lambda v: f"{v:e}").filter(lambda t: not bound.holds(float(t)))
+    spellings = [low.map(repr), high.map(repr), rounded]
     if bound.integer:
         spellings += [
             st.integers(max_value=int(bound.low) - 1).map(str),
