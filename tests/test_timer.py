@@ -300,3 +300,28 @@ def test_a_deferred_cell_spending_60_percent_of_its_block_encoding_is_launch_bou
     edge = Measurement(samples=[2e-6] * 3, enqueue=[1e-6] * 3, method="synchronize+perf_counter", deferred=True)
     assert DEFERRED_LAUNCH_RATIO == 0.5 and edge.launch_bound
     assert not Measurement(samples=[2e-6] * 3, enqueue=[0.9e-6] * 3, method="s", deferred=True).launch_bound
+
+
+def test_a_cell_host_bound_in_more_than_a_third_of_its_processes_is_launch_bound():
+    """The H200 A/A's mm 4096x4096x256 bf16: host-bound in half its processes (21-23 µs there, 20.3-20.7 µs
+    elsewhere), judged kernel-bound under "more than half" and never converged to ±1 %. Planted: 12 processes,
+    k of them host-bound (enqueue 0.99 of the block), the rest with the device busy (enqueue 0.7)."""
+    host = {
+        "status": "ok",
+        "measurement": Measurement(samples=[21e-6] * 4, enqueue=[20.8e-6] * 4, method="s").to_json(),
+    }
+    busy = {
+        "status": "ok",
+        "measurement": Measurement(samples=[20.4e-6] * 4, enqueue=[14e-6] * 4, method="s").to_json(),
+    }
+    assert res_measurement(host).launch_bound and not res_measurement(busy).launch_bound
+    judged = {k: policy.classify([host] * k + [busy] * (12 - k)) for k in range(13)}
+    assert policy.LAUNCH_BOUND_SHARE == 1 / 3
+    # 4 of 12 is a third, not more: kernel-bound; 5 of 12 (42 %) and the A/A cell's 6 of 12: launch-bound
+    assert [k for k, cls in judged.items() if cls == policy.CellClass.LAUNCH_BOUND] == list(range(5, 13))
+    # a failed or skipped process (no measurement) counts on neither side
+    assert policy.classify([host] * 2 + [busy] * 4 + [{"status": "failed"}] * 6) == policy.CellClass.KERNEL_BOUND
+
+
+def res_measurement(record: dict) -> Measurement:
+    return Measurement.from_json(record["measurement"])
