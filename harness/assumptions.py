@@ -338,7 +338,7 @@ ASSUMPTIONS: list[Assumption] = [
     ),
     Assumption(
         "assumption: the slowest cell finishes well inside the stall timeout",
-        "harness/runner.py STALL_TIMEOUT; v2.6.0's naive Metal GEMM (LinearAlgebra.metal, Debian blob 85b82e3a)",
+        "harness/supervise.py STALL_TIMEOUT; v2.6.0's naive Metal GEMM (LinearAlgebra.metal, Debian blob 85b82e3a)",
         (
             "no worker is stopped for a slow cell",
             "a worker would be stopped in that cell and its evidence lost: raise the stall timeout as said",

@@ -14,7 +14,7 @@ A step that runs longer than :data:`SLOW_S` is said on stderr while it runs (wit
 again when it ends, so a slow ``import torch`` is never silent. On a deadline the whole process group
 is killed (SIGKILL) and :class:`ChildTimeout` raised; on Ctrl-C it is killed too.
 
-The worker processes of a measurement run are watched by :func:`harness.runner.run_worker` (cells,
+The worker processes of a measurement run are watched by :func:`harness.supervise.run_worker` (cells,
 stalls); the patch and upstream git commands go through GitPython (:mod:`harness.upstream`).
 """
 

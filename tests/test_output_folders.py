@@ -208,7 +208,9 @@ def test_no_file_in_an_output_folder_is_written_through_a_link(tmp_path):
     raw.mkdir(parents=True)
     (raw / "r00-stock-default.stderr").symlink_to(precious)
     with pytest.raises(fsutil.LinkRefused) as info:
-        supervise.run_worker(Path(sys.executable), {"cells": []}, cfg.EnvConfig("default"), raw, "r00-stock-default", 5.0)
+        supervise.run_worker(
+            Path(sys.executable), {"cells": []}, cfg.EnvConfig("default"), raw, "r00-stock-default", 5.0
+        )
     assert info.value.cause == (
         f"{raw / 'r00-stock-default.stderr'} is a symbolic link (to {precious}): "
         "the harness does not write through links"

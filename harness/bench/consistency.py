@@ -37,7 +37,7 @@ from harness.bench.accuracy import accumulator as config_accumulator
 from harness.bench.channel import Channel
 from harness.bench.workloads import Cell
 
-#: the steps announced on the channel and the seconds each may take (:func:`harness.runner.run_consistency`):
+#: the steps announced on the channel and the seconds each may take (:func:`harness.supervise.run_consistency`):
 #: the saved outputs of the default cuda matrix are about 0.5 GB per config
 STEPS = {"importing torch": 120.0, "loading the saved outputs": 300.0, "comparing the outputs": 300.0}
 

@@ -3,7 +3,7 @@
 Run as ``<build python> -m harness.bench.provenance --device cpu --vars A,B --answer FILE`` (standard library +
 torch only); answers one JSON object on the channel ``FILE`` (:mod:`harness.bench.channel`; without
 ``--answer`` it prints it), after announcing each of :data:`STEPS`, whose deadlines
-:func:`harness.runner.probe_build` applies. :mod:`harness.runner` stores it in ``results.json`` under
+:func:`harness.supervise.probe_build` applies. :mod:`harness.runner` stores it in ``results.json`` under
 ``builds.<name>.provenance``.
 
 Recorded: torch version and git hash, ``torch.__config__.show()``, MPS built/available, CUDA
@@ -30,7 +30,7 @@ from harness.bench.devices import mps_gpu_name
 from harness.bench.mpsruntime import mps_runtime_need
 from harness.bench.workloads import OPS, make_inputs, op_callable, probe_cell
 
-#: the probe's steps, as announced on its channel, and the seconds each may take (harness.runner.probe_build).
+#: the probe's steps, as announced on its channel, and the seconds each may take (harness.supervise.probe_build).
 #: "probing the device": the first CUDA call creates its context (1-3 s on an H200; tens of seconds while
 #: another process holds the GPU) and the dtype table runs every op in six dtypes. collect_env gives up
 #: after :func:`collect_env`'s own 180 s, so its deadline is above that.
