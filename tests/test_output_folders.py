@@ -148,7 +148,7 @@ def test_a_run_interrupted_before_its_first_results_json_counts_as_ours(tmp_path
     assert outdir.claim(run, "--out", outdir.RESULTS_WRITES, runner.res.is_run) == run.resolve()
     (run / "raw" / "plan.json").write_text("[]")
     (run / outdir.MARKER).unlink()
-    with pytest.raises(runner.ResultsError):
+    with pytest.raises(rundir.ResultsError):
         outdir.claim(run, "--out", outdir.RESULTS_WRITES, runner.res.is_run)
 
 
@@ -252,7 +252,7 @@ def test_fresh_out_on_a_dist_folder_is_refused_and_deletes_no_wheel(tmp_path, ca
     )
     assert tree_digest(dist) == before
     for what, writes in (("doctor --out", outdir.DOCTOR_WRITES), ("preview DIR", outdir.PREVIEW_WRITES)):
-        with pytest.raises(runner.ResultsError, match=r"is a dist folder of the harness"):
+        with pytest.raises(rundir.ResultsError, match=r"is a dist folder of the harness"):
             outdir.claim(dist, what, writes)
     # --fresh removes only what the marker lists and the command writes: a run's clear leaves the wheels
     assert outdir.clear(dist, outdir.RESULTS_WRITES) == []
