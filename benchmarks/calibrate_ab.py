@@ -2,7 +2,7 @@
 and CI precision per second of measurement (results go to docs/methodology.md).
 
 Both sides run the same build (``--python``) through the harness's own worker and scheduler
-(:func:`harness.runner.run_worker`, fresh process per side per round, order shuffled per round by
+(:func:`harness.supervise.run_worker`, fresh process per side per round, order shuffled per round by
 :func:`harness.runner.round_order`, adaptive rounds by :func:`harness.runner.adaptive_rounds`)
 and the verdicts come from :func:`harness.stats.compare`, exactly as in ``compare``. Each row of
 ``calibration.json`` stores both sides' per-process medians (``stock_medians``/``patched_medians``,
@@ -32,7 +32,8 @@ from harness import results as res
 from harness import stats
 from harness.bench.workloads import Cell, planted
 from harness.configs import EnvConfig
-from harness.runner import adaptive_rounds, round_order, run_worker
+from harness.runner import adaptive_rounds, round_order
+from harness.supervise import run_worker
 
 CUDA_CELLS = [
     Cell(op, shape, dt)

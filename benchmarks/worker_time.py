@@ -16,7 +16,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from harness.runner import read_jsonl
+from harness.supervise import read_jsonl
 
 
 def process_times(jsonl: Path, status: dict) -> dict[str, float]:

@@ -28,7 +28,7 @@ The rows (the same code on cpu, cuda and mps; under ``--device mps`` in CI throu
    timeout to pass.
 5. ``fresh-process kernel choice``: the cell's time in :data:`FRESH` fresh processes is one mode
    (:func:`harness.stats.modes`; pytorch issue 182815).
-6. ``accuracy``: GEMM and SDPA errors per route within their bounds (:mod:`harness.checks.accuracy`).
+6. ``accuracy``: GEMM and SDPA errors per route within their bounds (:mod:`harness.bench.accuracy`).
 """
 
 from __future__ import annotations
@@ -39,11 +39,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness import children
+from harness import children, stats
 from harness import configs as cfg
 from harness.bench import assumptions as child
+from harness.bench.worker import LAYOUT_BLOCKS
 from harness.bench.workloads import DTYPES, Cell, default_cells
 from harness.errors import HarnessError
+from harness.supervise import SOURCE_ROOT
 
 #: device -> route config -> how the report names its GEMM route (the first config is the fresh-process one)
 ROUTES = {
@@ -231,8 +233,6 @@ def cell_calls(timing: dict) -> int:
     warm-up, sizing and check (1 each, for a call longer than a block), ``min_samples`` blocks with their
     pre-roll and duty rest, and each further layout's 3 warm-up calls and
     :data:`harness.bench.worker.LAYOUT_BLOCKS` blocks."""
-    from harness.bench.worker import LAYOUT_BLOCKS
-
     duty = timing.get("duty", 1.0)
     block = 1 + (1 / duty - 1) + (1 if duty < 1 else 0)  # the block, its rest, its pre-roll call
     layouts = int(timing.get("layouts", 1))
@@ -267,8 +267,6 @@ FRESH_SPREAD = 0.10
 
 
 def judge_fresh(m: Measured) -> Verdict:
-    from harness import stats
-
     if len(m.fresh) < FRESH:
         why = "; ".join(m.fresh_errors) or m.errors() or "too few processes answered"
         return Verdict(None, f"not measured: {len(m.fresh)} of {FRESH} fresh processes answered ({why})")
@@ -340,7 +338,7 @@ ASSUMPTIONS: list[Assumption] = [
     ),
     Assumption(
         "assumption: the slowest cell finishes well inside the stall timeout",
-        "harness/runner.py STALL_TIMEOUT; v2.6.0's naive Metal GEMM (LinearAlgebra.metal, Debian blob 85b82e3a)",
+        "harness/supervise.py STALL_TIMEOUT; v2.6.0's naive Metal GEMM (LinearAlgebra.metal, Debian blob 85b82e3a)",
         (
             "no worker is stopped for a slow cell",
             "a worker would be stopped in that cell and its evidence lost: raise the stall timeout as said",
@@ -358,7 +356,7 @@ ASSUMPTIONS: list[Assumption] = [
     ),
     Assumption(
         "assumption: GEMM and SDPA errors are within their bounds on every route",
-        "harness/checks/accuracy.py (bounds); LinearAlgebra.metal accumulators per base (series.toml)",
+        "harness/bench/accuracy.py (bounds); LinearAlgebra.metal accumulators per base (series.toml)",
         (
             "the accuracy checks can pass on this device and fail on a wrong output",
             "a bound is wrong for this device, or a route is less accurate: report these numbers",
@@ -412,8 +410,6 @@ def spec(device: str, rows: list[str], emulate: dict | None) -> dict:
 def run_child(python: Path, config: cfg.EnvConfig, spec_: dict, raw: Path, name: str, keep=()) -> dict:
     """One assumption process under ``config``: its answer, or ``{"error": why}`` (it failed or ran past a
     step's deadline, named)."""
-    from harness.runner import SOURCE_ROOT
-
     path = raw / f"{name}.spec.json"
     path.write_text(json.dumps(spec_))
     env = cfg.worker_environment(config, keep=keep)

@@ -4,7 +4,7 @@ message of a child that runs out of time names the step it was in.
 :func:`run` starts a program (an argument list, never a shell string) in its own process group, with
 stdout and stderr in temporary files (never a pipe that a grandchild could hold open), and waits:
 
-- a child with an answer channel (``answer=True``: :mod:`harness.channel`) announces its steps there
+- a child with an answer channel (``answer=True``: :mod:`harness.bench.channel`) announces its steps there
   ("importing torch", "probing the device", ...); each step has its own deadline (``steps``; the
   time before the first announcement is :data:`START_STEP`, :data:`START_S`), and the error says which
   one ran out: "build stock probe (/usr/bin/python3): importing torch took longer than 120 s";
@@ -14,7 +14,7 @@ A step that runs longer than :data:`SLOW_S` is said on stderr while it runs (wit
 again when it ends, so a slow ``import torch`` is never silent. On a deadline the whole process group
 is killed (SIGKILL) and :class:`ChildTimeout` raised; on Ctrl-C it is killed too.
 
-The worker processes of a measurement run are watched by :func:`harness.runner.run_worker` (cells,
+The worker processes of a measurement run are watched by :func:`harness.supervise.run_worker` (cells,
 stalls); the patch and upstream git commands go through GitPython (:mod:`harness.upstream`).
 """
 
@@ -29,7 +29,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness import channel
+from harness.bench import channel
 from harness.errors import HarnessError
 from harness.progress import note
 
@@ -55,7 +55,7 @@ class ChildTimeout(HarnessError):
 @dataclass(frozen=True)
 class Outcome:
     """How a child ended: exit status, its output, the steps it announced and its answer
-    (:data:`harness.channel.NO_ANSWER` when it wrote none), and its wall time in seconds."""
+    (:data:`harness.bench.channel.NO_ANSWER` when it wrote none), and its wall time in seconds."""
 
     returncode: int
     stdout: str
@@ -107,7 +107,7 @@ def run(
     """Run ``cmd`` to its end under its deadline(s); see the module docstring.
 
     Args:
-        cmd: the argument list; with ``answer`` ``--answer <file>`` is appended (:mod:`harness.channel`).
+        cmd: the argument list; with ``answer`` ``--answer <file>`` is appended (:mod:`harness.bench.channel`).
         what: the child, for messages ("build stock probe (/path/to/python)").
         deadline: seconds for the whole child, or (with ``answer``) for a step not in ``steps``.
         steps: step name -> seconds, for the steps a channel child announces.

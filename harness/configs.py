@@ -5,7 +5,7 @@ every config runs in its own worker process whose environment holds exactly the
 config's variables: a worker inherits only the variables of an explicit allow-list
 (:data:`INHERITED`, ``LC_*``, and ``--keep-env`` names); everything else is cleared, and every
 torch-, CUDA-, MPS- or OpenMP-related variable that reaches it is recorded (:func:`worker_environment`,
-:func:`snapshot`).
+:func:`harness.bench.recorded.snapshot`).
 
 Sources for the variables:
 - MPS: ``PYTORCH_MPS_FAST_MATH`` and ``PYTORCH_MPS_PREFER_METAL`` are read in
@@ -21,9 +21,9 @@ Nothing here is about one patch series: a series adds its own variables, the con
 them, their routing and consistency pair in its ``series.toml`` ``[evidence]`` (:mod:`harness.evidence`).
 
 Whether the build under test really reads a variable is checked per build, not
-assumed: :mod:`harness.provenance` looks for the name in the build's shared libraries.
+assumed: :mod:`harness.bench.provenance` looks for the name in the build's shared libraries.
 
-This module runs inside build interpreters: standard library only.
+The workers' side (what of their environment they record) is :mod:`harness.bench.recorded`.
 """
 
 from __future__ import annotations
@@ -32,6 +32,8 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+
+from harness.bench.recorded import RECORDED_PREFIXES
 
 #: The variables a worker inherits from the parent (plus ``LC_*`` and ``--keep-env`` names); every
 #: other one is cleared: the process's own (PATH, HOME, USER, LOGNAME, SHELL), the locale, the
@@ -76,33 +78,6 @@ def env_name_problem(key: str) -> str | None:
     return None
 
 
-#: Prefixes of torch-, CUDA-, MPS-, ROCm-, BLAS- and OpenMP-related variables: every one that reaches
-#: a worker is recorded with its results (:func:`snapshot`).
-RECORDED_PREFIXES = (
-    "PYTORCH_",
-    "TORCH_",
-    "ATEN_",
-    "CUDA_",
-    "CUBLAS",
-    "CUDNN_",
-    "NVIDIA_",
-    "NCCL_",
-    "MPS_",
-    "METAL_",
-    "MTL_",
-    "HIP_",
-    "ROCM_",
-    "HSA_",
-    "OMP_",
-    "GOMP_",
-    "KMP_",
-    "MKL_",
-    "OPENBLAS_",
-    "DNNL_",
-    "ONEDNN_",
-    "LD_LIBRARY_PATH",
-    "DYLD_LIBRARY_PATH",
-)
 #: The variables a worker is cleared of, as named in messages: everything outside the allow-list.
 CLEARED_PREFIXES = RECORDED_PREFIXES
 
@@ -124,14 +99,14 @@ class EnvConfig:
         env: variable -> raw string value, exactly as set in the worker.
         about: one line on what the config is for.
         reduced_fp32: the config lets float32 GEMM run with a 10-bit mantissa (TF32 on cuda),
-            which loosens the float32 accuracy bound (harness.checks.accuracy).
+            which loosens the float32 accuracy bound (harness.bench.accuracy).
         routes: op -> kernel path the config may send it to, where that path changes the accuracy
             bound (what the path accumulates in is a fact of each base: series.toml
             ``[base.accumulators]``); ops not listed take the default path.
             When stock and patched builds route an op differently under one config, the entry
             names the looser path, so one bound holds for both builds. On a build whose base is told
             and declares ``[base.routes.<device>]``, that base's routes replace these (exact per build:
-            :meth:`harness.evidence.Evidence.routes_of`, ``harness.runner.build_routes``).
+            :meth:`harness.evidence.Evidence.routes_of`, ``harness.supervise.build_routes``).
     """
 
     name: str
@@ -175,7 +150,7 @@ PROFILES: dict[str, tuple[EnvConfig, ...]] = {
 }
 
 #: device -> (config A, config B) whose GEMM outputs of one build must agree, when the series names no
-#: pair of its own (harness.checks.consistency); mps has none without a series.
+#: pair of its own (harness.bench.consistency); mps has none without a series.
 CONSISTENCY_PAIRS = {"cpu": ("no_vec", "default"), "cuda": ("tf32_override", "default")}
 
 #: Configs a plain `compare` runs per device when --configs is not given.
@@ -223,11 +198,3 @@ def worker_environment(
     env = {k: v for k, v in parent.items() if k in keep or k in INHERITED or k.startswith(INHERITED_PREFIXES)}
     env.update(config.env)
     return env
-
-
-def snapshot(environ: Mapping[str, str] | None = None, names: tuple[str, ...] | list[str] = ()) -> dict[str, str]:
-    """The raw values of every torch-, CUDA-, MPS- or OpenMP-related variable a process sees
-    (:data:`RECORDED_PREFIXES`), plus those of ``names`` (the run's ``--env`` variables) that are set
-    (recorded with its results)."""
-    environ = os.environ if environ is None else environ
-    return {k: v for k, v in sorted(environ.items()) if k.startswith(RECORDED_PREFIXES) or k in names}

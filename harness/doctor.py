@@ -2,7 +2,7 @@
 
 On any machine, with the torch the user already has (``--build``, default this interpreter) it runs:
 
-1. **device health**: the provenance probe (:mod:`harness.provenance`): torch version and commit,
+1. **device health**: the provenance probe (:mod:`harness.bench.provenance`): torch version and commit,
    the device, a small matmul compared with the CPU, the dtype table. A device that cannot
    produce evidence stops here with one line (``--device mps`` off a Mac, for example).
 2. **every workload op once at a tiny shape under every env config of the device**
@@ -32,12 +32,19 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness import assumptions as asm
+from harness import build as build_mod
+from harness import children, supervise
 from harness import configs as cfg
+from harness.bench.provenance import IMPORT_STEP, STEPS
 from harness.bench.workloads import DTYPES, OPS, probe_cell
 from harness.fsutil import atomic_write_json, atomic_write_text
 from harness.numbers import Bound, number
 from harness.outdir import DOCTOR_WRITES, claim
 from harness.progress import note
+from harness.runner import TIMING as RUN_TIMING
+from harness.supervise import STALL_TIMEOUT, read_jsonl, run_worker
+from harness.venvs import ensure_interpreter, parse_input
 
 #: doctor.md's first line
 TITLE = "## torch-patch-harness doctor"
@@ -56,7 +63,7 @@ class Row:
     detail: str
 
 
-#: ``python -c`` code that answers whether CUDA is available on the channel given last (harness.channel)
+#: ``python -c`` code that answers whether CUDA is available on the channel given last (harness.bench.channel)
 _CUDA_CODE = (
     "import json, sys\n"
     "def say(record):\n"
@@ -72,9 +79,6 @@ _CUDA_CODE = (
 def _auto_device(python: Path) -> str:
     """``mps`` on macOS, else ``cuda`` when ``python``'s torch has CUDA, else ``cpu`` (also when it does
     not answer: the provenance probe then says why)."""
-    from harness import children
-    from harness.provenance import IMPORT_STEP, STEPS
-
     if sys.platform == "darwin":
         return "mps"
     proc = children.run(
@@ -133,10 +137,7 @@ def assumption_rows(
     """The assumption rows (:mod:`harness.assumptions`) measured with ``python`` on ``device`` (``emulate``:
     the MPS conformance mode's settings, for CI), and their ``doctor.json`` part. Judged against the
     runner's full-run timing and stall timeout, the defaults of ``compare``."""
-    from harness import assumptions as asm
-    from harness.runner import STALL_TIMEOUT, TIMING
-
-    timing = TIMING["full"]["cpu" if device == "cpu" else "gpu"]
+    timing = RUN_TIMING["full"]["cpu" if device == "cpu" else "gpu"]
     note("doctor: assumptions")
     measured = asm.measure(
         python, device, raw, stall_s=STALL_TIMEOUT["full"], timing=timing, emulate=emulate, keep=keep
@@ -183,15 +184,11 @@ def run(
         HarnessError: no torch in the build, or the device is unusable.
         ResultsError: ``out`` is not a folder the doctor may write in (:func:`harness.outdir.claim`).
     """
-    from harness import build as build_mod
-    from harness.runner import probe_build, read_jsonl, run_worker
-    from harness.venvs import ensure_interpreter, parse_input
-
     number(step_timeout, "--step-timeout", STEP_TIMEOUT)
     started = time.monotonic()
     python, _ = ensure_interpreter(parse_input(build, "build"))
     device = _auto_device(python) if device == "auto" else device
-    info = probe_build("", python, device, keep)  # an unusable device: one line, exit 2
+    info = supervise.probe_build("", python, device, keep)  # an unusable device: one line, exit 2
     who = info.get("gpu_name") or info.get("cpu_name")
     header = (
         f"torch {info['torch_version']} (git {str(info.get('git_version'))[:12]}) on {device} ({who}), "

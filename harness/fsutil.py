@@ -22,6 +22,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
+from harness.bench.files import open_nofollow
 from harness.errors import HarnessError
 
 
@@ -76,15 +77,15 @@ class LinkRefused(HarnessError):
 def open_write(path: Path | str, append: bool = False, binary: bool = False) -> IO[Any]:
     """``path`` opened for writing (created; truncated, or appended to with ``append``), never through
     a symbolic link (``O_NOFOLLOW``): a link planted at ``path`` (``raw/<proc>.stderr -> ~/precious``)
-    is refused, its target untouched. Text files are UTF-8.
+    is refused, its target untouched (:func:`harness.bench.files.open_nofollow`, which a worker uses).
+    Text files are UTF-8.
 
     Raises:
         LinkRefused: ``path`` is a symbolic link (the message names it and its target).
         OSError: any other failure to open.
     """
-    mode = ("a" if append else "w") + ("b" if binary else "")
-    try:  # open()'s own flags (O_TRUNC or O_APPEND) plus O_NOFOLLOW; the file keeps its name (``fh.name``)
-        return open(path, mode, encoding=None if binary else "utf-8", opener=_no_follow)  # noqa: SIM115
+    try:
+        return open_nofollow(path, append, binary)
     except OSError as exc:
         if exc.errno not in (errno.ELOOP, errno.EMLINK) or not os.path.islink(path):
             raise
@@ -92,10 +93,6 @@ def open_write(path: Path | str, append: bool = False, binary: bool = False) -> 
             f"{path} is a symbolic link (to {os.readlink(path)}): the harness does not write through links",
             f"delete {path} (its target stays as it is) and run again",
         ) from None
-
-
-def _no_follow(path: str, flags: int) -> int:
-    return os.open(path, flags | os.O_NOFOLLOW, 0o666)
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:

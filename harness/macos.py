@@ -2,37 +2,17 @@
 
 Every fact here was read in upstream PyTorch (pytorch/pytorch) at the file and commit named beside
 it, or in the file names PyPI serves; nothing here can be measured on this project's CI (no Mac).
-The harness reads it in one place: :func:`mps_runtime_need` (provenance, devices, doctor),
+The harness reads it in one place: :func:`mps_runtime_need` (doctor; the probe and the MPS device profile
+read :mod:`harness.bench.mpsruntime` itself),
 :func:`host_need` (``build`` and ``doctor`` refuse a Mac older than the base needs) and
 :func:`recipe_for` (the environment and command of a macOS wheel build, :mod:`harness.build`).
 
-macOS the MPS backend needs at run time (``MPSDevice::MPSDevice()`` in
-``aten/src/ATen/mps/MPSDevice.mm`` leaves the device nil, so ``torch.backends.mps.is_available()``
-is False, when ``MPSGraph`` lacks the probed selector):
-
-=========  ========  ================================================================================
-torch      needs     source
-=========  ========  ================================================================================
-2.6        13.0      v2.6.0 ``MPSDevice.mm`` (Debian 2.6.0+dfsg tree): ``cumulativeSumWithTensor:axis:
-                     name:`` ("method introduced in 13.0"); ``EmptyTensor.cpp`` "supported on MacOS
-                     13.0+".
-2.7-2.8    13.0 (*)  not read: assumed from 2.6 (pytorch/pytorch issue 159275, "Remove MacOS-13
-                     support", was opened on 2025-07-28).
-2.9        14.0 (*)  not read: 2.9's own MPSDevice.mm is not stored here; the later 14.0 is assumed.
-2.10-main  14.0      ``MPSDevice.mm`` at 017943b7: ``HermiteanToRealFFTWithTensor:axes:descriptor:name:``
-                     ("method introduced in 14.0"); torch 2.10.0 says "The MPS backend is supported on
-                     macOS 14.0+" (pytorch/pytorch issue 177819); 2.10.0.dev20251008 refuses macOS
-                     13.7.4 (issue 164943).
-=========  ========  ================================================================================
-
-(*) not established: :attr:`RuntimeNeed.established` is False and messages say "assumed".
+macOS the MPS backend needs at run time, per torch version: :mod:`harness.bench.mpsruntime` (it runs
+inside build interpreters too).
 
 The arm64 wheels on PyPI (``torch-X-cp312-…-<tag>.whl``) are tagged ``macosx_11_0_arm64`` for
 2.6.0 to 2.11.0 and ``macosx_14_0_arm64`` for 2.12.0 and 2.13.0; pip refuses a wheel whose tag is
 newer than the running macOS.
-
-Standard library only: :mod:`harness.provenance` and :mod:`harness.bench.devices` import it inside
-build interpreters.
 """
 
 from __future__ import annotations
@@ -40,15 +20,13 @@ from __future__ import annotations
 import platform as _platform
 import re
 import sys
+import zipfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-
-def _release(version: str) -> tuple[int, int]:
-    """``"2.6.0a0+git…"`` -> ``(2, 6)``; ``"main"`` or anything unreadable -> the newest row's."""
-    match = re.match(r"v?(\d+)\.(\d+)", version or "")
-    return (int(match[1]), int(match[2])) if match else (99, 0)
+from harness.bench.mpsruntime import MPS_OLDEST_MACOS as MPS_OLDEST_MACOS  # read here by harness.build
+from harness.bench.mpsruntime import RuntimeNeed, mps_runtime_need, release_of
 
 
 def _text(version: tuple[int, ...]) -> str:
@@ -59,70 +37,6 @@ def parse_macos(text: str | None) -> tuple[int, int] | None:
     """``"13.6.1"`` -> ``(13, 6)``; ``"14"`` -> ``(14, 0)``; None for None or no version."""
     match = re.match(r"\s*(\d+)(?:\.(\d+))?", text or "")
     return (int(match[1]), int(match[2] or 0)) if match else None
-
-
-@dataclass(frozen=True)
-class RuntimeNeed:
-    """The macOS the MPS backend of torch releases ``first``..``last`` (major.minor, inclusive) needs.
-
-    Attributes:
-        macos: (major, minor), e.g. (14, 0).
-        source: the upstream file and commit (or issue) it was read in, one line.
-        established: False where the release's own source was not read and the value is assumed.
-    """
-
-    first: tuple[int, int]
-    last: tuple[int, int]
-    macos: tuple[int, int]
-    source: str
-    established: bool = True
-
-
-#: macOS the MPS backend needs at run time, per torch release (see the module docstring)
-RUNTIME: tuple[RuntimeNeed, ...] = (
-    RuntimeNeed(
-        (2, 6),
-        (2, 6),
-        (13, 0),
-        "aten/src/ATen/mps/MPSDevice.mm of v2.6.0 (Debian 2.6.0+dfsg): MPSGraph cumulativeSumWithTensor:axis:name:, "
-        "a macOS 13.0 API",
-    ),
-    RuntimeNeed(
-        (2, 7),
-        (2, 8),
-        (13, 0),
-        'assumed from 2.6 (pytorch/pytorch issue 159275, "Remove MacOS-13 support", opened 2025-07-28)',
-        established=False,
-    ),
-    RuntimeNeed(
-        (2, 9),
-        (2, 9),
-        (14, 0),
-        "assumed from 2.10 (2.9's MPSDevice.mm was not read)",
-        established=False,
-    ),
-    RuntimeNeed(
-        (2, 10),
-        (99, 99),
-        (14, 0),
-        "aten/src/ATen/mps/MPSDevice.mm at pytorch/pytorch 017943b7: MPSGraph "
-        "HermiteanToRealFFTWithTensor:axes:descriptor:name:, a macOS 14.0 API",
-    ),
-)
-
-
-def mps_runtime_need(torch_version: str) -> RuntimeNeed:
-    """The :class:`RuntimeNeed` row of ``torch_version`` (``"2.6.0"``, ``"2.13.0a0+git…"``, ``"main"``);
-    a release before 2.6 gets the 2.6 row (the oldest this harness builds)."""
-    release = _release(torch_version)
-    for row in RUNTIME:
-        if row.first <= release <= row.last:
-            return row
-    return RUNTIME[0]
-
-
-#: the oldest macOS any supported base's MPS runs on (2.6-2.8: 13.0)
-MPS_OLDEST_MACOS = min(row.macos for row in RUNTIME)
 
 
 # ------------------------------------------------------------------ upstream's macOS wheel build, per base
@@ -250,7 +164,7 @@ def recipe_for(release: str, source_dir: Path | None = None) -> WheelRecipe | No
     builds with its own flags, and says so)."""
     if release == "main":
         return MAIN
-    wanted = _release(release)
+    wanted = release_of(release)
     for recipe in RECIPES.values():
         if wanted in recipe.releases:
             return recipe
@@ -501,8 +415,6 @@ def wheel_build_settings(wheel: Path) -> dict[str, str]:
     Raises:
         OSError, zipfile.BadZipFile: the file cannot be read as a wheel.
     """
-    import zipfile
-
     with zipfile.ZipFile(wheel) as z:
         names = set(z.namelist())
         if "torch/include/caffe2/core/macros.h" in names:

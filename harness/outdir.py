@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import harness
+from harness import results
 from harness.errors import HarnessError, ResultsError
 from harness.fsutil import atomic_write_json
 
@@ -130,8 +131,6 @@ def holds_results(directory: Path) -> bool:
     """Whether ``directory`` holds a results.json that :func:`harness.results.load` accepts: how ``report``
     and ``preview`` recognise a run of ours written before output folders were marked (a report.md or a
     damaged results.json alone is not enough: it may be the user's)."""
-    from harness import results  # harness.results needs nothing of this module; imported late all the same
-
     try:
         results.load(directory)
     except (HarnessError, RecursionError):

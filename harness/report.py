@@ -30,8 +30,8 @@ from harness import contrasts as con
 from harness import macos, observed, plots, prbody, stats
 from harness import results as res
 from harness import undetermined as und
+from harness.bench.accuracy import FAILED, UNINFORMATIVE, UNKNOWN, status_of
 from harness.bench.workloads import Cell
-from harness.checks.accuracy import FAILED, UNINFORMATIVE, UNKNOWN, status_of
 from harness.errors import ResultsError
 from harness.fsutil import atomic_write_text
 from harness.peaks import peak_tflops

@@ -12,7 +12,8 @@ interrupted (no status file) is redone. ``--fresh`` discards earlier results of 
 A worker that crashes, is killed by a signal or exceeds ``--timeout`` has its unfinished cells
 marked failed with that reason (a signal names the cell it was in); the run goes on and exits with
 status 1; ``--retry-failed`` runs such processes again. Workers run in their own process group and
-die with the driver (:func:`_die_with_parent`, :func:`reap_orphans`).
+die with the driver (:mod:`harness.supervise` starts, watches and reaps them; :mod:`harness.rundir`
+holds the out folder and what a resumed run keeps).
 """
 
 from __future__ import annotations
@@ -20,43 +21,35 @@ from __future__ import annotations
 import copy
 import json
 import math
-import os
 import random
-import re
-import shutil
-import signal
-import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-import harness
-from harness import children, macos, provenance
 from harness import configs as cfg
 from harness import evidence as ev
+from harness import macos, supervise
 from harness import results as res
 from harness.bench import kernels
+from harness.bench.accuracy import FAILED, status_of
 from harness.bench.ops import key_hint
+from harness.bench.provenance import unsupported_reason
 from harness.bench.timer import first_layout, steady_start
 from harness.bench.workloads import DTYPES, ITEMSIZE, Cell, default_cells
-from harness.checks import consistency
-from harness.checks.accuracy import FAILED, status_of
 from harness.contrasts import rows as contrast_rows
-from harness.errors import HarnessError, ResultsError, UsageError
-from harness.fsutil import atomic_write_json, exclusive_lock, inside, open_write
+from harness.errors import HarnessError, UsageError
 from harness.numbers import Bound, number
-from harness.outdir import MARKER, RESULTS_WRITES, claim, clear
 from harness.policy import POLICY, CellClass, cell_costs, round_seconds
 from harness.policy import measured_seconds as _measured_seconds
 from harness.progress import note, task
-from harness.provenance import unsupported_reason
+from harness.rundir import check_resumable, claimed, kept_record, open_out, removed_on_failure
+from harness.supervise import STALL_TIMEOUT, build_routes, check_starts, run_consistency, run_series_tests, run_worker
+from harness.supervise import proc_name as _proc_name  # Recorder's names (issue 30: the document change renames)
+from harness.supervise import status_path as _status_path
 from harness.venvs import ensure_interpreter, parse_inputs
-
-SOURCE_ROOT = str(Path(harness.__file__).resolve().parent.parent)
 
 #: Per-process timing. Short: precision comes from the number of fresh processes, not from long
 #: measurement inside few (the spread between processes is larger than inside one:
@@ -234,464 +227,6 @@ def parse_extra_env(
     return extra
 
 
-def probe_build(
-    name: str,
-    python: Path,
-    device: str,
-    keep: tuple[str, ...] = (),
-    names: tuple[str, ...] = (),
-    with_collect_env: bool = False,
-) -> dict:
-    """Run :mod:`harness.provenance` in ``python``; raise when the device cannot produce evidence.
-    ``name``: the build's name in messages (``stock``), or ``""`` for "the build" (doctor's one build);
-    ``keep``: inherited variables passed through (--keep-env), as in the workers; ``names``: variables
-    and series markers looked for in the build's libraries (default: the device's generic variables);
-    ``with_collect_env``: add ``python -m torch.utils.collect_env`` (a few seconds).
-
-    Raises:
-        HarnessError: the interpreter has no torch, or the device is missing/unhealthy in this build.
-    """
-    names = sorted(set(cfg.variables(device)) | set(names))
-    env = cfg.worker_environment(cfg.EnvConfig("probe"), keep=keep)
-    env["PYTHONPATH"] = SOURCE_ROOT
-    who = f"build {name}" if name else "the build"  # doctor's one build has no name: not "build build"
-    what = f"{who} probe ({python})"
-    cmd = [str(python), "-m", "harness.provenance", "--device", device, "--vars", ",".join(names)]
-    proc = children.run(
-        [*cmd, *(["--collect-env"] if with_collect_env else [])],
-        what=what,
-        deadline=max(PROBE_STEPS.values()),
-        steps=PROBE_STEPS,
-        answer=True,
-        env=env,
-        remedy=f"run it by hand to see where it stops: PYTHONPATH={SOURCE_ROOT} {' '.join(cmd)}",
-    )
-    info = proc.answer
-    if proc.returncode != 0:
-        raise not_started(who, python, proc) or HarnessError(
-            f"{who} ({python}) cannot run the probe: {proc.last_line()}",
-            "make sure that interpreter has torch installed (python -c 'import torch')",
-        )
-    if not isinstance(info, dict):  # /bin/true, or a program that is not Python
-        raise HarnessError(
-            f"{who} ({python}) did not answer the probe (exit status 0, no answer written): "
-            "it is not a Python interpreter that runs the harness",
-            "pass python:/path/to/python of an environment that has torch (python -c 'import torch')",
-        )
-    if info.get("device_error"):
-        raise HarnessError(
-            f"device {device} is not usable in {who} (torch {info['torch_version']}): {info['device_error']}",
-            "refusing to produce evidence for it; choose another --device (cpu always works)",
-        )
-    return info
-
-
-#: the probe's deadline per step (harness.provenance.STEPS); tests shorten them
-PROBE_STEPS = dict(provenance.STEPS)
-
-
-def not_started(who: str, python: Path | str, proc: children.Outcome) -> HarnessError | None:
-    """The error for an interpreter that stopped before running any code (a "Fatal Python error" at
-    start-up, e.g. under ``PYTHONHOME=/nonexistent``), or None when it started."""
-    fatal = proc.fatal()
-    if fatal is None:
-        return None
-    return HarnessError(
-        f"{who}'s interpreter {python} did not start under this environment: {fatal}",
-        "check the variables given to it (--env, --keep-env: PYTHONHOME, PYTHONPATH) and run it by hand",
-    )
-
-
-def check_starts(name: str, python: Path, keep: tuple[str, ...], extra: dict[str, str]) -> None:
-    """Start ``python`` once under the workers' environment with ``extra`` (--env), so that variables that
-    stop the interpreter (``PYTHONHOME=/nonexistent``) are refused in one line before any worker runs.
-
-    Raises:
-        HarnessError: the interpreter does not start under them ("Fatal Python error" at start-up).
-    """
-    env = {**cfg.worker_environment(cfg.EnvConfig("start"), keep=keep), **extra, "PYTHONPATH": SOURCE_ROOT}
-    proc = children.run(
-        [str(python), "-c", ""], what=f"build {name} ({python}) under --env", deadline=children.START_S, env=env
-    )
-    failed = not_started(f"build {name}", python, proc)
-    if failed:
-        raise HarnessError(
-            f"{failed.cause} (--env {' '.join(f'{k}={v}' for k, v in extra.items())})",
-            "drop or fix the --env variable that stops it (PYTHONHOME, PYTHONSAFEPATH, ...)",
-        )
-
-
-def _proc_name(rnd: int, build: str, config: str) -> str:
-    return f"r{rnd:02d}-{build}-{config.replace('+', '_')}"
-
-
-def _status_path(raw: Path, name: str) -> Path:
-    return raw / f"{name}.status.json"
-
-
-def read_worker_records(path: Path) -> tuple[dict, dict, bool, dict]:
-    """Parse a worker's jsonl: (start record, {cell key: record}, saw the end record, {cell key: observed
-    kernels} from ``kernels`` records and the cell records' ``kernels``: harness.bench.kernels)."""
-    start, cells, ended, seen = {}, {}, False, {}
-    for rec in read_jsonl(path):
-        if rec.get("type") == "start":
-            start = rec
-        elif rec.get("type") == "cell":
-            cells[rec["key"]] = {k: v for k, v in rec.items() if k not in ("type", "key", "kernels")}
-            if isinstance(rec.get("kernels"), dict):
-                seen[rec["key"]] = rec["kernels"]
-        elif rec.get("type") == "kernels":
-            seen[rec["key"]] = {k: v for k, v in rec.items() if k not in ("type", "key")}
-        elif rec.get("type") == "end":
-            ended = True
-    return start, cells, ended, seen
-
-
-def read_jsonl(path: Path) -> list[dict]:
-    """The JSON objects of a worker's jsonl, in order (torn or non-object lines left out)."""
-    out = []
-    if path.is_file():
-        for line in path.read_text().splitlines():
-            try:
-                rec = json.loads(line)
-            except ValueError:
-                continue  # a line torn by a crash
-            if isinstance(rec, dict):
-                out.append(rec)
-    return out
-
-
-def last_step(path: Path) -> tuple[str, str] | None:
-    """(cell key, step) of the last ``step`` record of a worker's jsonl whose cell has not finished."""
-    finished, last = set(), None
-    for rec in read_jsonl(path):
-        if rec.get("type") == "cell":
-            finished.add(rec.get("key"))
-        elif rec.get("type") == "step":
-            last = (str(rec.get("key")), str(rec.get("step")))
-    return last if last and last[0] not in finished else None
-
-
-#: seconds a worker may go without finishing a cell before it is stopped (--stall-timeout)
-STALL_TIMEOUT = {"full": 180.0, "quick": 60.0}
-
-
-def _wait(proc: subprocess.Popen, out_path: Path, timeout: float, stall: float) -> tuple[str, bool]:
-    """Wait for a worker; stop it (SIGKILL) after ``timeout`` seconds in all, or after ``stall``
-    seconds in which its jsonl gained no ``cell`` record (counted from its ``start`` record, so
-    importing torch is not a stall). Returns (the reason it was stopped or "", whether it stalled)."""
-    started = time.monotonic()
-    progress_at, cells_seen, size = started, 0, -1
-    while True:
-        try:
-            proc.wait(timeout=0.2)
-            return "", False
-        except subprocess.TimeoutExpired:
-            pass
-        now = time.monotonic()
-        grown = out_path.stat().st_size if out_path.is_file() else 0
-        if grown != size:  # parse only when the worker wrote something
-            size = grown
-            seen = sum(1 for r in read_jsonl(out_path) if r.get("type") in ("start", "cell"))
-            if seen != cells_seen:
-                progress_at, cells_seen = now, seen
-        if now - started >= timeout:
-            return f"worker timed out after {timeout:g} s", False  # run_worker kills it
-        if cells_seen and now - progress_at >= stall:  # from the start record on
-            return f"worker made no progress for {stall:g} s", True
-
-
-def _describe_exit(returncode: int) -> str:
-    if returncode < 0:
-        try:
-            return f"worker killed by {signal.Signals(-returncode).name}"
-        except ValueError:
-            return f"worker killed by signal {-returncode}"
-    return f"worker exited with status {returncode}"
-
-
-def _die_with_parent(parent: int):
-    """``preexec_fn`` of a worker on Linux: SIGKILL it when the driver dies, even by SIGKILL
-    (``prctl(PR_SET_PDEATHSIG)``). macOS has no such call: there the driver kills the worker's
-    process group when it exits or is interrupted, and a driver killed by SIGKILL leaves a worker
-    that the next run on the same --out kills first (:func:`reap_orphans`)."""
-    if not sys.platform.startswith("linux"):
-        return None
-    import ctypes
-
-    prctl, kill = ctypes.CDLL(None, use_errno=True).prctl, int(signal.SIGKILL)  # resolved before the fork
-
-    def preexec() -> None:  # in the child: no imports, no locks
-        prctl(1, kill)  # 1 = PR_SET_PDEATHSIG
-        if os.getppid() != parent:  # the driver died before prctl took effect
-            os._exit(1)
-
-    return preexec
-
-
-def _worker_path(raw: Path, name: str) -> Path:
-    return raw / f"{name}.worker.json"
-
-
-#: the largest process id a record in raw/ may name: Linux's PID_MAX_LIMIT (2**22, include/linux/threads.h;
-#: /proc/sys/kernel/pid_max is at most that); macOS pids stay below 99999. pid 1 (init) is never a worker.
-PID_MAX = 2**22
-
-
-def reap_orphans(raw: Path) -> list[int]:
-    """Kill the process groups of workers that a killed driver left running (``raw/*.worker.json`` of a
-    live worker without a status file), so they cannot overlap this run's timings; returns their pids."""
-    killed = []
-    for path in sorted(raw.glob("*.worker.json")) if raw.is_dir() else []:
-        try:
-            pid = json.loads(path.read_text())["pid"]
-        except (OSError, ValueError, RecursionError, KeyError, TypeError):
-            pid = None
-        if isinstance(pid, bool) or not isinstance(pid, int) or not 1 < pid <= PID_MAX:
-            note(f"{path.name} names no process of this machine (pid {str(pid)[:30]}): a stale record, removed")
-            path.unlink(missing_ok=True)
-            continue
-        try:
-            os.killpg(pid, 0)
-        except OSError:
-            path.unlink(missing_ok=True)
-            continue
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            cmdline = children.run(["ps", "-p", str(pid), "-o", "command="], what="ps", deadline=30.0).stdout
-        if "harness.bench.worker" in cmdline and str(raw) in cmdline:
-            os.killpg(pid, signal.SIGKILL)
-            killed.append(pid)
-            note(f"killed worker {pid} ({path.name.removesuffix('.worker.json')}), left running by an interrupted run")
-        path.unlink(missing_ok=True)
-    return killed
-
-
-def run_worker(
-    python: Path,
-    spec: dict,
-    config: cfg.EnvConfig,
-    raw: Path,
-    name: str,
-    timeout: float,
-    keep: tuple[str, ...] = (),
-    extra: dict[str, str] | None = None,
-    stall: float | None = None,
-) -> dict:
-    """Run one worker process to completion; return its process record (cells included).
-    ``keep``: inherited variables passed through despite their prefix (see --keep-env);
-    ``extra``: variables set on top of the config's (see --env; the worker records them);
-    ``stall``: seconds without a finished cell after which the worker is stopped (default: ``timeout``)."""
-    spec_path, out_path = raw / f"{name}.spec.json", raw / f"{name}.jsonl"
-    out_path.unlink(missing_ok=True)  # an interrupted earlier attempt is redone whole
-    atomic_write_json(spec_path, spec)
-    env = cfg.worker_environment(config, keep=keep)
-    env.update(extra or {})
-    env["PYTHONPATH"] = SOURCE_ROOT
-    started = time.time()
-    reason, returncode, stalled = "", None, False
-    err_path = raw / f"{name}.stderr"
-    with open_write(err_path) as err:  # never through a link planted in raw/ (fsutil.open_write)
-        # its own process group (a terminal's Ctrl-C reaches the driver only), killed with the driver
-        proc = subprocess.Popen(
-            [str(python), "-m", "harness.bench.worker", str(spec_path), str(out_path)],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=err,
-            text=True,
-            start_new_session=True,
-            preexec_fn=_die_with_parent(os.getpid()),
-        )
-    atomic_write_json(_worker_path(raw, name), {"pid": proc.pid})
-    try:
-        reason, stalled = _wait(proc, out_path, timeout, stall or timeout)
-        if not reason:
-            returncode = proc.returncode
-            if returncode != 0:
-                tail = (err_path.read_text(errors="replace").strip().splitlines() or [""])[-1][:300]
-                reason = _describe_exit(returncode) + (f": {tail}" if tail and returncode > 0 else "")
-    finally:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)  # the worker and anything it started; no-op when all ended
-        except OSError:
-            pass
-        proc.wait()
-        _worker_path(raw, name).unlink(missing_ok=True)
-    start, cells, ended, seen = read_worker_records(out_path)
-    probe = spec.get("observe") == "only"  # a probe process's cells are its kernels records
-    unfinished = [key for key in spec["cells"] if key not in (seen if probe else cells)]
-    where = last_step(out_path) if stalled else None
-    if not start and reason:  # it never wrote its start record: no cell was begun
-        reason = unstarted_reason(reason, returncode, err_path, out_path, timeout)
-    elif where:
-        reason = f"{reason} (stalled in cell {where[0]}, step {where[1]})"
-    elif unfinished and reason:
-        reason = f"{reason} while measuring {unfinished[0]}"  # a worker runs its cells in order
-    for key in unfinished:
-        cells[key] = {
-            "status": "failed",
-            "reason": (reason if key == unfinished[0] or not start else f"not measured: {reason}")
-            if reason
-            else "worker ended without measuring this cell",
-        }
-    record = {
-        "status": "ok" if (ended and not reason) else "failed",
-        "reason": reason,
-        "returncode": returncode,
-        "pid": start.get("pid"),
-        "env": start.get("env", {}),
-        "started": started,
-        "worker_started": start.get("started"),
-        "finished": time.time(),
-        "cells": cells,
-        **({"kernels": seen} if seen or probe else {}),
-    }
-    atomic_write_json(_status_path(raw, name), record)
-    return record
-
-
-def unstarted_reason(reason: str, returncode: int | None, err_path: Path, out_path: Path, timeout: float) -> str:
-    """Why a worker that never wrote its ``start`` record (written once torch is imported) failed: its
-    interpreter did not start (a "Fatal Python error" on stderr, e.g. ``--env PYTHONHOME=/nonexistent``),
-    or it was still starting Python or importing torch (its ``importing`` record) at the deadline; else
-    ``reason``, said to be before any cell. Every cell of the worker gets this reason."""
-    fatal = children.fatal_line(err_path.read_text(errors="replace")) if err_path.is_file() else None
-    if fatal and returncode:
-        return f"the build's interpreter did not start under this environment: {fatal}"
-    if returncode is None:  # stopped at the deadline
-        importing = any(r.get("type") == "importing" for r in read_jsonl(out_path))
-        step = "importing torch" if importing else "starting the interpreter"
-        return f"worker timed out after {timeout:g} s before it started: {step} took longer than that"
-    return f"{reason} before it started (no cell was begun)"
-
-
-def run_consistency(
-    build_info: dict, device: str, configs: dict[str, cfg.EnvConfig], raw: Path, evidence: ev.Evidence | None = None
-) -> dict:
-    """Compare the first-round GEMM outputs of the run's config pair in each build
-    (:mod:`harness.checks.consistency`; the pair: :meth:`harness.evidence.Evidence.consistency_pair`);
-    results are kept in ``raw/consistency-<build>.json``."""
-    evidence = evidence or ev.Evidence()
-    pair = evidence.consistency_pair(device)
-    elsewhere = [
-        f"{d}: {p[0]} vs {p[1]}" for d, t in evidence.device.items() if d != device and (p := t.get("consistency"))
-    ]
-    other_note = (
-        (
-            f"the series' consistency check on another device ({'; '.join(elsewhere)}) is skipped: this run is "
-            f"on {device}"
-        )
-        if elsewhere
-        else None
-    )
-    result = {"pair": list(pair or ()), "mps_check_skipped": other_note, "skipped": None, "builds": {}}
-    if pair is None:
-        result["skipped"] = f"no consistency pair on {device} (a series names one in [evidence.{device}] consistency)"
-        return result
-    if not all(c in configs for c in pair):
-        result["skipped"] = f"configs {pair[0]} and {pair[1]} are not both in this run (see --configs)"
-        return result
-    for build, info in build_info.items():
-        kept = raw / f"consistency-{build}.json"
-        if kept.is_file():
-            try:
-                result["builds"][build] = json.loads(kept.read_text())
-            except (OSError, UnicodeDecodeError, ValueError, RecursionError):
-                raise ResultsError(
-                    f"{kept} is damaged (not readable JSON)", "run again with --fresh, or with a new --out"
-                ) from None
-            continue
-        files = [raw / f"{_proc_name(0, build, c)}.outputs.pt" for c in pair]
-        if not all(f.is_file() for f in files):
-            result["builds"][build] = {
-                "error": "the first-round workers did not save their outputs (crashed or failed)"
-            }
-            continue
-        accumulators = info.get("base", {}).get("accumulators", {})
-        described = [
-            json.dumps({**configs[c].to_json(), "routes": build_routes(info, configs[c]), "accumulators": accumulators})
-            for c in pair
-        ]
-        result["builds"][build] = consistency_of(build, info["interpreter"], [*map(str, files), *described])
-        if "error" in result["builds"][build]:
-            continue
-        atomic_write_json(kept, result["builds"][build])
-        for f in files:
-            f.unlink()  # the numbers are kept; the tensors are large
-    return result
-
-
-def build_routes(build: dict, config: cfg.EnvConfig) -> dict[str, str]:
-    """Op -> kernel path of ``config`` on one build (a results.json ``builds`` entry): its base's exact
-    routes where the runner told them (``base.routes``, :meth:`harness.evidence.Evidence.routes_of`), else
-    the config's series-wide ones (the looser path where builds differ)."""
-    told = (build.get("base") or {}).get("routes")
-    return dict(told[config.name]) if told and config.name in told else dict(config.routes)
-
-
-#: the consistency check's deadline per step (harness.checks.consistency.STEPS); tests shorten them
-CONSISTENCY_STEPS = dict(consistency.STEPS)
-
-
-def consistency_of(build: str, python: str, args: list[str]) -> dict:
-    """Run :mod:`harness.checks.consistency` on ``args`` in ``python`` under its deadlines; ``{"cells":
-    answer}``, or ``{"error": why}`` (it failed, did not start, did not answer, or ran out of time)."""
-    env = cfg.worker_environment(cfg.EnvConfig("consistency"))
-    env["PYTHONPATH"] = SOURCE_ROOT
-    try:
-        proc = children.run(
-            [python, "-m", "harness.checks.consistency", *args],
-            what=f"consistency check of build {build}",
-            deadline=max(CONSISTENCY_STEPS.values()),
-            steps=CONSISTENCY_STEPS,
-            answer=True,
-            env=env,
-        )
-    except HarnessError as exc:  # out of time: the run's measurements stand; the report says why
-        return {"error": f"consistency check did not finish: {exc.cause}"}
-    if proc.returncode != 0:
-        failed = not_started(f"build {build}", python, proc)
-        return {"error": f"consistency check failed to run: {failed.cause if failed else proc.last_line()}"}
-    if not isinstance(proc.answer, dict):
-        return {"error": "consistency check failed to run: it exited with status 0 and wrote no answer"}
-    return {"cells": proc.answer}
-
-
-def run_series_tests(
-    evidence: ev.Evidence, build_info: dict, source: Path | None, keep: tuple[str, ...], raw: Path
-) -> dict:
-    """The series' ``[[evidence.test]]`` selections on every build (:mod:`harness.seriestests`); {} when none."""
-    if not evidence.tests:
-        return {}
-    from harness import seriestests
-
-    note(
-        f"series tests: {len(evidence.tests)} selection(s) x {len(build_info)} build(s)"
-        + (f" from {source}" if source else " (no --tests-source: not run)")
-    )
-    managed = frozenset(b for b, i in build_info.items() if i.get("input", {}).get("kind") != "python")
-    result = seriestests.run_all(
-        evidence.tests,
-        {b: i["interpreter"] for b, i in build_info.items()},
-        source.resolve() if source else None,
-        raw / "tests",
-        keep,
-        evidence.test_requirements,
-        managed,
-    )
-    for test in result.get("tests", []):
-        for build, record in test.get("builds", {}).items():
-            if record.get("as_expected") is False:
-                first = (seriestests.failure_lines(record) or [""])[0]
-                why = "; ".join(w for w in (record.get("expectation"), first and f"first line: {first}") if w)
-                note(
-                    f"series test {test['name']!r} on {build}: {record['outcome']}, expected {record['expected']}"
-                    + (f" ({why})" if why else "")
-                )
-    return result
-
-
 #: what the report shows from a wheel's build manifest (harness.build writes ``<wheel>.build.json``)
 MANIFEST_KEYS = ("base_sha", "series", "environment", "compiler", "cmake", "duration_s", "compiled_units")
 MANIFEST_KEYS += ("metal_capability", "upstream_recipe", "release_differs")  # macOS builds (harness.macos)
@@ -863,142 +398,6 @@ def adaptive_plan(data: dict, need: dict[str, list[str]], base: float) -> dict[s
         }
         for config, keys in need.items()
     }
-
-
-#: what must be equal for finished processes of an earlier run to be reused (:func:`harness.results.resume_plan`)
-PLAN_KEYS = res.RESUME_KEYS
-
-
-def finished_rounds(raw: Path) -> int:
-    """Rounds the finished processes in ``raw/`` reach: 1 + the highest round of a status file
-    (planned and adaptive rounds alike), 0 when none has finished."""
-    found = [int(m.group(1)) for p in raw.glob("r*.status.json") if (m := re.match(r"r(\d+)-", p.name))]
-    return max(found) + 1 if found else 0
-
-
-def check_resumable(raw: Path, plan: dict, rounds: int, adaptive: bool = False) -> None:
-    """Refuse to reuse ``raw/`` when it was measured with a different plan (builds, cells, configs...),
-    when its plan record is damaged, or when ``rounds`` would leave finished rounds out of results.json.
-    ``adaptive`` (--target-ci): rounds beyond the planned ones are re-decided, so only the earlier
-    planned ``rounds`` (kept in plan.json) must be covered.
-
-    Raises:
-        ResultsError: names the keys that differ, the damaged plan.json, or the rounds left out.
-    """
-    path = raw / "plan.json"
-    earlier_rounds = finished_rounds(raw)
-    if path.is_file():
-        try:
-            earlier = json.loads(path.read_text())
-        except (OSError, UnicodeDecodeError, ValueError, RecursionError):
-            earlier = None
-        if not isinstance(earlier, dict):
-            raise ResultsError(
-                f"{path} is damaged (not a JSON object): the finished processes in {raw} cannot be "
-                "checked against this command's plan",
-                f"run with a new --out directory ({raw.parent} stays as it is), or --fresh to discard it",
-            )
-        differ = [k for k in PLAN_KEYS if earlier.get(k) != plan.get(k)]
-        if differ:
-            raise ResultsError(
-                f"{raw.parent} holds a run measured with different {', '.join(differ)}",
-                "pass --fresh to discard it, or a new --out directory",
-            )
-        if adaptive and isinstance(earlier.get("rounds"), int):
-            earlier_rounds = earlier["rounds"]
-    elif any(raw.glob("*.status.json")):
-        raise ResultsError(
-            f"{raw.parent} holds finished processes but no record of their plan",
-            "pass --fresh to discard them, or a new --out directory",
-        )
-    if rounds < earlier_rounds:
-        left = f"round {rounds}" if rounds == earlier_rounds - 1 else f"rounds {rounds}..{earlier_rounds - 1}"
-        raise ResultsError(
-            f"{raw.parent} holds {earlier_rounds} rounds; --rounds {rounds} would leave {left} " "out of results.json",
-            f"pass --rounds {earlier_rounds} (or more) to resume, or --fresh / a new --out",
-        )
-    atomic_write_json(path, {**plan, "rounds": max(rounds, earlier_rounds)})
-
-
-def _stamp() -> str:
-    return datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-
-
-def set_aside(path: Path, suffix: str) -> Path:
-    """Rename a damaged file to ``<name>.<suffix>-<UTC time>`` beside it (never deleted); returns the new path."""
-    kept = path.with_name(f"{path.name}.{suffix}-{_stamp()}")
-    n = 1
-    while kept.exists():
-        kept, n = path.with_name(f"{path.name}.{suffix}-{_stamp()}-{n}"), n + 1
-    path.rename(kept)
-    return kept
-
-
-def kept_record(status: Path, retry_failed: bool) -> dict | None:
-    """The record of a process finished earlier, or None when it must run (again): no status file, a
-    damaged one (:func:`read_status`), or a failed one with ``--retry-failed`` (its status file is
-    kept as ``.retried-<UTC time>``)."""
-    record = read_status(status) if status.is_file() else None
-    if record is not None and retry_failed and record.get("status") == "failed":
-        kept = set_aside(status, "retried")
-        note(
-            f"--retry-failed: running {status.name.removesuffix('.status.json')} again "
-            f"({record.get('reason') or 'failed cells'}); the earlier record is kept as {kept.name}"
-        )
-        return None
-    return record
-
-
-def read_status(status: Path) -> dict | None:
-    """A finished process's ``raw/<proc>.status.json``, or None when it is damaged (not JSON, not an
-    object, malformed cells: see :func:`harness.results.cells_problem`): that file is set aside as
-    ``.damaged-<UTC time>`` (with a note) and the process counts as unfinished, to be run again."""
-    try:
-        record = json.loads(status.read_text())
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
-        found = f"not readable JSON ({exc})"
-    else:
-        found = res.cells_problem(record.get("cells"), "cells") if isinstance(record, dict) else "not a JSON object"
-        if found is None:
-            return record
-    kept = set_aside(status, "damaged")
-    note(f"{status} is damaged ({found}): kept it as {kept.name}; running that process again")
-    return None
-
-
-@contextmanager
-def _removed_on_failure(out: Path, created: list[Path]) -> Iterator[None]:
-    """A run that fails before measuring leaves no empty --out behind (when it created it)."""
-    try:
-        yield
-    except BaseException:
-        if created:
-            _remove_if_empty(out, created[-1])
-        raise
-
-
-def _remove_if_empty(out: Path, top: Path) -> None:
-    """Remove ``out`` when it holds nothing but this run's traces (``.lock``, the marker, ``raw/plan.json``), then
-    its parents up to ``top`` (the highest folder this run created) while they are empty."""
-    traces = {Path(".lock"), Path(MARKER), Path("raw"), Path("raw") / "plan.json"}
-    try:
-        if out.is_dir() and all(p.relative_to(out) in traces for p in out.rglob("*")):
-            shutil.rmtree(out)
-            for parent in out.parents:
-                if not parent.is_relative_to(top) or any(parent.iterdir()):
-                    break
-                parent.rmdir()
-    except OSError:
-        pass  # it stays; nothing in it is the user's
-
-
-@contextmanager
-def _claimed(out: Path, command: str) -> Iterator[Path]:
-    """``out`` claimed as a run's folder (:func:`harness.outdir.claim`: new, empty, or a run of ours;
-    its marker written first), then held (:func:`harness.fsutil.exclusive_lock`)."""
-    claim(out, "--out", RESULTS_WRITES, res.is_run)
-    with exclusive_lock(out, command) as lock:
-        yield lock
 
 
 # ------------------------------------------------------------------------------------- plan
@@ -1270,35 +669,6 @@ def check_keep_env(keep: Sequence[str]) -> None:
             )
 
 
-# ------------------------------------------------------------------------------- the out folder
-def open_out(plan: Plan) -> Path:
-    """Make ``plan.out/raw`` ready: no symbolic link, orphans of a killed run reaped, ``--fresh``
-    honoured (:func:`harness.outdir.clear`: what the marker lists), a damaged results.json set aside.
-    Returns the raw folder (not created yet). ``plan.out`` was claimed (:func:`_claimed`).
-
-    Raises:
-        ResultsError: ``raw`` is a symbolic link; ``--fresh`` cannot remove it; results.json is of another schema.
-    """
-    out = plan.out
-    raw = out / "raw"
-    if raw.is_symlink():
-        raise ResultsError(
-            f"{raw} is a symbolic link (to {os.readlink(raw)}): results are kept only inside --out",
-            f"replace it with a folder (move its target's files into {raw}), or use a new --out",
-        )
-    raw = inside(out, "raw", "--out folder")
-    reap_orphans(raw)
-    if plan.fresh:
-        clear(out, RESULTS_WRITES)  # only what the folder's marker lists and a run writes (harness.outdir)
-    elif (out / res.RESULTS).exists():
-        try:
-            res.load(out)  # refuse to resume from (and overwrite) a results.json of another schema version
-        except res.DamagedResults as exc:
-            kept = set_aside(out / res.RESULTS, "damaged")
-            note(f"{exc.cause}: kept it as {kept.name}; rebuilding {res.RESULTS} from raw/")
-    return raw
-
-
 def probe_builds(plan: Plan) -> dict[str, dict]:
     """Each build's interpreter (made when needed), its provenance probe and its build manifest.
     Builds with one interpreter (an A/A run of one ``python:`` path or one requirement) share one
@@ -1314,7 +684,9 @@ def probe_builds(plan: Plan) -> dict[str, dict]:
         python, reused = ensure_interpreter(build)
         note(f"build {name}: {'reusing' if reused else 'created'} {python}")
         if str(python) not in probed:
-            probed[str(python)] = probe_build(name, python, plan.device, plan.keep_env, names, with_collect_env=True)
+            probed[str(python)] = supervise.probe_build(
+                name, python, plan.device, plan.keep_env, names, with_collect_env=True
+            )
             if plan.extra_env:
                 check_starts(name, python, plan.keep_env, dict(plan.extra_env))
         info = copy.deepcopy(probed[str(python)])  # each build's record is its own
@@ -1567,13 +939,13 @@ def execute(request: RunRequest) -> int:
         UsageError, ResultsError, HarnessError: see :func:`plan`, :func:`open_out`, :func:`probe_builds`,
             :func:`check_resumable`.
     """
-    from harness import report
+    from harness import report  # matplotlib (its plots): compare and bench start without it
 
     run = plan(request)
     out = run.out
     created = [d for d in (out, *out.parents) if not d.exists()]  # out and the parents this run makes
-    with _removed_on_failure(out, created), _claimed(out, " ".join(request.command or sys.argv)):
-        raw = open_out(run)
+    with removed_on_failure(out, created), claimed(out, " ".join(request.command or sys.argv)):
+        raw = open_out(out, run.fresh)
         data = res.new_document(run.run_json(), probe_builds(run), {c.name: c.to_json() for c in run.configs})
         data["evidence"] = run.evidence.to_json()
         raw.mkdir(parents=True, exist_ok=True)

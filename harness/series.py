@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness import progress
-from harness.checks.accuracy import ACCUMULATORS
+from harness.bench.accuracy import ACCUMULATORS
 from harness.configs import DEVICES, ROUTES
 from harness.errors import HarnessError, SeriesError, UpstreamError
 from harness.evidence import EvidenceError, route_problem

@@ -49,6 +49,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import git
+from packaging.version import InvalidVersion, Version
 
 from harness import progress
 from harness.errors import UpstreamError
@@ -401,8 +402,6 @@ def _extract(archive: Path, dest: Path) -> None:
 
 
 def _archive_version(root: Path, archive: Path) -> str:
-    from packaging.version import InvalidVersion, Version
-
     version_file = root / "version.txt"
     text = version_file.read_text().strip() if version_file.is_file() else ""
     if not text:

@@ -151,19 +151,19 @@ def no_background_gc() -> Iterator[None]:
 
 
 #: build interpreters whose probe is another's: wrapper scripts that exec that interpreter for everything
-#: but the worker module (``-m harness.bench.worker``), so ``-m harness.provenance`` runs it unchanged.
+#: but the worker module (``-m harness.bench.worker``), so ``-m harness.bench.provenance`` runs it unchanged.
 #: Filled by :func:`probes_as`, read by :func:`probe_once`.
 PROBE_AS: dict[str, str] = {}
 
 
 def probes_as(wrapper: Path, python: str = sys.executable) -> None:
-    """Declare that ``wrapper`` runs ``-m harness.provenance`` as ``python`` does (it changes the worker only)."""
+    """Declare that ``wrapper`` runs ``-m harness.bench.provenance`` as ``python`` does (it changes the worker only)."""
     PROBE_AS[str(wrapper)] = python
 
 
 @pytest.fixture(scope="session", autouse=True)
 def probe_once(run_cache) -> Iterator[None]:
-    """Commands run in-process probe each build interpreter (``harness.runner.probe_build``: a
+    """Commands run in-process probe each build interpreter (``harness.supervise.probe_build``: a
     subprocess that imports torch and makes torch's collect_env report: about 4 s) on every
     call. The facts of one interpreter, device and environment do not change within a run, so each
     distinct probe runs for real once per run (its answer kept in :func:`run_cache`, shared by the
@@ -175,10 +175,10 @@ def probe_once(run_cache) -> Iterator[None]:
     import json
 
     from harness import configs as cfg
-    from harness import runner
+    from harness import supervise
     from harness.errors import HarnessError
 
-    real, kept = runner.probe_build, run_cache / "probes"
+    real, kept = supervise.probe_build, run_cache / "probes"
     kept.mkdir(exist_ok=True)
 
     def probe(name: str, python: Path, device: str, keep: tuple[str, ...] = (), *args, **kwargs) -> dict:
@@ -200,7 +200,7 @@ def probe_once(run_cache) -> Iterator[None]:
             return json.loads(answer.read_text())  # a copy of its own for each call
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(runner, "probe_build", probe)
+        patch.setattr(supervise, "probe_build", probe)
         yield
 
 

@@ -4,8 +4,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from harness.bench.accuracy import bound, check, judge
 from harness.bench.workloads import Cell, make_inputs, op_callable, reference
-from harness.checks.accuracy import bound, check, judge
 
 
 def test_bound_formula():
@@ -53,7 +53,7 @@ def test_shape_mismatch_fails():
 
 # --- bounds that can fail, per base (issue 26) -----------------------------------------------------
 def test_informative_rule_in_numbers():
-    from harness.checks.accuracy import informative, smallest_defect
+    from harness.bench.accuracy import informative, smallest_defect
 
     big = Cell("mm", (4096, 4096, 4096), "bfloat16")
     assert math.isclose(bound("bfloat16", 4096, accumulator="input"), 2 * 2**-8 + 4 * 2**-8 * 64)  # 1.008
@@ -162,7 +162,7 @@ def test_results_refuse_an_uninformative_check_that_reads_as_passed():
 
 
 def test_consistency_sum_of_bounds_that_cannot_fail_is_uninformative():
-    from harness.checks.consistency import compare_outputs, config_accumulator
+    from harness.bench.consistency import compare_outputs, config_accumulator
 
     key = "mm/64x64x4096/bfloat16"
     ones = torch.ones(64, 64)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -80,7 +81,7 @@ def test_library_modules_take_no_argparse_namespace():
     users = sorted(
         _module(p) for p in HARNESS.rglob("*.py") if "import argparse" in p.read_text() and "commands" not in p.parts
     )
-    assert users == ["harness.cli", "harness.provenance"]  # provenance: its own `python -m` entry in a worker
+    assert users == ["harness.bench.provenance", "harness.cli"]  # provenance: its own `python -m` entry in a worker
 
 
 def long_functions() -> list[str]:
@@ -106,6 +107,148 @@ def long_functions() -> list[str]:
 def test_no_function_in_harness_is_over_80_lines():
     found = long_functions()
     assert found == []
+
+
+# ------------------------------------------------------------------ imports inside functions
+_TORCH = "torch: imported only inside a build's interpreter (the harness's own environment may have none)"
+_MOVING = "being moved by issue 30 (lead removes)"
+#: (module, function) -> why it imports inside that function; every other import in harness/ is at the top
+#: of its module, where a reader sees what the module depends on. The entries must exist (none stale).
+INNER_IMPORTS = {
+    **{("harness.bench.accuracy", f): _TORCH for f in ("rel_error", "check")},
+    **{("harness.bench.consistency", f): _TORCH for f in ("judge_pair", "compare_outputs", "main")},
+    **{
+        ("harness.bench.ops", f): _TORCH
+        for f in ("_addmm", "_bmm", "_linear", "_sdpa_call.call", "_bmm_reference", "_sdpa_reference.reference")
+    },
+    **{("harness.bench.workloads", f): _TORCH for f in ("_float32_inputs", "make_inputs", "reference")},
+    ("harness.bench.assumptions", "main"): _TORCH,
+    ("harness.bench.conformance", "_make_mode"): _TORCH,
+    ("harness.bench.kernels", "profiler_names"): _TORCH,
+    ("harness.bench.provenance", "collect_env.run"): _TORCH,
+    ("harness.bench.provenance", "probe"): _TORCH + "; the probe announces the import as a step first",
+    ("harness.bench.worker", "main"): _TORCH + "; the worker records that it is importing it first",
+    ("harness.preview", "render_html"): "cmarkgfm: optional (the preview extra)",
+    ("harness.progress", "task"): "rich: its progress bar only on a terminal",
+    ("harness.runner", "execute"): "report imports matplotlib (plots): compare and bench start without it",
+    **{
+        ("harness.build", f): _MOVING
+        for f in (
+            "base_release",
+            "local_version",
+            "macos_deployment_target",
+            "_requires_cmake",
+            "check_cmake",
+            "_pick_wheel",
+            "verify_wheel",
+        )
+    },
+    ("harness.results", "new_document"): _MOVING,
+    **{
+        ("harness.runner", f): _MOVING
+        for f in ("unconverged_cells", "adaptive_measure_seconds", "series_hashes", "series_of_run", "check_contrasts")
+    },
+}
+
+
+def inner_imports() -> dict[tuple[str, str], list[str]]:
+    """(module, function) -> the modules imported inside that function (nested functions and methods by their
+    dotted path: ``collect_env.run``, ``Recorder.spec``), for every module of harness/."""
+    found: dict[tuple[str, str], list[str]] = {}
+
+    def walk(node: ast.AST, module: str, chain: list[str], in_function: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                walk(child, module, [*chain, child.name], True)
+            elif isinstance(child, ast.ClassDef):
+                walk(child, module, [*chain, child.name], in_function)
+            elif isinstance(child, (ast.Import, ast.ImportFrom)) and in_function:
+                names = [a.name for a in child.names] if isinstance(child, ast.Import) else [str(child.module)]
+                found.setdefault((module, ".".join(chain)), []).extend(names)
+            else:
+                walk(child, module, chain, in_function)
+
+    for path in sorted(HARNESS.rglob("*.py")):
+        walk(ast.parse(path.read_text()), _module(path), [], False)
+    return found
+
+
+def test_the_inner_import_finder_sees_nested_functions_and_methods(tmp_path):
+    assert ("harness.bench.provenance", "collect_env.run") in inner_imports()  # a function inside a function
+    assert ("harness.runner", "execute") in inner_imports()
+
+
+def test_no_import_inside_a_function_unless_listed_with_its_reason():
+    """Issue 30: imports inside functions hid runner.py's dependencies (doctor imported its internals late)."""
+    found = inner_imports()
+    unlisted = {f"{m}.{f}: {', '.join(found[m, f])}" for m, f in found if (m, f) not in INNER_IMPORTS}
+    assert not unlisted, "import at the top of the module, or list it in INNER_IMPORTS with why"
+    stale = [f"{m}.{f}" for m, f in INNER_IMPORTS if (m, f) not in found]
+    assert not stale, "no longer imports inside the function: remove it from INNER_IMPORTS"
+    assert all(why.strip() for why in INNER_IMPORTS.values())
+
+
+# ------------------------------------------------------------------ the in-interpreter package
+#: the package that runs inside a build's interpreter, whose environment holds torch and nothing else
+IN_INTERPRETER = HARNESS / "bench"
+
+
+def foreign_imports(path: Path) -> list[str]:
+    """What ``path`` imports (at the top or inside functions) beyond the standard library, torch and
+    ``harness.bench`` itself."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:  # relative: inside the package
+                continue
+            targets = [str(node.module)]
+        else:
+            continue
+        for target in targets:
+            top = target.split(".")[0]
+            if top in sys.stdlib_module_names or top == "torch" or target.startswith("harness.bench"):
+                continue
+            if target == "harness" and isinstance(node, ast.ImportFrom):  # from harness import X
+                targets_ = [f"harness.{a.name}" for a in node.names]
+                found += [t for t in targets_ if not t.startswith("harness.bench")]
+                continue
+            found.append(target)
+    return found
+
+
+def test_the_in_interpreter_package_imports_only_the_standard_library_torch_and_itself():
+    """Issue 30: "standard library and torch only" was stated in docstrings; harness.macos, harness.configs and
+    harness.fsutil (which imports harness.errors) had crept into the worker's imports."""
+    modules = sorted(IN_INTERPRETER.rglob("*.py"))
+    assert {p.stem for p in modules} >= {"worker", "provenance", "consistency", "accuracy", "assumptions", "channel"}
+    found = {_module(p): bad for p in modules if (bad := foreign_imports(p))}
+    assert found == {}
+    top = ast.parse((HARNESS / "__init__.py").read_text())  # imported first by every child: imports nothing
+    assert not [n for n in ast.walk(top) if isinstance(n, (ast.Import, ast.ImportFrom))]
+
+
+def test_foreign_imports_sees_host_modules(tmp_path):
+    planted = tmp_path / "m.py"
+    planted.write_text(
+        "import json\nimport torch.nn\nfrom harness.bench import ops\nfrom harness import configs, bench\n"
+        "def f():\n    import numpy\n    from harness.fsutil import open_write\n"
+    )
+    assert foreign_imports(planted) == ["harness.configs", "numpy", "harness.fsutil"]
+
+
+def test_the_child_entry_points_load_only_the_in_interpreter_package():
+    """What ``python -m harness.bench.worker`` (and the probe, the checks, the assumptions) really load of
+    harness: the package and ``harness`` itself, nothing of the host's side."""
+    names = [_module(p) for p in sorted(IN_INTERPRETER.rglob("*.py"))]
+    code = "import sys\n" + "".join(f"import {n}\n" for n in names)
+    code += "print(sorted(m for m in sys.modules if m.split('.')[0] == 'harness'))"
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=HARNESS.parent, check=True
+    ).stdout
+    loaded = ast.literal_eval(out)
+    assert [m for m in loaded if m != "harness" and not m.startswith("harness.bench")] == []
 
 
 # ------------------------------------------------------------------ plan -> schedule -> record, in-process

@@ -22,7 +22,7 @@ from conftest import run_harness
 
 from harness import build as build_mod
 from harness import configs as cfg
-from harness import runner, seriestests, venvs
+from harness import seriestests, supervise, venvs
 from harness.errors import HarnessError
 from harness.paths import slug
 
@@ -64,11 +64,11 @@ def _gone(pid: int) -> bool:
 def test_a_probe_whose_torch_import_hangs_is_stopped_naming_the_step(tmp_path, monkeypatch):
     """An `import torch` that does not return hung `doctor`/`compare` until Ctrl-C (no deadline); a slow one
     left the user without a word. Stopped at its step's deadline, named, and the process is gone."""
-    monkeypatch.setattr(runner, "PROBE_STEPS", SHORT, raising=False)
+    monkeypatch.setattr(supervise, "PROBE_STEPS", SHORT)
     python = wrapper(tmp_path, "python", pythonpath=fake_torch(tmp_path, "time.sleep(8)"))
     started = time.monotonic()
     with pytest.raises(HarnessError) as info:
-        runner.probe_build("stock", python, "cpu")
+        supervise.probe_build("stock", python, "cpu")
     assert time.monotonic() - started < 6
     assert info.value.cause == f"build stock probe ({python}): importing torch took longer than 1 s (stopped)"
     assert "run it by hand" in info.value.remedy
@@ -81,7 +81,7 @@ def test_a_slow_torch_import_is_said_while_it_runs_and_when_it_ends(tmp_path, mo
     body = "time.sleep(1.2)\nraise ImportError('this fake torch is not torch')"
     python = wrapper(tmp_path, "python", pythonpath=fake_torch(tmp_path, body))
     with pytest.raises(HarnessError, match="cannot run the probe: ImportError: this fake torch is not torch"):
-        runner.probe_build("stock", python, "cpu")
+        supervise.probe_build("stock", python, "cpu")
     err = capsys.readouterr().err
     assert f"build stock probe ({python}): importing torch has taken 0 s so far (stopped at 120 s)" in err
     assert f"build stock probe ({python}): importing torch took 1 s" in err
@@ -93,7 +93,7 @@ def test_a_worker_stopped_before_it_started_blames_no_cell(tmp_path):
     python = wrapper(tmp_path, "python", pythonpath=fake_torch(tmp_path, "time.sleep(8)"))
     cells = ["mm/16x16x16/float32", "mm/32x32x32/float32"]
     spec = {"device": "cpu", "cells": cells, "check": False, "seed": 0, "threads": 1, "timing": {}}
-    record = runner.run_worker(python, spec, cfg.EnvConfig("default"), tmp_path, "w", timeout=1.5)
+    record = supervise.run_worker(python, spec, cfg.EnvConfig("default"), tmp_path, "w", timeout=1.5)
     reason = "worker timed out after 1.5 s before it started: importing torch took longer than that"
     assert record["reason"] == reason
     assert {c["reason"] for c in record["cells"].values()} == {reason}
@@ -141,7 +141,7 @@ def test_a_pip_install_past_its_deadline_is_one_line(tmp_path, monkeypatch):
 # ------------------------------------------------------------------- 2: the answer channel
 def test_probe_and_consistency_answer_past_an_interpreter_that_prints(tmp_path):
     """A sitecustomize (or .pth) printing at start-up, and bytes written to fd 1 from C at exit, broke the probe
-    (JSONDecodeError at runner.probe_build) and, when only the consistency subprocess printed, lost the
+    (JSONDecodeError at supervise.probe_build) and, when only the consistency subprocess printed, lost the
     run's results.json after every worker had run. Both answer on a channel of their own now."""
     import torch
 
@@ -152,7 +152,7 @@ def test_probe_and_consistency_answer_past_an_interpreter_that_prints(tmp_path):
         "atexit.register(lambda: os.write(1, b'{not json written to fd 1\\n'))\n"
     )
     python = wrapper(tmp_path, "python", pythonpath=site)
-    info = runner.probe_build("stock", python, "cpu")
+    info = supervise.probe_build("stock", python, "cpu")
     assert info["torch_version"] == torch.__version__ and info["device_error"] is None
     pair = ("no_vec", "default")
     configs = {c.name: c for c in cfg.PROFILES["cpu"]}
@@ -162,7 +162,7 @@ def test_probe_and_consistency_answer_past_an_interpreter_that_prints(tmp_path):
     out = torch.randn(8, 8, generator=torch.Generator().manual_seed(0))
     for name in pair:
         torch.save({key: out}, raw / f"r00-stock-{name}.outputs.pt")
-    result = runner.run_consistency({"stock": {"interpreter": str(python)}}, "cpu", configs, raw)
+    result = supervise.run_consistency({"stock": {"interpreter": str(python)}}, "cpu", configs, raw)
     assert result["pair"] == list(pair)
     assert result["builds"]["stock"]["cells"][key]["rel_diff"] == 0.0
     assert result["builds"]["stock"]["cells"][key]["passed"] is True
@@ -171,7 +171,7 @@ def test_probe_and_consistency_answer_past_an_interpreter_that_prints(tmp_path):
 def test_a_program_that_is_not_python_is_one_line(tmp_path):
     """`doctor --build python:/bin/true`: a JSONDecodeError traceback; now one line, cause and remedy."""
     with pytest.raises(HarnessError) as info:
-        runner.probe_build("stock", Path("/bin/true"), "cpu")
+        supervise.probe_build("stock", Path("/bin/true"), "cpu")
     assert info.value.cause == (
         "build stock (/bin/true) did not answer the probe (exit status 0, no answer written): "
         "it is not a Python interpreter that runs the harness"
@@ -191,7 +191,7 @@ FATAL = "the build's interpreter did not start under this environment: Fatal Pyt
 def test_a_worker_whose_interpreter_does_not_start_says_so(tmp_path):
     """`--env PYTHONHOME=/nonexistent` gave every cell "worker exited with status 1: <no Python frame>"."""
     spec = {"device": "cpu", "cells": ["mm/16x16x16/float32", "mm/32x32x32/float32"], "check": False, "timing": {}}
-    record = runner.run_worker(
+    record = supervise.run_worker(
         Path(sys.executable), spec, cfg.EnvConfig("default"), tmp_path, "w", 60.0, extra={"PYTHONHOME": "/nonexistent"}
     )
     assert record["reason"].startswith(FATAL), record["reason"]
@@ -309,10 +309,10 @@ def test_an_assumption_process_that_never_answers_is_reported_within_its_timeout
 
 
 def test_a_consistency_check_whose_torch_import_hangs_is_stopped_naming_the_step(tmp_path, monkeypatch):
-    monkeypatch.setattr(runner, "CONSISTENCY_STEPS", {"importing torch": 1.0, "loading the saved outputs": 1.0})
+    monkeypatch.setattr(supervise, "CONSISTENCY_STEPS", {"importing torch": 1.0, "loading the saved outputs": 1.0})
     python = wrapper(tmp_path, "python", pythonpath=fake_torch(tmp_path, "time.sleep(1000)"))
     started = time.monotonic()
-    result = runner.consistency_of("stock", str(python), ["a.pt", "b.pt", "{}", "{}"])
+    result = supervise.consistency_of("stock", str(python), ["a.pt", "b.pt", "{}", "{}"])
     assert time.monotonic() - started < 6
     assert result == {
         "error": "consistency check did not finish: consistency check of build stock: importing torch took longer "

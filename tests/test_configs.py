@@ -1,6 +1,7 @@
 import pytest
 
 from harness import configs as cfg
+from harness.bench.recorded import snapshot
 
 
 def test_worker_environment_clears_inherited_torch_variables_and_sets_exactly_the_config():
@@ -62,7 +63,7 @@ def test_worker_environment_is_an_allow_list_and_everything_torch_related_is_rec
     (config,) = cfg.select("cuda", "default")
     env = cfg.worker_environment(config, parent, keep=("OMP_NUM_THREADS",))
     assert env == {"PATH": "/bin", "HOME": "/h", "LC_ALL": "C", "OMP_NUM_THREADS": "3", **config.env}
-    assert cfg.snapshot(parent) == {
+    assert snapshot(parent) == {
         "KMP_AFFINITY": "compact",
         "NVIDIA_TF32_OVERRIDE": "0",
         "OMP_NUM_THREADS": "3",
@@ -71,4 +72,4 @@ def test_worker_environment_is_an_allow_list_and_everything_torch_related_is_rec
 
 
 def test_snapshot_records_raw_values():
-    assert cfg.snapshot({"PYTORCH_MPS_PREFER_METAL": "0", "X": "1"}) == {"PYTORCH_MPS_PREFER_METAL": "0"}
+    assert snapshot({"PYTORCH_MPS_PREFER_METAL": "0", "X": "1"}) == {"PYTORCH_MPS_PREFER_METAL": "0"}

@@ -16,14 +16,14 @@ import torch
 
 from harness import configs as cfg
 from harness.bench import workloads
+from harness.bench.accuracy import FAILED, status_of
 from harness.bench.conformance import BFLOAT16_ERROR, DOUBLE_ERROR, ConformanceError, emulate
+from harness.bench.consistency import compare_outputs
+from harness.bench.provenance import dtype_support
 from harness.bench.timer import MAX_BLOCK_CALLS, BlockTimer
 from harness.bench.worker import run_cell
 from harness.bench.workloads import Cell, default_cells, make_inputs, op_callable
-from harness.checks.accuracy import FAILED, status_of
-from harness.checks.consistency import compare_outputs
 from harness.evidence import validate as validate_evidence
-from harness.provenance import dtype_support
 from harness.series import load_series
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -178,7 +178,7 @@ def test_real_worker_runs_the_quick_cells_under_every_mps_config_in_conformance_
         [
             sys.executable,
             "-m",
-            "harness.checks.consistency",
+            "harness.bench.consistency",
             str(outputs["all"]),
             str(outputs["vanilla"]),
             json.dumps(MPS_PROFILES[4].to_json()),
@@ -199,7 +199,7 @@ def test_finding4_metal_accumulation_needs_the_routed_bound():
     over the default (fp32-accumulation) bound, within the bound of the metal route."""
     import numpy as np
 
-    from harness.checks.accuracy import bound
+    from harness.bench.accuracy import bound
 
     rng = np.random.default_rng(0)
     m, n, k = 64, 64, 512
@@ -223,7 +223,7 @@ def test_finding4_metal_accumulation_needs_the_routed_bound():
 
 
 def test_a_worker_hung_in_a_cell_is_stopped_after_the_stall_timeout_with_the_cells_name(tmp_path):
-    from harness.runner import run_worker
+    from harness.supervise import run_worker
 
     python = tmp_path / "python"
     planted = (
@@ -253,7 +253,7 @@ def test_finding7_the_gpu_is_named_by_torch_backends_mps_not_the_cpu_brand():
     assert mps_gpu_name(old) is None
     assert mps_gpu_name(torch) is None  # a CPU build: the query fails, no CPU brand instead
     assert (MPS_MIN_MACOS, MPS_BFLOAT16_MACOS) == ((13, 0), (14, 0))
-    from harness.provenance import probe
+    from harness.bench.provenance import probe
 
     info = probe("mps", [])
     assert info["gpu_name"] is None and "MPS is not built into this torch" in info["device_error"]
@@ -265,7 +265,7 @@ def test_collect_env_is_the_text_python_m_torch_utils_collect_env_prints(capsys,
     the report prints; a report that fails or hangs is left out."""
     from torch.utils import collect_env as torch_collect_env
 
-    from harness import provenance
+    from harness.bench import provenance
 
     torch_collect_env.main()
     printed = capsys.readouterr().out
@@ -291,7 +291,7 @@ def test_collect_env_is_the_text_python_m_torch_utils_collect_env_prints(capsys,
 def test_collect_env_is_taken_only_for_a_usable_device(monkeypatch):
     """``torch.utils.collect_env`` (seconds, a second interpreter) is added to a probe whose device can
     produce evidence; a refused device is said without it."""
-    from harness import provenance
+    from harness.bench import provenance
 
     monkeypatch.setattr(provenance, "collect_env", lambda: "torch's report")
     refused = provenance.probe("mps", [], with_collect_env=True)
@@ -325,7 +325,7 @@ def test_a_duty_cycle_keeps_every_block_synchronized_and_bounded():
 
 
 def test_collect_env_without_pip_lists_the_packages_from_their_metadata():
-    from harness.provenance import PIP_NOT_COLLECTED, installed_packages
+    from harness.bench.provenance import PIP_NOT_COLLECTED, installed_packages
 
     assert installed_packages("Versions of relevant libraries:\n[pip3] numpy==2.0\n") == ""
     lines = installed_packages(f"Versions of relevant libraries:\n{PIP_NOT_COLLECTED}\n").splitlines()
@@ -532,14 +532,14 @@ def test_a_wrong_per_base_route_is_named_on_the_first_screen_for_that_base_and_b
 
 
 def test_the_v260_addmm_check_under_prefer_metal_uses_the_default_bound():
-    """The worker's spec and the consistency check take each build's routes (runner.build_routes): on
+    """The worker's spec and the consistency check take each build's routes (supervise.build_routes): on
     v2.6.0 addmm keeps the default (float32-accumulation) bound under prefer_metal and mm the Metal path's
     (input accumulation); a build whose base is not told keeps the series-wide (looser) routes."""
+    from harness.bench.accuracy import DEFAULT_ACCUMULATOR, bound
+    from harness.bench.consistency import config_accumulator
     from harness.bench.worker import accumulator
-    from harness.checks.accuracy import DEFAULT_ACCUMULATOR, bound
-    from harness.checks.consistency import config_accumulator
     from harness.evidence import for_run
-    from harness.runner import build_routes
+    from harness.supervise import build_routes
 
     ev = for_run(_S, [])
     prefer_metal = next(c for c in MPS_PROFILES if c.name == "prefer_metal")
@@ -562,8 +562,9 @@ def test_every_doctor_assumption_row_runs_its_mps_path_and_prints_a_verdict(monk
     row prints "assumption held" or "did not hold" with its source."""
     from harness import assumptions as asm
     from harness.bench import assumptions as child
-    from harness.channel import Channel
-    from harness.runner import STALL_TIMEOUT, TIMING
+    from harness.bench.channel import Channel
+    from harness.runner import TIMING
+    from harness.supervise import STALL_TIMEOUT
 
     emulated = {"macos": [14, 0]}
     routes, most = {}, {}

@@ -36,7 +36,7 @@ def _default(command: str, option: str) -> float:
 
 def _code_values() -> dict[str, float]:
     """What the code says, by the keys :data:`RULES` use."""
-    from harness import configs, runner, upstream
+    from harness import configs, runner, supervise, upstream
 
     return {
         "rounds": runner.ROUNDS,
@@ -46,8 +46,8 @@ def _code_values() -> dict[str, float]:
         "target_ci": _default("compare", "--target-ci"),
         "target_ci_pct": 100 * _default("compare", "--target-ci"),
         "target_ci_launch_bound_pct": 100 * _default("compare", "--target-ci-launch-bound"),
-        "stall_timeout_s": runner.STALL_TIMEOUT["full"],
-        "stall_timeout_quick_s": runner.STALL_TIMEOUT["quick"],
+        "stall_timeout_s": supervise.STALL_TIMEOUT["full"],
+        "stall_timeout_quick_s": supervise.STALL_TIMEOUT["quick"],
         "doctor_step_timeout_s": _default("doctor", "--step-timeout"),
         "doctor_mps_configs": len(configs.PROFILES["mps"]),
         "doctor_cuda_configs": len(configs.PROFILES["cuda"]),

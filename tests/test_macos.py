@@ -17,7 +17,8 @@ import pytest
 import small_upstream as su
 
 from harness import build as b
-from harness import macos, provenance, report, runner
+from harness import macos, report, runner, supervise
+from harness.bench import provenance
 from harness.cli import main
 from harness.errors import BuildError, UsageError
 
@@ -397,7 +398,7 @@ def test_a_pair_with_different_metal_capability_is_refused(tmp_path, monkeypatch
 
     manifests = {"stock": {"metal_capability": three}, "patched": {"metal_capability": four}}
     monkeypatch.setattr(runner, "ensure_interpreter", lambda build: (Path(f"/py/{build.name}"), True))
-    monkeypatch.setattr(runner, "probe_build", lambda *a, **k: {"dtype_support": {}})
+    monkeypatch.setattr(supervise, "probe_build", lambda *a, **k: {"dtype_support": {}})
     monkeypatch.setattr(runner, "build_manifest", lambda build: manifests[build.name])
     evidence = types.SimpleNamespace(profiles=lambda device: (), markers=(), bases=())
     run_plan = types.SimpleNamespace(

@@ -367,14 +367,14 @@ def test_main_test_class_is_the_one_linted_on_real_v2_6_0_source():
 
 
 def test_0003_asserts_the_path_from_the_profiler_and_the_harness_accuracy_bound():
-    """0003's test (both bases) holds results to harness/checks/accuracy.py's float32 bound for its K, not bit for
+    """0003's test (both bases) holds results to harness/bench/accuracy.py's float32 bound for its K, not bit for
     bit (MPSGraph may pick another GEMM kernel per process, pytorch issue 182815); it tells the Metal GEMMs from
     the profiler log lines harness/bench/kernels.py classifies as the `metal` route, and an MPSGraph line is not
     one; its first assertion is the warning's, the failure series.toml's fails_with declares for stock."""
     import ast
 
     from harness.bench import kernels
-    from harness.checks.accuracy import bound
+    from harness.bench.accuracy import bound
 
     for patch in (_patches()[2], SERIES_DIR / "v2.6.0" / _patches()[2].name):
         added = "\n".join(_added(patch))

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_containment import tree_digest
 
-from harness import cli, runner
+from harness import cli, rundir, runner
 from harness.errors import UsageError
 from harness.numbers import Bound, number
 
@@ -108,7 +108,7 @@ def no_run_writes(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError(f"a command started with {args}")
 
-    monkeypatch.setattr(runner, "exclusive_lock", refuse)
+    monkeypatch.setattr(rundir, "exclusive_lock", refuse)
     for module, name in ((doctor, "run"), (build, "resolve_sources"), (preview, "write_html")):
         monkeypatch.setattr(module, name, refuse)
 

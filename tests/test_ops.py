@@ -10,9 +10,9 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from harness import report, runner
 from harness.bench import ops
+from harness.bench.provenance import dtype_support, unsupported_reason
 from harness.bench.workloads import OPS, Cell, make_inputs, op_callable, probe_cell, reference
 from harness.errors import ResultsError, UsageError
-from harness.provenance import dtype_support, unsupported_reason
 
 #: op -> (a shape, its label, its reduction length): written out by hand, not from the registry
 EXPECTED = {
@@ -109,7 +109,7 @@ def test_an_op_missing_from_the_support_table_is_unsupported_not_assumed_to_run(
     assert unsupported_reason(table, "float16", "mm") is None
     assert unsupported_reason(table, "float16", "bmm") == "RuntimeError: no"
     assert unsupported_reason(table, "float16", "addmm") == (
-        "not probed by harness.provenance " "(its table lists mm, bmm in float16)"
+        "not probed by harness.bench.provenance " "(its table lists mm, bmm in float16)"
     )
     assert "no op" in unsupported_reason(table, "float32", "mm")
     assert unsupported_reason({}, "float16", "addmm") is None  # no table at all: nothing to go by

@@ -6,6 +6,7 @@ preview DIR, doctor --out, build --dist."""
 
 from __future__ import annotations
 
+import errno
 import json
 import shutil
 import sys
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 from test_containment import tree_digest
 
-from harness import cli, outdir, runner
+from harness import cli, outdir, rundir, runner, supervise
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "docs" / "examples" / "cpu-ab"
 BENCH = ["bench", "--build", f"python:{sys.executable}", "--device", "cpu", "--cells", "mm/8x8x8/float32"]
@@ -39,7 +40,7 @@ def no_run_writes(monkeypatch):
     def refuse(directory, what):
         raise AssertionError(f"a run would have written into {directory}")
 
-    monkeypatch.setattr(runner, "exclusive_lock", refuse)
+    monkeypatch.setattr(rundir, "exclusive_lock", refuse)
 
 
 def _foreign(folder: Path) -> dict[str, str]:
@@ -147,7 +148,7 @@ def test_a_run_interrupted_before_its_first_results_json_counts_as_ours(tmp_path
     assert outdir.claim(run, "--out", outdir.RESULTS_WRITES, runner.res.is_run) == run.resolve()
     (run / "raw" / "plan.json").write_text("[]")
     (run / outdir.MARKER).unlink()
-    with pytest.raises(runner.ResultsError):
+    with pytest.raises(rundir.ResultsError):
         outdir.claim(run, "--out", outdir.RESULTS_WRITES, runner.res.is_run)
 
 
@@ -207,15 +208,18 @@ def test_no_file_in_an_output_folder_is_written_through_a_link(tmp_path):
     raw.mkdir(parents=True)
     (raw / "r00-stock-default.stderr").symlink_to(precious)
     with pytest.raises(fsutil.LinkRefused) as info:
-        runner.run_worker(Path(sys.executable), {"cells": []}, cfg.EnvConfig("default"), raw, "r00-stock-default", 5.0)
+        supervise.run_worker(
+            Path(sys.executable), {"cells": []}, cfg.EnvConfig("default"), raw, "r00-stock-default", 5.0
+        )
     assert info.value.cause == (
         f"{raw / 'r00-stock-default.stderr'} is a symbolic link (to {precious}): "
         "the harness does not write through links"
     )
     # the worker's records and a build's log are opened the same way; an atomic write replaces the link
     (raw / "w.jsonl").symlink_to(precious)
-    with pytest.raises(fsutil.LinkRefused):
+    with pytest.raises(OSError) as refused:  # in the build's interpreter: O_NOFOLLOW's own error (bench.files)
         worker.main([str(raw / "r00-stock-default.spec.json"), str(raw / "w.jsonl")])
+    assert refused.value.errno in (errno.ELOOP, errno.EMLINK) and (raw / "w.jsonl").is_symlink()
     with pytest.raises(fsutil.LinkRefused):
         fsutil.open_write(raw / "w.jsonl", append=True)
     (raw / "report.md").symlink_to(precious)
@@ -248,7 +252,7 @@ def test_fresh_out_on_a_dist_folder_is_refused_and_deletes_no_wheel(tmp_path, ca
     )
     assert tree_digest(dist) == before
     for what, writes in (("doctor --out", outdir.DOCTOR_WRITES), ("preview DIR", outdir.PREVIEW_WRITES)):
-        with pytest.raises(runner.ResultsError, match=r"is a dist folder of the harness"):
+        with pytest.raises(rundir.ResultsError, match=r"is a dist folder of the harness"):
             outdir.claim(dist, what, writes)
     # --fresh removes only what the marker lists and the command writes: a run's clear leaves the wheels
     assert outdir.clear(dist, outdir.RESULTS_WRITES) == []

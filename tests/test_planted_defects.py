@@ -1,12 +1,12 @@
 """Planted defects against the accuracy and consistency checks: every check must be able to fail.
 
 For every GEMM cell of each device's default matrix (cpu, cuda, and mps under the conformance mode:
-the cells bfloat16 needs macOS 14 for go through :func:`harness.provenance.dtype_support` under
+the cells bfloat16 needs macOS 14 for go through :func:`harness.bench.provenance.dtype_support` under
 :func:`harness.bench.conformance.emulate`), every env config of the device (the MPS series' own
 among them) and every base's accumulator for the config's route (v2.6.0, main, and a build whose base
 could not be told), outputs are planted wrong the way a broken kernel is wrong (:data:`MUTATIONS`).
 Each must fail the accuracy check wherever the cell's bound is informative
-(:func:`harness.checks.accuracy.informative`); a planted wrong side must fail the consistency check
+(:func:`harness.bench.accuracy.informative`); a planted wrong side must fail the consistency check
 of the device's pair likewise. The correct output must never fail. The catch table is printed in the
 test summary (tests/conftest.py ``pytest_terminal_summary``).
 
@@ -25,13 +25,13 @@ from pathlib import Path
 import torch
 
 from harness import report
+from harness.bench import accuracy as acc
 from harness.bench.conformance import emulate
+from harness.bench.consistency import config_bound, judge_pair
+from harness.bench.provenance import dtype_support, unsupported_reason
 from harness.bench.worker import accumulator as worker_accumulator
 from harness.bench.workloads import Cell, default_cells, make_inputs, op_callable, reference
-from harness.checks import accuracy as acc
-from harness.checks.consistency import config_bound, judge_pair
 from harness.evidence import for_run
-from harness.provenance import dtype_support, unsupported_reason
 from harness.series import load_series
 
 MUTATIONS = (

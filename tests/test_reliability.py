@@ -66,7 +66,7 @@ def hooked_python(tmp_path: Path, module: str, hook: str) -> str:
         f'exec {sys.executable} "$@"\n'
     )
     script.chmod(script.stat().st_mode | stat.S_IEXEC)
-    if module != "harness.provenance":
+    if module != "harness.bench.provenance":
         probes_as(script)  # its probe is this interpreter's (replayed in-process, conftest.probe_once)
     return f"python:{script}"
 
@@ -92,7 +92,7 @@ def test_failing_mps_probe_refuses_to_produce_evidence(tmp_path, this_python, ho
     import torch
 
     out = tmp_path / "out"
-    stock = hooked_python(tmp_path, "harness.provenance", hook)
+    stock = hooked_python(tmp_path, "harness.bench.provenance", hook)
     proc = harness(
         "compare",
         "--stock",
@@ -869,7 +869,7 @@ DEEP = "[" * 200000 + "]" * 200000  # json.loads: RecursionError, not ValueError
 
 def test_json_nested_too_deep_is_damaged_in_one_line(finished_run, tmp_path, capsys):
     """N5: a results.json, marker, status, plan or worker record nested 200000 deep: RecursionError tracebacks."""
-    from harness import runner
+    from harness import rundir, supervise
 
     run, args = finished_run
     out = _copy(run, tmp_path)
@@ -884,21 +884,21 @@ def test_json_nested_too_deep_is_damaged_in_one_line(finished_run, tmp_path, cap
     raw = out / "raw"
     status = raw / "r00-stock-default.status.json"
     status.write_text(DEEP)
-    assert runner.read_status(status) is None and not status.exists()  # set aside, to be run again
+    assert rundir.read_status(status) is None and not status.exists()  # set aside, to be run again
     (raw / "plan.json").write_text(DEEP)
-    with pytest.raises(runner.ResultsError, match=r"plan\.json is damaged \(not a JSON object\)"):
-        runner.check_resumable(raw, {}, 2)
+    with pytest.raises(rundir.ResultsError, match=r"plan\.json is damaged \(not a JSON object\)"):
+        rundir.check_resumable(raw, {}, 2)
     (raw / "d.worker.json").write_text(DEEP)
-    assert runner.reap_orphans(raw) == [] and not (raw / "d.worker.json").exists()
+    assert supervise.reap_orphans(raw) == [] and not (raw / "d.worker.json").exists()
 
 
 @pytest.mark.parametrize("pid", [99999999999999999999, 2**22 + 1, -5, 0, 1, True, "12", None])
 def test_a_worker_record_naming_no_possible_pid_is_stale(tmp_path, capsys, pid):
     """N6: `{"pid": 99999999999999999999}` in raw/d.worker.json: OverflowError at os.killpg."""
-    from harness import runner
+    from harness import supervise
 
     (tmp_path / "d.worker.json").write_text(json.dumps({"pid": pid}))
-    assert runner.reap_orphans(tmp_path) == []
+    assert supervise.reap_orphans(tmp_path) == []
     assert not (tmp_path / "d.worker.json").exists()
     shown = str(pid)[:30]
     assert f"d.worker.json names no process of this machine (pid {shown}): a stale record, removed" in (

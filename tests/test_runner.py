@@ -264,7 +264,7 @@ def test_config_consistency_compares_gemm_outputs_across_processes(tmp_path, thi
 def test_consistency_flags_outputs_that_differ(tmp_path):
     import torch
 
-    from harness.checks.consistency import compare_outputs
+    from harness.bench.consistency import compare_outputs
 
     a = {"mm/8x8x8/float32": torch.ones(8, 8), "mm/4x4x4/float16": torch.ones(4, 4)}
     b = {"mm/8x8x8/float32": torch.ones(8, 8) * 1.001, "mm/4x4x4/float16": torch.ones(4, 4)}

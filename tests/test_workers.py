@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from harness import configs as cfg
-from harness import runner
+from harness import rundir, supervise
 from harness.commands import run as run_command
 from harness.errors import ResultsError
 from harness.fsutil import exclusive_lock
@@ -54,7 +54,7 @@ def test_signal_kill_names_the_signal_and_the_cell_not_a_warning(tmp_path):
         kill -9 $$
     """,
     )
-    record = runner.run_worker(python, {"cells": CELLS}, cfg.EnvConfig("default"), raw, "r00-stock-default", 30)
+    record = supervise.run_worker(python, {"cells": CELLS}, cfg.EnvConfig("default"), raw, "r00-stock-default", 30)
     assert record["status"] == "failed" and record["returncode"] == -signal.SIGKILL
     assert record["reason"] == f"worker killed by SIGKILL while measuring {CELLS[1]}"
     assert record["cells"][CELLS[0]] == {"status": "ok"}
@@ -76,8 +76,8 @@ def test_retry_failed_runs_failed_processes_again_and_keeps_their_records(tmp_pa
         "cells": {"mm/8x8x8/float32": {"status": "failed", "reason": "killed"}},
     }
     status.write_text(json.dumps(failed))
-    assert runner.kept_record(status, retry_failed=False) == failed  # a plain rerun keeps it
-    assert runner.kept_record(status, retry_failed=True) is None  # runs again
+    assert rundir.kept_record(status, retry_failed=False) == failed  # a plain rerun keeps it
+    assert rundir.kept_record(status, retry_failed=True) is None  # runs again
     (kept,) = tmp_path.glob("r00-stock-default.status.json.retried-*")
     assert json.loads(kept.read_text()) == failed and not status.exists()
     ok = {
@@ -86,14 +86,14 @@ def test_retry_failed_runs_failed_processes_again_and_keeps_their_records(tmp_pa
         "cells": {"mm/8x8x8/float32": {"status": "ok", "measurement": {"median": 1e-5, "samples": [1e-5]}}},
     }
     status.write_text(json.dumps(ok))
-    assert runner.kept_record(status, retry_failed=True) == ok  # only failed ones are retried
+    assert rundir.kept_record(status, retry_failed=True) == ok  # only failed ones are retried
 
 
 _DRIVER = """
 import sys
 from pathlib import Path
-from harness import configs as cfg, runner
-runner.run_worker(Path(sys.argv[1]), {"cells": ["mm/8x8x8/float32"]}, cfg.EnvConfig("default"), Path(sys.argv[2]),
+from harness import configs as cfg, supervise
+supervise.run_worker(Path(sys.argv[1]), {"cells": ["mm/8x8x8/float32"]}, cfg.EnvConfig("default"), Path(sys.argv[2]),
                   "r00-stock-default", 300)
 """
 
@@ -107,7 +107,7 @@ def test_worker_has_its_own_process_group_and_dies_with_a_sigkilled_driver(tmp_p
     pidfile = tmp_path / "worker.pid"
     python = _fake_python(tmp_path, f"echo $$ > {pidfile}\nexec sleep 120\n")
     driver = subprocess.Popen(
-        [sys.executable, "-c", _DRIVER, str(python), str(raw)], cwd=Path(runner.__file__).resolve().parent.parent
+        [sys.executable, "-c", _DRIVER, str(python), str(raw)], cwd=Path(supervise.__file__).resolve().parent.parent
     )
     record = raw / "r00-stock-default.worker.json"  # written by the driver once the worker started
     deadline = time.monotonic() + 20
@@ -138,7 +138,7 @@ def test_reap_orphans_kills_a_worker_left_by_a_killed_driver(tmp_path):
     (raw / "r00-stock-default.worker.json").write_text(json.dumps({"pid": orphan.pid}))
     (raw / "r01-stock-default.worker.json").write_text(json.dumps({"pid": bystander.pid}))  # pid reused
     try:
-        assert runner.reap_orphans(raw) == [orphan.pid]
+        assert supervise.reap_orphans(raw) == [orphan.pid]
         assert bystander.poll() is None  # not a worker of this run: left alone
     finally:
         bystander.kill()

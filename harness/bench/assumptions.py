@@ -3,7 +3,7 @@
 ``<build python> -m harness.bench.assumptions SPEC.json --answer FILE`` (standard library + torch only)
 runs in one fresh process per env config (the config's variables set: on MPS ``PYTORCH_MPS_PREFER_METAL``
 picks the Metal GEMM route, read once per process), announces each measurement on its answer channel
-(:mod:`harness.channel`: a deadline names the step it ran out in) and answers one JSON object.
+(:mod:`harness.bench.channel`: a deadline names the step it ran out in) and answers one JSON object.
 :mod:`harness.doctor` judges the numbers; nothing is judged here.
 
 SPEC::
@@ -33,7 +33,7 @@ Measurements (seconds per call unless said):
   first call (shader compile, kernel selection) and second call, where a probe call of a small cell scaled
   by FLOP predicts at most ``direct_s``, at least :data:`RELEVANT` of the largest prediction (it may be the
   slowest) and the row's ``budget_s`` allows; else the scaled prediction (``extrapolated``).
-- ``accuracy``: relative error and bound (:func:`harness.checks.accuracy.check`) of each cell given.
+- ``accuracy``: relative error and bound (:func:`harness.bench.accuracy.check`) of each cell given.
 """
 
 from __future__ import annotations
@@ -45,7 +45,12 @@ import sys
 import time
 from contextlib import ExitStack
 
-from harness.channel import Channel
+from harness.bench import devices
+from harness.bench.accuracy import check
+from harness.bench.channel import Channel
+from harness.bench.conformance import emulate
+from harness.bench.timer import MAX_BLOCK_CALLS, BlockTimer
+from harness.bench.workloads import Cell, make_inputs, op_callable, reference
 
 IMPORT_STEP = "importing torch"
 #: row -> the step it announces (the deadline's message names it)
@@ -99,8 +104,6 @@ def sync_and_encode(timer, fn, read, number: int, blocks: int) -> dict:
 def small_share(timer, device, key: str, min_block_s: float, spec: dict) -> dict:
     """The cell ``key`` timed as a run times it (:meth:`harness.bench.timer.BlockTimer.measure`, deferral
     probe included): ``{"cell", "block_s", "enqueue_s", "deferred"}``, medians in seconds per call."""
-    from harness.bench.workloads import Cell, make_inputs, op_callable
-
     cell = Cell.from_key(key)
     fn = op_callable(cell, make_inputs(cell, device.torch_device))
     m = timer.measure(
@@ -131,8 +134,6 @@ def one_call(fn, sync, clock=time.perf_counter) -> float:
 
 def slowest(torch, device, spec: dict, clock=time.perf_counter) -> list[dict]:
     """One record per candidate: ``{"key", "first_s", "call_s", "extrapolated"}`` (see module docstring)."""
-    from harness.bench.workloads import Cell, make_inputs, op_callable
-
     predicted, out = [], []
     for key in spec["candidates"]:
         cell, probe = Cell.from_key(key), Cell.from_key(spec["probes"][key])
@@ -161,10 +162,7 @@ def slowest(torch, device, spec: dict, clock=time.perf_counter) -> list[dict]:
 
 
 def accuracy(device, keys: list[str], accumulator: str) -> dict:
-    """Cell key -> ``{"rel_error", "bound", "default_bound"}`` of one call (:mod:`harness.checks.accuracy`)."""
-    from harness.bench.workloads import Cell, make_inputs, op_callable, reference
-    from harness.checks.accuracy import check
-
+    """Cell key -> ``{"rel_error", "bound", "default_bound"}`` of one call (:mod:`harness.bench.accuracy`)."""
     out = {}
     for key in keys:
         cell = Cell.from_key(key)
@@ -185,9 +183,6 @@ def _words(exc: BaseException) -> str:
 
 def measure(torch, device, spec: dict, channel: Channel) -> dict:
     """Every row ``spec["rows"]`` names, in order (module docstring); the answer dict."""
-    from harness.bench.timer import MAX_BLOCK_CALLS, BlockTimer
-    from harness.bench.workloads import Cell, make_inputs, op_callable
-
     timer = BlockTimer(device)
     cell = Cell.from_key(spec["cell"])
     fn = op_callable(cell, make_inputs(cell, device.torch_device))
@@ -228,15 +223,11 @@ def main(argv: list[str] | None = None) -> int:
     channel.step(IMPORT_STEP)
     import torch
 
-    from harness.bench import devices
-
     if spec.get("threads"):
         torch.set_num_threads(int(spec["threads"]))
     torch.manual_seed(0)
     with ExitStack() as stack:
         if spec.get("emulate"):  # CI: the MPS profile on CPU tensors under upstream's rules
-            from harness.bench.conformance import emulate
-
             em = spec["emulate"]
             device, _ = stack.enter_context(
                 emulate(torch, tuple(em.get("macos", (14, 0))), base=em.get("base", "main"))

@@ -17,9 +17,9 @@ MPS facts used here (upstream PyTorch, read at the commits named):
 - MPS has no float64 and bfloat16 needs macOS 14: ``aten/src/ATen/mps/EmptyTensor.cpp`` at
   ``026a4bff`` (``TORCH_CHECK_TYPE(dtype != ScalarType::Double, ...)``, ``... BFloat16 ||
   is_macos_13_or_newer(MACOS_VER_14_0_PLUS)``). The macOS the MPS backend needs depends on the torch
-  version (13.0 for 2.6, 14.0 for 2.10 to main): :func:`harness.macos.mps_runtime_need`, one table.
+  version (13.0 for 2.6, 14.0 for 2.10 to main): :func:`harness.bench.mpsruntime.mps_runtime_need`, one table.
 
-Standard library, torch and :mod:`harness.macos` (stdlib) only (runs inside build interpreters).
+Standard library and torch only (runs inside build interpreters).
 """
 
 from __future__ import annotations
@@ -28,10 +28,10 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from harness.macos import MPS_OLDEST_MACOS
+from harness.bench.mpsruntime import MPS_OLDEST_MACOS
 
 #: the oldest macOS (major, minor) the MPS backend of any supported base runs on (torch 2.6: 13.0; main
-#: needs 14.0): per torch version see :func:`harness.macos.mps_runtime_need`
+#: needs 14.0): per torch version see :func:`harness.bench.mpsruntime.mps_runtime_need`
 MPS_MIN_MACOS = MPS_OLDEST_MACOS
 #: macOS version MPS bfloat16 needs (EmptyTensor.cpp @026a4bff)
 MPS_BFLOAT16_MACOS = (14, 0)

@@ -71,6 +71,7 @@ import re
 import sys
 import threading
 from collections.abc import Callable, Mapping
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 
 #: an observation whose trace printed nothing for the call
@@ -243,8 +244,6 @@ def capture_fd(fd: int, call: Callable[[], object]) -> tuple[object, list[str]]:
 
 
 def _cpu_capture(torch, call: Callable[[], object], sync: Callable[[], None]) -> tuple[object, list[str]]:
-    from contextlib import ExitStack
-
     def traced():
         with ExitStack() as stack:
             for backend in (torch.backends.mkl, torch.backends.mkldnn):

@@ -2,7 +2,7 @@
 
 Every consumer reads :data:`REGISTRY` (through :func:`get`): the cells of :mod:`harness.bench.workloads`
 (shapes, labels, FLOP, inputs, call, float64 reference), the dtype support probe of
-:mod:`harness.provenance` (:attr:`Op.probe_shape`), the accuracy bound of :mod:`harness.checks.accuracy`
+:mod:`harness.bench.provenance` (:attr:`Op.probe_shape`), the accuracy bound of :mod:`harness.bench.accuracy`
 (:attr:`Op.reduction`), the report's labels and families, and the cell-key hint of the runner.
 Adding an op is one :class:`Op` entry below plus its row in tests/test_ops.py.
 

@@ -76,6 +76,7 @@ block lasts at least ``max(min_block_s, overhead / max_overhead_fraction)`` or r
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from collections.abc import Callable
@@ -130,8 +131,6 @@ def steady_start(samples: list[float]) -> int:
     mean lies more than :data:`TRANSIENT_SDS` standard deviations of the rest from the rest's mean
     (MSER alone trims plain noise too). Fewer than 4 blocks: 0. Pure Python (runs in build
     interpreters)."""
-    import math
-
     n = len(samples)
     if n < 4 or any(not (v > 0) for v in samples):
         return 0

@@ -7,7 +7,7 @@ SPEC (written by :mod:`harness.runner`)::
     {"device": "cpu", "cells": ["mm/512x512x512/float32", ...], "check": true,
      "reduced_fp32": false, "routes": {"mm": "metal"}, "accumulators": {"metal": "input"},
      "seed": 0, "threads": 1, "save_outputs": null,
-     "dtype_support": {"float16": {"mm": null, ...}, ...},   # optional, from harness.provenance
+     "dtype_support": {"float16": {"mm": null, ...}, ...},   # optional, from harness.bench.provenance
      "record_env": ["OMP_NUM_THREADS"],                      # optional: --env names to record
      "emulate": null,                                        # or {"macos": [13, 5], "base": "v2.6.0"}: conformance
      "timer_sanity": false,                                  # doctor: a timer_sanity record at the end
@@ -23,12 +23,12 @@ version, the raw torch-steering variables this process saw, plus the ``record_en
 stage of a cell a ``step`` record (``key``, ``step``: ``inputs`` | ``check`` | ``measure``) so that a
 driver that stops a stalled worker can name the cell and the step it stalled in, one ``cell`` record
 per cell (``status`` ``ok`` | ``skipped`` | ``failed``, ``reason``, ``measurement`` =
-:class:`harness.bench.timer.Measurement`, ``check`` = :class:`harness.checks.accuracy.CheckResult`),
+:class:`harness.bench.timer.Measurement`, ``check`` = :class:`harness.bench.accuracy.CheckResult`),
 and an ``end`` record. With ``observe: "inline"`` a cell record also has ``kernels``: the kernels its
 untimed first call ran (:func:`harness.bench.kernels.observe`); with ``observe: "only"`` (a probe
 process, for devices whose trace would slow timing) the worker times nothing and writes one
 ``kernels`` record per cell (:func:`observe_cell`). With ``save_outputs`` (a path), every GEMM output is saved there for
-:mod:`harness.checks.consistency`, whether or not the cell is checked.
+:mod:`harness.bench.consistency`, whether or not the cell is checked.
 
 The same code runs on every device; what differs is :mod:`harness.bench.devices`. With
 ``emulate``, the MPS profile runs on CPU tensors under upstream's MPS rules
@@ -40,17 +40,19 @@ from __future__ import annotations
 import json
 import math
 import os
+import random
 import sys
 import time
 from contextlib import ExitStack
 
 from harness.bench import devices, kernels
+from harness.bench.accuracy import FAILED, accumulator, check, status_of
+from harness.bench.conformance import emulate
+from harness.bench.files import open_nofollow
+from harness.bench.provenance import dtype_support, unsupported_reason
+from harness.bench.recorded import snapshot
 from harness.bench.timer import BlockTimer
 from harness.bench.workloads import Cell, make_inputs, op_callable, planted, reference
-from harness.checks.accuracy import FAILED, accumulator, check, status_of
-from harness.configs import snapshot
-from harness.fsutil import open_write
-from harness.provenance import dtype_support, unsupported_reason
 
 
 def _emit(fh, record: dict) -> None:
@@ -90,8 +92,6 @@ def measure_layouts(torch, timer: BlockTimer, cell: Cell, inputs: list, torch_de
 
     Memory: besides the inputs, at most one more copy of them and ``layouts - 1`` spacers
     (:func:`layout_bytes`, counted in the cell's memory check)."""
-    import random
-
     timing = dict(timing)
     layouts = int(timing.pop("layouts", 1))
     m = timer.measure(op_callable(cell, inputs), **timing)
@@ -212,14 +212,14 @@ def main(argv: list[str] | None = None) -> int:
     spec_path, out_path = argv
     with open(spec_path) as fh:
         spec = json.load(fh)
-    with open_write(out_path, append=True) as out:  # never through a link (fsutil.open_write)
+    with open_nofollow(out_path, append=True) as out:  # never through a link (bench.files.open_nofollow)
         _emit(out, {"type": "importing", "module": "torch", "t": time.time()})
     import torch
 
     torch.manual_seed(spec.get("seed", 0))
     if spec.get("threads"):
         torch.set_num_threads(int(spec["threads"]))
-    with open_write(out_path, append=True) as out, ExitStack() as stack:
+    with open_nofollow(out_path, append=True) as out, ExitStack() as stack:
         _emit(
             out,
             {
@@ -232,8 +232,6 @@ def main(argv: list[str] | None = None) -> int:
             },
         )
         if spec.get("emulate"):
-            from harness.bench.conformance import emulate
-
             em = spec["emulate"]
             device, _ = stack.enter_context(
                 emulate(torch, tuple(em.get("macos", (14, 0))), base=em.get("base", "main"))
@@ -268,8 +266,8 @@ def main(argv: list[str] | None = None) -> int:
             if not unsupported_reason(unsupported, cell.dtype, cell.op):
                 fn = op_callable(cell, make_inputs(cell, device.torch_device))
                 _emit(out, {"type": "timer_sanity", "key": cell.key, **timer.sanity(fn, 8)})
-        if outputs is not None:  # for harness.checks.consistency; renamed into place when complete
-            with open_write(spec["save_outputs"] + ".tmp", binary=True) as fh:
+        if outputs is not None:  # for harness.bench.consistency; renamed into place when complete
+            with open_nofollow(spec["save_outputs"] + ".tmp", binary=True) as fh:
                 torch.save(outputs, fh)
             os.replace(spec["save_outputs"] + ".tmp", spec["save_outputs"])
         _emit(out, {"type": "end", "finished": time.time()})

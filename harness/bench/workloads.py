@@ -94,7 +94,7 @@ class Cell:
     @property
     def reduction(self) -> int:
         """Longest inner-product length (K for GEMM; max(D, Lk) for SDPA, whose P·V sums over Lk).
-        Sets the accuracy bound in :mod:`harness.checks.accuracy`."""
+        Sets the accuracy bound in :mod:`harness.bench.accuracy`."""
         return self.spec.reduction(*self.shape)
 
     def input_shapes(self) -> list[tuple[int, ...]]:
@@ -223,7 +223,7 @@ def op_callable(cell: Cell, inputs) -> Callable[[], object]:
 
 def reference(cell: Cell, inputs):
     """The float64 CPU result of ``cell`` on the same (rounded) inputs: the ground truth for
-    :mod:`harness.checks.accuracy` (:attr:`Op.reference`; SDPA is computed explicitly,
+    :mod:`harness.bench.accuracy` (:attr:`Op.reference`; SDPA is computed explicitly,
     softmax(QKᵀ/√D + mask)·V, not through the fused kernel, so it is independent of any backend)."""
     import torch
 

@@ -4,17 +4,17 @@ Configs run in separate processes (torch reads its variables once per process), 
 workers of the two configs save their GEMM outputs (``torch.save`` to ``raw/<proc>.outputs.pt``),
 and this module, run afterwards in the same build's interpreter, compares them::
 
-    <build python> -m harness.checks.consistency A.outputs.pt B.outputs.pt CONFIG_A CONFIG_B [--answer FILE]
+    <build python> -m harness.bench.consistency A.outputs.pt B.outputs.pt CONFIG_A CONFIG_B [--answer FILE]
 
 (``CONFIG_*``: a config's JSON, :meth:`harness.configs.EnvConfig.to_json`, plus ``accumulators``:
 kernel path -> accumulator in this build's base, :meth:`harness.evidence.Evidence.accumulators`; its
 ``reduced_fp32``, ``routes`` and ``accumulators`` set the bound; a routed path with no accumulator is
-``unknown``). It answers one JSON object on the channel ``FILE`` (:mod:`harness.channel`, after
+``unknown``). It answers one JSON object on the channel ``FILE`` (:mod:`harness.bench.channel`, after
 announcing each of :data:`STEPS`; without ``--answer`` it prints it): cell key -> ``{rel_diff, bound, passed, status}``,
 where ``rel_diff = ‖out_A − out_B‖_F / ‖out_B‖_F`` and ``bound`` is the sum of the two configs'
-accuracy bounds (:func:`harness.checks.accuracy.bound`): two results that are each within their
+accuracy bounds (:func:`harness.bench.accuracy.bound`): two results that are each within their
 bound of the float64 reference are within the sum of the bounds of each other (triangle
-inequality). ``status`` is :func:`harness.checks.accuracy.judge`'s: a sum of bounds that a planted
+inequality). ``status`` is :func:`harness.bench.accuracy.judge`'s: a sum of bounds that a planted
 wrong side (all zeros: rel_diff 1; a stale or transposed result: ≈ √2; the reduction's last 1/8
 dropped: ≈ 0.354; one row of R wrong: ≈ √(2/R)) could pass is ``uninformative``, never ``passed``
 (the all-zero side B gives an infinite rel_diff and fails anyway). Two output files with no cell in
@@ -32,12 +32,12 @@ from __future__ import annotations
 import json
 import sys
 
+from harness.bench.accuracy import FAILED, PASSED, bound, judge
+from harness.bench.accuracy import accumulator as config_accumulator
+from harness.bench.channel import Channel
 from harness.bench.workloads import Cell
-from harness.channel import Channel
-from harness.checks.accuracy import FAILED, PASSED, bound, judge
-from harness.checks.accuracy import accumulator as config_accumulator
 
-#: the steps announced on the channel and the seconds each may take (:func:`harness.runner.run_consistency`):
+#: the steps announced on the channel and the seconds each may take (:func:`harness.supervise.run_consistency`):
 #: the saved outputs of the default cuda matrix are about 0.5 GB per config
 STEPS = {"importing torch": 120.0, "loading the saved outputs": 300.0, "comparing the outputs": 300.0}
 

@@ -1,7 +1,7 @@
 """The answer channel of a child process: a file named on its command line that nothing else writes.
 
-A child that answers the harness in JSON (the provenance probe :mod:`harness.provenance`, the
-consistency check :mod:`harness.checks.consistency`) is given ``--answer PATH`` and appends JSON lines
+A child that answers the harness in JSON (the provenance probe :mod:`harness.bench.provenance`, the
+consistency check :mod:`harness.bench.consistency`) is given ``--answer PATH`` and appends JSON lines
 to that file: one ``{"step": "<what it starts now>"}`` per step (so that a deadline can name the step it
 ran out in: "importing torch took longer than 120 s"), and last ``{"answer": <value>}``. Its stdout is
 never read: an interpreter whose ``.pth`` files or ``sitecustomize`` print at start-up, or a library that

@@ -1,9 +1,9 @@
 """Facts about one torch build, probed inside that build's interpreter.
 
-Run as ``<build python> -m harness.provenance --device cpu --vars A,B --answer FILE`` (standard library +
-torch only); answers one JSON object on the channel ``FILE`` (:mod:`harness.channel`; without
+Run as ``<build python> -m harness.bench.provenance --device cpu --vars A,B --answer FILE`` (standard library +
+torch only); answers one JSON object on the channel ``FILE`` (:mod:`harness.bench.channel`; without
 ``--answer`` it prints it), after announcing each of :data:`STEPS`, whose deadlines
-:func:`harness.runner.probe_build` applies. :mod:`harness.runner` stores it in ``results.json`` under
+:func:`harness.supervise.probe_build` applies. :mod:`harness.runner` stores it in ``results.json`` under
 ``builds.<name>.provenance``.
 
 Recorded: torch version and git hash, ``torch.__config__.show()``, MPS built/available, CUDA
@@ -16,6 +16,7 @@ of the device (a tiny allocation and a small matmul compared with the CPU).
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
 import mmap
 import platform
@@ -24,11 +25,12 @@ import sys
 import threading
 from pathlib import Path
 
+from harness.bench.channel import Channel
 from harness.bench.devices import mps_gpu_name
-from harness.channel import Channel
-from harness.macos import mps_runtime_need
+from harness.bench.mpsruntime import mps_runtime_need
+from harness.bench.workloads import OPS, make_inputs, op_callable, probe_cell
 
-#: the probe's steps, as announced on its channel, and the seconds each may take (harness.runner.probe_build).
+#: the probe's steps, as announced on its channel, and the seconds each may take (harness.supervise.probe_build).
 #: "probing the device": the first CUDA call creates its context (1-3 s on an H200; tens of seconds while
 #: another process holds the GPU) and the dtype table runs every op in six dtypes. collect_env gives up
 #: after :func:`collect_env`'s own 180 s, so its deadline is above that.
@@ -90,8 +92,6 @@ def strings_in_libraries(libraries: list[Path], names: list[str]) -> dict[str, l
 def dtype_support(torch, device: str) -> dict[str, dict[str, str | None]]:
     """dtype -> op -> None when that op runs on ``device`` at its tiny :attr:`Op.probe_shape`
     (every op of :data:`harness.bench.ops.REGISTRY`, the real workload code), else the reason it does not."""
-    from harness.bench.workloads import OPS, make_inputs, op_callable, probe_cell
-
     out: dict[str, dict[str, str | None]] = {}
     for name in PROBE_DTYPES:
         out[name] = {}
@@ -113,7 +113,7 @@ def unsupported_reason(support: dict, dtype: str, op: str) -> str | None:
         return None
     row = support.get(dtype, {})
     if op not in row:
-        return f"not probed by harness.provenance (its table lists {', '.join(row) or 'no op'} in {dtype})"
+        return f"not probed by harness.bench.provenance (its table lists {', '.join(row) or 'no op'} in {dtype})"
     return row[op]
 
 
@@ -203,8 +203,6 @@ def installed_packages(text: str) -> str:
     """The packages of this environment (``importlib.metadata``, ``name==version`` sorted) as lines to
     append to collect_env's ``text`` when its own pip list failed (:data:`PIP_NOT_COLLECTED`: the
     environments the harness creates have no pip, :mod:`harness.venvs`); "" otherwise."""
-    import importlib.metadata
-
     if PIP_NOT_COLLECTED not in text:
         return ""
     names = sorted({f"{d.metadata['Name']}=={d.version}" for d in importlib.metadata.distributions()}, key=str.lower)
@@ -273,17 +271,17 @@ def probe(device: str, variables: list[str], with_collect_env: bool = False, ste
 
 def mps_need_text(torch_version: str) -> str:
     """``14.0 (aten/src/ATen/mps/MPSDevice.mm at …)``: the macOS the MPS backend of ``torch_version``
-    needs and where that was read (:func:`harness.macos.mps_runtime_need`)."""
+    needs and where that was read (:func:`harness.bench.mpsruntime.mps_runtime_need`)."""
     need = mps_runtime_need(torch_version)
     return f"{need.macos[0]}.{need.macos[1]} ({need.source})"
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness.provenance")
+    parser = argparse.ArgumentParser(prog="python -m harness.bench.provenance")
     parser.add_argument("--device", required=True, choices=("cpu", "cuda", "mps"))
     parser.add_argument("--vars", default="", help="comma-separated env variable names to look for")
     parser.add_argument("--collect-env", action="store_true", help="add python -m torch.utils.collect_env's report")
-    parser.add_argument("--answer", help="the answer channel (harness.channel); without it the JSON is printed")
+    parser.add_argument("--answer", help="the answer channel (harness.bench.channel); without it the JSON is printed")
     args = parser.parse_args(argv)
     names = [v for v in args.vars.split(",") if v]
     if args.answer:

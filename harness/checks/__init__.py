@@ -1,1 +1,0 @@
-"""Correctness checks run inside a build's interpreter (standard library + torch only)."""

@@ -1,0 +1,184 @@
+"""A run's out folder: claimed and held, made ready (``--fresh``, orphans reaped, a damaged results.json set
+aside), and what a resumed run keeps of it (finished rounds, the plan it was measured with, each finished
+process's status file). :mod:`harness.runner` decides what to run; this module what is already there.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+
+from harness import results as res
+from harness.errors import ResultsError
+from harness.fsutil import atomic_write_json, exclusive_lock, inside
+from harness.outdir import MARKER, RESULTS_WRITES, claim, clear
+from harness.progress import note
+from harness.supervise import reap_orphans
+
+#: what must be equal for finished processes of an earlier run to be reused (:func:`harness.results.resume_plan`)
+PLAN_KEYS = res.RESUME_KEYS
+
+
+def finished_rounds(raw: Path) -> int:
+    """Rounds the finished processes in ``raw/`` reach: 1 + the highest round of a status file
+    (planned and adaptive rounds alike), 0 when none has finished."""
+    found = [int(m.group(1)) for p in raw.glob("r*.status.json") if (m := re.match(r"r(\d+)-", p.name))]
+    return max(found) + 1 if found else 0
+
+
+def check_resumable(raw: Path, plan: dict, rounds: int, adaptive: bool = False) -> None:
+    """Refuse to reuse ``raw/`` when it was measured with a different plan (builds, cells, configs...),
+    when its plan record is damaged, or when ``rounds`` would leave finished rounds out of results.json.
+    ``adaptive`` (--target-ci): rounds beyond the planned ones are re-decided, so only the earlier
+    planned ``rounds`` (kept in plan.json) must be covered.
+
+    Raises:
+        ResultsError: names the keys that differ, the damaged plan.json, or the rounds left out.
+    """
+    path = raw / "plan.json"
+    earlier_rounds = finished_rounds(raw)
+    if path.is_file():
+        try:
+            earlier = json.loads(path.read_text())
+        except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+            earlier = None
+        if not isinstance(earlier, dict):
+            raise ResultsError(
+                f"{path} is damaged (not a JSON object): the finished processes in {raw} cannot be "
+                "checked against this command's plan",
+                f"run with a new --out directory ({raw.parent} stays as it is), or --fresh to discard it",
+            )
+        differ = [k for k in PLAN_KEYS if earlier.get(k) != plan.get(k)]
+        if differ:
+            raise ResultsError(
+                f"{raw.parent} holds a run measured with different {', '.join(differ)}",
+                "pass --fresh to discard it, or a new --out directory",
+            )
+        if adaptive and isinstance(earlier.get("rounds"), int):
+            earlier_rounds = earlier["rounds"]
+    elif any(raw.glob("*.status.json")):
+        raise ResultsError(
+            f"{raw.parent} holds finished processes but no record of their plan",
+            "pass --fresh to discard them, or a new --out directory",
+        )
+    if rounds < earlier_rounds:
+        left = f"round {rounds}" if rounds == earlier_rounds - 1 else f"rounds {rounds}..{earlier_rounds - 1}"
+        raise ResultsError(
+            f"{raw.parent} holds {earlier_rounds} rounds; --rounds {rounds} would leave {left} " "out of results.json",
+            f"pass --rounds {earlier_rounds} (or more) to resume, or --fresh / a new --out",
+        )
+    atomic_write_json(path, {**plan, "rounds": max(rounds, earlier_rounds)})
+
+
+def _stamp() -> str:
+    return datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+
+
+def set_aside(path: Path, suffix: str) -> Path:
+    """Rename a damaged file to ``<name>.<suffix>-<UTC time>`` beside it (never deleted); returns the new path."""
+    kept = path.with_name(f"{path.name}.{suffix}-{_stamp()}")
+    n = 1
+    while kept.exists():
+        kept, n = path.with_name(f"{path.name}.{suffix}-{_stamp()}-{n}"), n + 1
+    path.rename(kept)
+    return kept
+
+
+def kept_record(status: Path, retry_failed: bool) -> dict | None:
+    """The record of a process finished earlier, or None when it must run (again): no status file, a
+    damaged one (:func:`read_status`), or a failed one with ``--retry-failed`` (its status file is
+    kept as ``.retried-<UTC time>``)."""
+    record = read_status(status) if status.is_file() else None
+    if record is not None and retry_failed and record.get("status") == "failed":
+        kept = set_aside(status, "retried")
+        note(
+            f"--retry-failed: running {status.name.removesuffix('.status.json')} again "
+            f"({record.get('reason') or 'failed cells'}); the earlier record is kept as {kept.name}"
+        )
+        return None
+    return record
+
+
+def read_status(status: Path) -> dict | None:
+    """A finished process's ``raw/<proc>.status.json``, or None when it is damaged (not JSON, not an
+    object, malformed cells: see :func:`harness.results.cells_problem`): that file is set aside as
+    ``.damaged-<UTC time>`` (with a note) and the process counts as unfinished, to be run again."""
+    try:
+        record = json.loads(status.read_text())
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+        found = f"not readable JSON ({exc})"
+    else:
+        found = res.cells_problem(record.get("cells"), "cells") if isinstance(record, dict) else "not a JSON object"
+        if found is None:
+            return record
+    kept = set_aside(status, "damaged")
+    note(f"{status} is damaged ({found}): kept it as {kept.name}; running that process again")
+    return None
+
+
+@contextmanager
+def removed_on_failure(out: Path, created: list[Path]) -> Iterator[None]:
+    """A run that fails before measuring leaves no empty --out behind (when it created it)."""
+    try:
+        yield
+    except BaseException:
+        if created:
+            _remove_if_empty(out, created[-1])
+        raise
+
+
+def _remove_if_empty(out: Path, top: Path) -> None:
+    """Remove ``out`` when it holds nothing but this run's traces (``.lock``, the marker, ``raw/plan.json``), then
+    its parents up to ``top`` (the highest folder this run created) while they are empty."""
+    traces = {Path(".lock"), Path(MARKER), Path("raw"), Path("raw") / "plan.json"}
+    try:
+        if out.is_dir() and all(p.relative_to(out) in traces for p in out.rglob("*")):
+            shutil.rmtree(out)
+            for parent in out.parents:
+                if not parent.is_relative_to(top) or any(parent.iterdir()):
+                    break
+                parent.rmdir()
+    except OSError:
+        pass  # it stays; nothing in it is the user's
+
+
+@contextmanager
+def claimed(out: Path, command: str) -> Iterator[Path]:
+    """``out`` claimed as a run's folder (:func:`harness.outdir.claim`: new, empty, or a run of ours;
+    its marker written first), then held (:func:`harness.fsutil.exclusive_lock`)."""
+    claim(out, "--out", RESULTS_WRITES, res.is_run)
+    with exclusive_lock(out, command) as lock:
+        yield lock
+
+
+def open_out(out: Path, fresh: bool) -> Path:
+    """Make ``out/raw`` ready: no symbolic link, orphans of a killed run reaped, ``fresh`` (``--fresh``)
+    honoured (:func:`harness.outdir.clear`: what the marker lists), a damaged results.json set aside.
+    Returns the raw folder (not created yet). ``out`` was claimed (:func:`claimed`).
+
+    Raises:
+        ResultsError: ``raw`` is a symbolic link; ``--fresh`` cannot remove it; results.json is of another schema.
+    """
+    raw = out / "raw"
+    if raw.is_symlink():
+        raise ResultsError(
+            f"{raw} is a symbolic link (to {os.readlink(raw)}): results are kept only inside --out",
+            f"replace it with a folder (move its target's files into {raw}), or use a new --out",
+        )
+    raw = inside(out, "raw", "--out folder")
+    reap_orphans(raw)
+    if fresh:
+        clear(out, RESULTS_WRITES)  # only what the folder's marker lists and a run writes (harness.outdir)
+    elif (out / res.RESULTS).exists():
+        try:
+            res.load(out)  # refuse to resume from (and overwrite) a results.json of another schema version
+        except res.DamagedResults as exc:
+            kept = set_aside(out / res.RESULTS, "damaged")
+            note(f"{exc.cause}: kept it as {kept.name}; rebuilding {res.RESULTS} from raw/")
+    return raw
