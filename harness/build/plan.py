@@ -290,6 +290,17 @@ def placeholder_facts(platform: str, base: str | None, dist_dir: Path) -> BaseFa
     return BaseFacts(None, "<version.txt release>", target, recipe, ({}, policy_note), requirements, command)
 
 
+@dataclass(frozen=True)
+class _Options:
+    """The build options a plan is assembled from (besides the base's files)."""
+
+    platform: str
+    kind: str
+    jobs: int | None
+    build_type: str
+    launcher: str | None
+
+
 def _check_kind(kind: str, incremental: bool) -> None:
     if kind not in KINDS:
         raise UsageError(f"unknown kind {kind!r}", "choose stock or patched")
@@ -372,17 +383,6 @@ def plan_without_source(
     options = _Options(platform, kind, jobs, build_type, find_launcher())
     version = f"{facts.release}+{label}"
     return _assemble(facts, options, version, None, series, dict(overrides or {}), dist_dir, first=first)
-
-
-@dataclass(frozen=True)
-class _Options:
-    """The build options a plan is assembled from (besides the base's files)."""
-
-    platform: str
-    kind: str
-    jobs: int | None
-    build_type: str
-    launcher: str | None
 
 
 def _assemble(
