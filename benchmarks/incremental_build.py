@@ -28,7 +28,8 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 import small_upstream as su  # noqa: E402
 
-from harness import build as b  # noqa: E402
+from harness.build import plan as plan_mod  # noqa: E402
+from harness.build import wheel as wheel_mod  # noqa: E402
 from harness.fsutil import atomic_write_json  # noqa: E402
 
 
@@ -41,16 +42,16 @@ def measure(workdir: Path, jobs: int) -> dict:
     stock = su.worktree(repo, workdir / "stock")
     patched = su.worktree(repo, workdir / "patched")
     su.apply_series(patched, list(patches))
-    series = b.SeriesRef(su.SERIES_NAME, patches, (su.MARKER,), (su.PATCHED_FILE,))
-    sha = b.git_head(stock)
+    series = plan_mod.SeriesRef(su.SERIES_NAME, patches, (su.MARKER,), (su.PATCHED_FILE,))
+    sha = plan_mod.git_head(stock)
     # no compiler cache: it would hide recompiles of the full build behind cache hits in wall time
     common = dict(jobs=jobs, base_sha=sha, launcher=None)
     runs = {
-        "stock": b.plan_build(stock, "linux-cpu", kind="stock", dist_dir=workdir / "dist", **common),
-        "patched_full": b.plan_build(
+        "stock": plan_mod.plan_build(stock, "linux-cpu", kind="stock", dist_dir=workdir / "dist", **common),
+        "patched_full": plan_mod.plan_build(
             patched, "linux-cpu", kind="patched", series=series, dist_dir=workdir / "dist", **common
         ),
-        "patched_incremental": b.plan_build(
+        "patched_incremental": plan_mod.plan_build(
             stock,
             "linux-cpu",
             kind="patched",
@@ -62,7 +63,7 @@ def measure(workdir: Path, jobs: int) -> dict:
     }
     out = {}
     for name, plan in runs.items():
-        result = b.build_wheel(plan, force=True)
+        result = wheel_mod.build_wheel(plan, force=True)
         out[name] = {"compiled_units": result.compiled_units, "seconds": round(result.duration_s, 2)}
     full, inc = out["patched_full"]["compiled_units"], out["patched_incremental"]["compiled_units"]
     return {

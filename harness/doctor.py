@@ -17,7 +17,7 @@ On any machine, with the torch the user already has (``--build``, default this i
    duty to use, the slowest cell against the stall timeout, fresh-process kernel choice, accuracy per
    route), each "assumption held" or "did not hold" with what that means and the upstream source;
 5. **build toolchain**: compiler, CMake against the base, the Metal toolchain on macOS, free disk
-   (:func:`harness.build.toolchain_checks`).
+   (:func:`harness.build.preflight.toolchain_checks`).
 
 It prints one table (ok / failed / skipped, each with a one-line detail) and writes a pasteable
 ``doctor.md`` in ``--out``, and ``doctor.json`` with the assumption rows' numbers and what they
@@ -33,11 +33,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness import assumptions as asm
-from harness import build as build_mod
 from harness import children, supervise
 from harness import configs as cfg
 from harness.bench.provenance import IMPORT_STEP, STEPS
 from harness.bench.workloads import DTYPES, OPS, probe_cell
+from harness.build.platforms import host_platform
+from harness.build.preflight import toolchain_checks
 from harness.fsutil import atomic_write_json, atomic_write_text
 from harness.numbers import Bound, number
 from harness.outdir import DOCTOR_WRITES, claim
@@ -177,7 +178,7 @@ def run(
     """The self-test: ``build`` (python:/path, a wheel or a requirement) on ``device`` (``auto``: see
     :func:`_auto_device`); writes ``out/doctor.md`` and returns its rows. ``step_timeout``: seconds a
     worker may go without finishing a cell; ``platform`` (default: this host's) and ``source`` feed
-    :func:`harness.build.toolchain_checks`.
+    :func:`harness.build.preflight.toolchain_checks`.
 
     Raises:
         UsageError: ``step_timeout`` NaN, infinite or outside :data:`STEP_TIMEOUT`.
@@ -227,7 +228,7 @@ def run(
         rows += config_row(config, record, sanity)
     checked, assumed = assumption_rows(python, device, raw, keep)
     rows += checked
-    for item, ok, detail in build_mod.toolchain_checks(platform or build_mod.host_platform(), source):
+    for item, ok, detail in toolchain_checks(platform or host_platform(), source):
         rows.append(Row(f"toolchain: {item}", "ok" if ok else "failed", detail))
     header += f"; {time.monotonic() - started:.0f} s"
     atomic_write_text(out / "doctor.md", render(rows, header))

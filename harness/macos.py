@@ -252,7 +252,7 @@ def read_recipe(source_dir: Path, name: str) -> tuple[dict[str, str], str | None
 def recipe_drift(recipe: WheelRecipe, source_dir: Path) -> list[str]:
     """Where the base's own scripts disagree with the declaration: ``KEY: declared X, the base's scripts Y``
     for each declared variable (``MACOSX_DEPLOYMENT_TARGET`` is read from the base apart:
-    :func:`harness.build.macos_deployment_target`), and the command. [] when they agree or the base
+    :func:`harness.build.convention.macos_deployment_target`), and the command. [] when they agree or the base
     lacks the scripts."""
     read = read_recipe(source_dir, recipe.name)
     if read is None:
@@ -559,7 +559,7 @@ def recipe_release_differs(env: Mapping[str, str], recipe: WheelRecipe | None) -
 
 
 #: ``cmake/Metal.cmake``'s cache entries and the Metal language version each probes (``-std=metal3.1``,
-#: ``-std=metal4.0``; :data:`harness.build.METAL_PROBES` holds the probes)
+#: ``-std=metal4.0``; :data:`harness.build.preflight.METAL_PROBES` holds the probes)
 METAL_STD = {"CAN_COMPILE_METAL": "3.1", "CAN_COMPILE_METAL_40": "4.0"}
 
 

@@ -40,9 +40,10 @@ from harness.configs import DEVICES
 from harness.errors import BuildInputError, ResultsError, SeriesError
 from harness.fsutil import atomic_write_text
 from harness.paths import slug
-from harness.series import FALLBACK_COMMITTER, Context, Series, existing_checkout
+from harness.series import FALLBACK_COMMITTER, Series
 from harness.upstream import git_run
 from harness.venvs import wheel_in
+from harness.workflow import Context, existing_checkout
 
 #: Identities that are the harness's own, never a contributor's.
 _NEUTRAL_EMAILS = (FALLBACK_COMMITTER["GIT_COMMITTER_EMAIL"], "torch-patch-harness@users.noreply.github.com")

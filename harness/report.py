@@ -873,9 +873,9 @@ def launch_bound_line(data: dict, analysis: Analysis) -> list[str]:
     rule = POLICY.launch_bound
     short = [(c, r) for c, r in launch if len(r.rounds) < rule.floor]
     text = (
-        f"**Launch-bound: {len(launch)} of {len(rows)} cells** (the device waited for the host: in more than a third of "
-        f"the processes the host took ≥ 90% of the block time to enqueue the calls), judged at ±{rule.band:.0%} with ≥ {rule.floor} "
-        "processes per side"
+        f"**Launch-bound: {len(launch)} of {len(rows)} cells** (the device waited for the host: in more than a "
+        "third of the processes the host took ≥ 90% of the block time to enqueue the calls), judged at "
+        f"±{rule.band:.0%} with ≥ {rule.floor} processes per side"
     )
     if not short:
         return [text + "; every one reached that floor.", ""]

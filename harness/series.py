@@ -48,24 +48,15 @@ from pathlib import Path
 from harness import progress
 from harness.bench.accuracy import ACCUMULATORS
 from harness.configs import DEVICES, ROUTES
-from harness.errors import HarnessError, SeriesError, UpstreamError
+from harness.errors import HarnessError, SeriesError
 from harness.evidence import EvidenceError, route_problem
 from harness.evidence import validate as validate_evidence
 from harness.fsutil import atomic_write_text, inside
 from harness.paths import slug
 from harness.upstream import (
-    DEFAULT_UPSTREAM,
     Checkout,
-    Upstream,
-    checkout,
-    common_dir,
     dirty_files,
     git_run,
-    open_upstream,
-    patched_branch,
-    resolve_commit,
-    switch_branch,
-    worktrees,
 )
 
 #: Folder that holds the series when ``--series`` is a bare name.
@@ -542,38 +533,8 @@ def _write_manifest(series: Series, text: str) -> None:
     atomic_write_text(series.manifest, text)
 
 
-# ---------------------------------------------------------------------------------------- context
-@dataclass(frozen=True)
-class Context:
-    """What a command works on: the series (if any), the upstream source and the base ref."""
-
-    series: Series | None
-    upstream: str
-    base: str
-    entry: Base | None
-
-
-def resolve_context(series: str | None, base: str | None, upstream: str | None, *, need_series: bool = True) -> Context:
-    """The series named by ``series`` (a folder under patches/ or a path) loaded, its base entry chosen.
-
-    ``upstream`` (None) defaults to the series' ``upstream``, else :data:`~harness.upstream.DEFAULT_UPSTREAM`;
-    ``base`` (None) defaults to the series' only base.
-
-    Raises:
-        SeriesError: invalid series, unknown base, or no series when ``need_series``.
-        UpstreamError: no ``base`` without a series.
-    """
-    loaded = load_series(series) if series else None
-    if need_series and loaded is None:
-        raise SeriesError("this command needs a patch series", "pass --series NAME (a folder under patches/) or PATH")
-    entry = loaded.base(base) if loaded else None
-    ref = entry.ref if entry else base
-    if not ref:
-        raise UpstreamError("no base ref given", "pass --base REF (a tag, branch or SHA), e.g. --base v2.6.0")
-    return Context(loaded, upstream or (loaded.upstream if loaded else DEFAULT_UPSTREAM), ref, entry)
-
-
-def _check_pin(kind: str, commit: str, entry: Base) -> None:
+# ------------------------------------------------------------------------------------------- pin
+def check_pin(kind: str, commit: str, entry: Base) -> None:
     """Raise when a git upstream's base commit differs from the ``commit`` pinned in series.toml."""
     if entry.commit and kind == "git" and entry.commit != commit:
         raise SeriesError(
@@ -1015,65 +976,3 @@ def rebase_series(series: Series, old: Base, co: Checkout, *, resume: bool = Fal
         f"{shown(series.path / entry.dir)}"
     )
     return AmOutcome(True)
-
-
-# ------------------------------------------------------------------------------ worktrees of a context
-def checkout_context(ctx: Context, workdir: Path | str, ref: str | None = None) -> Checkout:
-    """Worktrees of the series at ``ref`` (default: the context's base) via :func:`harness.upstream.checkout`;
-    at the base, its commit is checked against the series' pin.
-
-    Raises:
-        SeriesError: the base commit differs from the pinned one. UpstreamError: from the checkout.
-    """
-    assert ctx.series is not None and ctx.entry is not None
-    co = checkout(ctx.upstream, ref or ctx.base, workdir, ctx.series.name)
-    if ref is None:
-        _check_pin(co.upstream.kind, co.commit, ctx.entry)
-    return co
-
-
-def check_context(ctx: Context) -> tuple[str, list[PatchCheck]]:
-    """``check``: the base commit and, per patch, whether it applies there (worktrees untouched).
-
-    Raises:
-        SeriesError: the base commit differs from the pinned one. UpstreamError: unreachable upstream.
-    """
-    assert ctx.series is not None and ctx.entry is not None
-    upstream = open_upstream(ctx.upstream, ref=ctx.base)
-    commit = resolve_commit(upstream.store, ctx.base, source=ctx.upstream)
-    _check_pin(upstream.kind, commit, ctx.entry)
-    return commit, check_series(ctx.series, ctx.entry, upstream.store, commit)
-
-
-def refresh_context(ctx: Context, workdir: Path | str) -> tuple[Path, int]:
-    """``refresh`` offline (:func:`existing_checkout`): the patch folder and how many files changed."""
-    assert ctx.series is not None and ctx.entry is not None
-    co = existing_checkout(ctx, workdir)
-    _check_pin(co.upstream.kind, co.commit, ctx.entry)
-    return ctx.series.path / ctx.entry.dir, refresh_series(ctx.series, ctx.entry, co)
-
-
-def existing_checkout(ctx: Context, workdir: Path | str) -> Checkout:
-    """The :class:`Checkout` of the patched worktree that is already there, without opening the
-    upstream (no clone, no fetch: refresh works offline and never moves the base under the commits).
-
-    Raises:
-        SeriesError: there is no patched worktree of the base in ``workdir``.
-        UpstreamError: that folder is not a git worktree, or its store lacks the base ref.
-    """
-    assert ctx.series is not None
-    stock, patched = worktrees(workdir, ctx.base)
-    if not patched.is_dir():
-        raise SeriesError(
-            f"no patched worktree of {ctx.base} at {patched}: nothing to refresh from",
-            f"run `python -m harness apply --series {ctx.series.name}` (same --workdir) first, "
-            f"commit your change there, then refresh",
-        )
-    store = common_dir(patched)
-    if store is None:
-        raise UpstreamError(f"{patched} is not a git worktree", "move that folder away and run apply again")
-    commit = resolve_commit(store, ctx.base, source=str(store))
-    branch = patched_branch(ctx.series.name, ctx.base, patched)
-    switch_branch(patched, branch, commit)
-    kind = "archive" if store.parent.name == "imports" else "git"
-    return Checkout(Upstream(ctx.upstream, store, kind, created=False), ctx.base, commit, stock, patched, branch, ())

@@ -74,7 +74,7 @@ class BuildInput:
 
 #: the build manifest ``harness.build`` writes beside each wheel: ``<wheel>.build.json``
 MANIFEST_SUFFIX = ".build.json"
-#: the roles whose wheels a build manifest names (its ``inputs.kind``, harness.build.KINDS)
+#: the roles whose wheels a build manifest names (its ``inputs.kind``, harness.build.plan.KINDS)
 ROLES = ("stock", "patched")
 
 

@@ -207,7 +207,7 @@ def probe_once(run_cache) -> Iterator[None]:
 @pytest.fixture(scope="session")
 def build_venvs(tmp_path_factory) -> Path:
     """The session's one folder of build venvs (``<cache>/build-venvs``: a venv per list of build
-    requirements, :func:`harness.build.ensure_build_venv`). Builds only run their interpreter, so
+    requirements, :func:`harness.build.wheel.ensure_build_venv`). Builds only run their interpreter, so
     every test's cache links it (:func:`share_build_venvs`) and the small upstream's numpy + cmake
     venv is created once per session, not once per building test; its lock guards the creation."""
     return tmp_path_factory.mktemp("build-venvs")

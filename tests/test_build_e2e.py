@@ -17,7 +17,11 @@ import pytest
 import small_upstream as su
 from conftest import run_harness, share_build_venvs
 
-from harness import build as b
+from harness import workflow
+from harness.build import plan as plan_mod
+from harness.build import platforms
+from harness.build import verify as verify_mod
+from harness.build import wheel as wheel_mod
 from harness.cli import main
 
 pytestmark = pytest.mark.slow
@@ -37,14 +41,14 @@ def upstream(tmp_path_factory, build_venvs):
     series_dir = su.make_series(repo, root / "patches")
     patches = sorted((series_dir / "v1.4.0").glob("*.patch"))
     stock = su.worktree(repo, root / "work" / "v1.4.0" / "stock")
-    series = b.SeriesRef(su.SERIES_NAME, tuple(patches), (su.MARKER,), (su.PATCHED_FILE,))
+    series = plan_mod.SeriesRef(su.SERIES_NAME, tuple(patches), (su.MARKER,), (su.PATCHED_FILE,))
     yield {
         "root": root,
         "repo": repo,
         "series_dir": series_dir,
         "stock": stock,
         "series": series,
-        "base_sha": b.git_head(stock),
+        "base_sha": plan_mod.git_head(stock),
         "sessions": root / "sessions",
     }
     if old is None:
@@ -58,11 +62,11 @@ def sessions(upstream):
     """The build_stock / build_patched session path, once for the module: ``build --series`` checks out
     the series' upstream (worktrees in ``sessions/work``), applies the series, builds and verifies stock
     and patched (full), then patched ``--incremental`` in the stock tree. Per build: what the command
-    left (exit status, stdout, stderr) and the (plan, result) of its :func:`harness.build.build_wheel`."""
+    left (exit status, stdout, stderr) and the (plan, result) of its :func:`harness.build.wheel.build_wheel`."""
     folder = upstream["sessions"]
     common = ["--series", str(upstream["series_dir"]), "--workdir", str(folder / "work")]
     common += ["--platform", "linux-cpu", "--jobs", "2"]
-    made, real = [], b.build_wheel
+    made, real = [], wheel_mod.build_wheel
 
     def recording(plan, *args, **kwargs):
         result = real(plan, *args, **kwargs)
@@ -71,7 +75,7 @@ def sessions(upstream):
 
     runs = {}
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(b, "build_wheel", recording)
+        patch.setattr(workflow, "build_wheel", recording)
         for name, extra in (
             ("stock", ["--kind", "stock", "--dist", str(folder / "dist")]),
             ("patched", ["--kind", "patched", "--dist", str(folder / "dist")]),
@@ -87,10 +91,10 @@ def builds(upstream, sessions):
     """Plans and results: build_stock of the base (no series) here; build_patched (full) and build_patched
     --incremental (in the stock tree) are the session path's (:func:`sessions`), the same plans and builds."""
     u = upstream
-    stock_plan = b.plan_build(
+    stock_plan = plan_mod.plan_build(
         u["stock"], "linux-cpu", kind="stock", jobs=2, dist_dir=u["root"] / "dist", base_sha=u["base_sha"]
     )
-    built = {"stock": (stock_plan, b.build_wheel(stock_plan))}
+    built = {"stock": (stock_plan, wheel_mod.build_wheel(stock_plan))}
     for name in ("patched", "incremental"):
         ran, plan_and_result = sessions[name]
         assert ran.returncode == 0, ran.stderr
@@ -102,12 +106,12 @@ def test_wheels_carry_their_labels(builds, upstream):
     sha8 = upstream["base_sha"][:8]
     stock_plan, stock = builds["stock"]
     patched_plan, patched = builds["patched"]
-    assert stock_plan.version == f"1.4.0+stock.{b._hex_segment(upstream['base_sha'])}"
+    assert stock_plan.version == f"1.4.0+stock.{plan_mod._hex_segment(upstream['base_sha'])}"
     assert sha8 in stock_plan.version
     assert stock.wheel.name.startswith(f"tinyext-{stock_plan.version}-")
     assert patched_plan.version == f"1.4.0+tiny.fast.path.{upstream['series'].hash[:8]}"
     assert patched.wheel.name.startswith(f"tinyext-{patched_plan.version}-")
-    assert b.shared_configuration(stock_plan, patched_plan).keys() == {"PYTORCH_BUILD_VERSION"}
+    assert plan_mod.shared_configuration(stock_plan, patched_plan).keys() == {"PYTORCH_BUILD_VERSION"}
 
 
 def test_incremental_recompiles_only_the_touched_unit(builds, upstream):
@@ -126,7 +130,7 @@ def test_incremental_recompiles_only_the_touched_unit(builds, upstream):
 def test_verification_of_each_wheel(builds):
     for kind, must_contain in (("stock", False), ("patched", True), ("incremental", True)):
         plan, result = builds[kind]
-        verified = b.verify_wheel(
+        verified = verify_mod.verify_wheel(
             result.wheel,
             plan.version,
             platform="linux-cpu",
@@ -173,7 +177,7 @@ def test_manifest_beside_wheel_and_identical_rebuild_skipped(builds, upstream, c
     assert data["compiled_units"] == len(su.UNITS)
     patched_data = json.loads(builds["patched"][1].manifest.read_text())
     assert patched_data["series"] == {"name": su.SERIES_NAME, "hash": upstream["series"].hash}
-    again = b.build_wheel(plan)
+    again = wheel_mod.build_wheel(plan)
     assert again.skipped and again.wheel == first.wheel and again.compiled_units == 0
     assert "inputs identical" in capsys.readouterr().err
 
@@ -191,24 +195,26 @@ def test_wrong_label_or_marker_fails_verification_with_one_line(builds, tmp_path
     patched_plan, patched = builds["patched"]
     # wheel file name right, __version__ inside wrong
     bad = _tampered(stock.wheel, tmp_path, {"tinyext/version.py": b"__version__ = '1.4.0+stock.deadbeef'\n"})
-    with pytest.raises(b.VerifyError) as info:
-        b.verify_wheel(bad, stock_plan.version, platform="linux-cpu")
+    with pytest.raises(verify_mod.VerifyError) as info:
+        verify_mod.verify_wheel(bad, stock_plan.version, platform="linux-cpu")
     assert "__version__ is '1.4.0+stock.deadbeef'" in info.value.line() and "\n" not in info.value.line()
     # wrong label expected
-    with pytest.raises(b.VerifyError) as info:
-        b.verify_wheel(patched.wheel, stock_plan.version, platform="linux-cpu")
+    with pytest.raises(verify_mod.VerifyError) as info:
+        verify_mod.verify_wheel(patched.wheel, stock_plan.version, platform="linux-cpu")
     assert f"has version {patched_plan.version}" in info.value.line()
     # marker: the stock wheel lacks it, the patched wheel has it
-    with pytest.raises(b.VerifyError) as info:
-        b.verify_wheel(stock.wheel, stock_plan.version, platform="linux-cpu", markers=(su.MARKER,), must_contain=True)
+    with pytest.raises(verify_mod.VerifyError) as info:
+        verify_mod.verify_wheel(
+            stock.wheel, stock_plan.version, platform="linux-cpu", markers=(su.MARKER,), must_contain=True
+        )
     assert f"no compiled library contains the marker '{su.MARKER}'" in info.value.line()
-    with pytest.raises(b.VerifyError) as info:
-        b.verify_wheel(
+    with pytest.raises(verify_mod.VerifyError) as info:
+        verify_mod.verify_wheel(
             patched.wheel, patched_plan.version, platform="linux-cpu", markers=(su.MARKER,), must_contain=False
         )
     assert "contains the patched marker" in info.value.line()
     # a platform that does not compile the patched file skips the marker check, saying so
-    skipped = b.verify_wheel(
+    skipped = verify_mod.verify_wheel(
         stock.wheel,
         stock_plan.version,
         platform="linux-cpu",
@@ -295,7 +301,7 @@ def test_env_contract_reaches_cmake(builds, upstream):
     log = result.log.read_text()
     assert "--parallel 2" in log  # MAX_JOBS=2 -> cmake --build --parallel 2
     cache = (upstream["stock"] / "build" / "cmake-Release" / "CMakeCache.txt").read_text()
-    launcher = b.find_launcher()
+    launcher = platforms.find_launcher()
     if launcher:
         assert plan.env["CMAKE_CXX_COMPILER_LAUNCHER"] == launcher
         assert f"CMAKE_CXX_COMPILER_LAUNCHER:UNINITIALIZED={launcher}" in cache

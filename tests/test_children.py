@@ -20,9 +20,10 @@ from pathlib import Path
 import pytest
 from conftest import run_harness
 
-from harness import build as build_mod
 from harness import configs as cfg
 from harness import seriestests, supervise, venvs
+from harness.build import preflight
+from harness.build import wheel as wheel_mod
 from harness.errors import HarnessError
 from harness.paths import slug
 
@@ -120,11 +121,11 @@ def test_a_series_test_past_its_deadline_is_stopped_with_its_grandchildren(tmp_p
 def test_a_hanging_toolchain_probe_is_stopped_and_named(tmp_path, monkeypatch):
     """A build's preflight (`c++ --version`, `cmake --version`) ran 120 s before a silent give-up, the
     message Python's own; the deadline is a constant now, and named."""
-    monkeypatch.setattr(build_mod, "TOOL_PROBE_S", 0.5, raising=False)
+    monkeypatch.setattr(preflight, "TOOL_PROBE_S", 0.5, raising=False)
     cmake = tmp_path / "cmake"
     cmake.write_text("#!/bin/sh\nsleep 5\necho 'cmake version 3.30.0'\n")
     cmake.chmod(0o755)
-    assert build_mod._first_line([str(cmake), "--version"]) == (
+    assert preflight.first_line([str(cmake), "--version"]) == (
         -1,
         f"`{cmake} --version` took longer than 0.5 s (stopped)",
     )
@@ -272,7 +273,7 @@ def test_a_build_step_past_its_deadline_is_stopped_with_what_it_started(tmp_path
     step = ["/bin/sh", "-c", f"sleep 30 & echo $! > {tmp_path / 'pid'}; wait"]
     started = time.monotonic()
     with open(log_path, "a") as log, pytest.raises(HarnessError) as info:
-        build_mod._run_logged(step, log, deadline=0.5)
+        wheel_mod._run_logged(step, log, deadline=0.5)
     assert time.monotonic() - started < 5
     command = f"/bin/sh -c 'sleep 30 & echo $! > {tmp_path / 'pid'}; wait'"
     assert info.value.cause == f"`{command}` took longer than 0.5 s (stopped); its log: {log_path}"

@@ -147,9 +147,10 @@ WRITE_SITES = {
     "upstream._extract": "inside",
     "upstream.import_archive": "a temporary folder in the cache's imports/, renamed to a hashed name",
     "upstream._clear_partial_worktrees": "inside",
-    "build.ensure_build_venv": "the cache's build-venvs/, name from a hash of the requirements",
-    "build.build_wheel": "<wheel>.build.json beside the wheel the build wrote in --dist",
-    "build.reject_wheel": "inside",
+    "build.wheel.ensure_build_venv": "the cache's build-venvs/, name from a hash of the requirements",
+    "build.wheel._run_build": "--dist/logs/<kind>-<version slug>-<stamp>.log through open_write (no link followed)",
+    "build.wheel._write_manifest": "<wheel>.build.json beside the wheel the build wrote in --dist",
+    "build.verify.reject_wheel": "inside",
     "venvs.ensure_interpreter": "inside",
     "supervise.reap_orphans": "raw/*.worker.json globbed in the raw/ folder open_out resolved",
     "supervise.run_worker": "raw/<process>: raw/ resolved by open_out, process names from validated config names",
@@ -176,7 +177,7 @@ WRITE_SITES = {
     "pr.make_branch": "a temporary folder",
     "pr.keep_edited": "PR.md beside the worktrees of the checkout that existing_checkout resolved (an edited "
     "one renamed to PR.md.~N~ beside it)",
-    "build.metal_capability": "a temporary folder (the Metal probe shaders)",
+    "build.preflight.metal_capability": "a temporary folder (the Metal probe shaders)",
     "merge.write": "results.json in the --out folder commands.merge claimed (outdir kind merge, never a source)",
     "merge.write_report": "report.md in the merge folder given (merge.write, report DIR)",
 }

@@ -16,9 +16,11 @@ from pathlib import Path
 import pytest
 import small_upstream as su
 
-from harness import build as b
-from harness import macos, report, runner, supervise
+from harness import macos, report, runner, supervise, workflow
 from harness.bench import provenance
+from harness.build import convention, preflight
+from harness.build import plan as plan_mod
+from harness.build import wheel as wheel_mod
 from harness.cli import main
 from harness.errors import BuildError, UsageError
 
@@ -91,14 +93,14 @@ def test_a_drifted_declaration_or_script_is_named(tmp_path):
 def test_plan_follows_upstreams_wheel_build_per_base(pytorch_like, tmp_path, monkeypatch):
     """v2.6: `setup.py bdist_wheel` (one build_deps) with its pins; main: `python -m build` with
     requirements-build.txt; both with upstream's flags, recorded in the plan's notes."""
-    monkeypatch.setattr(b, "macos_cross_compiling", lambda: False)
-    v26 = b.plan_build(pytorch_like["v2.6.0"], "macos-arm64", launcher=None, dist_dir=tmp_path / "d")
-    head = b.plan_build(pytorch_like["main"], "macos-arm64", launcher=None, dist_dir=tmp_path / "d")
+    monkeypatch.setattr(plan_mod, "macos_cross_compiling", lambda: False)
+    v26 = plan_mod.plan_build(pytorch_like["v2.6.0"], "macos-arm64", launcher=None, dist_dir=tmp_path / "d")
+    head = plan_mod.plan_build(pytorch_like["main"], "macos-arm64", launcher=None, dist_dir=tmp_path / "d")
     assert v26.command[1:] == ("setup.py", "bdist_wheel", "-d", str(tmp_path / "d")) and v26.recipe == "v2.6"
     assert head.command[1:] == ("-m", "build", "--wheel", "--no-isolation", "--outdir", str(tmp_path / "d"))
     for plan, recipe in ((v26, macos.V2_6), (head, macos.MAIN)):
         assert {k: plan.env[k] for k in recipe.env} == dict(recipe.env)
-        assert recipe.pins_for(b._python())[-1] in plan.requirements
+        assert recipe.pins_for(convention.python_minor())[-1] in plan.requirements
     assert head.requirements[:2] == ("setuptools>=77.0.0,<80.0", "cmake>=3.27")
     assert "setuptools<76" in v26.requirements
     assert not any("disagree" in n or "differ" in n for n in v26.notes + head.notes)
@@ -110,14 +112,14 @@ def test_plan_follows_upstreams_wheel_build_per_base(pytorch_like, tmp_path, mon
         "flags against the released wheel's build settings (torch-2.13.0-cp311-cp311-macosx_14_0_arm64.whl, "
         "nearest release): they agree",
     ]
-    linux = b.plan_build(pytorch_like["main"], "linux-cpu", launcher=None, dist_dir=tmp_path / "d")
+    linux = plan_mod.plan_build(pytorch_like["main"], "linux-cpu", launcher=None, dist_dir=tmp_path / "d")
     assert linux.recipe is None and "TH_BINARY_BUILD" not in linux.env  # a macOS recipe only
 
 
 def test_cli_dry_run_macos_arm64_shows_upstreams_env_and_command(pytorch_like, tmp_path, capsys, monkeypatch):
     """Acceptance: `build --dry-run --platform macos-arm64` for v2.6.0 and main prints the environment
     and command of each base's upstream wheel build."""
-    monkeypatch.setattr(b, "macos_cross_compiling", lambda: False)
+    monkeypatch.setattr(plan_mod, "macos_cross_compiling", lambda: False)
     out = {}
     for flavour, tree in pytorch_like.items():
         args = ["build", "--kind", "stock", "--dry-run", "--platform", "macos-arm64", "--jobs", "8"]
@@ -144,8 +146,8 @@ def test_cli_dry_run_macos_arm64_shows_upstreams_env_and_command(pytorch_like, t
 
 def test_a_flag_changed_from_the_released_wheel_is_named(pytorch_like, tmp_path, monkeypatch):
     """Planted: --build-env USE_MKLDNN=ON. The plan and the report say it differs from the released wheel."""
-    monkeypatch.setattr(b, "macos_cross_compiling", lambda: False)
-    plan = b.plan_build(
+    monkeypatch.setattr(plan_mod, "macos_cross_compiling", lambda: False)
+    plan = plan_mod.plan_build(
         pytorch_like["main"], "macos-arm64", launcher=None, dist_dir=tmp_path / "d", env_overrides=["USE_MKLDNN=ON"]
     )
     differ = macos.declared_differ(plan.env, macos.MAIN)
@@ -203,23 +205,23 @@ def test_v2_6_recipe_against_the_released_2_6_0_wheel(pytorch_like, tmp_path, mo
     """The v2.6.0 recipe (the env `build` uses) against torch 2.6.0's wheel: the wheel was built with
     Metal export and the CoreML delegate (-DUSE_PYTORCH_METAL_EXPORT -DUSE_COREML_DELEGATE in its CXX_FLAGS),
     which v2.6's build_wheel.sh does not set; main agrees with 2.13.0's wheel (the nearest release)."""
-    monkeypatch.setattr(b, "macos_cross_compiling", lambda: False)
-    v26 = b.plan_build(pytorch_like["v2.6.0"], "macos-arm64", launcher=None, dist_dir=tmp_path / "d")
-    head = b.plan_build(pytorch_like["main"], "macos-arm64", launcher=None, dist_dir=tmp_path / "d")
+    monkeypatch.setattr(plan_mod, "macos_cross_compiling", lambda: False)
+    v26 = plan_mod.plan_build(pytorch_like["v2.6.0"], "macos-arm64", launcher=None, dist_dir=tmp_path / "d")
+    head = plan_mod.plan_build(pytorch_like["main"], "macos-arm64", launcher=None, dist_dir=tmp_path / "d")
     assert macos.recipe_release_differs(v26.env, macos.V2_6) == [
         "USE_COREML_DELEGATE: this build unset (CMake default OFF), torch 2.6.0's wheel ON",
         "USE_PYTORCH_METAL_EXPORT: this build unset (CMake default OFF), torch 2.6.0's wheel ON",
     ]
     assert macos.recipe_release_differs(head.env, macos.MAIN) == []
-    assert b.macos_record(v26, None)["release_differs"] == macos.recipe_release_differs(v26.env, macos.V2_6)
+    assert wheel_mod.macos_record(v26, None)["release_differs"] == macos.recipe_release_differs(v26.env, macos.V2_6)
     assert macos.release_reference(None) is None
 
 
 def test_a_planted_flag_is_caught_against_the_released_wheel(pytorch_like, tmp_path, monkeypatch):
     """Planted: main built with --build-env USE_MPS=0 USE_XNNPACK=ON: both named against 2.13.0's wheel
     (MPS ON, XNNPACK OFF), in the plan, the manifest and the report's line."""
-    monkeypatch.setattr(b, "macos_cross_compiling", lambda: False)
-    plan = b.plan_build(
+    monkeypatch.setattr(plan_mod, "macos_cross_compiling", lambda: False)
+    plan = plan_mod.plan_build(
         pytorch_like["main"],
         "macos-arm64",
         launcher=None,
@@ -232,7 +234,7 @@ def test_a_planted_flag_is_caught_against_the_released_wheel(pytorch_like, tmp_p
     ]
     assert macos.released_differ(plan.env, macos.RELEASED_WHEELS["2.13.0"], nearest=True) == differ
     assert any(n.endswith("nearest release): " + "; ".join(differ)) for n in plan.notes)
-    record = b.macos_record(plan, None)
+    record = wheel_mod.macos_record(plan, None)
     assert record["release_differs"] == differ
     line = macos.release_flag_lines({"patched": {"build": record}})[0]
     assert line.endswith("patched: " + ", ".join(differ))
@@ -297,13 +299,13 @@ def test_a_macos_13_host_is_refused_before_any_build_of_main(pytorch_like, tmp_p
     """Acceptance: a simulated macOS 13.6 Mac: `build` of main stops in one line naming the macOS main
     needs, before a checkout, a build venv or a compile; v2.6.0 goes on."""
     monkeypatch.setattr(macos, "host_macos", lambda: "13.6")
-    monkeypatch.setattr(b, "macos_cross_compiling", lambda: False)
+    monkeypatch.setattr(plan_mod, "macos_cross_compiling", lambda: False)
 
     def no_build(*_a, **_k):
         raise AssertionError("a build step ran")
 
-    for step in ("ensure_build_venv", "build_wheel", "resolve_sources"):
-        monkeypatch.setattr(b, step, no_build)
+    for module, step in ((wheel_mod, "ensure_build_venv"), (workflow, "build_wheel"), (workflow, "resolve_sources")):
+        monkeypatch.setattr(module, step, no_build)
     args = ["build", "--kind", "stock", "--platform", "macos-arm64", "--dist", str(tmp_path / "dist")]
     assert main([*args, "--source", str(pytorch_like["main"]), "--base", "main"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -314,25 +316,25 @@ def test_a_macos_13_host_is_refused_before_any_build_of_main(pytorch_like, tmp_p
     assert "build --base v2.6.0 (its MPS runs from macOS 13.0)" in err[0]
     assert not (tmp_path / "dist").exists()
     with pytest.raises(BuildError, match="main builds macosx_14_0_arm64 wheels"):  # no worktree yet: the table
-        b.refuse_host("macos-arm64", None, "main")
-    b.refuse_host("macos-arm64", pytorch_like["v2.6.0"], "v2.6.0")  # 13.6 runs v2.6.0: no error
+        preflight.refuse_host("macos-arm64", None, "main")
+    preflight.refuse_host("macos-arm64", pytorch_like["v2.6.0"], "v2.6.0")  # 13.6 runs v2.6.0: no error
     monkeypatch.setattr(macos, "host_macos", lambda: "14.0")
-    b.refuse_host("macos-arm64", pytorch_like["main"], "main")
+    preflight.refuse_host("macos-arm64", pytorch_like["main"], "main")
     monkeypatch.setattr(macos, "host_macos", lambda: None)  # not a Mac: only --dry-run describes a macOS build
-    assert b.check_host_macos("macos-arm64", pytorch_like["main"]) is None
+    assert preflight.check_host_macos("macos-arm64", pytorch_like["main"]) is None
 
 
 def test_doctor_row_says_the_macos_main_needs(monkeypatch, tmp_path):
     """doctor's toolchain rows on a simulated macOS 13.6 Mac: one row, failed, with the macOS main needs."""
     monkeypatch.setattr(macos, "host_macos", lambda: "13.6")
     monkeypatch.setenv("PATH", str(tmp_path))
-    rows = {item: (ok, detail) for item, ok, detail in b.toolchain_checks("macos-arm64", None)}
+    rows = {item: (ok, detail) for item, ok, detail in preflight.toolchain_checks("macos-arm64", None)}
     ok, detail = rows["macOS"]
     assert not ok and "main builds macosx_14_0_arm64 wheels" in detail and "this Mac runs macOS 13.6" in detail
     monkeypatch.setattr(macos, "host_macos", lambda: "15.2")
-    ok, detail = {i: (o, d) for i, o, d in b.toolchain_checks("macos-arm64", None)}["macOS"]
+    ok, detail = {i: (o, d) for i, o, d in preflight.toolchain_checks("macos-arm64", None)}["macOS"]
     assert ok and detail == "macOS 15.2; main needs 14.0: macosx_14_0_arm64 wheels, MPS from macOS 14.0"
-    assert "macOS" not in {i for i, _, _ in b.toolchain_checks("linux-cpu", None)}
+    assert "macOS" not in {i for i, _, _ in preflight.toolchain_checks("linux-cpu", None)}
 
 
 # ------------------------------------------------------------------ Metal 3 / 4
@@ -352,20 +354,20 @@ def test_metal_capability_probes_as_cmake_does(tmp_path, pytorch_like):
     """`xcrun metal -std=metal3.1` then `-std=metal4.0` on cmake/Metal.cmake's probe shaders (argument
     lists); an Xcode without Metal 4 gives CAN_COMPILE_METAL_40 NO; the base decides which it probes."""
     old = _fake_xcrun(tmp_path, metal4=False)
-    cap = b.metal_capability(str(old))
+    cap = preflight.metal_capability(str(old))
     assert (cap["CAN_COMPILE_METAL"], cap["CAN_COMPILE_METAL_40"]) == ("YES", "NO")
     calls = (old / "args.log").read_text().splitlines()
     assert calls[0].startswith("metal -std=metal3.1 -c ") and calls[1].startswith("metal -std=metal4.0 -c ")
     assert calls[0].endswith("-o /dev/null")
     assert macos.metal_text(cap) == "Metal 3.1 YES, Metal 4.0 NO"
-    assert b.metal_capability(str(_fake_xcrun(tmp_path, metal4=True)))["CAN_COMPILE_METAL_40"] == "YES"
-    assert b.metal_capability(str(tmp_path / "nowhere"))["CAN_COMPILE_METAL"] == "NO"
-    assert b.metal_probes_of(pytorch_like["v2.6.0"]) == ("CAN_COMPILE_METAL",)
-    assert b.metal_probes_of(pytorch_like["main"]) == ("CAN_COMPILE_METAL", "CAN_COMPILE_METAL_40")
+    assert preflight.metal_capability(str(_fake_xcrun(tmp_path, metal4=True)))["CAN_COMPILE_METAL_40"] == "YES"
+    assert preflight.metal_capability(str(tmp_path / "nowhere"))["CAN_COMPILE_METAL"] == "NO"
+    assert preflight.metal_probes_of(pytorch_like["v2.6.0"]) == ("CAN_COMPILE_METAL",)
+    assert preflight.metal_probes_of(pytorch_like["main"]) == ("CAN_COMPILE_METAL", "CAN_COMPILE_METAL_40")
     src = tmp_path / "src"
     (src / "build").mkdir(parents=True)
     (src / "build" / "CMakeCache.txt").write_text("CAN_COMPILE_METAL:BOOL=YES\nCAN_COMPILE_METAL_40:BOOL=NO\n")
-    built = b.built_metal_capability(src, cap)  # what CMake decided wins over the probe
+    built = wheel_mod.built_metal_capability(src, cap)  # what CMake decided wins over the probe
     assert built == {
         "CAN_COMPILE_METAL": "YES",
         "CAN_COMPILE_METAL_40": "NO",
@@ -393,8 +395,8 @@ def test_a_pair_with_different_metal_capability_is_refused(tmp_path, monkeypatch
     _manifest(dist, "other", "stock", four, base_sha="b" * 40)  # another base: not its pair
     plan = types.SimpleNamespace(base_sha="a" * 40, platform="macos-arm64")
     with pytest.raises(BuildError, match="CAN_COMPILE_METAL_40: stock NO, patched YES"):
-        b.refuse_metal_pair(dist, plan, four)
-    b.refuse_metal_pair(dist, plan, three)
+        wheel_mod.refuse_metal_pair(dist, plan, four)
+    wheel_mod.refuse_metal_pair(dist, plan, three)
 
     manifests = {"stock": {"metal_capability": three}, "patched": {"metal_capability": four}}
     monkeypatch.setattr(runner, "ensure_interpreter", lambda build: (Path(f"/py/{build.name}"), True))

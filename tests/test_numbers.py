@@ -102,14 +102,14 @@ def no_run_writes(monkeypatch):
     """A command that got past parsing fails at its first step, before anything runs or is written:
     a run at its --out lock, the doctor, a build, a preview (the base code accepted these values and
     ran without deadlines, or grew memory without bound)."""
-    from harness import build, doctor
+    from harness import doctor, workflow
     from harness.commands import preview
 
     def refuse(*args, **kwargs):
         raise AssertionError(f"a command started with {args}")
 
     monkeypatch.setattr(rundir, "exclusive_lock", refuse)
-    for module, name in ((doctor, "run"), (build, "resolve_sources"), (preview, "write_html")):
+    for module, name in ((doctor, "run"), (workflow, "resolve_sources"), (preview, "write_html")):
         monkeypatch.setattr(module, name, refuse)
 
 

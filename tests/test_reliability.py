@@ -909,18 +909,21 @@ def test_a_worker_record_naming_no_possible_pid_is_stale(tmp_path, capsys, pid):
 @pytest.mark.parametrize("text", ["inf", "nan", "1e400", "-1", "1e10"])
 def test_build_free_gib_is_parsed_by_the_one_number_rule(tmp_path, monkeypatch, text):
     """N7: TORCH_PATCH_HARNESS_BUILD_FREE_GIB=inf: OverflowError in required_free_bytes (int(inf * GIB))."""
-    from harness import build as b
+    from harness.build import convention, platforms, preflight
     from harness.errors import UsageError
 
-    monkeypatch.setenv(b.FREE_GIB_ENV, text)
+    monkeypatch.setenv(convention.FREE_GIB_ENV, text)
     with pytest.raises(UsageError) as info:
-        b.required_free_bytes(tmp_path, "linux-cpu")
-    assert info.value.cause.startswith(f"${b.FREE_GIB_ENV} {text}: ")
-    assert info.value.remedy == f"give ${b.FREE_GIB_ENV} a number of GiB in [0, 1e+09]"
-    disk = {item: (ok, d) for item, ok, d in b.toolchain_checks("linux-cpu", tmp_path)}["disk"]
+        convention.required_free_bytes(tmp_path, "linux-cpu")
+    assert info.value.cause.startswith(f"${convention.FREE_GIB_ENV} {text}: ")
+    assert info.value.remedy == f"give ${convention.FREE_GIB_ENV} a number of GiB in [0, 1e+09]"
+    disk = {item: (ok, d) for item, ok, d in preflight.toolchain_checks("linux-cpu", tmp_path)}["disk"]
     assert disk == (False, f"error: {info.value.cause} -- {info.value.remedy}")  # doctor's row, no traceback
     # doctor without --source read no variable at all (re-check of the review): it counts there too
-    disk = {item: (ok, d) for item, ok, d in b.toolchain_checks("linux-cpu", None)}["disk"]
+    disk = {item: (ok, d) for item, ok, d in preflight.toolchain_checks("linux-cpu", None)}["disk"]
     assert disk == (False, f"error: {info.value.cause} -- {info.value.remedy}")
-    monkeypatch.setenv(b.FREE_GIB_ENV, "30")
-    assert b.required_free_bytes(tmp_path, "linux-cpu") == (30 * b.GIB, f"set by {b.FREE_GIB_ENV}")
+    monkeypatch.setenv(convention.FREE_GIB_ENV, "30")
+    assert convention.required_free_bytes(tmp_path, "linux-cpu") == (
+        30 * platforms.GIB,
+        f"set by {convention.FREE_GIB_ENV}",
+    )

@@ -9,7 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from harness import build as b
+from harness import workflow
+from harness.build import plan as plan_mod
+from harness.build import verify as verify_mod
+from harness.build import wheel as wheel_mod
 from harness.commands import build as build_command
 
 MARKER = "TINYEXT_PREFER_FAST_PATH"
@@ -33,8 +36,8 @@ def fake_wheel(dist: Path, version: str, library: bytes) -> Path:
 def test_patched_wheel_without_the_series_fails_when_the_series_declares_no_markers(tmp_path):
     """Without `env` in series.toml a wheel built from the stock tree was 'verified' as patched."""
     wheel = fake_wheel(tmp_path / "dist", "1.4.0+tiny.fast.path.0123abcd", b"\x7fELF stock code only")
-    with pytest.raises(b.VerifyError) as info:
-        b.verify_wheel(
+    with pytest.raises(verify_mod.VerifyError) as info:
+        verify_mod.verify_wheel(
             wheel,
             "1.4.0+tiny.fast.path.0123abcd",
             platform="linux-cpu",
@@ -47,18 +50,20 @@ def test_patched_wheel_without_the_series_fails_when_the_series_declares_no_mark
     )
 
 
-def _run_build(monkeypatch, tmp_path, wheel: Path, series: b.SeriesRef, kind: str = "patched") -> None:
+def _run_build(monkeypatch, tmp_path, wheel: Path, series: plan_mod.SeriesRef, kind: str = "patched") -> None:
     """run_build with the slow parts (checkout, compile) replaced: the 'build' yields ``wheel``."""
     plan = argparse.Namespace(
         version=wheel.name.split("-")[1], dist_dir=wheel.parent, series=series, platform="linux-cpu", kind=kind
     )
-    monkeypatch.setattr(b, "resolve_sources", lambda *a, **k: b.Sources(tmp_path, tmp_path, "0" * 40, series, "v1"))
-    monkeypatch.setattr(b, "preflight_source", lambda tree: None)
-    monkeypatch.setattr(b, "plan_build", lambda *a, **k: plan)
+    sources = workflow.Sources(tmp_path, tmp_path, "0" * 40, series, "v1")
+    monkeypatch.setattr(workflow, "resolve_context", lambda *a, **k: None)  # the series is the SeriesRef above
+    monkeypatch.setattr(workflow, "resolve_sources", lambda *a, **k: sources)
+    monkeypatch.setattr(workflow, "preflight_build", lambda plan: None)
+    monkeypatch.setattr(workflow, "plan_build", lambda *a, **k: plan)
     monkeypatch.setattr(
-        b,
+        workflow,
         "build_wheel",
-        lambda plan, force=False: b.BuildResult(
+        lambda plan, force=False: wheel_mod.BuildResult(
             wheel, wheel.with_name(wheel.name + ".build.json"), tmp_path / "log", False, 0.0, 0
         ),
     )
@@ -77,8 +82,8 @@ def test_rejected_wheel_and_manifest_are_moved_aside(tmp_path, monkeypatch):
     manifest.write_text("{}")
     patch = tmp_path / "0001.patch"
     patch.write_text("diff --git a/src/config.cpp b/src/config.cpp\n--- a/src/config.cpp\n+++ b/src/config.cpp\n")
-    series = b.SeriesRef("tiny-fast-path", (patch,), (MARKER,), ())
-    with pytest.raises(b.VerifyError) as info:
+    series = plan_mod.SeriesRef("tiny-fast-path", (patch,), (MARKER,), ())
+    with pytest.raises(verify_mod.VerifyError) as info:
         _run_build(monkeypatch, tmp_path, wheel, series)
     assert f"no compiled library contains the marker '{MARKER}'" in info.value.cause
     assert sorted(p.name for p in dist.iterdir()) == ["rejected"]  # nothing left under the label
@@ -92,8 +97,8 @@ def test_compiled_series_without_markers_is_refused_before_building(tmp_path, mo
     wheel = fake_wheel(dist, "1.4.0+tiny.fast.path.0123abcd", b"x")
     patch = tmp_path / "0001.patch"
     patch.write_text("diff --git a/src/config.cpp b/src/config.cpp\n--- a/src/config.cpp\n+++ b/src/config.cpp\n")
-    series = b.SeriesRef("tiny-fast-path", (patch,), (), ())
-    with pytest.raises(b.VerifyError) as info:
+    series = plan_mod.SeriesRef("tiny-fast-path", (patch,), (), ())
+    with pytest.raises(verify_mod.VerifyError) as info:
         _run_build(monkeypatch, tmp_path, wheel, series)
     assert info.value.cause == (
         "series tiny-fast-path changes compiled code (src/config.cpp) but declares no "

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from harness.series import Context, resolve_context
 from harness.upstream import DEFAULT_UPSTREAM
+from harness.workflow import Context, resolve_context
 
 
 def add_source_arguments(parser: argparse.ArgumentParser, *, series_required: bool = False) -> None:
@@ -27,5 +27,5 @@ def add_source_arguments(parser: argparse.ArgumentParser, *, series_required: bo
 
 
 def source_context(args: argparse.Namespace, *, need_series: bool = True) -> Context:
-    """The :class:`harness.series.Context` the source options name (:func:`harness.series.resolve_context`)."""
+    """The :class:`harness.workflow.Context` the source options name (:func:`harness.workflow.resolve_context`)."""
     return resolve_context(args.series, args.base, args.upstream, need_series=need_series)

@@ -7,16 +7,8 @@ import sys
 from pathlib import Path
 
 from harness.commands.common import add_source_arguments, source_context
-from harness.series import (
-    apply_series,
-    check_context,
-    checkout_context,
-    conflict_lines,
-    rebase_series,
-    refresh_context,
-    series_hash,
-    shown,
-)
+from harness.series import apply_series, conflict_lines, rebase_series, series_hash, shown
+from harness.workflow import check_context, checkout_context, refresh_context
 
 _CHECK_WORDS = {
     "ok": "applies",
