@@ -36,7 +36,9 @@ from harness import configs as cfg
 from harness.bench.workloads import DTYPES, OPS, probe_cell
 from harness.fsutil import atomic_write_json, atomic_write_text
 from harness.numbers import Bound, number
+from harness.options import STALL_TIMEOUT
 from harness.outdir import DOCTOR_WRITES, claim
+from harness.plan import TIMING as RUN_TIMING
 from harness.progress import note
 
 #: doctor.md's first line
@@ -134,9 +136,8 @@ def assumption_rows(
     the MPS conformance mode's settings, for CI), and their ``doctor.json`` part. Judged against the
     runner's full-run timing and stall timeout, the defaults of ``compare``."""
     from harness import assumptions as asm
-    from harness.runner import STALL_TIMEOUT, TIMING
 
-    timing = TIMING["full"]["cpu" if device == "cpu" else "gpu"]
+    timing = RUN_TIMING["full"]["cpu" if device == "cpu" else "gpu"]
     note("doctor: assumptions")
     measured = asm.measure(
         python, device, raw, stall_s=STALL_TIMEOUT["full"], timing=timing, emulate=emulate, keep=keep

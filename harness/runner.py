@@ -21,16 +21,14 @@ import copy
 import json
 import math
 import os
-import random
 import re
 import shutil
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -40,198 +38,25 @@ from harness import configs as cfg
 from harness import evidence as ev
 from harness import results as res
 from harness.bench import kernels
-from harness.bench.ops import key_hint
 from harness.bench.timer import first_layout, steady_start
-from harness.bench.workloads import DTYPES, ITEMSIZE, Cell, default_cells
 from harness.checks import consistency
 from harness.checks.accuracy import FAILED, status_of
 from harness.contrasts import rows as contrast_rows
 from harness.errors import HarnessError, ResultsError, UsageError
 from harness.fsutil import atomic_write_json, exclusive_lock, inside, open_write
-from harness.numbers import Bound, number
 from harness.outdir import MARKER, RESULTS_WRITES, claim, clear
+from harness.plan import Plan, RunRequest, build_manifest, plan, round_order
 from harness.policy import POLICY, CellClass, cell_costs, round_seconds
 from harness.policy import measured_seconds as _measured_seconds
 from harness.progress import note, task
 from harness.provenance import unsupported_reason
-from harness.venvs import ensure_interpreter, parse_inputs
+from harness.venvs import ensure_interpreter
 
 SOURCE_ROOT = str(Path(harness.__file__).resolve().parent.parent)
-
-#: Per-process timing. Short: precision comes from the number of fresh processes, not from long
-#: measurement inside few (the spread between processes is larger than inside one:
-#: docs/methodology.md), so each process measures each cell briefly and adaptive rounds add
-#: processes only for the cells whose CI is still wide. min_block_s: a GPU block of >= 5 ms makes
-#: the synchronize before and after it (6-12 µs on an H200) <= 0.25 %, the same on both sides of a
-#: comparison (docs/timing.md). Halving blocks and measure_s from 10 ms / 0.04 s cut a planned H200
-#: process from 16.4 to 10.6 s and bought 78 adaptive processes instead of 24: every kernel-bound
-#: cell of the default matrix reached ±1 % in 9 min (docs/methodology.md, item 7).
-#: min_samples: blocks per cell at least; 5 on cpu (3 with --quick), where one half-precision GEMM
-#: call can take 0.2 s and block-to-block noise is small next to the spread between processes, so
-#: the time buys more processes instead; 4 on a GPU, whose blocks of one layout agree within 0.4 %
-#: (median max/min over the H200 default matrix's kernel-bound cells, 5 ms blocks).
-#: On a GPU, after 10 ms of single warm-up calls, a cell that is not host-bound
-#: (:attr:`harness.bench.timer.Measurement.host_bound`) is timed at a duty cycle of 1/3 (the device
-#: rests twice each block's time after it: :meth:`harness.bench.timer.BlockTimer.measure`), so it runs
-#: at its unthrottled clock whatever the schedule put before it, on ``layouts`` placements of its
-#: inputs in device memory (:func:`harness.bench.worker.measure_layouts`); a host-bound cell gets
-#: ``host_bound_blocks`` blocks back to back (its spread between processes is host latency; more
-#: blocks in one process do not narrow it). On an H200 under sustained load the 700 W power limit
-#: moved cells by up to 10 % with the load before them (linear 2048³ TF32 53-56 µs; at a duty of 1/3,
-#: 48.9-49.0 µs after idle or after heavy load; benchmarks/power_state.py, docs/methodology.md).
-#: What is left of a transient is cut from the blocks (:func:`harness.bench.timer.steady_start`).
-#: The duty cycle and layouts are measured on an H200 only; on cpu neither.
-TIMING = {
-    "full": {
-        "cpu": {"warmup_s": 0.05, "measure_s": 0.2, "min_block_s": 2e-3, "min_samples": 5},
-        "gpu": {
-            "warmup_s": 0.01,
-            "measure_s": 0.02,
-            "min_samples": 4,
-            "min_block_s": 5e-3,
-            "layouts": 3,
-            "host_bound_blocks": 5,
-            "duty": 1 / 3,
-        },
-    },
-    "quick": {
-        "cpu": {"warmup_s": 0.02, "measure_s": 0.1, "min_block_s": 1e-3, "min_samples": 3},
-        "gpu": {
-            "warmup_s": 0.01,
-            "measure_s": 0.02,
-            "min_samples": 4,
-            "min_block_s": 5e-3,
-            "layouts": 2,
-            "host_bound_blocks": 5,
-            "duty": 1 / 3,
-        },
-    },
-}
-#: --target-ci defaults: CI half-width a cell is measured to (kernel-bound / launch-bound cells).
-#: Launch-bound cells (host latency; 37 % process-to-process spread on an H200 for GEMM 512³,
-#: docs/methodology.md) get a lower target so they never hold the whole run hostage.
-TARGET_CI = POLICY.kernel_bound.target
-TARGET_CI_LAUNCH_BOUND = POLICY.launch_bound.target
-#: --budget-s defaults: wall seconds of worker processes in all (planned rounds included); an
-#: adaptive round that would overrun it is not started. 540 s keeps the default cuda matrix under
-#: 10 minutes on an H200 with probes, consistency and report (docs/methodology.md); 360 s keeps the
-#: README's --quick cpu command under 10 minutes on 2 cores with the venvs created.
-BUDGET_S = {"full": 540.0, "quick": 360.0}
-#: planned rounds (fresh processes per build and config) before adaptive ones: the floor at which
-#: the exact test can give a verdict (harness.stats.min_processes)
-ROUNDS = 4
-#: planned rounds of a run without adaptive ones (``--target-ci 0``, and ``bench``, which has no CI to aim at)
-ROUNDS_FIXED = 6
-#: the allowed values of compare/bench's numeric options (parsed by harness.numbers.number on the
-#: command line and again in plan()): NaN, infinities and values outside are refused with the range.
-#: The upper ends are sanity bounds, not tuning: a day per worker, a week of budget, 1000 rounds,
-#: a seed that torch.manual_seed and numpy take alike, threads well beyond any host's cores.
-BOUNDS = {
-    "rounds": Bound(1, 1000, integer=True, unit="rounds"),
-    "timeout": Bound(0, 86400, low_open=True, unit="seconds"),
-    "stall_timeout": Bound(0, 86400, low_open=True, unit="seconds"),
-    "duty": Bound(0, 1, low_open=True),
-    "seed": Bound(0, 2**32 - 1, integer=True),
-    "threads": Bound(0, 4096, integer=True, unit="threads"),
-    "target_ci": Bound(0, 1, high_open=True),  # 0 turns adaptive rounds off
-    "target_ci_launch_bound": Bound(0, 1, low_open=True, high_open=True),
-    "budget_s": Bound(0, 7 * 86400, low_open=True, unit="seconds"),
-    "plant_k": Bound(0, 1, low_open=True, high_open=True),
-}
-
-
-def flag(name: str) -> str:
-    """The option of a :data:`BOUNDS` key (``stall_timeout`` -> ``--stall-timeout``)."""
-    return "--" + name.replace("_", "-")
-
-
-def bounded(name: str, value: float | int | None) -> float | int | None:
-    """:func:`harness.numbers.number` of a :data:`BOUNDS` option's value (None stays None: the default)."""
-    return None if value is None else number(value, flag(name), BOUNDS[name])
 
 
 def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
-
-
-#: dtypes of ``--quick`` on cpu when ``--dtypes`` is not given: float32, the one every CPU runs at
-#: full speed. Half precision depends on the ISA: mm 512³ took 1.2 ms in bfloat16 and 107 ms in float16
-#: on an x86 CPU with AVX512-BF16 (docs/examples/cpu-ab), and 220 ms in both against 3 ms in float32 on
-#: an AVX2-only one (docs/methodology.md); such cells took most of the README command's 10 minutes.
-QUICK_CPU_DTYPES = ("float32",)
-
-
-def plan_cells(
-    dtypes: Sequence[str] | None, cells: Sequence[str] | None, quick: bool, device: str | None = None
-) -> list[Cell]:
-    """The cells of this run: ``cells`` (keys op/MxNxK/dtype) when given, else the built-in set
-    (reduced with ``quick``) in ``dtypes`` (default :data:`~harness.bench.workloads.DTYPES`;
-    :data:`QUICK_CPU_DTYPES` for ``quick`` on ``device`` cpu).
-
-    Raises:
-        UsageError: an unknown dtype or a malformed cell key.
-    """
-    chosen = QUICK_CPU_DTYPES if quick and device == "cpu" else DTYPES
-    if dtypes is not None:
-        chosen = tuple(d for d in dtypes if d)
-        unknown = [d for d in chosen if d not in ITEMSIZE]
-        if unknown or not chosen:
-            raise UsageError(f"unknown dtype {', '.join(unknown) or '(empty)'}", f"choose from {', '.join(ITEMSIZE)}")
-    if cells:
-        out = []
-        for key in cells:
-            try:
-                out.append(Cell.from_key(key))
-            except (ValueError, TypeError) as exc:
-                raise UsageError(f"bad cell {key!r}: {exc}", cell_example(key)) from None
-        return out
-    return default_cells(chosen, quick=quick)
-
-
-def cell_example(key: str) -> str:
-    """How to write a cell key, for the op that ``key`` names (:func:`harness.bench.ops.key_hint`)."""
-    return key_hint(key.split("/")[0])
-
-
-#: variables --env may not set: the harness sets them for its own workers (harness.configs.env_name_problem)
-RESERVED_ENV = cfg.RESERVED_ENV
-
-
-def parse_extra_env(
-    items: list[str], device: str, configs: list[cfg.EnvConfig], profiles: tuple[cfg.EnvConfig, ...] | None = None
-) -> dict[str, str]:
-    """``--env KEY=VALUE`` items -> {KEY: VALUE}: variables set in every worker of every env config.
-
-    Raises:
-        UsageError: an item without ``=``, a key that is not a variable name (letters, digits, ``_``,
-            not starting with a digit), a key given twice, :data:`RESERVED_ENV`, or a key that an env
-            config of ``device`` sets (the configs own those: --env would relabel them).
-    """
-    extra: dict[str, str] = {}
-    profiles = profiles or cfg.PROFILES[device]
-    owned = set(cfg.variables(device, profiles))
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise UsageError(f"malformed --env {item!r}: no '='", "write --env KEY=VALUE, e.g. --env OMP_NUM_THREADS=4")
-        problem = cfg.env_name_problem(key)
-        if problem and key in RESERVED_ENV:
-            raise UsageError(f"--env {key}: {problem}", f"drop {key} from --env")
-        if problem:
-            raise UsageError(
-                f"malformed --env {item!r}: {problem}", "write --env KEY=VALUE, e.g. --env OMP_NUM_THREADS=4"
-            )
-        if key in extra:
-            raise UsageError(f"--env {key} is given twice ({extra[key]!r} and {value!r})", "give each variable once")
-        if key in owned:
-            setters = [c.name for c in configs if key in c.env] or [c.name for c in profiles if key in c.env]
-            raise UsageError(
-                f"--env {key} conflicts with the {device} env configs, which set it themselves "
-                f"({', '.join(setters)})",
-                f"drop {key} from --env and choose the configs that set it with --configs",
-            )
-        extra[key] = value
-    return extra
 
 
 def probe_build(
@@ -373,7 +198,6 @@ def last_step(path: Path) -> tuple[str, str] | None:
 
 
 #: seconds a worker may go without finishing a cell before it is stopped (--stall-timeout)
-STALL_TIMEOUT = {"full": 180.0, "quick": 60.0}
 
 
 def _wait(proc: subprocess.Popen, out_path: Path, timeout: float, stall: float) -> tuple[str, bool]:
@@ -692,42 +516,8 @@ def run_series_tests(
     return result
 
 
-#: what the report shows from a wheel's build manifest (harness.build writes ``<wheel>.build.json``)
-MANIFEST_KEYS = ("base_sha", "series", "environment", "compiler", "cmake", "duration_s", "compiled_units")
-MANIFEST_KEYS += ("metal_capability", "upstream_recipe", "release_differs")  # macOS builds (harness.macos)
-
-
-def build_manifest(build) -> dict | None:
-    """The build manifest beside a wheel input, when it describes this very wheel (same sha256):
-    base SHA, series name and hash, build environment, toolchain. None otherwise."""
-    if build.kind != "wheel":
-        return None
-    path = Path(build.value + ".build.json")
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError, RecursionError):
-        return None
-    inputs = data.get("inputs", {})
-    if data.get("wheel_sha256") != build.sha256:
-        return None
-    return {
-        **{k: data.get(k) for k in MANIFEST_KEYS},
-        "platform": inputs.get("platform"),
-        "build_type": inputs.get("build_type"),
-        "version": inputs.get("version"),
-        "manifest": path.name,
-    }
-
-
 #: adaptive sampling never runs more rounds than this in all
 MAX_ROUNDS = 64
-
-
-def round_order(seed: int, rnd: int, builds, configs) -> list[tuple[int, str, str]]:
-    """The (round, build, config) processes of one round, in that round's seeded shuffled order."""
-    pairs = [(b, c.name) for b in builds for c in configs]
-    random.Random(seed * 1000 + rnd).shuffle(pairs)
-    return [(rnd, b, c) for b, c in pairs]
 
 
 def unconverged_cells(
@@ -999,275 +789,6 @@ def _claimed(out: Path, command: str) -> Iterator[Path]:
     claim(out, "--out", RESULTS_WRITES, res.is_run)
     with exclusive_lock(out, command) as lock:
         yield lock
-
-
-# ------------------------------------------------------------------------------------- plan
-@dataclass(frozen=True)
-class RunRequest:
-    """What ``compare``/``bench`` were asked, as plain values (:mod:`harness.commands.run` builds it).
-
-    ``inputs``: role -> build (``{"stock": X, "patched": Y}`` or ``{"build": X}``; a wheel path, a
-    requirement or ``python:/path``). ``None`` means the default of :func:`plan`; ``worker_env`` holds the
-    ``KEY=VALUE`` items of ``--env``; ``target_ci`` None (or 0) turns adaptive rounds off.
-    """
-
-    inputs: Mapping[str, str]
-    device: str
-    out: Path
-    configs: str | None = None
-    dtypes: tuple[str, ...] | None = None
-    cells: tuple[str, ...] | None = None
-    quick: bool = False
-    rounds: int | None = None
-    timeout: float | None = None
-    stall_timeout: float | None = None
-    duty: float | None = None
-    seed: int = 0
-    keep_env: tuple[str, ...] = ()
-    worker_env: tuple[str, ...] = ()
-    threads: int | None = None
-    fresh: bool = False
-    retry_failed: bool = False
-    target_ci: float | None = None
-    target_ci_launch_bound: float | None = None
-    budget_s: float | None = None
-    plant_k: float | None = None
-    series: str | None = None
-    contrasts: tuple[str, ...] = ()
-    tests_source: Path | None = None
-    command: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class Plan:
-    """A validated run: the one owner of the run plan (:meth:`run_json` is ``results.json``'s ``run``).
-
-    Units: seconds (``timeout``, ``stall``, ``budget``); ``target`` / ``launch_target`` are CI
-    half-widths as fractions (None: adaptive rounds off). ``timing`` is :data:`TIMING`'s entry.
-    """
-
-    kind: str
-    builds: Mapping[str, object]
-    device: str
-    out: Path
-    configs: tuple[cfg.EnvConfig, ...]
-    cells: tuple[Cell, ...]
-    rounds: int
-    timeout: float
-    stall: float
-    seed: int
-    timing: Mapping[str, float]
-    threads: int
-    keep_env: tuple[str, ...]
-    extra_env: Mapping[str, str]
-    quick: bool = False
-    dtypes_given: bool = False
-    fresh: bool = False
-    retry_failed: bool = False
-    target: float | None = None
-    launch_target: float | None = None
-    budget: float = 0.0
-    plant_k: float | None = None
-    evidence: ev.Evidence = field(default_factory=ev.Evidence)
-    tests_source: Path | None = None
-    command: tuple[str, ...] = ()
-    extra: Mapping[str, object] = field(default_factory=dict)
-
-    def by_config(self) -> dict[str, cfg.EnvConfig]:
-        """config name -> :class:`harness.configs.EnvConfig`."""
-        return {c.name: c for c in self.configs}
-
-    def order(self, rounds: range | None = None) -> list[tuple[int, str, str]]:
-        """The (round, build, config) processes of ``rounds`` (default the planned ones), each round shuffled."""
-        return [
-            e for rnd in (rounds or range(self.rounds)) for e in round_order(self.seed, rnd, self.builds, self.configs)
-        ]
-
-    def run_json(self) -> dict:
-        """``results.json``'s ``run`` (docs/results-schema.md), before ``started``/``order`` are filled in."""
-        return {
-            "command": list(self.command),
-            "kind": self.kind,
-            "builds": list(self.builds),
-            "device": self.device,
-            "quick": self.quick,
-            "rounds": self.rounds,
-            "seed": self.seed,
-            "timeout_s": self.timeout,
-            "stall_timeout_s": self.stall,
-            "timing": dict(self.timing),
-            "threads": self.threads,
-            "keep_env": list(self.keep_env),
-            "extra_env": dict(self.extra_env),
-            "configs": [c.name for c in self.configs],
-            "plant_k": self.plant_k,
-            "cells": [c.key for c in self.cells],
-            "order": self.order(),
-            "started": _now(),
-            "finished": None,
-            **self.extra,
-        }
-
-
-def plan(request: RunRequest) -> Plan:
-    """Check ``request`` and fill in its defaults (nothing runs, nothing is written).
-
-    Raises:
-        UsageError: an unknown config, dtype or cell; a number that is NaN, infinite or outside its
-            :data:`BOUNDS` range (the range is in the message); a ``keep_env`` name that is not
-            cleared anyway; a malformed or conflicting ``worker_env`` item.
-        BuildInputError: a build input that is neither a wheel, a build folder with its role's wheel, a requirement
-            nor ``python:/path`` (:func:`harness.venvs.parse_inputs`).
-    """
-    builds = parse_inputs(request.inputs, request.series, series_hashes(request.series))
-    evidence = ev.for_run(
-        series_of_run(request.series, {n: build_manifest(b) for n, b in builds.items()}), list(request.contrasts)
-    )
-    profiles = evidence.profiles(request.device)
-    try:
-        configs = cfg.select(request.device, request.configs, profiles, evidence.default_configs(request.device))
-    except ValueError as exc:
-        raise UsageError(str(exc), "see python -m harness compare --help") from None
-    check_contrasts(request.contrasts, list(builds), [c.name for c in configs])
-    kind = "quick" if request.quick else "full"
-    target = bounded("target_ci", request.target_ci) or None  # 0: adaptive rounds off; bench has no CI to aim at
-    rounds = (
-        request.rounds
-        if request.rounds is not None
-        else (ROUNDS if request.quick or target is not None else ROUNDS_FIXED)
-    )
-    rounds = bounded("rounds", rounds)
-    timeout = bounded(
-        "timeout", request.timeout if request.timeout is not None else (300.0 if request.quick else 900.0)
-    )
-    stall = bounded(
-        "stall_timeout", request.stall_timeout if request.stall_timeout is not None else STALL_TIMEOUT[kind]
-    )
-    bounded("target_ci_launch_bound", request.target_ci_launch_bound)
-    bounded("plant_k", request.plant_k)
-    budget = bounded("budget_s", BUDGET_S[kind] if request.budget_s is None else request.budget_s)
-    timing = dict(TIMING[kind]["cpu" if request.device == "cpu" else "gpu"])
-    if bounded("duty", request.duty) is not None and request.device != "cpu":  # doctor's duty row picks it per device
-        timing["duty"] = request.duty
-    bounded("threads", request.threads)
-    bounded("seed", request.seed)
-    check_keep_env(request.keep_env)
-    return Plan(
-        kind="compare" if "stock" in builds else "bench",
-        builds=builds,
-        device=request.device,
-        out=request.out,
-        configs=tuple(configs),
-        cells=tuple(plan_cells(request.dtypes, request.cells, request.quick, request.device)),
-        rounds=rounds,
-        timeout=timeout,
-        stall=stall,
-        seed=request.seed,
-        timing=timing,
-        threads=request.threads if request.threads is not None else (1 if request.device == "cpu" else 0),
-        keep_env=tuple(request.keep_env),
-        extra_env=parse_extra_env(list(request.worker_env), request.device, configs, profiles),
-        quick=request.quick,
-        dtypes_given=request.dtypes is not None,
-        fresh=request.fresh,
-        retry_failed=request.retry_failed,
-        target=target,
-        launch_target=request.target_ci_launch_bound,
-        budget=budget,
-        plant_k=request.plant_k,
-        evidence=evidence,
-        tests_source=request.tests_source,
-        command=tuple(request.command),
-    )
-
-
-def series_hashes(series: str | None) -> set[str] | None:
-    """The series hashes of ``--series`` at each of its bases (:meth:`harness.series.Series.hash_of`): a patched
-    wheel ``compare`` takes from a build folder is of one of them (:func:`harness.venvs.wheel_in`); None without.
-
-    Raises:
-        SeriesError: ``series`` names no loadable series.
-    """
-    if not series:
-        return None
-    from harness.series import load_series  # series.toml loading has one owner
-
-    loaded = load_series(series)
-    return {loaded.hash_of(base) for base in loaded.bases}
-
-
-def series_of_run(series: str | None, manifests: Mapping[str, Mapping | None]):
-    """The patch series whose ``[evidence]`` drives a run: ``--series NAME``, else the one series the
-    builds' manifests name when it is found under ``patches/`` (a wheel built elsewhere may name a
-    series this checkout lacks: then None), else None.
-
-    Raises:
-        SeriesError: ``series`` names no loadable series.
-    """
-    named = {
-        m["series"]["name"]
-        for m in manifests.values()
-        if m and isinstance(m.get("series"), dict) and m["series"].get("name")
-    }
-    if not series and len(named) != 1:
-        return None  # (series.py needs GitPython, which a measuring machine need not have)
-    from harness.series import load_series  # series.toml loading has one owner
-
-    if series:
-        return load_series(series)
-    try:
-        return load_series(next(iter(named)))
-    except HarnessError:
-        return None
-
-
-def check_contrasts(texts: Sequence[str], builds: list[str], configs: list[str]) -> None:
-    """Refuse a ``--contrast`` whose side is not a (build, config) of this run or whose selection names
-    an op the harness does not know (a series' own contrasts may name configs of other devices: those
-    are reported as not measured instead).
-
-    Raises:
-        UsageError: names the contrast and the part that is not in the run.
-    """
-    from harness.bench.ops import REGISTRY
-
-    for text in texts:
-        contrast = ev.parse_contrast(text)
-        for side in (contrast.a, contrast.b):
-            if side.build not in builds or side.config not in configs:
-                raise UsageError(
-                    f"--contrast {text!r}: {side.label} is not a build/config of this run",
-                    f"builds: {', '.join(builds)}; configs: {', '.join(configs)} (see --configs)",
-                )
-        unknown = [op for op in contrast.ops if op not in REGISTRY]
-        if unknown:
-            raise UsageError(
-                f"--contrast {text!r}: unknown op {', '.join(unknown)}", f"choose from {', '.join(REGISTRY)}"
-            )
-
-
-def check_keep_env(keep: Sequence[str]) -> None:
-    """Refuse ``--keep-env`` names that reach the workers anyway (:data:`harness.configs.INHERITED`), that
-    are not variable names, or that the harness sets itself (:func:`harness.configs.env_name_problem`:
-    a kept ``PYTHONPATH`` was reported kept while the workers got the harness's own).
-
-    Raises:
-        UsageError: names the variables.
-    """
-    passed_anyway = [n for n in keep if n in cfg.INHERITED or n.startswith(cfg.INHERITED_PREFIXES)]
-    if passed_anyway:
-        raise UsageError(
-            f"--keep-env {', '.join(passed_anyway)}: every worker inherits it anyway (only "
-            "variables outside harness.configs.INHERITED are cleared)",
-            "drop it from --keep-env",
-        )
-    for name in keep:  # the --env rule: a name, and not one the harness sets itself (PYTHONPATH)
-        problem = cfg.env_name_problem(name)
-        if problem:
-            raise UsageError(
-                f"--keep-env {name}: {problem}",
-                "name variables the harness does not set itself, e.g. --keep-env NVIDIA_TF32_OVERRIDE",
-            )
 
 
 # ------------------------------------------------------------------------------- the out folder
