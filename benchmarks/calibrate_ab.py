@@ -32,7 +32,8 @@ from harness import results as res
 from harness import stats
 from harness.bench.workloads import Cell, planted
 from harness.configs import EnvConfig
-from harness.runner import adaptive_rounds, round_order
+from harness.plan import round_order
+from harness.runner import adaptive_rounds
 from harness.supervise import run_worker
 
 CUDA_CELLS = [

@@ -55,7 +55,7 @@ def child(device: str, cells: list[str], layouts: int, duty: float | None) -> di
     from harness.bench.timer import BlockTimer, layout_medians
     from harness.bench.worker import measure_layouts
     from harness.bench.workloads import Cell, make_inputs
-    from harness.runner import TIMING
+    from harness.plan import TIMING
 
     prof = devices.profile(device, torch)
     timer = BlockTimer(prof)

@@ -55,7 +55,7 @@ ROUTES = {
 }
 #: device -> the kernel-bound GEMM cell rows 1-3 and 5 time (cheap on the device: ms, not s)
 CELL = {"cpu": "mm/256x256x256/float32", "cuda": "mm/4096x4096x4096/float16", "mps": "mm/2048x2048x2048/float16"}
-#: device -> shortest timed block, seconds (the runner's: harness.runner.TIMING)
+#: device -> shortest timed block, seconds (the runner's: harness.plan.TIMING)
 MIN_BLOCK_S = {"cpu": 2e-3, "cuda": 5e-3, "mps": 5e-3}
 #: device -> seconds the stall row may spend on direct calls (the rest is scaled from a probe call)
 SLOWEST_BUDGET_S = {"cpu": 3.0, "cuda": 10.0, "mps": 10.0}
@@ -229,7 +229,7 @@ def judge_duty(m: Measured) -> Verdict:
 
 
 def cell_calls(timing: dict) -> int:
-    """Calls one cell makes in a worker under ``timing`` (harness.runner.TIMING), in units of one call:
+    """Calls one cell makes in a worker under ``timing`` (harness.plan.TIMING), in units of one call:
     warm-up, sizing and check (1 each, for a call longer than a block), ``min_samples`` blocks with their
     pre-roll and duty rest, and each further layout's 3 warm-up calls and
     :data:`harness.bench.worker.LAYOUT_BLOCKS` blocks."""
@@ -338,7 +338,7 @@ ASSUMPTIONS: list[Assumption] = [
     ),
     Assumption(
         "assumption: the slowest cell finishes well inside the stall timeout",
-        "harness/supervise.py STALL_TIMEOUT; v2.6.0's naive Metal GEMM (LinearAlgebra.metal, Debian blob 85b82e3a)",
+        "harness/options.py STALL_TIMEOUT; v2.6.0's naive Metal GEMM (LinearAlgebra.metal, Debian blob 85b82e3a)",
         (
             "no worker is stopped for a slow cell",
             "a worker would be stopped in that cell and its evidence lost: raise the stall timeout as said",

@@ -41,10 +41,11 @@ from harness.build.platforms import host_platform
 from harness.build.preflight import toolchain_checks
 from harness.fsutil import atomic_write_json, atomic_write_text
 from harness.numbers import Bound, number
+from harness.options import STALL_TIMEOUT
 from harness.outdir import DOCTOR_WRITES, claim
+from harness.plan import TIMING as RUN_TIMING
 from harness.progress import note
-from harness.runner import TIMING as RUN_TIMING
-from harness.supervise import STALL_TIMEOUT, read_jsonl, run_worker
+from harness.supervise import read_jsonl, run_worker
 from harness.venvs import ensure_interpreter, parse_input
 
 #: doctor.md's first line

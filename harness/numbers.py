@@ -2,7 +2,7 @@
 
 Every numeric option of every command (``--rounds``, ``--timeout``, ``--seed``, ``--jobs``, ...) goes
 through :func:`number`, as the argparse ``type`` built by :func:`option` and again where a library
-entry point receives a plain value (:func:`harness.runner.plan`, :func:`harness.doctor.run`), so the
+entry point receives a plain value (:func:`harness.plan.plan`, :func:`harness.doctor.run`), so the
 rule is the same wherever a number comes from: NaN and infinities are refused (``nan <= 0`` is false,
 so a bare ``<= 0`` check lets NaN through and turns a deadline off), and so is any value outside the
 option's :class:`Bound`, with the allowed range in the one-line message.

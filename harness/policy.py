@@ -42,6 +42,7 @@ from dataclasses import dataclass, field, replace
 from harness import results as res
 from harness import stats
 from harness.bench.timer import first_layout
+from harness.options import TARGET_CI, TARGET_CI_LAUNCH_BOUND
 
 
 class CellClass(str, enum.Enum):
@@ -65,8 +66,10 @@ class Rule:
 class Policy:
     """A :class:`Rule` per :class:`CellClass`, and the CI level of every verdict."""
 
-    kernel_bound: Rule = field(default_factory=lambda: Rule(0.02, stats.MIN_PROCESSES, 0.01))
-    launch_bound: Rule = field(default_factory=lambda: Rule(0.05, stats.MIN_PROCESSES_LAUNCH_BOUND, 0.05))
+    kernel_bound: Rule = field(default_factory=lambda: Rule(0.02, stats.MIN_PROCESSES, TARGET_CI))
+    launch_bound: Rule = field(
+        default_factory=lambda: Rule(0.05, stats.MIN_PROCESSES_LAUNCH_BOUND, TARGET_CI_LAUNCH_BOUND)
+    )
     confidence: float = 0.95
 
     def rule(self, cls: CellClass) -> Rule:

@@ -36,6 +36,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness import options
 from harness.configs import DEVICES
 from harness.errors import BuildInputError, ResultsError, SeriesError
 from harness.fsutil import atomic_write_text
@@ -303,11 +304,9 @@ def compare_args(series: Series, stock: str, patched: str, out: Path, tests_sour
     """The arguments of ``compare`` (after ``nox -s compare --``) that make the series' evidence from its two
     builds (wheel paths or the build folder, :func:`build_folder`) into ``out``; ``--tests-source`` when the
     series declares ``[[evidence.test]]``."""
-    args = ["--series", series.name, "--stock", stock, "--patched", patched]
-    args += ["--device", series_device(series), "--out", str(out)]
-    if series.evidence.get("test") and tests_source is not None:
-        args += ["--tests-source", str(tests_source)]
-    return args
+    tests = tests_source if series.evidence.get("test") else None
+    given = [("series", series.name), ("stock", stock), ("patched", patched), ("device", series_device(series))]
+    return options.to_argv([*given, ("out", out), ("tests_source", tests)])
 
 
 def next_steps(
@@ -334,7 +333,7 @@ def next_steps(
         wheels = built_wheels(dist, series, base, co_commit)
         missing = [kind for kind in ("stock", "patched") if kind not in wheels]
         stock = patched_in = build_folder(dist)  # compare picks this base's wheels there (harness.venvs.wheel_in)
-        hashes = {series.hash_of(b) for b in series.bases}  # what compare --series takes (runner.series_hashes)
+        hashes = {series.hash_of(b) for b in series.bases}  # what compare --series takes (plan.series_hashes)
         if (
             not missing
             and wheel_in(Path(dist), "patched", series=series.name, series_hashes=hashes) != wheels["patched"]

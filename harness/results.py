@@ -20,10 +20,12 @@ from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
 
+from harness import __version__, options
 from harness.bench import kernels
 from harness.bench.timer import Measurement
 from harness.errors import ResultsError
 from harness.fsutil import atomic_write_json
+from harness.options import Kept
 
 SCHEMA_VERSION = 1
 RESULTS = "results.json"
@@ -112,7 +114,7 @@ def _number(value) -> bool:
 MIN_SECONDS = 1e-12
 
 
-#: no timed block lasts a day (a whole run's default budget is minutes: harness.runner.BUDGET_S); a larger
+#: no timed block lasts a day (a whole run's default budget is minutes: harness.options.BUDGET_S); a larger
 #: time is a damaged or forged number, and one near the float maximum overflows the statistics
 MAX_SECONDS = 86400.0
 
@@ -147,23 +149,20 @@ def verdict_problem(record, at: str, error_key: str = "rel_error") -> str | None
     return None
 
 
-#: keys of ``run`` and their types (docs/results-schema.md); optional ones may be absent
-RUN_KEYS = {
-    "command": (list, True),
-    "kind": (str, True),
-    "builds": (list, True),
-    "device": (str, True),
-    "rounds": (int, True),
-    "seed": (int, True),
-    "timing": (dict, True),
-    "configs": (list, True),
-    "cells": (list, True),
-    "started": (str, True),
-    "order": (list, False),
-    "keep_env": (list, False),
-    "extra_env": (dict, False),
-    "adaptive": (dict, False),
-}
+#: keys of ``run`` the plan makes itself: types, whether every results.json has them, whether they are part
+#: of the resume key (an option's own key is declared with the option: harness.options.OPTIONS)
+PLAN_KEYS = (
+    Kept("command", (list,), required=True),
+    Kept("kind", (str,), required=True, resume=True),
+    Kept("builds", (list,), required=True, resume=True),
+    Kept("timing", (dict,), required=True, resume=True),
+    Kept("cells", (list,), required=True, resume=True),
+    Kept("started", (str,), required=True),
+    Kept("order", (list,)),
+    Kept("adaptive", (dict,)),
+)
+#: keys of ``run`` and their JSON types, and whether every results.json has them (docs/results-schema.md)
+RUN_KEYS = {k.key: (k.types, k.required) for k in (*PLAN_KEYS, *options.kept_keys())}
 #: keys of ``builds.<name>.provenance`` the report reads, and their types (None allowed where noted)
 PROVENANCE_KEYS = {
     "torch_version": (str,),
@@ -191,12 +190,12 @@ def _type_problem(at: str, value, kinds: tuple[type, ...]) -> str | None:
 def run_problem(data: dict) -> str | None:
     """What is wrong with ``run`` and ``builds`` (required keys, types, device, timing, provenance), or None."""
     run = data["run"]
-    for key, (kind, required) in RUN_KEYS.items():
+    for key, (kinds, required) in RUN_KEYS.items():
         if key not in run:
             if required:
                 return f"run.{key} is missing"
             continue
-        found = _type_problem(f"run.{key}", run[key], (kind,))
+        found = _type_problem(f"run.{key}", run[key], kinds)
         if found:
             return found
     if run["device"] not in DEVICES:
@@ -456,13 +455,11 @@ def _observation_problem(at: str, seen, device: str | None) -> str | None:
 
 
 def new_document(run: dict, builds: dict, configs: dict) -> dict:
-    """A results document with no process yet: ``run`` (the plan, :meth:`harness.runner.Plan.run_json`),
+    """A results document with no process yet: ``run`` (the plan, :meth:`harness.plan.Plan.run_json`),
     ``builds`` (role -> input, interpreter, provenance, build manifest) and ``configs`` (name -> env config)."""
-    import harness
-
     return {
         "schema_version": SCHEMA_VERSION,
-        "harness_version": harness.__version__,
+        "harness_version": __version__,
         "run": run,
         "builds": builds,
         "configs": configs,
@@ -470,37 +467,29 @@ def new_document(run: dict, builds: dict, configs: dict) -> dict:
     }
 
 
-#: what must be equal for finished processes of an earlier run to be reused (rounds may grow)
-RESUME_KEYS = (
-    "kind",
-    "builds",
-    "inputs",
-    "torch",
-    "device",
-    "configs",
-    "cells",
-    "seed",
-    "timing",
-    "threads",
-    "keep_env",
-    "extra_env",
-    "plant_k",
-)
+#: what must be equal for finished processes of an earlier run to be reused (rounds may grow): the resume
+#: keys of ``run`` (:data:`PLAN_KEYS`, harness.options.OPTIONS), each build's input and its torch
+RESUME_KEYS = (*(k.key for k in (*PLAN_KEYS, *options.kept_keys()) if k.resume), "inputs", "torch")
 
 
 def resume_plan(data: dict) -> dict:
     """The part of a document's plan that finished processes depend on (:data:`RESUME_KEYS`), as
     ``raw/plan.json`` keeps it: the run's values plus each build's input and torch version/commit.
-    ``extra_env`` is None when empty and ``plant_k`` absent when unset (plans written before they
-    existed match)."""
+    A key added after plans were first written enters unset as its :attr:`harness.options.Kept.unset`
+    says (``extra_env`` None when empty, ``plant_k`` absent when unset), so plans written before it match."""
     run, builds = data["run"], data["builds"]
+    key = {k: run[k] for k in RESUME_KEYS if k in run}
+    for kept in options.kept_keys():
+        if kept.resume and kept.unset == "omit" and not key.get(kept.key):
+            key.pop(kept.key, None)
+        elif kept.resume and kept.unset == "null":
+            key[kept.key] = run.get(kept.key) or None
     return {
-        **{k: run[k] for k in RESUME_KEYS if k in run and (k != "plant_k" or run[k])},
+        **key,
         "inputs": {b: builds[b]["input"] for b in run["builds"]},
         "torch": {
             b: [builds[b]["provenance"]["torch_version"], builds[b]["provenance"]["git_version"]] for b in run["builds"]
         },
-        "extra_env": run.get("extra_env") or None,
     }
 
 

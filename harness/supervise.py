@@ -172,10 +172,6 @@ def last_step(path: Path) -> tuple[str, str] | None:
     return last if last and last[0] not in finished else None
 
 
-#: seconds a worker may go without finishing a cell before it is stopped (--stall-timeout)
-STALL_TIMEOUT = {"full": 180.0, "quick": 60.0}
-
-
 def _wait(proc: subprocess.Popen, out_path: Path, timeout: float, stall: float) -> tuple[str, bool]:
     """Wait for a worker; stop it (SIGKILL) after ``timeout`` seconds in all, or after ``stall``
     seconds in which its jsonl gained no ``cell`` record (counted from its ``start`` record, so

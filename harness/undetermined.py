@@ -40,6 +40,7 @@ import math
 import statistics
 from dataclasses import dataclass
 
+from harness import options
 from harness.contrasts import ContrastResult, ContrastRow
 from harness.policy import POLICY, CellClass, Policy, cell_costs, measured_seconds
 
@@ -209,7 +210,7 @@ def _fixed(data: dict, found: list[Need]) -> Resume:
     seconds = None if fallback is None else extra * sum(walls.get(side, fallback) for side in sides)
     given = [f.n + extra for f in found]
     beyond = [f for f, g in zip(found, given, strict=True) if f.processes is None or f.processes > g]
-    argv = _replace(list(run["command"]), "--rounds", str(done + extra))
+    argv = options.with_value(run["command"], "rounds", done + extra)
     return Resume(argv, False, MAX_PROCESSES, given, extra, extra * len(sides), seconds, beyond, done + extra)
 
 
@@ -270,11 +271,11 @@ def _adaptive(data: dict, results: list[ContrastResult], found: list[Need], poli
                 seconds += startup + sum(overhead + measured.get((build, config, k), 0.0) for k in pending)
     known = bool(startup or overhead)
     argv = list(run["command"])
-    for option, cls in (("--target-ci", CellClass.KERNEL_BOUND), ("--target-ci-launch-bound", CellClass.LAUNCH_BOUND)):
+    for name, cls in (("target_ci", CellClass.KERNEL_BOUND), ("target_ci_launch_bound", CellClass.LAUNCH_BOUND)):
         if any(f.row.cls == cls for f in open_):
-            argv = _replace(argv, option, f"{targets[cls]:g}")
+            argv = options.with_value(argv, name, targets[cls])
     if known:
-        argv = _replace(argv, "--budget-s", f"{max(60, math.ceil(seconds * 1.2 / 10) * 10)}")
+        argv = options.with_value(argv, "budget_s", max(60, math.ceil(seconds * 1.2 / 10) * 10))
     until = done + rounds
     return Resume(argv, True, MAX_ROUNDS, given, rounds, processes, seconds if known else None, beyond, until)
 
@@ -284,19 +285,3 @@ def resume(data: dict, results: list[ContrastResult], found: list[Need], policy:
     if data["run"].get("adaptive"):
         return _adaptive(data, results, found, policy)
     return _fixed(data, found)
-
-
-def _replace(argv: list[str], option: str, value: str) -> list[str]:
-    """``argv`` with ``option value`` set (replacing ``option value`` or ``option=value``)."""
-    out, skip = [], False
-    for arg in argv:
-        if skip:
-            skip = False
-            continue
-        if arg == option:
-            skip = True
-            continue
-        if arg.startswith(option + "="):
-            continue
-        out.append(arg)
-    return out + [option, value]

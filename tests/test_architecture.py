@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from harness import runner
+from harness import options, runner
+from harness import plan as planning
 from harness.build import platforms
 from harness.configs import EnvConfig
 from harness.errors import UsageError
@@ -161,11 +162,7 @@ INNER_IMPORTS = {
     ("harness.preview", "render_html"): "cmarkgfm: optional (the preview extra)",
     ("harness.progress", "task"): "rich: its progress bar only on a terminal",
     ("harness.runner", "execute"): "report imports matplotlib (plots): compare and bench start without it",
-    ("harness.results", "new_document"): _MOVING,
-    **{
-        ("harness.runner", f): _MOVING
-        for f in ("unconverged_cells", "adaptive_measure_seconds", "series_hashes", "series_of_run", "check_contrasts")
-    },
+    **{("harness.runner", f): _MOVING for f in ("unconverged_cells", "adaptive_measure_seconds")},
 }
 
 
@@ -272,29 +269,29 @@ def test_the_child_entry_points_load_only_the_in_interpreter_package():
 # ------------------------------------------------------------------ plan -> schedule -> record, in-process
 
 
-def _plan(tmp_path: Path, **kw) -> runner.Plan:
-    request = runner.RunRequest(
+def _plan(tmp_path: Path, **kw) -> planning.Plan:
+    request = planning.RunRequest(
         inputs={"stock": f"python:{sys.executable}", "patched": f"python:{sys.executable}"},
         device="cpu",
         out=tmp_path / "out",
         cells=("mm/8x8x8/float32", "mm/16x16x16/float32"),
         **kw,
     )
-    return runner.plan(request)
+    return planning.plan(request)
 
 
 def test_plan_fills_defaults_and_owns_the_run_record(tmp_path):
     plan = _plan(tmp_path, quick=True, worker_env=("OMP_NUM_THREADS=2",))
     assert (plan.kind, plan.rounds, plan.timeout, plan.threads) == ("compare", 4, 300.0, 1)
-    assert _plan(tmp_path).rounds == 6 and _plan(tmp_path, target_ci=0.01).rounds == runner.ROUNDS
-    assert plan.stall == runner.STALL_TIMEOUT["quick"] and plan.budget == runner.BUDGET_S["quick"]
+    assert _plan(tmp_path).rounds == 6 and _plan(tmp_path, target_ci=0.01).rounds == options.ROUNDS
+    assert plan.stall == options.STALL_TIMEOUT["quick"] and plan.budget == options.BUDGET_S["quick"]
     assert plan.extra_env == {"OMP_NUM_THREADS": "2"} and plan.target is None
     run = plan.run_json()
     assert run["cells"] == ["mm/8x8x8/float32", "mm/16x16x16/float32"] and run["configs"] == ["default", "no_vec"]
     assert sorted(run["order"]) == [
         (r, b_, c) for r in range(4) for b_ in ("patched", "stock") for c in ("default", "no_vec")
     ]
-    assert run["order"][:4] == runner.round_order(0, 0, ["stock", "patched"], plan.configs)
+    assert run["order"][:4] == planning.round_order(0, 0, ["stock", "patched"], plan.configs)
 
 
 @pytest.mark.parametrize(

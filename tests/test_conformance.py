@@ -563,8 +563,8 @@ def test_every_doctor_assumption_row_runs_its_mps_path_and_prints_a_verdict(monk
     from harness import assumptions as asm
     from harness.bench import assumptions as child
     from harness.bench.channel import Channel
-    from harness.runner import TIMING
-    from harness.supervise import STALL_TIMEOUT
+    from harness.options import STALL_TIMEOUT
+    from harness.plan import TIMING
 
     emulated = {"macos": [14, 0]}
     routes, most = {}, {}

@@ -4,7 +4,7 @@ The quickstart said `doctor` runs "five" MPS configs (it runs four), "6 rounds" 
 defaults were 4 rounds and 540 s), and gave a CI time the README contradicted. :data:`RULES` finds
 each such statement (a pattern whose one group is the number) and compares it with the code's value:
 argparse defaults of ``harness/commands/*.py`` (through :func:`harness.cli.build_parser`), the
-constants of ``harness/runner.py`` and ``harness/configs.PROFILES``; a CI time must equal README's
+constants of ``harness/options.py`` and ``harness/configs.PROFILES``; a CI time must equal README's
 measured one. Every rule must find at least one statement, so a reworded doc cannot silently escape
 its rule: reword the rule with it. The planted-number tests copy the docs, write a wrong number
 into one statement and show it caught.
@@ -36,18 +36,18 @@ def _default(command: str, option: str) -> float:
 
 def _code_values() -> dict[str, float]:
     """What the code says, by the keys :data:`RULES` use."""
-    from harness import configs, runner, supervise, upstream
+    from harness import configs, options, upstream
 
     return {
-        "rounds": runner.ROUNDS,
-        "rounds_fixed": runner.ROUNDS_FIXED,
-        "budget_s": runner.BUDGET_S["full"],
-        "budget_s_quick": runner.BUDGET_S["quick"],
+        "rounds": options.ROUNDS,
+        "rounds_fixed": options.ROUNDS_FIXED,
+        "budget_s": options.BUDGET_S["full"],
+        "budget_s_quick": options.BUDGET_S["quick"],
         "target_ci": _default("compare", "--target-ci"),
         "target_ci_pct": 100 * _default("compare", "--target-ci"),
         "target_ci_launch_bound_pct": 100 * _default("compare", "--target-ci-launch-bound"),
-        "stall_timeout_s": supervise.STALL_TIMEOUT["full"],
-        "stall_timeout_quick_s": supervise.STALL_TIMEOUT["quick"],
+        "stall_timeout_s": options.STALL_TIMEOUT["full"],
+        "stall_timeout_quick_s": options.STALL_TIMEOUT["quick"],
         "doctor_step_timeout_s": _default("doctor", "--step-timeout"),
         "doctor_mps_configs": len(configs.PROFILES["mps"]),
         "doctor_cuda_configs": len(configs.PROFILES["cuda"]),

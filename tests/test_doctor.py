@@ -90,7 +90,7 @@ def test_a_failed_cell_and_a_missing_timer_record_are_failed_rows():
 
 def _measured(routes=None, fresh=(1e-3,) * 4, device="mps", timing=None, stall_s=180.0):
     from harness import assumptions as asm
-    from harness.runner import TIMING
+    from harness.plan import TIMING
 
     routes = routes or {}
     labels = {c: asm.ROUTES[device][c] for c in asm.ROUTES[device]}
@@ -232,7 +232,7 @@ def test_a_device_that_clocks_down_while_it_rests_gets_duty_1_and_one_that_does_
 
 def test_a_slowest_cell_past_half_the_stall_timeout_says_which_cell_route_and_timeout():
     from harness import assumptions as asm
-    from harness.runner import TIMING
+    from harness.plan import TIMING
 
     assert asm.cell_calls(TIMING["full"]["gpu"]) == 49 and asm.cell_calls(TIMING["full"]["cpu"]) == 8
     slow = [{"key": "mm/4096x4096x4096/float32", "first_s": 5.0, "call_s": 2.0, "extrapolated": False}]
@@ -319,14 +319,15 @@ def test_nox_doctor_for_mps_off_macos_stops_in_one_line_before_installing(monkey
 
 
 def test_the_duty_doctor_picks_reaches_the_plan_through_compare_duty(tmp_path):
-    from harness import runner
+    from harness import plan as planning
+    from harness.errors import UsageError
 
     def plan(**kw):
         inputs = {"stock": f"python:{sys.executable}", "patched": f"python:{sys.executable}"}
-        return runner.plan(runner.RunRequest(inputs=inputs, out=tmp_path / "o", cells=("mm/8x8x8/float32",), **kw))
+        return planning.plan(planning.RunRequest(inputs=inputs, out=tmp_path / "o", cells=("mm/8x8x8/float32",), **kw))
 
     assert plan(device="cuda").timing["duty"] == pytest.approx(1 / 3)  # the H200's default
-    assert plan(device="cuda", duty=1.0).timing["duty"] == 1.0 and runner.TIMING["full"]["gpu"]["duty"] < 1
+    assert plan(device="cuda", duty=1.0).timing["duty"] == 1.0 and planning.TIMING["full"]["gpu"]["duty"] < 1
     assert "duty" not in plan(device="cpu", duty=1.0).timing  # cpu timing never rests
-    with pytest.raises(runner.UsageError, match="--duty 0.0: out of range"):
+    with pytest.raises(UsageError, match="--duty 0.0: out of range"):
         plan(device="cuda", duty=0.0)

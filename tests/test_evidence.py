@@ -426,7 +426,7 @@ def test_a_contrast_outside_the_run_is_a_one_line_error_before_anything_runs(tmp
     """A --contrast naming a config the run lacks, or an op the harness does not know, used to run
     to the end and show "not measured"; the user's own contrast is checked up front."""
     from harness.errors import UsageError
-    from harness.runner import RunRequest, plan
+    from harness.plan import RunRequest, plan
 
     def request(text: str) -> RunRequest:
         python = f"python:{sys.executable}"

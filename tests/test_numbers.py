@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_containment import tree_digest
 
-from harness import cli, rundir, runner
+from harness import cli, options, rundir
 from harness.errors import UsageError
 from harness.numbers import Bound, number
 
@@ -79,8 +79,8 @@ def test_every_numeric_option_goes_through_the_one_parser():
 def test_number_parses_and_refuses_with_the_range():
     seconds = Bound(0, 86400, low_open=True, unit="seconds")
     assert number("2.5", "--timeout", seconds) == 2.5 and number(86400, "--timeout", seconds) == 86400.0
-    assert number(" 7 ", "--rounds", runner.BOUNDS["rounds"]) == 7
-    assert number(8.0, "--rounds", runner.BOUNDS["rounds"]) == 8
+    assert number(" 7 ", "--rounds", options.BOUNDS["rounds"]) == 7
+    assert number(8.0, "--rounds", options.BOUNDS["rounds"]) == 8
     for value, problem in [
         ("nan", "not a finite number"),
         (float("inf"), "not a finite number"),
@@ -94,7 +94,7 @@ def test_number_parses_and_refuses_with_the_range():
         assert info.value.line().endswith(f": {problem} -- give --timeout a number of seconds in (0, 86400]")
     for value in ("1e3", "2.5", 2.5, "1" * 5000, "0x10"):
         with pytest.raises(UsageError, match="not an integer"):
-            number(value, "--rounds", runner.BOUNDS["rounds"])
+            number(value, "--rounds", options.BOUNDS["rounds"])
 
 
 @pytest.fixture

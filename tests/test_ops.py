@@ -8,7 +8,8 @@ import torch
 import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
-from harness import report, runner
+from harness import plan as planning
+from harness import report
 from harness.bench import ops
 from harness.bench.provenance import dtype_support, unsupported_reason
 from harness.bench.workloads import OPS, Cell, make_inputs, op_callable, probe_cell, reference
@@ -117,7 +118,7 @@ def test_an_op_missing_from_the_support_table_is_unsupported_not_assumed_to_run(
 
 def test_unknown_op_in_the_plan_is_a_usage_error_with_every_ops_layout():
     with pytest.raises(UsageError) as err:
-        runner.plan_cells(None, ["conv2d/1x2x3/float16"], quick=True)
+        planning.plan_cells(None, ["conv2d/1x2x3/float16"], quick=True)
     assert (
         err.value.cause
         == f"bad cell 'conv2d/1x2x3/float16': unknown op 'conv2d'; choose one of {', '.join(ops.REGISTRY)}"
@@ -125,7 +126,7 @@ def test_unknown_op_in_the_plan_is_a_usage_error_with_every_ops_layout():
     assert err.value.remedy.startswith("write cells as op/MxNxK/dtype, e.g. mm/512x512x512/float16 (op/layout: ")
     assert "bmm/BxMxNxK" in err.value.remedy and "sdpa_causal/BxHxLxD" in err.value.remedy
     with pytest.raises(UsageError) as err:
-        runner.plan_cells(None, ["bmm/8x64x64/float32"], quick=True)
+        planning.plan_cells(None, ["bmm/8x64x64/float32"], quick=True)
     assert err.value.remedy == (
         "write bmm cells as bmm/BxMxNxK/dtype (batch, rows of the output, columns of the "
         "output, inner dimension), e.g. bmm/8x512x512x512/float16"
@@ -136,11 +137,11 @@ def test_quick_on_cpu_measures_float32_unless_asked():
     def dtypes(cells):
         return sorted({c.dtype for c in cells})
 
-    cpu = runner.plan_cells(None, None, quick=True, device="cpu")
+    cpu = planning.plan_cells(None, None, quick=True, device="cpu")
     assert dtypes(cpu) == ["float32"] and len(cpu) == 8
-    assert dtypes(runner.plan_cells(None, None, quick=True, device="cuda")) == ["bfloat16", "float16", "float32"]
-    assert dtypes(runner.plan_cells(None, None, quick=False, device="cpu")) == ["bfloat16", "float16", "float32"]
-    asked = runner.plan_cells(["float16"], None, quick=True, device="cpu")
+    assert dtypes(planning.plan_cells(None, None, quick=True, device="cuda")) == ["bfloat16", "float16", "float32"]
+    assert dtypes(planning.plan_cells(None, None, quick=False, device="cpu")) == ["bfloat16", "float16", "float32"]
+    asked = planning.plan_cells(["float16"], None, quick=True, device="cpu")
     assert dtypes(asked) == ["float16"] and len(asked) == 8
 
 

@@ -12,7 +12,8 @@ import pytest
 from conftest import git
 from small_upstream import SERIES_NAME, make_series, make_upstream
 
-from harness import cli, runner
+from harness import cli
+from harness import plan as planning
 from harness.commands import run as run_command
 from harness.errors import SeriesError, UsageError
 from harness.pr import pr_block, pr_markdown
@@ -110,7 +111,7 @@ def test_pr_branch_carries_the_configured_identity(applied, project, identity, c
         )
         for kind, dist in dists
     }
-    planned = runner.plan(run_command.request(compare, {"stock": compare.stock, "patched": compare.patched}))
+    planned = planning.plan(run_command.request(compare, {"stock": compare.stock, "patched": compare.patched}))
     assert {role: build.value for role, build in planned.builds.items()} == {
         k: str(w.resolve()) for k, w in made.items()
     }
@@ -160,7 +161,7 @@ def test_pr_without_evidence_prints_a_compare_command_the_parser_accepts(applied
     parsed = cli.build_parser("compare").parse_args(args)  # raises UsageError on an option compare rejects
     assert (parsed.stock, parsed.patched) == ("dist/", "dist/")
     assert (parsed.series, parsed.device, parsed.out) == (SERIES_NAME, "cpu", Path("results") / f"{SERIES_NAME}-v1.4.0")
-    planned = runner.plan(run_command.request(parsed, {"stock": parsed.stock, "patched": parsed.patched}))
+    planned = planning.plan(run_command.request(parsed, {"stock": parsed.stock, "patched": parsed.patched}))
     assert (planned.builds["stock"].value, planned.builds["patched"].value) == (str(stock), str(patched))
     # the old bug: `--base` is not a compare option, and the parser says so
     with pytest.raises(UsageError, match="unrecognized arguments: --base"):

@@ -854,7 +854,7 @@ def test_keep_env_refuses_a_variable_the_harness_sets_itself():
     # hostile review of issue 27 (N8): --keep-env PYTHONPATH was reported "kept" while every worker got the
     # harness's own PYTHONPATH; it follows the --env rule now
     from harness.errors import UsageError
-    from harness.runner import check_keep_env
+    from harness.plan import check_keep_env
 
     with pytest.raises(UsageError, match="--keep-env PYTHONPATH: the harness sets PYTHONPATH for its workers"):
         check_keep_env(["PYTHONPATH"])

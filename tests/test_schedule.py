@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from harness.plan import TIMING
 from harness.policy import POLICY, CellClass, classify
 from harness.results import startup_seconds
 from harness.runner import (
     MAX_CELL_MEASURE_S,
-    TIMING,
     adaptive_measure_seconds,
     cell_costs,
     next_adaptive_cells,
