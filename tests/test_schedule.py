@@ -58,10 +58,11 @@ def test_launch_bound_cells_are_held_to_their_own_lower_target():
     assert unconverged_cells(data, 0.01, 0.10) == {"default": ["mm/512x512x512/float16"]}
 
 
-def test_a_cell_is_launch_bound_when_most_processes_say_so():
+def test_a_cell_is_launch_bound_when_more_than_a_third_of_its_processes_say_so():
     rec = lambda lb: {"measurement": _measured(1e-3, lb)}  # noqa: E731
     assert classify([rec(True), rec(True), rec(False)]) == CellClass.LAUNCH_BOUND
-    assert classify([rec(True), rec(False)]) == CellClass.KERNEL_BOUND
+    assert classify([rec(True), rec(False)]) == CellClass.LAUNCH_BOUND  # a half: the host set its time often
+    assert classify([rec(True), rec(False), rec(False)]) == CellClass.KERNEL_BOUND  # a third, not more
     assert classify([{"status": "failed"}]) == CellClass.KERNEL_BOUND
 
 
