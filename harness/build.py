@@ -1926,8 +1926,8 @@ class Sources:
 
 def series_ref(series, entry) -> SeriesRef:
     """:class:`harness.series.Series` + its ``Base`` entry -> :class:`SeriesRef` (patches of that base,
-    ``env`` as markers, ``files``)."""
-    return SeriesRef(series.name, tuple(series.patch_paths(entry)), tuple(series.env), tuple(entry.files or ()))
+    its markers, ``files``)."""
+    return SeriesRef(series.name, tuple(series.patch_paths(entry)), series.evidence.markers, tuple(entry.files or ()))
 
 
 def resolve_sources(

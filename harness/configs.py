@@ -103,8 +103,6 @@ RECORDED_PREFIXES = (
     "LD_LIBRARY_PATH",
     "DYLD_LIBRARY_PATH",
 )
-#: The variables a worker is cleared of, as named in messages: everything outside the allow-list.
-CLEARED_PREFIXES = RECORDED_PREFIXES
 
 DEVICES = ("mps", "cuda", "cpu")
 

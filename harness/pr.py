@@ -36,7 +36,6 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.configs import DEVICES
 from harness.errors import BuildInputError, ResultsError, SeriesError
 from harness.fsutil import atomic_write_text
 from harness.paths import slug
@@ -289,7 +288,7 @@ def built_wheels(dist: Path, series: Series, base: str, base_commit: str) -> dic
 
 def series_device(series: Series) -> str:
     """The device whose evidence the series declares (the first ``[evidence.<device>]``), else ``cpu``."""
-    return next((key for key in series.evidence if key in DEVICES), "cpu")
+    return next(iter(series.evidence.device), "cpu")
 
 
 def build_folder(dist: Path) -> str:
@@ -304,7 +303,7 @@ def compare_args(series: Series, stock: str, patched: str, out: Path, tests_sour
     series declares ``[[evidence.test]]``."""
     args = ["--series", series.name, "--stock", stock, "--patched", patched]
     args += ["--device", series_device(series), "--out", str(out)]
-    if series.evidence.get("test") and tests_source is not None:
+    if series.evidence.tests and tests_source is not None:
         args += ["--tests-source", str(tests_source)]
     return args
 

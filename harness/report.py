@@ -213,10 +213,6 @@ def _us(seconds: float | None) -> str:
     return "–" if seconds is None else f"{seconds * 1e6:,.1f}"
 
 
-def _tflops(cell: Cell, seconds: float | None) -> str:
-    return "–" if not seconds else f"{cell.flop / seconds / 1e12:.3g}"
-
-
 def _ratio_ci(ratio: float, low: float, high: float) -> str:
     """A patched/stock *time* ratio and its CI shown as a speedup (stock time / patched time, > 1:
     patched faster): ``1.018× [1.010, 1.025]``; the CI is omitted when it could not be computed."""

@@ -239,24 +239,24 @@ def probe_build(
     python: Path,
     device: str,
     keep: tuple[str, ...] = (),
-    names: tuple[str, ...] = (),
+    markers: tuple[str, ...] = (),
     with_collect_env: bool = False,
 ) -> dict:
     """Run :mod:`harness.provenance` in ``python``; raise when the device cannot produce evidence.
     ``name``: the build's name in messages (``stock``), or ``""`` for "the build" (doctor's one build);
-    ``keep``: inherited variables passed through (--keep-env), as in the workers; ``names``: variables
-    and series markers looked for in the build's libraries (default: the device's generic variables);
+    ``keep``: inherited variables passed through (--keep-env), as in the workers; ``markers``: the series'
+    markers (and its configs' variables), looked for in the build's libraries with the device's generic variables;
     ``with_collect_env``: add ``python -m torch.utils.collect_env`` (a few seconds).
 
     Raises:
         HarnessError: the interpreter has no torch, or the device is missing/unhealthy in this build.
     """
-    names = sorted(set(cfg.variables(device)) | set(names))
+    looked_for = sorted(set(cfg.variables(device)) | set(markers))
     env = cfg.worker_environment(cfg.EnvConfig("probe"), keep=keep)
     env["PYTHONPATH"] = SOURCE_ROOT
     who = f"build {name}" if name else "the build"  # doctor's one build has no name: not "build build"
     what = f"{who} probe ({python})"
-    cmd = [str(python), "-m", "harness.provenance", "--device", device, "--vars", ",".join(names)]
+    cmd = [str(python), "-m", "harness.provenance", "--device", device, "--markers", ",".join(looked_for)]
     proc = children.run(
         [*cmd, *(["--collect-env"] if with_collect_env else [])],
         what=what,
@@ -1309,12 +1309,12 @@ def probe_builds(plan: Plan) -> dict[str, dict]:
         UsageError: a dtype named in ``--dtypes`` that the device lacks for some op.
     """
     build_info, probed = {}, {}
-    names = tuple(cfg.variables(plan.device, plan.evidence.profiles(plan.device))) + plan.evidence.markers
+    markers = tuple(cfg.variables(plan.device, plan.evidence.profiles(plan.device))) + plan.evidence.markers
     for name, build in plan.builds.items():
         python, reused = ensure_interpreter(build)
         note(f"build {name}: {'reusing' if reused else 'created'} {python}")
         if str(python) not in probed:
-            probed[str(python)] = probe_build(name, python, plan.device, plan.keep_env, names, with_collect_env=True)
+            probed[str(python)] = probe_build(name, python, plan.device, plan.keep_env, markers, with_collect_env=True)
             if plan.extra_env:
                 check_starts(name, python, plan.keep_env, dict(plan.extra_env))
         info = copy.deepcopy(probed[str(python)])  # each build's record is its own

@@ -1,7 +1,9 @@
 """Patch series: ``patches/<series>/series.toml`` and the operations check / apply / refresh / rebase.
 
 The manifest (the project's shared series contract): top-level ``name``, ``title``,
-``upstream``, optional ``related``, ``env``, ``[evidence]``, and one or more ``[[base]]`` with
+``upstream``, optional ``related``, ``[evidence]`` (parsed once into :class:`harness.evidence.Evidence`:
+markers, configs, routing, contrasts, tests; ``env``, the top-level list of older manifests, is read as
+``[evidence] markers``), and one or more ``[[base]]`` with
 ``ref``, optional ``commit`` (pinned 40-hex SHA), ``dir`` (default: the ref), ordered ``patches``
 (``git format-patch`` files in ``patches/<series>/<dir>/``), optional ``files``, ``notes`` and
 ``[[base.read]]`` provenance (``path``, ``commit``, optional ``blob``: the file's git blob SHA when it was
@@ -49,7 +51,7 @@ from harness import progress
 from harness.checks.accuracy import ACCUMULATORS
 from harness.configs import DEVICES, ROUTES
 from harness.errors import HarnessError, SeriesError, UpstreamError
-from harness.evidence import EvidenceError, route_problem
+from harness.evidence import Evidence, EvidenceError, route_problem
 from harness.evidence import validate as validate_evidence
 from harness.fsutil import atomic_write_text, inside
 from harness.paths import slug
@@ -147,8 +149,8 @@ class Series:
     upstream: str
     bases: tuple[Base, ...]
     related: tuple[str, ...] = ()
-    env: tuple[str, ...] = ()
-    evidence: dict = field(default_factory=dict)
+    #: ``[evidence]``, parsed and validated (its ``markers`` also from an older manifest's top-level ``env``)
+    evidence: Evidence = field(default_factory=Evidence)
     #: ``[pr]``: ``why``, ``alternative`` and ``over_alternative``, the pull request's text (harness.pr)
     pr: dict = field(default_factory=dict)
 
@@ -432,14 +434,9 @@ def load_series(spec: str | Path) -> Series:
             f"{where}: key 'name' is {data['name']!r} but the folder is {folder.resolve().name!r}", "make them equal"
         )
     related = _strings(where, "related", data.get("related", []))
-    env = _strings(where, "env", data.get("env", []))
-    evidence = data.get("evidence", {})
     pr = data.get("pr", {})
     _check_keys(f"{where}: [pr]", pr, _PR_KEYS, (), "")
-    try:
-        checked = validate_evidence(evidence, env, data["name"])
-    except EvidenceError as exc:
-        raise SeriesError(f"{where}: {exc}", "fix that key (docs/new-series.md lists every [evidence] key)") from None
+    evidence = _load_evidence(where, data)
     if not data["base"] or not all(isinstance(b, dict) for b in data["base"]):
         raise SeriesError(f"{where}: key 'base' must be one or more [[base]] tables", "add a [[base]] table")
     _refuse_links(folder)
@@ -448,7 +445,7 @@ def load_series(spec: str | Path) -> Series:
         base = _load_base(where, folder, number, table)
         label = f"{where}: [[base]] #{number} (ref {base.ref!r})"
         for device, per_config in base.routes.items():
-            known = [c.name for c in checked.profiles(device)]
+            known = [c.name for c in evidence.profiles(device)]
             stray = [c for c in per_config if c not in known]
             if stray:
                 raise SeriesError(
@@ -464,7 +461,29 @@ def load_series(spec: str | Path) -> Series:
                 "give each [[base]] its own folder",
             )
         bases.append(base)
-    return Series(folder, data["name"], data["title"], data["upstream"], tuple(bases), related, env, evidence, pr)
+    return Series(folder, data["name"], data["title"], data["upstream"], tuple(bases), related, evidence, pr)
+
+
+def _load_evidence(where: str, data: dict) -> Evidence:
+    """``[evidence]`` of a manifest, parsed (:func:`harness.evidence.validate`); the top-level ``env`` of an
+    older manifest is read as ``[evidence] markers``, and where both are given they must agree.
+
+    Raises:
+        SeriesError: a malformed key, named; ``env`` and ``markers`` that name different markers.
+    """
+    env = _strings(where, "env", data.get("env", []))
+    table = data.get("evidence", {})
+    try:
+        evidence = validate_evidence(table, env, data["name"])
+    except EvidenceError as exc:
+        raise SeriesError(f"{where}: {exc}", "fix that key (docs/new-series.md lists every [evidence] key)") from None
+    if env and set(env) != set(evidence.markers):
+        raise SeriesError(
+            f"{where}: top-level key 'env' {list(env)} and [evidence] key 'markers' {list(evidence.markers)} "
+            "name different markers",
+            "declare the markers once, as [evidence] markers (env is their older name)",
+        )
+    return evidence
 
 
 # ------------------------------------------------------------------------------------- manifest edits
