@@ -453,13 +453,6 @@ def measure(
     return Measured(device, routes, fresh, labels, stall_s, timing, fresh_errors)
 
 
-def _fresh(answer: dict, times: list[float], errors: list[str]) -> None:
-    if "fresh_s" in answer:
-        times.append(answer["fresh_s"])
-    else:
-        errors.append(str(answer.get("error", "no fresh-process time in its answer")))
-
-
 def judge(m: Measured) -> list[tuple[Assumption, Verdict]]:
     """Every assumption's verdict on ``m``."""
     return [(a, a.judge(m)) for a in ASSUMPTIONS]

@@ -33,8 +33,6 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from harness.bench.recorded import RECORDED_PREFIXES
-
 #: The variables a worker inherits from the parent (plus ``LC_*`` and ``--keep-env`` names); every
 #: other one is cleared: the process's own (PATH, HOME, USER, LOGNAME, SHELL), the locale, the
 #: temporary folder, the dynamic loader's search path a torch build may need (LD_LIBRARY_PATH,
@@ -77,9 +75,6 @@ def env_name_problem(key: str) -> str | None:
         return f"the harness sets {key} for its workers"
     return None
 
-
-#: The variables a worker is cleared of, as named in messages: everything outside the allow-list.
-CLEARED_PREFIXES = RECORDED_PREFIXES
 
 DEVICES = ("mps", "cuda", "cpu")
 

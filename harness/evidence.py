@@ -3,7 +3,7 @@
 Everything that is a fact about one patch series lives in its ``series.toml`` (docs/new-series.md)::
 
     [evidence]
-    markers = ["MY_NEW_VARIABLE"]           # in the patched libraries, absent from stock (default: top-level env)
+    markers = ["MY_NEW_VARIABLE"]           # in the patched libraries, absent from stock (older name: top-level env)
     test_requirements = ["pytest<9", "expecttest", "hypothesis", "numpy"]  # pip-installed for [[evidence.test]]
 
     [evidence.mps]                          # one table per device
@@ -31,17 +31,23 @@ Everything that is a fact about one patch series lives in its ``series.toml`` (d
     fails_with = "AssertionError: Tensor-likes are not equal!"  # optional: how the expected failure's first line starts
 
 The same contrast on the command line: ``--contrast 'patched/all vs stock/vanilla : mm,addmm : equivalent'``
-(:func:`parse_contrast`). This module is pure data (no torch, no filesystem): :mod:`harness.series`
-calls :func:`validate` while loading a manifest, :mod:`harness.runner` builds an :class:`Evidence`
-and records :meth:`Evidence.to_json` in ``results.json``, and :mod:`harness.report` reads it back
-from there only.
+(:func:`parse_contrast`). This module is pure data (no torch, no filesystem). The ``[evidence]`` table is
+parsed once, by :func:`validate` while :func:`harness.series.load_series` loads the manifest, into the
+:class:`Evidence` a :class:`harness.series.Series` carries; every other shape derives from that object:
+:func:`for_run` adds a run's ``--contrast`` options and the series' bases, :meth:`Evidence.to_json` is what
+``results.json`` records under ``evidence``, and :meth:`Evidence.from_json` is how readers of a run get it
+back. The series' markers (the strings its patched libraries contain and stock's lack) are
+:attr:`Evidence.markers` everywhere: a build verifies its wheels against them, the provenance probe looks
+for them in each build's libraries (``python -m harness.bench.provenance --markers``; results.json records what it
+found under ``variables_in_libraries``) and the report shows them. A manifest declares them as
+``[evidence] markers``; the top-level ``env`` of older manifests is read as the same list.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from packaging.requirements import InvalidRequirement, Requirement
 
@@ -209,7 +215,7 @@ class Evidence:
 
     def accumulators(self, ref: str | None) -> dict[str, str]:
         """Kernel path -> accumulator on base ``ref`` (series.toml ``[base.accumulators]``) for every path
-        any base states; ``unknown`` (:data:`harness.checks.accuracy.UNKNOWN`) where that base does not
+        any base states; ``unknown`` (:data:`harness.bench.accuracy.UNKNOWN`) where that base does not
         state it (e.g. a base ``rebase`` added, not yet read) or, with no base told (None), where the
         series' bases disagree."""
         paths = {p for b in self.bases for p in b.get("accumulators", {})}
@@ -497,9 +503,9 @@ def _device_table(where: str, table: dict, device: str) -> dict:
     return table
 
 
-def validate(table: Mapping, env: tuple[str, ...] = (), series: str | None = None) -> Evidence:
-    """``[evidence]`` of a manifest -> :class:`Evidence` (``env``: the manifest's top-level ``env``,
-    the default markers).
+def validate(table: Mapping, markers: tuple[str, ...] = (), series: str | None = None) -> Evidence:
+    """``[evidence]`` of a manifest -> :class:`Evidence` (``markers``: the markers when the table names none,
+    e.g. an older manifest's top-level ``env``).
 
     Raises:
         EvidenceError: the first malformed key, named by its path (e.g. ``[[evidence.contrast]] #2 key 'claim'``).
@@ -509,14 +515,13 @@ def validate(table: Mapping, env: tuple[str, ...] = (), series: str | None = Non
     if unknown:
         raise EvidenceError(f"[evidence]: unknown key {unknown[0]!r} (keys: {', '.join(_TOP_KEYS)})")
     devices = {}
-    for device in cfg.DEVICES:
-        if device in table:
-            value = table[device]
-            if isinstance(value, list):  # the short form: device = [configs]
-                value = {"configs": value}
-            _type(f"[evidence.{device}]", value, dict)
-            devices[device] = _device_table(f"[evidence.{device}]", value, device)
-    markers = _strings("[evidence] key 'markers'", table["markers"]) if "markers" in table else tuple(env)
+    for device in (key for key in table if key in cfg.DEVICES):  # in the manifest's order
+        value = table[device]
+        if isinstance(value, list):  # the short form: device = [configs]
+            value = {"configs": value}
+        _type(f"[evidence.{device}]", value, dict)
+        devices[device] = _device_table(f"[evidence.{device}]", value, device)
+    markers = _strings("[evidence] key 'markers'", table["markers"]) if "markers" in table else tuple(markers)
     contrasts = tuple(
         contrast_from_table(t, f"[[evidence.contrast]] #{i}")
         if isinstance(t, dict)
@@ -586,38 +591,25 @@ def default_contrasts(builds: list[str], configs: list[str]) -> tuple[Contrast, 
     return tuple(Contrast(Side("patched", c), Side("stock", c)) for c in configs)
 
 
-def check_against_run(evidence: Evidence, builds: list[str], configs: list[str]) -> list[str]:
-    """Contrasts and tests that cannot be evaluated in a run of ``builds`` x ``configs``: one line each
-    (the report shows them; nothing is dropped silently)."""
-    out = []
-    for c in evidence.contrasts:
-        absent = [s.label for s in (c.a, c.b) if s.build not in builds or s.config not in configs]
-        if absent:
-            out.append(f"{c.label}: not measured in this run ({', '.join(absent)} not in the run; see --configs)")
-    return out
-
-
 def for_run(found, contrasts: list[str]) -> Evidence:
-    """The evidence of a ``compare``/``bench`` run: the ``[evidence]`` of ``found`` (a loaded
-    :class:`harness.series.Series`, or None for a run without a series) plus the ``--contrast`` texts.
+    """The evidence of a ``compare``/``bench`` run: the :class:`Evidence` of ``found`` (a loaded
+    :class:`harness.series.Series`, parsed when it loaded; None for a run without a series) plus the
+    ``--contrast`` texts and the series' bases (each with the series hash of its patches).
 
     Raises:
-        UsageError: a malformed ``--contrast``; EvidenceError: a malformed ``[evidence]``.
+        UsageError: a malformed ``--contrast``.
     """
-    base = validate(found.evidence, found.env, found.name) if found else Evidence()
     extra = tuple(parse_contrast(text) for text in contrasts)
-    bases = ()
-    if found:
-        bases = tuple(
-            {
-                "ref": b.ref,
-                "commit": b.commit,
-                "hash": found.hash_of(b),
-                "accumulators": _plain(b.accumulators),
-                "routes": _plain(b.routes),
-            }
-            for b in found.bases
-        )
-    return Evidence(
-        base.series, base.markers, base.device, base.contrasts + extra, base.tests, base.test_requirements, bases
+    if not found:
+        return Evidence(contrasts=extra)
+    bases = tuple(
+        {
+            "ref": b.ref,
+            "commit": b.commit,
+            "hash": found.hash_of(b),
+            "accumulators": _plain(b.accumulators),
+            "routes": _plain(b.routes),
+        }
+        for b in found.bases
     )
+    return replace(found.evidence, contrasts=found.evidence.contrasts + extra, bases=bases)

@@ -37,7 +37,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness import options
-from harness.configs import DEVICES
 from harness.errors import BuildInputError, ResultsError, SeriesError
 from harness.fsutil import atomic_write_text
 from harness.paths import slug
@@ -291,7 +290,7 @@ def built_wheels(dist: Path, series: Series, base: str, base_commit: str) -> dic
 
 def series_device(series: Series) -> str:
     """The device whose evidence the series declares (the first ``[evidence.<device>]``), else ``cpu``."""
-    return next((key for key in series.evidence if key in DEVICES), "cpu")
+    return next(iter(series.evidence.device), "cpu")
 
 
 def build_folder(dist: Path) -> str:
@@ -304,7 +303,7 @@ def compare_args(series: Series, stock: str, patched: str, out: Path, tests_sour
     """The arguments of ``compare`` (after ``nox -s compare --``) that make the series' evidence from its two
     builds (wheel paths or the build folder, :func:`build_folder`) into ``out``; ``--tests-source`` when the
     series declares ``[[evidence.test]]``."""
-    tests = tests_source if series.evidence.get("test") else None
+    tests = tests_source if series.evidence.tests else None
     given = [("series", series.name), ("stock", stock), ("patched", patched), ("device", series_device(series))]
     return options.to_argv([*given, ("out", out), ("tests_source", tests)])
 

@@ -213,10 +213,6 @@ def _us(seconds: float | None) -> str:
     return "–" if seconds is None else f"{seconds * 1e6:,.1f}"
 
 
-def _tflops(cell: Cell, seconds: float | None) -> str:
-    return "–" if not seconds else f"{cell.flop / seconds / 1e12:.3g}"
-
-
 def _ratio_ci(ratio: float, low: float, high: float) -> str:
     """A patched/stock *time* ratio and its CI shown as a speedup (stock time / patched time, > 1:
     patched faster): ``1.018× [1.010, 1.025]``; the CI is omitted when it could not be computed."""
@@ -364,7 +360,7 @@ def _cell_words(key: str) -> str:
 
 
 def check_notes(data: dict) -> list[str]:
-    """First-screen lines about the checks themselves (harness.checks.accuracy): checks whose bound is too
+    """First-screen lines about the checks themselves (harness.bench.accuracy): checks whose bound is too
     loose to fail on a plainly wrong output (**check uninformative**, with bound and error), the routed
     kernel's errors over the default path's bound (**finding**), builds whose base could not be told,
     and uninformative consistency pairs."""
@@ -477,7 +473,7 @@ def _notes(records: list[dict]) -> list[str]:
 
 
 def _consistency(section: dict | None, builds: list[str]) -> list[str]:
-    """The cross-config consistency section (harness.checks.consistency)."""
+    """The cross-config consistency section (harness.bench.consistency)."""
     if not section:
         return []
     if not section.get("pair"):

@@ -130,8 +130,8 @@ def _seconds(value) -> bool:
 def verdict_problem(record, at: str, error_key: str = "rel_error") -> str | None:
     """What is wrong with an accuracy verdict ``{<error_key>, bound, passed, ...}`` at JSON path ``at``, or None:
     ``bound`` a finite number > 0; ``passed`` a boolean, and true only with a finite error within the bound;
-    the error (:func:`harness.checks.accuracy.check`'s ``rel_error``) None (no error could be computed) or a
-    number >= 0, infinite when the reference was all zero. For ``rel_diff`` (:mod:`harness.checks.consistency`)
+    the error (:func:`harness.bench.accuracy.check`'s ``rel_error``) None (no error could be computed) or a
+    number >= 0, infinite when the reference was all zero. For ``rel_diff`` (:mod:`harness.bench.consistency`)
     the error may also be NaN (an output held NaN; then ``passed`` is false). Other keys are not
     looked at."""
     if not isinstance(record, dict):
@@ -298,7 +298,7 @@ def cells_problem(cells, where: str) -> str | None:
     return None
 
 
-#: a check record's statuses (harness.checks.accuracy): within an informative bound, failed, or within a
+#: a check record's statuses (harness.bench.accuracy): within an informative bound, failed, or within a
 #: bound too loose to fail on a plainly wrong output
 CHECK_STATUSES = ("passed", "failed", "uninformative")
 

@@ -200,13 +200,13 @@ def probe_builds(plan: Plan) -> dict[str, dict]:
         UsageError: a dtype named in ``--dtypes`` that the device lacks for some op.
     """
     build_info, probed = {}, {}
-    names = tuple(cfg.variables(plan.device, plan.evidence.profiles(plan.device))) + plan.evidence.markers
+    markers = tuple(cfg.variables(plan.device, plan.evidence.profiles(plan.device))) + plan.evidence.markers
     for name, build in plan.builds.items():
         python, reused = ensure_interpreter(build)
         note(f"build {name}: {'reusing' if reused else 'created'} {python}")
         if str(python) not in probed:
             probed[str(python)] = supervise.probe_build(
-                name, python, plan.device, plan.keep_env, names, with_collect_env=True
+                name, python, plan.device, plan.keep_env, markers, with_collect_env=True
             )
             if plan.extra_env:
                 check_starts(name, python, plan.keep_env, dict(plan.extra_env))

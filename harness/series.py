@@ -1,7 +1,9 @@
 """Patch series: ``patches/<series>/series.toml`` and the operations check / apply / refresh / rebase.
 
 The manifest (the project's shared series contract): top-level ``name``, ``title``,
-``upstream``, optional ``related``, ``env``, ``[evidence]``, and one or more ``[[base]]`` with
+``upstream``, optional ``related``, ``[evidence]`` (parsed once into :class:`harness.evidence.Evidence`:
+markers, configs, routing, contrasts, tests; ``env``, the top-level list of older manifests, is read as
+``[evidence] markers``), and one or more ``[[base]]`` with
 ``ref``, optional ``commit`` (pinned 40-hex SHA), ``dir`` (default: the ref), ordered ``patches``
 (``git format-patch`` files in ``patches/<series>/<dir>/``), optional ``files``, ``notes`` and
 ``[[base.read]]`` provenance (``path``, ``commit``, optional ``blob``: the file's git blob SHA when it was
@@ -49,7 +51,7 @@ from harness import progress
 from harness.bench.accuracy import ACCUMULATORS
 from harness.configs import DEVICES, ROUTES
 from harness.errors import HarnessError, SeriesError
-from harness.evidence import EvidenceError, route_problem
+from harness.evidence import Evidence, EvidenceError, route_problem
 from harness.evidence import validate as validate_evidence
 from harness.fsutil import atomic_write_text, inside
 from harness.paths import slug
@@ -122,7 +124,7 @@ class Base:
     files: tuple[str, ...] | None = None
     notes: str = ""
     read: tuple[dict, ...] = ()
-    #: kernel path -> ``{"accumulator": "float32" | "input", "source": citation}`` (harness.checks.accuracy)
+    #: kernel path -> ``{"accumulator": "float32" | "input", "source": citation}`` (harness.bench.accuracy)
     accumulators: dict = field(default_factory=dict)
     #: device -> config -> op -> kernel path on this base's upstream code (``[base.routes.<device>]``)
     routes: dict = field(default_factory=dict)
@@ -138,8 +140,8 @@ class Series:
     upstream: str
     bases: tuple[Base, ...]
     related: tuple[str, ...] = ()
-    env: tuple[str, ...] = ()
-    evidence: dict = field(default_factory=dict)
+    #: ``[evidence]``, parsed and validated (its ``markers`` also from an older manifest's top-level ``env``)
+    evidence: Evidence = field(default_factory=Evidence)
     #: ``[pr]``: ``why``, ``alternative`` and ``over_alternative``, the pull request's text (harness.pr)
     pr: dict = field(default_factory=dict)
 
@@ -331,7 +333,7 @@ def _load_base(where: str, folder: Path, number: int, table: dict) -> Base:
 def _accumulators(label: str, accumulators: dict) -> dict:
     """A base's ``[base.accumulators.<path>]`` tables, checked: ``path`` a routed kernel path
     (:data:`harness.configs.ROUTES` but ``default``: a misspelt one would be ignored), ``accumulator``
-    one of :data:`harness.checks.accuracy.ACCUMULATORS` and a ``source``.
+    one of :data:`harness.bench.accuracy.ACCUMULATORS` and a ``source``.
 
     Raises:
         SeriesError: the first bad table, named.
@@ -423,14 +425,9 @@ def load_series(spec: str | Path) -> Series:
             f"{where}: key 'name' is {data['name']!r} but the folder is {folder.resolve().name!r}", "make them equal"
         )
     related = _strings(where, "related", data.get("related", []))
-    env = _strings(where, "env", data.get("env", []))
-    evidence = data.get("evidence", {})
     pr = data.get("pr", {})
     _check_keys(f"{where}: [pr]", pr, _PR_KEYS, (), "")
-    try:
-        checked = validate_evidence(evidence, env, data["name"])
-    except EvidenceError as exc:
-        raise SeriesError(f"{where}: {exc}", "fix that key (docs/new-series.md lists every [evidence] key)") from None
+    evidence = _load_evidence(where, data)
     if not data["base"] or not all(isinstance(b, dict) for b in data["base"]):
         raise SeriesError(f"{where}: key 'base' must be one or more [[base]] tables", "add a [[base]] table")
     _refuse_links(folder)
@@ -439,7 +436,7 @@ def load_series(spec: str | Path) -> Series:
         base = _load_base(where, folder, number, table)
         label = f"{where}: [[base]] #{number} (ref {base.ref!r})"
         for device, per_config in base.routes.items():
-            known = [c.name for c in checked.profiles(device)]
+            known = [c.name for c in evidence.profiles(device)]
             stray = [c for c in per_config if c not in known]
             if stray:
                 raise SeriesError(
@@ -455,7 +452,29 @@ def load_series(spec: str | Path) -> Series:
                 "give each [[base]] its own folder",
             )
         bases.append(base)
-    return Series(folder, data["name"], data["title"], data["upstream"], tuple(bases), related, env, evidence, pr)
+    return Series(folder, data["name"], data["title"], data["upstream"], tuple(bases), related, evidence, pr)
+
+
+def _load_evidence(where: str, data: dict) -> Evidence:
+    """``[evidence]`` of a manifest, parsed (:func:`harness.evidence.validate`); the top-level ``env`` of an
+    older manifest is read as ``[evidence] markers``, and where both are given they must agree.
+
+    Raises:
+        SeriesError: a malformed key, named; ``env`` and ``markers`` that name different markers.
+    """
+    env = _strings(where, "env", data.get("env", []))
+    table = data.get("evidence", {})
+    try:
+        evidence = validate_evidence(table, env, data["name"])
+    except EvidenceError as exc:
+        raise SeriesError(f"{where}: {exc}", "fix that key (docs/new-series.md lists every [evidence] key)") from None
+    if env and set(env) != set(evidence.markers):
+        raise SeriesError(
+            f"{where}: top-level key 'env' {list(env)} and [evidence] key 'markers' {list(evidence.markers)} "
+            "name different markers",
+            "declare the markers once, as [evidence] markers (env is their older name)",
+        )
+    return evidence
 
 
 # ------------------------------------------------------------------------------------- manifest edits

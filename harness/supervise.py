@@ -39,24 +39,24 @@ def probe_build(
     python: Path,
     device: str,
     keep: tuple[str, ...] = (),
-    names: tuple[str, ...] = (),
+    markers: tuple[str, ...] = (),
     with_collect_env: bool = False,
 ) -> dict:
     """Run :mod:`harness.bench.provenance` in ``python``; raise when the device cannot produce evidence.
     ``name``: the build's name in messages (``stock``), or ``""`` for "the build" (doctor's one build);
-    ``keep``: inherited variables passed through (--keep-env), as in the workers; ``names``: variables
-    and series markers looked for in the build's libraries (default: the device's generic variables);
+    ``keep``: inherited variables passed through (--keep-env), as in the workers; ``markers``: the series'
+    markers (and its configs' variables), looked for in the build's libraries with the device's generic variables;
     ``with_collect_env``: add ``python -m torch.utils.collect_env`` (a few seconds).
 
     Raises:
         HarnessError: the interpreter has no torch, or the device is missing/unhealthy in this build.
     """
-    names = sorted(set(cfg.variables(device)) | set(names))
+    looked_for = sorted(set(cfg.variables(device)) | set(markers))
     env = cfg.worker_environment(cfg.EnvConfig("probe"), keep=keep)
     env["PYTHONPATH"] = SOURCE_ROOT
     who = f"build {name}" if name else "the build"  # doctor's one build has no name: not "build build"
     what = f"{who} probe ({python})"
-    cmd = [str(python), "-m", "harness.bench.provenance", "--device", device, "--vars", ",".join(names)]
+    cmd = [str(python), "-m", "harness.bench.provenance", "--device", device, "--markers", ",".join(looked_for)]
     proc = children.run(
         [*cmd, *(["--collect-env"] if with_collect_env else [])],
         what=what,

@@ -182,8 +182,8 @@ class Sources:
 
 def series_ref(series: Series, entry: Base) -> SeriesRef:
     """:class:`harness.series.Series` + its ``Base`` entry -> :class:`~harness.build.plan.SeriesRef` (patches
-    of that base, ``env`` as markers, ``files``)."""
-    return SeriesRef(series.name, tuple(series.patch_paths(entry)), tuple(series.env), tuple(entry.files or ()))
+    of that base, its markers, ``files``)."""
+    return SeriesRef(series.name, tuple(series.patch_paths(entry)), series.evidence.markers, tuple(entry.files or ()))
 
 
 def _given_source(kind: str, source: Path, series: str | None, base: str | None, dry_run: bool) -> Sources:

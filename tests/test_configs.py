@@ -22,11 +22,9 @@ def test_mps_profiles_are_the_four_upstream_ones_and_the_series_adds_its_own():
     assert names == ["vanilla", "fast_math", "prefer_metal", "fast_math+prefer_metal"]
     with pytest.raises(ValueError, match="unknown env config 'all'"):
         cfg.select("mps", "all")  # the series' config is the series' (series.toml [evidence])
-    from harness.evidence import validate
     from harness.series import load_series
 
-    series = load_series("mps-gemm-prefer-fast-math")
-    evidence = validate(series.evidence, series.env, series.name)
+    evidence = load_series("mps-gemm-prefer-fast-math").evidence
     (all_,) = cfg.select("mps", "all", evidence.profiles("mps"))
     assert dict(all_.env) == {
         "PYTORCH_MPS_FAST_MATH": "1",

@@ -23,12 +23,11 @@ from harness.bench.provenance import dtype_support
 from harness.bench.timer import MAX_BLOCK_CALLS, BlockTimer
 from harness.bench.worker import run_cell
 from harness.bench.workloads import Cell, default_cells, make_inputs, op_callable
-from harness.evidence import validate as validate_evidence
 from harness.series import load_series
 
 ROOT = Path(__file__).resolve().parent.parent
 #: the mps configs a run of the MPS series has: the four upstream ones and the series' ``all`` (series.toml)
-MPS_PROFILES = validate_evidence((_S := load_series("mps-gemm-prefer-fast-math")).evidence, _S.env).profiles("mps")
+MPS_PROFILES = (_S := load_series("mps-gemm-prefer-fast-math")).evidence.profiles("mps")
 TINY = {"warmup_s": 0.0, "measure_s": 0.0, "min_block_s": 1e-4, "min_samples": 2}
 
 

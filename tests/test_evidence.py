@@ -22,8 +22,7 @@ TEMPLATE = Path(__file__).resolve().parent.parent / "docs" / "examples" / "cpu-a
 
 
 def mps_evidence() -> Evidence:
-    series = load_series(MPS_SERIES)
-    return validate(series.evidence, series.env, series.name)
+    return load_series(MPS_SERIES).evidence
 
 
 def test_the_mps_series_declares_configs_markers_routing_contrasts_and_tests():
@@ -454,3 +453,14 @@ def test_a_contrast_without_declared_meaning_gets_the_claims_own_words():
     )
     said = Contrast(Side("stock", "fast"), Side("stock", "base"), claim="faster", means=(("not_shown", "Unproven."),))
     assert prbody.meaning(con.evaluate(data, said)) == "Unproven."
+
+
+@pytest.mark.parametrize("flag", ["--markers", "--vars"])
+def test_the_provenance_probe_takes_markers_and_still_reads_its_older_flag_vars(flag, monkeypatch, capsys):
+    """``python -m harness.provenance --markers A,B`` (``--vars``: the older name, still accepted)."""
+    from harness import provenance
+
+    asked = []
+    monkeypatch.setattr(provenance, "probe", lambda device, names, collect: asked.append(names) or {})
+    assert provenance.main(["--device", "cpu", flag, "MY_MARKER,OTHER"]) == 0
+    assert asked == [["MY_MARKER", "OTHER"]] and capsys.readouterr().out == "{}"

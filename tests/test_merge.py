@@ -27,7 +27,6 @@ from harness import merge
 from harness import results as res
 from harness.bench.workloads import DTYPES, default_cells
 from harness.errors import ResultsError
-from harness.evidence import validate
 from harness.series import load_series
 
 REPO = Path(__file__).resolve().parent.parent
@@ -315,8 +314,7 @@ def test_migration_fills_what_older_runs_lack_without_touching_the_input(example
 def _mps_run(slow_metal: bool, bfloat16: bool) -> dict:
     """The MPS default matrix (the series' four configs x every default cell, 6 rounds) from the cpu
     example's shape; under PREFER_METAL GEMM takes 1.5x the time where ``slow_metal`` (M1/M2-like)."""
-    series = load_series("mps-gemm-prefer-fast-math")
-    ev = validate(series.evidence, series.env, series.name)
+    ev = load_series("mps-gemm-prefer-fast-math").evidence
     configs = {c.name: dict(c.env) for c in ev.profiles("mps") if c.name in ev.default_configs("mps")}
     cells = [c.key for c in default_cells(DTYPES) if bfloat16 or c.dtype != "bfloat16"]
     data = json.loads(CONTRASTS.read_text())

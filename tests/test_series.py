@@ -39,6 +39,10 @@ def _run(capsys, *args: str) -> tuple[int, str]:
         (lambda t: t.replace('name = "demo"', 'name = "other"'), "key 'name' is 'other'"),
         (lambda t: t.replace('ref = "v1"', 'ref = "v1"\ncommit = "abc"'), "key 'commit' is not a 40-hex SHA"),
         (lambda t: t.replace('env = ["DEMO_ENV"]', "env = [1]"), "key 'env' must be a list of non-empty strings"),
+        (
+            lambda t: t + '[evidence]\nmarkers = ["OTHER_ENV"]\n',
+            "top-level key 'env' ['DEMO_ENV'] and [evidence] key 'markers' ['OTHER_ENV'] name different markers",
+        ),
     ],
 )
 def test_invalid_manifest_is_one_line_naming_file_and_key(tiny_upstream, project, capsys, edit, expected):
@@ -67,7 +71,20 @@ def test_series_hash_is_sha256_of_patch_bytes_in_order(tiny_upstream, project):
     data = b"".join((folder / "v1" / name).read_bytes() for name in entry.patches)
     assert series_hash(series, entry) == hashlib.sha256(data).hexdigest()
     assert entry.patches == ("0001-a-patch-line-5.patch", "0002-docs-document-the-change.patch")
-    assert series.env == ("DEMO_ENV",) and series.upstream == str(tiny_upstream)
+    assert series.evidence.markers == ("DEMO_ENV",) and series.upstream == str(tiny_upstream)
+
+
+def test_markers_are_one_field_declared_as_evidence_markers_or_by_their_older_name_env(tiny_upstream, project):
+    """``[evidence] markers`` and an older manifest's top-level ``env`` give the same ``evidence.markers``."""
+    manifest = export_series(tiny_upstream, project) / "series.toml"
+    old = load_series("demo")
+    text = manifest.read_text().replace('env = ["DEMO_ENV"]\n', "")
+    manifest.write_text(text + '[evidence]\nmarkers = ["DEMO_ENV"]\n')
+    new = load_series("demo")
+    manifest.write_text(manifest.read_text().replace("[[base]]", 'env = ["DEMO_ENV"]\n\n[[base]]', 1))
+    both = load_series("demo")
+    assert old.evidence.markers == new.evidence.markers == both.evidence.markers == ("DEMO_ENV",)
+    assert old.evidence.series == new.evidence.series == "demo"
 
 
 def test_full_contract_manifest_loads(project):
@@ -102,7 +119,7 @@ mps = ["vanilla", "fast_math", "prefer_metal", "fast_math+prefer_metal", "all"]
     assert entry.commit == sha and entry.dir == "v2.6.0-src" and entry.notes == "free text"
     assert entry.read == ({"path": "aten/src/ATen/native/mps/operations/LinearAlgebra.mm", "commit": sha},)
     assert series.related == ("https://github.com/pytorch/pytorch/pull/167424",)
-    assert series.evidence["mps"][-1] == "all"
+    assert series.evidence.device["mps"]["configs"][-1] == "all"
     assert series.patch_paths(entry) == [folder.resolve() / "v2.6.0-src" / "0001-mps-gemm.patch"]
     assert load_series(folder / "series.toml").name == series.name  # a path works too
 

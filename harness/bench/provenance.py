@@ -1,6 +1,6 @@
 """Facts about one torch build, probed inside that build's interpreter.
 
-Run as ``<build python> -m harness.bench.provenance --device cpu --vars A,B --answer FILE`` (standard library +
+Run as ``<build python> -m harness.bench.provenance --device cpu --markers A,B --answer FILE`` (standard library +
 torch only); answers one JSON object on the channel ``FILE`` (:mod:`harness.bench.channel`; without
 ``--answer`` it prints it), after announcing each of :data:`STEPS`, whose deadlines
 :func:`harness.supervise.probe_build` applies. :mod:`harness.runner` stores it in ``results.json`` under
@@ -279,11 +279,13 @@ def mps_need_text(torch_version: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness.bench.provenance")
     parser.add_argument("--device", required=True, choices=("cpu", "cuda", "mps"))
-    parser.add_argument("--vars", default="", help="comma-separated env variable names to look for")
+    parser.add_argument(
+        "--markers", "--vars", default="", help="comma-separated names to look for in the libraries (--vars: old name)"
+    )
     parser.add_argument("--collect-env", action="store_true", help="add python -m torch.utils.collect_env's report")
     parser.add_argument("--answer", help="the answer channel (harness.bench.channel); without it the JSON is printed")
     args = parser.parse_args(argv)
-    names = [v for v in args.vars.split(",") if v]
+    names = [v for v in args.markers.split(",") if v]
     if args.answer:
         answer = Channel(args.answer)
         answer.answer(probe(args.device, names, args.collect_env, answer))

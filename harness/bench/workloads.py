@@ -27,7 +27,6 @@ from harness.bench.ops import Op
 
 #: every op name, in registry order
 OPS = tuple(ops.REGISTRY)
-GEMM_OPS = tuple(name for name, op in ops.REGISTRY.items() if op.family == "gemm")
 DTYPES = ("float16", "bfloat16", "float32")
 #: bytes per element
 ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8, "float8_e4m3fn": 1, "float8_e5m2": 1}

@@ -39,7 +39,7 @@ mod = importlib.import_module(sys.argv[1])
 out = {"version": str(getattr(mod, "__version__", "")), "file": getattr(mod, "__file__", None)}
 if sys.argv[1] == "torch":
     out["mps_built"] = bool(mod.backends.mps.is_built())
-with open(sys.argv[-1], "a") as fh:  # the answer channel (harness.channel): ``--answer FILE``
+with open(sys.argv[-1], "a") as fh:  # the answer channel (harness.bench.channel): ``--answer FILE``
     fh.write(json.dumps({"answer": out}) + "\n")
 """
 
