@@ -194,7 +194,7 @@ def results_keys() -> frozenset[str]:
 
 
 # ------------------------------------------------------------------------------------- the checks
-_PATH = re.compile(r"(?<![\w/.-])((?:harness|tests|benchmarks)/[\w/.-]*?)(\.py\b|/)(?:`? `?([A-Z_][A-Z0-9_]+)\b)?")
+_PATH = re.compile(r"(?<![\w/.-])((?:harness|tests|benchmarks)/(?:[\w-]+/)*[\w-]+)(\.py\b|/)(?:`? `?([A-Z_][A-Z0-9_]+)\b)?")
 _DOTTED = re.compile(r"(?<![\w/.-])harness(?:\.[A-Za-z_]\w*)+")
 _BARE = re.compile(r"`([\w/]+\.py)`")
 _CALL = re.compile(r"(?<![\w.])([a-z_]+)\.([A-Za-z_]\w*)\(")
