@@ -50,7 +50,7 @@ def _harness_env(session: nox.Session, *requirements: str) -> str:
     stamp = root / f"installed-{hashlib.sha256(json.dumps(what).encode()).hexdigest()[:16]}"
     if not stamp.is_file():
         pip = [str(python), "-m", "pip", "install", "--disable-pip-version-check", "--no-compile"]
-        session.run(*pip, *requirements, external=True)
+        session.run(*pip, *requirements, external=True, silent=True)  # its output shows when it fails
         stamp.write_text(json.dumps(requirements) + "\n")
     return str(python)
 
