@@ -4,27 +4,62 @@ The harness works without nox too; every session here is one command line.
 Arguments after ``--`` are passed through, e.g.::
 
     nox -s compare -- --stock torch==2.13.0 --patched torch==2.14.1 --device cpu --quick --out results/cpu-ab
+
+Every session but ``tests`` runs in one shared environment, ``.nox/harness`` (:func:`_harness_env`): the
+harness, its dependencies and, once ``doctor`` needed it, torch. ``tests`` has its own (``.nox/tests``).
+Remove ``.nox/`` to start over.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
+import json
 import sys
+from pathlib import Path
 
 import nox
 
-nox.options.default_venv_backend = "venv"
+# the harness sessions make no environment of their own (they share _harness_env's); tests asks for a venv
+nox.options.default_venv_backend = "none"
 nox.options.reuse_venv = "yes"
 nox.options.sessions = ["tests"]
 
-PYTHON = False  # use the interpreter nox runs under unless a session says otherwise
 #: torch used by the toolkit's own tests (a CPU wheel; the builds under test get their own venvs)
 TEST_TORCH = "torch==2.13.0"
+#: the one environment of the harness sessions (relative to this file's folder, where nox runs sessions)
+HARNESS_ENV = Path(".nox") / "harness"
+#: bytecode caches on for what the sessions run (an inherited PYTHONDONTWRITEBYTECODE=1 would make every
+#: ``python -m harness`` compile the package and its dependencies again: pip installs them with --no-compile)
+BYTECODE = {"PYTHONDONTWRITEBYTECODE": ""}
 
 
-def _harness(session: nox.Session, command: str, *args: str, extra: str = "") -> None:
-    session.install("-e", f".{extra}")
-    session.run("python", "-m", "harness", command, *args, *session.posargs)
+def _env_python() -> Path:
+    """The interpreter of :data:`HARNESS_ENV` (an absolute path)."""
+    return HARNESS_ENV.resolve() / ("Scripts/python.exe" if sys.platform == "win32" else "bin/python")
+
+
+def _harness_env(session: nox.Session, *requirements: str) -> str:
+    """The interpreter of :data:`HARNESS_ENV`, created on first use, with ``requirements`` installed (pip
+    ``--no-compile``). pip runs only when they, ``pyproject.toml`` or the interpreter nox runs under changed
+    since it last installed them there (a stamp file per set of requirements)."""
+    root, python = HARNESS_ENV.resolve(), _env_python()
+    if not python.is_file():
+        session.run(sys.executable, "-m", "venv", "--clear", str(root), external=True)
+    what = [sys.version, sys.executable, Path("pyproject.toml").read_text(), *requirements]
+    stamp = root / f"installed-{hashlib.sha256(json.dumps(what).encode()).hexdigest()[:16]}"
+    if not stamp.is_file():
+        pip = [str(python), "-m", "pip", "install", "--disable-pip-version-check", "--no-compile"]
+        session.run(*pip, *requirements, external=True, silent=True)  # its output shows when it fails
+        stamp.write_text(json.dumps(requirements) + "\n")
+    return str(python)
+
+
+def _harness(session: nox.Session, command: str, *args: str, extra: str = "", also: tuple[str, ...] = ()) -> None:
+    """``python -m harness command *args *posargs`` in the shared environment: the package installed with
+    ``extra``, and the requirements ``also`` (the doctor's torch)."""
+    python = _harness_env(session, "-e", f".{extra}", *also)
+    session.run(python, "-m", "harness", command, *args, *session.posargs, env=BYTECODE, external=True)
 
 
 def _option(args: list[str], name: str) -> str | None:
@@ -37,7 +72,7 @@ def _option(args: list[str], name: str) -> str | None:
     return None
 
 
-@nox.session
+@nox.session(venv_backend="venv")
 def tests(session: nox.Session) -> None:
     """The toolkit's own tests: ruff (lint and format, configured in pyproject.toml), then pytest."""
     # --no-compile: pip's byte-compilation of torch's ~4,000 modules is most of its install time; the
@@ -47,7 +82,7 @@ def tests(session: nox.Session) -> None:
     session.run("ruff", "format", "--check", ".")
     # bytecode caches on (an inherited PYTHONDONTWRITEBYTECODE=1 makes every `python -m harness` a test
     # starts compile the package again, ~0.5 s each, and every pytest worker rewrite every test module)
-    session.run("python", "-m", "pytest", *(session.posargs or ["-q"]), env={"PYTHONDONTWRITEBYTECODE": ""})
+    session.run("python", "-m", "pytest", *(session.posargs or ["-q"]), env=BYTECODE)
 
 
 @nox.session
@@ -63,15 +98,14 @@ def doctor(session: nox.Session) -> None:
             f"MPS is not available on this host ({sys.platform}): it needs an Apple-silicon Mac with macOS; "
             "run this on the Mac, or test this host with --device cpu (or cuda)"
         )
-    session.install("-e", ".")
-    build = []
+    build, torch = [], ()
     if "--build" not in session.posargs:
         if importlib.util.find_spec("torch") is not None:
             build = ["--build", f"python:{sys.executable}"]
-        else:
-            session.install("torch" if sys.platform == "darwin" else TEST_TORCH)
-            build = ["--build", f"python:{session.bin}/python"]
-    session.run("python", "-m", "harness", "doctor", *build, *session.posargs)
+        else:  # into the shared environment, tested there
+            torch = ("torch" if sys.platform == "darwin" else TEST_TORCH,)
+            build = ["--build", f"python:{_env_python()}"]
+    _harness(session, "doctor", *build, also=torch)
 
 
 @nox.session

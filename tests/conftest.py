@@ -64,6 +64,15 @@ SLOWEST_FILES = (
 )
 
 
+def pytest_xdist_auto_num_workers(config) -> int | None:
+    """``-n auto`` (pyproject.toml) starts one worker per core plus one: each worker waits on its subprocesses
+    (worker processes starting torch, pip, git, the compiler) a good part of the time, and the extra worker
+    fills those waits. ``PYTEST_XDIST_AUTO_NUM_WORKERS`` still overrides it (None: pytest-xdist's own rule)."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return None
+    return len(os.sched_getaffinity(0)) + 1 if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1) + 1
+
+
 def pytest_terminal_summary(terminalreporter) -> None:
     """Print the planted-defect catch table (tests/test_planted_defects.py, recorded as the test's
     ``catch_table`` property) after the run: it shows with or without ``-s`` and from xdist workers."""
