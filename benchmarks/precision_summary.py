@@ -24,6 +24,7 @@ import statistics
 import sys
 from pathlib import Path
 
+from harness import document as doc
 from harness import results as res
 from harness.policy import POLICY, CellClass, classify
 
@@ -35,9 +36,11 @@ def summary(data: dict, target: float, plant_cost: dict | None = None) -> dict:
     verdicts: dict[str, int] = {}
     widths, above = [], []
     planted: dict[str, dict[str, list[str]]] = {}
-    for config, per_cell in res.cell_table(data).items():
-        for key, per_build in per_cell.items():
-            medians = {b: res.process_medians(per_build.get(b, [])) for b in ("stock", "patched")}
+    run = doc.of(data)
+    for config in run.header.configs:
+        for key in run.keys_of(config):
+            per_build = {b: run.records(config, key, b) for b in run.header.builds}
+            medians = {b: [r.median() for r in per_build.get(b, ()) if r.measured] for b in ("stock", "patched")}
             if not all(medians.values()):
                 continue
             cls = classify([r for recs in per_build.values() for r in recs])

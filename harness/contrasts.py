@@ -33,10 +33,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from harness import results as res
+from harness import document as doc
 from harness import stats
 from harness.bench.workloads import Cell
-from harness.evidence import EQUIVALENCE_CLAIMS, Contrast, Evidence, Side, default_contrasts
+from harness.document import CellRecord, RunDocument
+from harness.evidence import EQUIVALENCE_CLAIMS, Contrast, Side
 from harness.policy import POLICY, CellClass, Policy, classify
 
 #: a claim's outcome
@@ -102,40 +103,35 @@ class ContrastResult:
         return tuple(r for r in self.rows if r.cmp.verdict == stats.UNDETERMINED)
 
 
-def _paired(records_a: list[dict], records_b: list[dict]) -> tuple[tuple[int, ...], list[float], list[float]]:
+def _paired(
+    records_a: tuple[CellRecord, ...], records_b: tuple[CellRecord, ...]
+) -> tuple[tuple[int, ...], list[float], list[float]]:
     """Per-process medians of both sides in the rounds where both measured the cell, in round order."""
-    a = {r["round"]: m for r in records_a for m in res.process_medians([r])}  # recomputed from the raw samples
-    b = {r["round"]: m for r in records_b for m in res.process_medians([r])}
+    a = {r.round: r.median() for r in records_a if r.measured}  # recomputed from the raw samples
+    b = {r.round: r.median() for r in records_b if r.measured}
     rounds = tuple(sorted(set(a) & set(b)))
     return rounds, [a[r] for r in rounds], [b[r] for r in rounds]
 
 
-def _side_records(table: dict, side: Side, key: str) -> list[dict]:
-    return table.get(side.config, {}).get(key, {}).get(side.build, [])
+def _side_records(run: RunDocument, side: Side, key: str) -> tuple[CellRecord, ...]:
+    return run.records(side.config, key, side.build)
 
 
-def _notes(records: list[dict]) -> tuple[str, ...]:
+def _notes(records) -> tuple[str, ...]:
     """The failed/skipped reasons of a cell's records, once each."""
-    notes: list[str] = []
-    for r in records:
-        if r.get("status") in ("failed", "skipped") and r.get("reason"):
-            text = f"{r['status']}: {r['reason']}"
-            if text not in notes:
-                notes.append(text)
-    return tuple(notes)
+    return tuple(dict.fromkeys(r.problem for r in records if r.problem))
 
 
-def rows(data: dict, contrast: Contrast, policy: Policy = POLICY, table: dict | None = None) -> list[ContrastRow]:
+def rows(run: RunDocument, contrast: Contrast, policy: Policy = POLICY) -> list[ContrastRow]:
     """The covered cells of ``contrast`` in plan order, each judged by ``policy`` at its class's band and
-    floor (:func:`harness.policy.classify` over both sides' processes). ``table``: the run's
-    :func:`harness.results.cell_table`, when the caller has it."""
-    table = res.cell_table(data) if table is None else table
+    floor (:func:`harness.policy.classify` over both sides' processes), from the run's one index
+    (:attr:`harness.document.RunDocument.by_cell`)."""
     out = []
-    for key in data["run"]["cells"]:
+    for key in run.header.cells:
         cell = Cell.from_key(key)
         if not contrast.covers(cell.op, cell.dtype):
             continue
-        rec_a, rec_b = _side_records(table, contrast.a, key), _side_records(table, contrast.b, key)
+        rec_a, rec_b = _side_records(run, contrast.a, key), _side_records(run, contrast.b, key)
         if not rec_a and not rec_b:
             continue
         rounds, a, b = _paired(rec_a, rec_b)
@@ -181,37 +177,31 @@ def _band(thresholds: list[float]) -> str:
     return " / ".join(f"±{t:.0%}" for t in sorted(set(thresholds)))
 
 
-def for_run(data: dict) -> tuple[Contrast, ...]:
-    """The contrasts a run is reported by: those recorded in results.json ``evidence``, then, for an A/B
-    run, ``patched/C`` vs ``stock/C`` (no claim) for every config C that no declared contrast compares
-    that way over all its cells."""
-    declared = Evidence.from_json(data.get("evidence")).contrasts
-    whole = {(c.a, c.b) for c in declared if not c.ops and not c.dtypes}
-    family = default_contrasts(data["run"]["builds"], data["run"]["configs"])
-    return tuple(declared) + tuple(c for c in family if (c.a, c.b) not in whole)
+def for_run(run: RunDocument) -> tuple[Contrast, ...]:
+    """The contrasts a run is reported by (:attr:`harness.document.RunDocument.contrasts`)."""
+    return doc.of(run).contrasts
 
 
-def evaluate_all(data: dict, policy: Policy = POLICY) -> list[ContrastResult]:
+def evaluate_all(run: RunDocument, policy: Policy = POLICY) -> list[ContrastResult]:
     """Every contrast of the run (:func:`for_run`), evaluated once."""
-    table = res.cell_table(data)
-    return [evaluate(data, c, policy, table) for c in for_run(data)]
+    run = doc.of(run)
+    return [evaluate(run, c, policy) for c in run.contrasts]
 
 
-def evaluate(data: dict, contrast: Contrast, policy: Policy = POLICY, table: dict | None = None) -> ContrastResult:
+def evaluate(run: RunDocument, contrast: Contrast, policy: Policy = POLICY) -> ContrastResult:
     """Evaluate one contrast on a run (see the module docstring): rows, outcome, a one-line why, summary."""
-    run = data["run"]
-    absent = [
-        s.label for s in (contrast.a, contrast.b) if s.build not in run["builds"] or s.config not in run["configs"]
-    ]
+    run = doc.of(run)
+    head = run.header
+    absent = [s.label for s in (contrast.a, contrast.b) if s.build not in head.builds or s.config not in head.configs]
     if absent:
         return ContrastResult(
             contrast,
             (),
             NOT_MEASURED,
-            f"{' and '.join(absent)} not in this run (builds {', '.join(run['builds'])}; "
-            f"configs {', '.join(run['configs'])})",
+            f"{' and '.join(absent)} not in this run (builds {', '.join(head.builds)}; "
+            f"configs {', '.join(head.configs)})",
         )
-    found = rows(data, contrast, policy, table)
+    found = rows(run, contrast, policy)
     if not found:
         return ContrastResult(contrast, (), NOT_MEASURED, "no cell of this run is covered (ops/dtypes)")
     verdicts = [r.cmp.verdict for r in found]

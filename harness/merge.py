@@ -119,7 +119,7 @@ def _same_run(paths: Sequence[Path]) -> None:
 
 def plant_k(run: doc.RunDocument) -> float | None:
     """The run's ``compare --plant-k`` (a calibration run: the patched side's GEMMs had K grown), or None."""
-    return run.data["run"].get("plant_k") or None
+    return run.header.plant_k
 
 
 def _differ(what: str, a: Path, va, b: Path, vb, remedy: str) -> None:
@@ -287,7 +287,7 @@ def evaluate(run: doc.RunDocument) -> tuple[doc.ContrastRecord, ...]:
     """Each declared contrast of one run, as its own report evaluates it (the report's bands)."""
     out = []
     for contrast in run.contrasts:
-        result = con.evaluate(dict(run.data), contrast)
+        result = con.evaluate(run, contrast)
         out.append(
             doc.ContrastRecord(
                 contrast.label, result.outcome, result.why, _summary(result), tuple(map(_cell, result.rows))
@@ -296,12 +296,13 @@ def evaluate(run: doc.RunDocument) -> tuple[doc.ContrastRecord, ...]:
     return tuple(out)
 
 
-def _tests_text(data) -> str:
+def _tests_text(section: doc.SeriesTests | None) -> str:
     """The series' tests on one machine in a few words: how many ran as expected."""
-    section = data.get("series_tests") or {}
-    if section.get("skipped"):
-        return f"not run: {section['skipped']}"
-    judged = [rec.get("as_expected") for t in section.get("tests", ()) for rec in t.get("builds", {}).values()]
+    if section is None:
+        return ""
+    if section.skipped:
+        return f"not run: {section.skipped}"
+    judged = [rec.get("as_expected") for t in section.tests for rec in t.builds.values()]
     if not judged:
         return ""
     good = sum(1 for j in judged if j)
@@ -391,7 +392,7 @@ def merge(
                 tuple((role, b.torch_version) for role, b in run.builds.items()),
                 run.processes_per_cell(),
                 evaluate(run),
-                _tests_text(run.data),
+                _tests_text(run.series_tests),
             )
         )
     hashes = {b.series_hash for b in first.builds.values() if b.series_hash}

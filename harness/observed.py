@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from harness import configs as cfg
 from harness.bench.kernels import label
 from harness.bench.workloads import Cell
+from harness.document import RunDocument
 
 #: characters of a kernel name shown in the report
 SHOWN_CHARS = 60
@@ -57,23 +58,28 @@ class Mismatch:
         )
 
 
-def seen(data: dict, build: str, config: str, key: str) -> dict | None:
+def seen(run: RunDocument, build: str, config: str, key: str) -> dict | None:
     """The observation of one (build, config, cell), or None where the run recorded none."""
-    return ((data.get("kernels") or {}).get(build) or {}).get(config, {}).get(key)
+    return ((run.kernels or {}).get(build) or {}).get(config, {}).get(key)
 
 
-def build_routes(data: dict, build: str) -> dict | None:
+def _base(run: RunDocument, build: str) -> dict:
+    """The base the runner told for ``build`` ({} when none)."""
+    return (run.builds[build].base if build in run.builds else None) or {}
+
+
+def build_routes(run: RunDocument, build: str) -> dict | None:
     """Config -> op -> declared path of one build, exact for it (its base's routes, module rule), or None
     where the runner recorded none (base not told, no routes for it): the series-wide routes hold."""
-    return ((data.get("builds") or {}).get(build, {}).get("base") or {}).get("routes")
+    return _base(run, build).get("routes")
 
 
-def rules(data: dict) -> dict[str, str]:
+def rules(run: RunDocument) -> dict[str, str]:
     """Build -> one line: which rule judges its observed routes (module rule)."""
     out = {}
-    for b in data["run"]["builds"]:
-        told = (data.get("builds") or {}).get(b, {}).get("base") or {}
-        if build_routes(data, b) is not None:
+    for b in run.header.builds:
+        told = _base(run, b)
+        if build_routes(run, b) is not None:
             out[b] = f"exact, the routes of base {told.get('ref')}"
         else:
             why = f"base {told['ref']} declares no routes here" if told.get("ref") else "base not told"
@@ -81,34 +87,34 @@ def rules(data: dict) -> dict[str, str]:
     return out
 
 
-def _judged(data: dict, config: str, key: str):
+def _judged(run: RunDocument, config: str, key: str):
     """(build, declared route, observation, base or "") for every build whose observation has a route, and
     the builds judged by the looser rule, for one (config, cell)."""
-    run, op = data["run"], Cell.from_key(key).op
-    shared = data["configs"].get(config, {}).get("routes", {}).get(op, "default")
+    op = Cell.from_key(key).op
+    shared = (run.configs.get(config) or {}).get("routes", {}).get(op, "default")
     exact, loose = [], []
-    for b in run["builds"]:
-        own = build_routes(data, b)
+    for b in run.header.builds:
+        own = build_routes(run, b)
         declared = own.get(config, {}).get(op, "default") if own is not None else shared
-        base = ((data.get("builds") or {}).get(b, {}).get("base") or {}).get("ref", "") if own is not None else ""
-        (exact if own is not None else loose).append((b, declared, seen(data, b, config, key), base or ""))
+        base = _base(run, b).get("ref", "") if own is not None else ""
+        (exact if own is not None else loose).append((b, declared, seen(run, b, config, key), base or ""))
     return exact, loose, shared
 
 
-def _each_judged(data: dict):
+def _each_judged(run: RunDocument):
     """(config, cell key, :class:`Cell`, :func:`_judged`) for every planned config and cell, in plan order."""
-    for config in data["run"]["configs"]:
-        for key in data["run"]["cells"]:
-            yield config, key, Cell.from_key(key), _judged(data, config, key)
+    for config in run.header.configs:
+        for key in run.header.cells:
+            yield config, key, Cell.from_key(key), _judged(run, config, key)
 
 
-def mismatches(data: dict) -> list[Mismatch]:
+def mismatches(run: RunDocument) -> list[Mismatch]:
     """Every declared route the observed kernels contradict (module rule), grouped by config, op, dtype,
     declared and observed path and declaring base, in plan order."""
-    if not data.get("kernels"):
+    if not run.kernels:
         return []
     groups = {}
-    for config, key, cell, (exact, loose, shared) in _each_judged(data):
+    for config, key, cell, (exact, loose, shared) in _each_judged(run):
         bad = [(b, d, o, base) for b, d, o, base in exact if o and o.get("route") and o["route"] != d]
         routes_seen = {b: o["route"] for b, _, o, _ in loose if o and o.get("route")}
         if shared == "default":
@@ -117,7 +123,7 @@ def mismatches(data: dict) -> list[Mismatch]:
             wrong = list(routes_seen)
         else:
             wrong = [b for b, r in routes_seen.items() if r not in (shared, "default")]
-        bad += [(b, shared, seen(data, b, config, key), "") for b in wrong]
+        bad += [(b, shared, seen(run, b, config, key), "") for b in wrong]
         for b, declared, obs, base in bad:
             group = (config, cell.op, cell.dtype, declared, label(obs["path"]), base)
             builds, keys = groups.setdefault(group, ([], set()))
@@ -130,16 +136,16 @@ def mismatches(data: dict) -> list[Mismatch]:
     ]
 
 
-def unverified(data: dict) -> list[tuple[str, str, str, str, int]]:
+def unverified(run: RunDocument) -> list[tuple[str, str, str, str, int]]:
     """(config, op, dtype, declared route, cells) where a non-default route is declared and no observation
     that could judge it has a route (no trace, unclassified, or not observed): the declaration went
     unchecked. Judged per build where its base's routes are exact, over the other builds together
     otherwise. On mps every GEMM logs a profiler line, so this means the trace itself failed, never that
     the route held."""
-    if not data.get("kernels"):
+    if not run.kernels:
         return []
     groups = {}
-    for config, _key, cell, (exact, loose, shared) in _each_judged(data):
+    for config, _key, cell, (exact, loose, shared) in _each_judged(run):
         missing = {d for _, d, o, _ in exact if d != "default" and not (o and o.get("route"))}
         if loose and shared != "default" and not any(o and o.get("route") for _, _, o, _ in loose):
             missing.add(shared)
@@ -149,15 +155,15 @@ def unverified(data: dict) -> list[tuple[str, str, str, str, int]]:
     return [(*g, n) for g, n in groups.items()]
 
 
-def error_notes(data: dict) -> list[str]:
+def error_notes(run: RunDocument) -> list[str]:
     """The report's first-screen errors: one blockquote per :class:`Mismatch`, and one per declared route
     no observation could check (:func:`unverified`)."""
     notes = [
         f"> **Error:** {m.text}: the accuracy bound and any claim about this config rest on a kernel path "
         "that did not run (observed kernels: Kernels in the details)."
-        for m in mismatches(data)
+        for m in mismatches(run)
     ]
-    for config, op, dtype, declared, cells in unverified(data):
+    for config, op, dtype, declared, cells in unverified(run):
         where = f"{cells} cells" if cells > 1 else "1 cell"
         notes.append(
             f"> **Route not verified:** declared {declared} for {op} {dtype} under `{config}`, but no build's "
@@ -189,14 +195,14 @@ def default_config(device: str) -> str:
     return cfg.PROFILES[device][0].name
 
 
-def same_kernel(data: dict, build: str, config: str, key: str) -> bool:
+def same_kernel(run: RunDocument, build: str, config: str, key: str) -> bool:
     """Whether ``config`` ran exactly the kernels the device's default config ran for this build and cell."""
-    mine, base = seen(data, build, config, key), seen(data, build, default_config(data["run"]["device"]), key)
+    mine, base = seen(run, build, config, key), seen(run, build, default_config(run.header.device), key)
     return bool(mine and base and mine["names"] and not mine.get("error") and mine["names"] == base["names"])
 
 
-def _side_words(data: dict, side, keys: list[str]) -> str:
-    found = [seen(data, side.build, side.config, k) for k in keys]
+def _side_words(run: RunDocument, side, keys: list[str]) -> str:
+    found = [seen(run, side.build, side.config, k) for k in keys]
     paths = Counter(describe(o) if o is None or o.get("error") else label(o["path"]) for o in found)
     names = sorted({o["names"][0] for o in found if o and o["names"] and not o.get("error")})
     text = ", ".join(f"{p} ×{n}" for p, n in paths.items())
@@ -209,19 +215,19 @@ def _side_words(data: dict, side, keys: list[str]) -> str:
 NOT_OBSERVED = "Kernels: not observed (this run's results.json predates kernel observation)."
 
 
-def contrast_line(data: dict, contrast) -> str:
+def contrast_line(run: RunDocument, contrast) -> str:
     """One line for a contrast's PR block: which kernel ran on each side over its covered cells, and
     whether it was the same kernel."""
-    keys = [k for k in data["run"]["cells"] if contrast.covers(Cell.from_key(k).op, Cell.from_key(k).dtype)]
-    if not data.get("kernels"):
+    keys = [k for k in run.header.cells if contrast.covers(Cell.from_key(k).op, Cell.from_key(k).dtype)]
+    if not run.kernels:
         return NOT_OBSERVED
     if not keys:
         return "Kernels: no cell of this run is covered."
     same = sum(
         1
         for k in keys
-        if (a := seen(data, contrast.a.build, contrast.a.config, k))
-        and (b := seen(data, contrast.b.build, contrast.b.config, k))
+        if (a := seen(run, contrast.a.build, contrast.a.config, k))
+        and (b := seen(run, contrast.b.build, contrast.b.config, k))
         and a["names"]
         and not a.get("error")
         and a["names"] == b["names"]
@@ -231,35 +237,34 @@ def contrast_line(data: dict, contrast) -> str:
         if same == len(keys)
         else (f"the same kernel in {same} of {len(keys)} cells" if same else "a different kernel in every cell")
     )
-    return f"Kernels: A {_side_words(data, contrast.a, keys)}; B {_side_words(data, contrast.b, keys)}; {verdict}."
+    return f"Kernels: A {_side_words(run, contrast.a, keys)}; B {_side_words(run, contrast.b, keys)}; {verdict}."
 
 
-def details(data: dict) -> list[str]:
+def details(run: RunDocument) -> list[str]:
     """The report's Kernels section: per config, each cell's observed kernel per build, "same kernel as
     `<default>`" where the config ran what the device's default config ran."""
     out = ["## Kernels", ""]
-    if not data.get("kernels"):
+    if not run.kernels:
         return out + ["Not observed: this run's results.json predates kernel observation.", ""]
-    run = data["run"]
-    base = default_config(run["device"])
-    traces = sorted({o["trace"] for per in data["kernels"].values() for c in per.values() for o in c.values()})
+    head = run.header
+    base = default_config(head.device)
+    traces = sorted({o["trace"] for per in run.kernels.values() for c in per.values() for o in c.values()})
     out += [
         f"One untimed call per (build, config, cell) in the first round, observed through {', '.join(traces)} "
         "(harness/bench/kernels.py); the first kernel name is shown.",
         "",
     ]
-    if any((data.get("builds") or {}).get(b, {}).get("base") for b in run["builds"]):  # a series with bases
-        out += [f"Routes judged on {b}: {why}." for b, why in rules(data).items()] + [""]
-    out += [f"- **Error:** {m.text}" for m in mismatches(data)] + ([""] if mismatches(data) else [])
-    for config in run["configs"]:
-        head = "| cell | " + " | ".join(run["builds"]) + " |"
-        out += [f"`{config}`", "", head, "|---" * (1 + len(run["builds"])) + "|"]
-        for key in run["cells"]:
+    if any(_base(run, b) for b in head.builds):  # a series with bases
+        out += [f"Routes judged on {b}: {why}." for b, why in rules(run).items()] + [""]
+    out += [f"- **Error:** {m.text}" for m in mismatches(run)] + ([""] if mismatches(run) else [])
+    for config in head.configs:
+        out += [f"`{config}`", "", "| cell | " + " | ".join(head.builds) + " |", "|---" * (1 + len(head.builds)) + "|"]
+        for key in head.cells:
             row = [
                 f"same kernel as `{base}`"
-                if config != base and same_kernel(data, b, config, key)
-                else describe(seen(data, b, config, key))
-                for b in run["builds"]
+                if config != base and same_kernel(run, b, config, key)
+                else describe(seen(run, b, config, key))
+                for b in head.builds
             ]
             out.append(f"| {key} | " + " | ".join(row) + " |")
         out.append("")

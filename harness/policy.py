@@ -38,11 +38,14 @@ import enum
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
-from harness import results as res
 from harness import stats
-from harness.bench.timer import first_layout
+from harness.bench.timer import Measurement, first_layout
 from harness.options import TARGET_CI, TARGET_CI_LAUNCH_BOUND
+
+if TYPE_CHECKING:
+    from harness.document import CellRecord, Process
 
 
 class CellClass(str, enum.Enum):
@@ -108,13 +111,13 @@ POLICY = Policy()
 LAUNCH_BOUND_SHARE = 1 / 3
 
 
-def classify(records: list[dict]) -> CellClass:
+def classify(records: Sequence[CellRecord]) -> CellClass:
     """The class of one cell from every process that measured it (both sides of a comparison):
     launch-bound when more than :data:`LAUNCH_BOUND_SHARE` of them recorded blocks whose time the host
     set (:attr:`harness.bench.timer.Measurement.launch_bound`, recomputed from the raw samples, enqueue
     times and deferral probe, never read from the stored label), else kernel-bound: the device was busy
     in at least two thirds of the processes."""
-    labels = [res.measurement(r["measurement"]).launch_bound for r in records if r.get("measurement")]
+    labels = [r.timed.launch_bound for r in records if r.measurement]
     return (
         CellClass.LAUNCH_BOUND if labels and sum(labels) > LAUNCH_BOUND_SHARE * len(labels) else CellClass.KERNEL_BOUND
     )
@@ -123,31 +126,31 @@ def classify(records: list[dict]) -> CellClass:
 # ----------------------------------------------------------------------- what more processes cost
 
 
-def measured_seconds(measurement: dict) -> float:
+def measured_seconds(measurement: Measurement) -> float:
     """Seconds of timed blocks of the first layout behind one cell's measurement (samples are seconds
     per call): what ``measure_s`` buys. Rests between blocks, pre-rolls and further layouts cost the
     same whatever ``measure_s`` is, so :func:`cell_costs` counts them as overhead."""
-    return sum(first_layout(measurement["samples"], measurement.get("layouts") or [])) * measurement["number"]
+    return sum(first_layout(measurement.samples, measurement.layouts or [])) * measurement.number
 
 
-def cell_costs(processes: list[dict]) -> tuple[float, float]:
+def cell_costs(processes: Sequence[Process]) -> tuple[float, float]:
     """(start-up, per-cell overhead) in seconds, medians over the processes run so far: start-up is
     interpreter + ``import torch`` (:func:`harness.results.startup_seconds`); the per-cell overhead is
     what a cell costs besides its first layout's timed blocks (:func:`measured_seconds`: inputs,
     warm-up, block sizing, rests between blocks, further layouts, checks, lazy device
     initialisation), so that a round with longer measurement can be estimated. (0, 0) before any."""
-    timed = [p for p in processes if res.startup_seconds(p) is not None and p.get("cells")]
+    timed = [p for p in processes if p.startup is not None and p.cells]
     if not timed:
         return 0.0, 0.0
-    startup = statistics.median(res.startup_seconds(p) for p in timed)
+    startup = statistics.median(p.startup for p in timed)
     overhead = []
     for p in timed:
-        measured = sum(measured_seconds(c["measurement"]) for c in p["cells"].values() if c.get("measurement"))
-        overhead.append(max(0.0, p["finished"] - p["worker_started"] - measured) / len(p["cells"]))
+        measured = sum(measured_seconds(c.timed) for c in p.cells if c.measurement)
+        overhead.append(max(0.0, p.finished - p.worker_started - measured) / len(p.cells))
     return startup, statistics.median(overhead)
 
 
-def round_seconds(processes: list[dict], measure_s: list[list[float]]) -> float:
+def round_seconds(processes: Sequence[Process], measure_s: list[list[float]]) -> float:
     """Estimated seconds of a round of processes, one per entry of ``measure_s`` (the seconds of timed
     blocks each of its cells gets): start-up, plus per cell the overhead and its measurement
     (:func:`cell_costs`); 0 before any process has run."""

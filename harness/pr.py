@@ -28,7 +28,6 @@ so ``patched`` stays on its series branch and ``apply``/``refresh`` keep working
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shlex
@@ -36,6 +35,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness import document as doc
 from harness import options
 from harness.errors import BuildInputError, ResultsError, SeriesError
 from harness.fsutil import atomic_write_text
@@ -182,18 +182,14 @@ def newest_evidence(results_root: Path, series_name: str, series_hash: str | Non
     if not results_root.is_dir():
         return None
     for path in sorted(results_root.glob("*/results.json")):
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError, RecursionError):
+        found = doc.peek(path)
+        if found is None:
             continue
-        builds = data.get("builds") if isinstance(data, dict) else None
-        found = [((b.get("build") or {}).get("series") or {}) for b in (builds or {}).values() if isinstance(b, dict)]
-        named = [f for f in found if isinstance(f, dict) and f.get("name") == series_name]
-        if not named or (series_hash and not any(f.get("hash") == series_hash for f in named)):
+        hashes = [h for name, h in found.series if name == series_name]
+        if not hashes or (series_hash and series_hash not in hashes):
             continue
-        stamp = str((data.get("run") or {}).get("finished") or "")
-        if stamp and (best is None or stamp > best[0]):
-            best = (stamp, path.parent)
+        if found.finished and (best is None or found.finished > best[0]):
+            best = (found.finished, path.parent)
     return best[1] if best else None
 
 
@@ -248,9 +244,9 @@ def evidence_block(directory: Path) -> tuple[str, str]:
             f"{directory} has results.json but no report.md", f"render it with `python -m harness report {directory}`"
         )
     text = pr_block(report.read_text(encoding="utf-8"))
-    data = json.loads((directory / "results.json").read_text(encoding="utf-8"))
-    command = (data.get("run") or {}).get("command") or []
-    return text, shlex.join(command) if isinstance(command, list) else str(command)
+    found = doc.peek(directory / "results.json")
+    command = found.command if found else ()
+    return text, shlex.join(command) if isinstance(command, tuple) else command
 
 
 def pr_markdown(series: Series, base: str, evidence: Path | None, results_root: Path) -> str:

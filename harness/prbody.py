@@ -15,9 +15,10 @@ from __future__ import annotations
 import math
 
 from harness import contrasts as con
+from harness import document as doc
 from harness import observed, stats
-from harness import results as res
-from harness.evidence import EQUIVALENCE_CLAIMS, Contrast, Evidence
+from harness.document import Build, RunDocument, SeriesTests
+from harness.evidence import EQUIVALENCE_CLAIMS, Contrast
 
 #: words for a claim's outcome in the block
 OUTCOME_WORDS = {
@@ -29,10 +30,10 @@ OUTCOME_WORDS = {
 }
 
 
-def declared(data: dict) -> tuple[Contrast, ...]:
+def declared(run: RunDocument) -> tuple[Contrast, ...]:
     """The run's contrasts (:func:`harness.contrasts.for_run`): those recorded in results.json ``evidence``,
     then ``patched/C`` vs ``stock/C`` for every config C no declared contrast compares that way."""
-    return con.for_run(data)
+    return doc.of(run).contrasts
 
 
 def _us(seconds: float | None) -> str:
@@ -119,74 +120,65 @@ def _heading(result: con.ContrastResult) -> str:
     return f"{title}{sides}" + (f"; {claim}: {outcome}" if claim else "") + f" ({result.why})."
 
 
-def contrast_block(result: con.ContrastResult, data: dict, limit: int = DECIDING_ROWS) -> list[str]:
+def contrast_block(result: con.ContrastResult, run: RunDocument, limit: int = DECIDING_ROWS) -> list[str]:
     """One contrast in the PR block: a bullet with its heading and consequence, the kernels line when
     observed, then the table of the cells that decide or contradict it (at most ``limit`` rows)."""
     line = f"- {_heading(result)}"
     said = meaning(result) if result.contrast.claim != "none" else ""
     out = [line + (f" {said}" if said else "")]
-    if data.get("kernels"):
-        out.append(f"  - {observed.contrast_line(data, result.contrast)}")
+    if run.kernels:
+        out.append(f"  - {observed.contrast_line(run, result.contrast)}")
     table = deciding_table(result, limit)
     return out + (table + [""] if table else [])
 
 
-def _provenance_sentence(data: dict) -> str:
-    run = data["run"]
-    builds = run["builds"]
-    prov = {b: data["builds"][b]["provenance"] for b in builds}
-    first = prov[builds[0]]
-    mac = first.get("mac") or {}
-    os_text = first["os"].get("macos_product_version")
-    os_text = (
-        (f"macOS {os_text}" + (f" ({mac['macos_build']})" if mac.get("macos_build") else ""))
-        if os_text
-        else first["os"]["platform"]
-    )
-    device = first.get("gpu_name") if run["device"] != "cpu" else None
-    where = [f"`{run['device']}`" + (f" ({device})" if device else ""), f"CPU {first['cpu_name']}"]
-    if mac.get("model"):
-        where.append(f"Mac {mac['model']}")
-    where.append(os_text)
+def _provenance_sentence(run: RunDocument) -> str:
+    head, machine = run.header, run.machine
+    builds = head.builds
+    mac = run.builds[builds[0]].provenance.get("mac") or {}
+    device = machine.gpu_name
+    where = [f"`{head.device}`" + (f" ({device})" if device else ""), f"CPU {machine.cpu_name}"]
+    if machine.model:
+        where.append(f"Mac {machine.model}")
+    where.append(machine.os_text)
     if mac.get("power_source"):
         where.append(f"power: {mac['power_source']}")
     if mac.get("low_power_mode") is not None:
         where.append(f"Low Power Mode {'on' if mac['low_power_mode'] else 'off'}")
     torches = "; ".join(
-        f"{b} torch {prov[b]['torch_version']} (`{(prov[b].get('git_version') or 'unknown')[:12]}`"
-        + _series_text(data["builds"][b])
+        f"{b} torch {run.builds[b].torch_version} (`{(run.builds[b].git_version or 'unknown')[:12]}`"
+        + _series_text(run.builds[b])
         + ")"
         for b in builds
     )
-    evidence = Evidence.from_json(data.get("evidence"))
-    series = f" Series `{evidence.series}`." if evidence.series else ""
+    series = f" Series `{run.evidence.series}`." if run.evidence.series else ""
     return (
-        f"Measured on {', '.join(where)}. {torches}.{series} {_rounds_text(data)}, interleaved; configs: "
+        f"Measured on {', '.join(where)}. {torches}.{series} {_rounds_text(run)}, interleaved; configs: "
         + ", ".join(
-            f"`{c}` ({' '.join(f'{k}={v}' for k, v in data['configs'][c]['env'].items()) or 'no variables'})"
-            for c in run["configs"]
+            f"`{c}` ({' '.join(f'{k}={v}' for k, v in run.configs[c]['env'].items()) or 'no variables'})"
+            for c in head.configs
         )
         + "."
     )
 
 
-def _rounds_text(data: dict) -> str:
+def _rounds_text(run: RunDocument) -> str:
     """How many fresh processes measured each cell: the planned rounds, and the adaptive ones when any ran."""
-    run = data["run"]
-    text = f"{run['rounds']} rounds of fresh processes per (build, config)"
-    added = (run.get("adaptive") or {}).get("rounds_added")
+    head, adaptive = run.header, run.header.adaptive
+    text = f"{head.rounds} rounds of fresh processes per (build, config)"
+    added = adaptive.rounds_added if adaptive else 0
     if added:
-        lo, hi = res.processes_range(data)
+        lo, hi = run.processes_per_cell()
         span = f"{lo}" if lo == hi else f"{lo}-{hi}"
-        launch = run["adaptive"].get("launch_bound_target")
-        target = f"±{run['adaptive']['target']:.1%}" + (f" (launch-bound cells ±{launch:.1%})" if launch else "")
+        launch = adaptive.launch_bound_target
+        target = f"±{adaptive.target:.1%}" + (f" (launch-bound cells ±{launch:.1%})" if launch else "")
         text += f" + {added} adaptive rounds for the cells whose CI was wider than {target}"
         text += f": {span} processes per cell and side"
     return text
 
 
-def _series_text(build: dict) -> str:
-    manifest = build.get("build") or {}
+def _series_text(build: Build) -> str:
+    manifest = build.manifest or {}
     series = manifest.get("series") if isinstance(manifest, dict) else None
     if isinstance(series, dict) and series.get("hash"):
         return f", series {series.get('name')} `{str(series['hash'])[:8]}`"
@@ -195,29 +187,23 @@ def _series_text(build: dict) -> str:
     return ""
 
 
-def tests_table(section: dict | None, builds: list[str]) -> list[str]:
+def tests_table(section: SeriesTests | None, builds: list[str]) -> list[str]:
     """The series' tests per build against the expected outcome (harness.seriestests)."""
     if not section:
         return []
     lines = ["Series tests (upstream test files, each build's interpreter):", ""]
-    if section.get("skipped"):
-        return lines + [f"- not run: {section['skipped']}", ""]
+    if section.skipped:
+        return lines + [f"- not run: {section.skipped}", ""]
     lines += ["| test | selection | " + " | ".join(builds) + " |", "|---|---|" + "---|" * len(builds)]
-    for test in section["tests"]:
+    for test in section.tests:
         selection = (
-            f"`{test['file']}`"
-            + (f" `-k {test['k']}`" if test.get("k") else "")
-            + "".join(f" `{k}={v}`" for k, v in test.get("env", {}).items())
+            f"`{test.file}`"
+            + (f" `-k {test.k}`" if test.k else "")
+            + "".join(f" `{k}={v}`" for k, v in test.env.items())
         )
-        cells = []
-        for b in builds:
-            rec = test["builds"].get(b)
-            if rec is None:
-                cells.append("–")
-                continue
-            cells.append(_test_cell(rec))
-        lines.append(f"| {test['name']} | {selection} | " + " | ".join(cells) + " |")
-    return lines + [""] + _requirements_lines(section.get("requirements"))
+        cells = [_test_cell(test.builds[b]) if b in test.builds else "–" for b in builds]
+        lines.append(f"| {test.name} | {selection} | " + " | ".join(cells) + " |")
+    return lines + [""] + _requirements_lines(section.requirements)
 
 
 def _test_cell(rec: dict) -> str:
@@ -262,23 +248,25 @@ def _requirements_lines(installed: dict | None) -> list[str]:
     return [f"Test requirements ({reqs}) by pip: {per_build}.", ""]
 
 
-def render_block(data: dict, results: list[con.ContrastResult], notes: list[str], tail: list[str] = ()) -> list[str]:
+def render_block(
+    run: RunDocument, results: list[con.ContrastResult], notes: list[str], tail: list[str] = ()
+) -> list[str]:
     """The PR-body block: provenance paragraph, warnings (``notes``), the definition of speedup, one
     bullet per contrast (:func:`contrast_block`), ``tail`` (the report's launch-bound and undetermined
     lines), the series' tests."""
-    out = ["## For the pull request", "", _provenance_sentence(data), "", *notes]
+    out = ["## For the pull request", "", _provenance_sentence(run), "", *notes]
     if results:
         out += [SPEEDUP_DEFINITION, ""]
-    if results and not data.get("kernels"):  # said once, not under every contrast
+    if results and not run.kernels:  # said once, not under every contrast
         out += [observed.NOT_OBSERVED, ""]
     tables = sum(1 for r in results if r.deciding)
     limit = max(MIN_DECIDING_ROWS, DECIDING_ROWS // max(tables, 1))
     for result in results:  # a tight list: a blank line only around a table
-        out += contrast_block(result, data, limit)
+        out += contrast_block(result, run, limit)
     if results and out[-1]:
         out.append("")
     out += list(tail)
-    out += tests_table(data.get("series_tests"), data["run"]["builds"])
+    out += tests_table(run.series_tests, list(run.header.builds))
     return out
 
 
@@ -291,11 +279,11 @@ SPEEDUP_DEFINITION = (
 )
 
 
-def collect_env_lines(data: dict) -> list[str]:
+def collect_env_lines(run: RunDocument) -> list[str]:
     """``python -m torch.utils.collect_env`` per build, folded."""
     out = []
-    for b in data["run"]["builds"]:
-        text = data["builds"][b]["provenance"].get("collect_env")
+    for b in run.header.builds:
+        text = run.builds[b].provenance.get("collect_env")
         if text:
             out += [
                 f"<details><summary>python -m torch.utils.collect_env ({b})</summary>",

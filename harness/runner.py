@@ -20,21 +20,24 @@ from __future__ import annotations
 
 import copy
 import math
+import statistics
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
 from harness import configs as cfg
+from harness import document as doc
 from harness import evidence as ev
-from harness import macos, supervise
+from harness import macos, stats, supervise
 from harness import results as res
 from harness.bench import kernels
 from harness.bench.accuracy import FAILED, status_of
 from harness.bench.provenance import unsupported_reason
 from harness.bench.timer import first_layout, steady_start
 from harness.contrasts import rows as contrast_rows
+from harness.document import CellRecord, RunDocument
 from harness.errors import UsageError
 from harness.plan import Plan, RunRequest, build_manifest, plan, round_order
 from harness.policy import POLICY, CellClass, cell_costs, round_seconds
@@ -56,7 +59,7 @@ MAX_ROUNDS = 64
 
 
 def unconverged_cells(
-    data: dict, target: float, launch_target: float | None = None, only_launch_bound: bool | None = None
+    run: RunDocument, target: float, launch_target: float | None = None, only_launch_bound: bool | None = None
 ) -> dict[str, list[str]]:
     """config -> cell keys whose stock/patched CI half-width is above its class's target (or not computable
     yet), in plan order: ``target`` for kernel-bound cells, ``launch_target`` (default ``target``) for
@@ -64,13 +67,11 @@ def unconverged_cells(
     row (paired by round, judged by the policy: :func:`harness.contrasts.rows`). Cells that failed or
     were skipped everywhere are left out; ``only_launch_bound`` True / False keeps only launch-bound /
     kernel-bound cells."""
-    from harness import stats
-
+    run = doc.of(run)
     policy = POLICY.with_targets(target, launch_target if launch_target is not None else target)
-    table = res.cell_table(data)
     comparisons, goals = {}, {}
-    for contrast in ev.default_contrasts(data["run"]["builds"], data["run"]["configs"]):
-        for row in contrast_rows(data, contrast, policy, table):
+    for contrast in ev.default_contrasts(list(run.header.builds), list(run.header.configs)):
+        for row in contrast_rows(run, contrast, policy):
             if not (row.a and row.b):
                 continue
             if only_launch_bound is not None and row.launch_bound != only_launch_bound:
@@ -84,31 +85,32 @@ def unconverged_cells(
     return need
 
 
-def below_floor(data: dict) -> dict[str, list[str]]:
+def below_floor(run: RunDocument) -> dict[str, list[str]]:
     """config -> launch-bound cell keys with fewer processes per side than their floor (:mod:`harness.policy`)."""
-    table = res.cell_table(data)
+    run = doc.of(run)
     need: dict[str, list[str]] = {}
-    for contrast in ev.default_contrasts(data["run"]["builds"], data["run"]["configs"]):
-        for row in contrast_rows(data, contrast, POLICY, table):
+    for contrast in ev.default_contrasts(list(run.header.builds), list(run.header.configs)):
+        for row in contrast_rows(run, contrast, POLICY):
             if row.cls == CellClass.LAUNCH_BOUND and row.a and len(row.rounds) < POLICY.rule(row.cls).floor:
                 need.setdefault(contrast.a.config, []).append(row.cell.key)
     return need
 
 
-def next_adaptive_cells(data: dict, target: float, launch_target: float | None = None) -> dict[str, list[str]]:
+def next_adaptive_cells(run: RunDocument, target: float, launch_target: float | None = None) -> dict[str, list[str]]:
     """The cells the next adaptive round measures: the unconverged kernel-bound cells, with the
     launch-bound cells still below their floor of processes (cheap: microseconds per call, and the
     process is started anyway); every unconverged launch-bound cell only once every kernel-bound cell
     has converged, so that cells whose time is host latency (and whose spread between processes is
     wide) never hold the run hostage."""
-    kernel = unconverged_cells(data, target, launch_target, only_launch_bound=False)
+    run = doc.of(run)
+    kernel = unconverged_cells(run, target, launch_target, only_launch_bound=False)
     if not kernel:
-        return unconverged_cells(data, target, launch_target, only_launch_bound=True)
-    floor = below_floor(data)
-    order = {k: i for i, k in enumerate(data["run"]["cells"])}
+        return unconverged_cells(run, target, launch_target, only_launch_bound=True)
+    floor = below_floor(run)
+    order = {k: i for i, k in enumerate(run.header.cells)}
     return {
         config: sorted(set(kernel.get(config, [])) | set(floor.get(config, [])), key=order.__getitem__)
-        for config in data["run"]["configs"]
+        for config in run.header.configs
         if config in kernel or config in floor
     }
 
@@ -129,7 +131,7 @@ def median_se(x: list[float]) -> float:
 
 
 def adaptive_measure_seconds(
-    per_build: dict[str, list[dict]], base: float, fixed_s: float, cap: float = MAX_CELL_MEASURE_S
+    per_build: Mapping[str, Sequence[CellRecord]], base: float, fixed_s: float, cap: float = MAX_CELL_MEASURE_S
 ) -> float:
     """Seconds of timed blocks one cell gets in each process of the next adaptive round.
 
@@ -148,21 +150,19 @@ def adaptive_measure_seconds(
 
     ``per_build``: build -> the cell's records so far. Returns ``base`` when fewer than 3 processes
     measured it; otherwise T* clamped to [base, cap] (seconds)."""
-    import statistics
-
     within, centred, seconds, groups = [], [], [], 0
     for records in per_build.values():
         logs = []
         for r in records:
-            m = r.get("measurement")
-            if r.get("status") != "ok" or not m or len(m["samples"]) < 4:
+            m = r.timed if r.measured else None
+            if m is None or len(m.samples) < 4:
                 continue
-            first = first_layout(m["samples"], m.get("layouts") or [])
+            first = first_layout(m.samples, m.layouts or [])
             x = sorted(math.log(v) for v in first[steady_start(first) :])
             t = _measured_seconds(m)
             within.append(median_se(x) ** 2 * t)
             seconds.append(t)
-            logs.append(math.log(res.median_of(r)))  # the process's time (all its layouts)
+            logs.append(math.log(m.median))  # the process's time (all its layouts)
         if len(logs) >= 2:
             groups += 1
             mean = statistics.fmean(logs)
@@ -175,15 +175,18 @@ def adaptive_measure_seconds(
     return min(cap, max(base, math.sqrt(sw2 * max(fixed_s, 0.0) / sb2)))
 
 
-def adaptive_plan(data: dict, need: dict[str, list[str]], base: float) -> dict[str, dict[str, float]]:
+def adaptive_plan(run: RunDocument, need: dict[str, list[str]], base: float) -> dict[str, dict[str, float]]:
     """config -> {cell key: measure seconds} for the next adaptive round over ``need``
     (:func:`adaptive_measure_seconds`; each cell's fixed cost is the start-up shared by the cells of
     its process plus the per-cell overhead, :func:`cell_costs`)."""
-    startup, overhead = cell_costs(data["processes"])
-    table = res.cell_table(data)
+    startup, overhead = cell_costs(run.processes)
+
+    def per_build(config: str, key: str) -> dict[str, tuple[CellRecord, ...]]:
+        return {b: run.records(config, key, b) for b in run.header.builds if run.records(config, key, b)}
+
     return {
         config: {
-            key: round(adaptive_measure_seconds(table[config][key], base, startup / len(keys) + overhead), 3)
+            key: round(adaptive_measure_seconds(per_build(config, key), base, startup / len(keys) + overhead), 3)
             for key in keys
         }
         for config, keys in need.items()
@@ -249,6 +252,25 @@ class Recorder:
         self.by_config = plan.by_config()
         self.failed = 0
         self.saved = False  # results.json written by this run (a Ctrl-C re-renders the report from it)
+
+    # The recorder is the writer of the results document: it alone indexes ``self.data`` by key. Readers
+    # (the adaptive rounds among them) get the typed document, built once per call (:meth:`document`).
+    @property
+    def order(self) -> tuple[tuple[int, str, str], ...]:
+        """The (round, build, config) processes planned so far, planned and adaptive."""
+        return tuple((int(r), b, c) for r, b, c in self.data["run"]["order"])
+
+    def document(self) -> RunDocument:
+        """The results document as recorded so far, typed (its one ``by_cell`` index built here, once)."""
+        return doc.from_json(self.data, validated=True)
+
+    def extend_order(self, extra: Sequence[tuple[int, str, str]]) -> None:
+        """Record an adaptive round's processes in ``run.order`` (a new list: no reader's value changes)."""
+        self.data["run"] = {**self.data["run"], "order": [*self.data["run"]["order"], *map(list, extra)]}
+
+    def record_adaptive(self, adaptive: dict) -> None:
+        """Record ``run.adaptive``: the adaptive rounds' targets, rounds added, unconverged cells, stop reason."""
+        self.data["run"] = {**self.data["run"], "adaptive": adaptive}
 
     def spec(self, rnd: int, build: str, config: str, keys: list[str], name: str, measure: dict | None = None) -> dict:
         """The worker's spec (harness.bench.worker) of one process; ``measure``: cell key -> seconds of
@@ -342,70 +364,71 @@ class Recorder:
 
 
 # ----------------------------------------------------------------------------------- schedule
-def schedule(plan: Plan, data: dict, run_process, bar=None) -> None:
+def schedule(plan: Plan, recorder: Recorder, bar=None) -> None:
     """Run the planned rounds in their interleaved order, then (``plan.target``) adaptive rounds:
     fresh processes measuring only the cells not converged yet (:func:`next_adaptive_cells`) for the
     time :func:`adaptive_plan` gives each, while a round's estimated time (:func:`round_seconds`) fits
     the rest of ``plan.budget`` (counted from the first planned process) and fewer than
-    :data:`MAX_ROUNDS` rounds ran. Records ``data["run"]["adaptive"]``.
+    :data:`MAX_ROUNDS` rounds ran. The recorder records ``run.order`` and ``run.adaptive``.
 
-    ``run_process(rnd, build, config, keys, measure)`` runs one process (``measure``: cell key ->
-    seconds of timed blocks, or None for the plan's timing) and appends its record to
-    ``data["processes"]``; ``bar`` (optional) is advanced by cells measured.
+    ``recorder.process(rnd, build, config, keys, measure)`` runs one process (``measure``: cell key ->
+    seconds of timed blocks, or None for the plan's timing) and records it; ``recorder.document()`` is
+    the typed document so far, read once per adaptive round; ``bar`` (optional) is advanced by cells measured.
     """
     deadline = time.monotonic() + plan.budget  # the planned rounds count against the budget too
     all_keys = [c.key for c in plan.cells]
-    for rnd, build, config in data["run"]["order"]:
-        run_process(rnd, build, config, all_keys, None)
+    for rnd, build, config in recorder.order:
+        recorder.process(rnd, build, config, all_keys, None)
         if bar is not None:
             bar.advance(len(all_keys))
     if plan.target is None:
         return
     measure: dict[str, dict[str, float]] = {}
+    now: list[RunDocument] = []  # the document after the last finished round: one index per round
 
-    def cost(extra: list[tuple[int, str, str]], need: dict[str, list[str]]) -> float:
+    def need() -> dict[str, list[str]]:
+        now[:] = [recorder.document()]
+        return next_adaptive_cells(now[0], plan.target, plan.launch_target)
+
+    def cost(extra: list[tuple[int, str, str]], todo: dict[str, list[str]]) -> float:
         measure.clear()
-        measure.update(adaptive_plan(data, need, plan.timing["measure_s"]))
-        return round_seconds(data["processes"], [list(measure[e[2]].values()) for e in extra])
+        measure.update(adaptive_plan(now[0], todo, plan.timing["measure_s"]))
+        return round_seconds(now[0].processes, [list(measure[e[2]].values()) for e in extra])
 
-    def announce(rnd: int, extra: list[tuple[int, str, str]], need: dict[str, list[str]]) -> None:
-        data["run"]["order"] += extra
+    def announce(rnd: int, extra: list[tuple[int, str, str]], todo: dict[str, list[str]]) -> None:
+        recorder.extend_order(extra)
         if bar is not None:
-            bar.update(total=(bar.total or 0) + sum(len(need[e[2]]) for e in extra))
-        note(f"adaptive round {rnd}: {sum(map(len, need.values()))} cells above ±{plan.target:.1%}")
+            bar.update(total=(bar.total or 0) + sum(len(todo[e[2]]) for e in extra))
+        note(f"adaptive round {rnd}: {sum(map(len, todo.values()))} cells above ±{plan.target:.1%}")
 
     def run_and_advance(rnd: int, build: str, config: str, keys: list[str]) -> None:
-        run_process(rnd, build, config, keys, measure[config])
+        recorder.process(rnd, build, config, keys, measure[config])
         if bar is not None:
             bar.advance(len(keys))
 
     added = adaptive_rounds(
-        plan.seed,
-        list(plan.builds),
-        plan.configs,
-        plan.rounds,
-        run_and_advance,
-        lambda: next_adaptive_cells(data, plan.target, plan.launch_target),
-        cost,
-        deadline,
-        announce,
+        plan.seed, list(plan.builds), plan.configs, plan.rounds, run_and_advance, need, cost, deadline, announce
     )
-    need = unconverged_cells(data, plan.target, plan.launch_target)
-    data["run"]["adaptive"] = {
-        "target": plan.target,
-        "launch_bound_target": plan.launch_target,
-        "budget_s": plan.budget,
-        "rounds_added": added,
-        "unconverged": {c: keys for c, keys in need.items()},
-        "stopped": stop_reason(plan, data, added, deadline, cost),
-    }
+    now[:] = [recorder.document()]
+    left = unconverged_cells(now[0], plan.target, plan.launch_target)
+    recorder.record_adaptive(
+        {
+            "target": plan.target,
+            "launch_bound_target": plan.launch_target,
+            "budget_s": plan.budget,
+            "rounds_added": added,
+            "unconverged": {c: keys for c, keys in left.items()},
+            "stopped": stop_reason(plan, now[0], added, deadline, cost),
+        }
+    )
 
 
-def stop_reason(plan: Plan, data: dict, added: int, deadline: float, cost) -> dict:
+def stop_reason(plan: Plan, run: RunDocument, added: int, deadline: float, cost) -> dict:
     """Why the adaptive rounds stopped, for the report: ``{"why": "converged"}``, ``{"why": "max_rounds"}``
     (:data:`MAX_ROUNDS`), or ``{"why": "budget", "next_round_s": ..., "left_s": ...}`` (the next round's
-    estimated seconds did not fit the seconds left of ``--budget-s``)."""
-    todo = next_adaptive_cells(data, plan.target, plan.launch_target)
+    estimated seconds did not fit the seconds left of ``--budget-s``). ``run``: the document after the
+    last round (``cost`` estimates from it)."""
+    todo = next_adaptive_cells(run, plan.target, plan.launch_target)
     if not todo:
         return {"why": "converged"}
     rnd = plan.rounds + added
@@ -473,18 +496,18 @@ def execute(request: RunRequest) -> int:
         check_resumable(raw, res.resume_plan(data), run.rounds, adaptive=run.target is not None)
         recorder = Recorder(run, data, raw)
         try:
-            with task(f"{run.kind} on {run.device}: cells", total=len(data["run"]["order"]) * len(run.cells)) as bar:
-                schedule(run, data, recorder.process, bar)
+            with task(f"{run.kind} on {run.device}: cells", total=len(recorder.order) * len(run.cells)) as bar:
+                schedule(run, recorder, bar)
         except KeyboardInterrupt:
             if recorder.saved:
-                report.write(out, res.load(out))  # report.md says the run is incomplete
+                report.write(out, doc.load(out))  # report.md says the run is incomplete
             raise
         data["consistency"] = run_consistency(data["builds"], run.device, recorder.by_config, raw, run.evidence)
         data["series_tests"] = run_series_tests(run.evidence, data["builds"], run.tests_source, run.keep_env, raw)
         failed, inconsistent = recorder.failed, consistency_failures(data["consistency"])
         data["run"]["finished"] = _now()
         res.save(out, data)
-        written = report.write(out, res.load(out))  # exactly what `report` re-renders
+        written = report.write(out, doc.load(out))  # exactly what `report` re-renders
         note(f"wrote {out / res.RESULTS}, " + ", ".join(p.name for p in written))
     if failed:
         note(f"{failed} cell measurements failed; see report.md")

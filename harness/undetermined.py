@@ -40,8 +40,10 @@ import math
 import statistics
 from dataclasses import dataclass
 
+from harness import document as doc
 from harness import options
 from harness.contrasts import ContrastResult, ContrastRow
+from harness.document import RunDocument
 from harness.policy import POLICY, CellClass, Policy, cell_costs, measured_seconds
 
 #: more processes per side than this: not a sensible cost (the report says so instead of a number)
@@ -178,39 +180,36 @@ class Resume:
     until: int = 0
 
 
-def rounds_done(data: dict) -> int:
+def rounds_done(run: RunDocument) -> int:
     """Rounds the run holds: 1 + the highest round of its processes (``run.rounds`` before any)."""
-    return max((p["round"] + 1 for p in data["processes"] if isinstance(p.get("round"), int)), default=0) or int(
-        data["run"]["rounds"]
-    )
+    return doc.of(run).rounds_done
 
 
-def process_walls(data: dict) -> dict[tuple[str, str], float]:
+def process_walls(run: RunDocument) -> dict[tuple[str, str], float]:
     """(build, config) -> median wall seconds (``finished - started``) of its processes; sides without
     either time are left out."""
     walls: dict[tuple[str, str], list[float]] = {}
-    for proc in data["processes"]:
-        begun, ended = proc.get("started"), proc.get("finished")
-        if all(isinstance(t, (int, float)) and math.isfinite(t) for t in (begun, ended)) and ended >= begun:
-            walls.setdefault((proc["build"], proc["config"]), []).append(ended - begun)
+    for proc in doc.of(run).processes:
+        if proc.wall is not None:
+            walls.setdefault((proc.build, proc.config), []).append(proc.wall)
     return {side: statistics.median(v) for side, v in walls.items()}
 
 
-def _fixed(data: dict, found: list[Need]) -> Resume:
+def _fixed(run: RunDocument, found: list[Need]) -> Resume:
     """``--rounds N``: every cell under every (build, config) in each added round."""
-    run = data["run"]
+    head = run.header
     reach = [f for f in found if f.processes is not None]
     extra = max((f.processes - f.n for f in reach), default=0)
-    done = rounds_done(data)
-    sides = [(b, c) for b in run["builds"] for c in run["configs"]]
-    walls = process_walls(data)
+    done = run.rounds_done
+    sides = [(b, c) for b in head.builds for c in head.configs]
+    walls = process_walls(run)
     if extra <= 0:
         return Resume(None, False, MAX_PROCESSES, [f.n for f in found], 0, 0, 0.0, [f for f in found if f not in reach])
     fallback = statistics.median(walls.values()) if walls else None
     seconds = None if fallback is None else extra * sum(walls.get(side, fallback) for side in sides)
     given = [f.n + extra for f in found]
     beyond = [f for f, g in zip(found, given, strict=True) if f.processes is None or f.processes > g]
-    argv = options.with_value(run["command"], "rounds", done + extra)
+    argv = options.with_value(list(head.command), "rounds", done + extra)
     return Resume(argv, False, MAX_PROCESSES, given, extra, extra * len(sides), seconds, beyond, done + extra)
 
 
@@ -220,11 +219,11 @@ def _target(goals: list[float], current: float) -> float:
     return max(math.floor(min([*goals, current]) * 1000) / 1000, 0.001)
 
 
-def _adaptive(data: dict, results: list[ContrastResult], found: list[Need], policy: Policy) -> Resume:
+def _adaptive(run: RunDocument, results: list[ContrastResult], found: list[Need], policy: Policy) -> Resume:
     """``--target-ci`` / ``--budget-s``: adaptive rounds up to :data:`MAX_ROUNDS` in all."""
-    run, adaptive = data["run"], data["run"]["adaptive"]
-    policy = policy.with_targets(adaptive.get("target"), adaptive.get("launch_bound_target"))
-    done = rounds_done(data)
+    head, adaptive = run.header, run.header.adaptive
+    policy = policy.with_targets(adaptive.target, adaptive.launch_bound_target)
+    done = run.rounds_done
     left = max(0, MAX_ROUNDS - done)
     open_ = [f for f in found if math.isfinite(f.goal) and (f.processes is None or f.processes > f.n)]
     targets = {
@@ -255,22 +254,20 @@ def _adaptive(data: dict, results: list[ContrastResult], found: list[Need], poli
     rounds = max(extra.values(), default=0)
     if rounds <= 0:
         return Resume(None, True, MAX_ROUNDS, given, 0, 0, 0.0, beyond)
-    startup, overhead = cell_costs(data["processes"])
-    measured: dict[tuple[str, str, str], float] = {}
-    for proc in data["processes"]:  # the latest measurement: what an adaptive round gives the cell
-        for key, rec in proc.get("cells", {}).items():
-            if rec.get("measurement"):
-                measured[proc["build"], proc["config"], key] = measured_seconds(rec["measurement"])
+    startup, overhead = cell_costs(run.processes)
+    measured = {  # the latest measurement: what an adaptive round gives the cell
+        (r.build, r.config, r.key): measured_seconds(r.timed) for r in run.cell_records() if r.measurement
+    }
     seconds, processes = 0.0, 0
-    for config in run["configs"]:
+    for config in head.configs:
         cells = {k: e for (c, k), e in extra.items() if c == config and e > 0}
         for r in range(1, max(cells.values(), default=0) + 1):
             pending = [k for k, e in cells.items() if e >= r]
-            for build in run["builds"]:
+            for build in head.builds:
                 processes += 1
                 seconds += startup + sum(overhead + measured.get((build, config, k), 0.0) for k in pending)
     known = bool(startup or overhead)
-    argv = list(run["command"])
+    argv = list(head.command)
     for name, cls in (("target_ci", CellClass.KERNEL_BOUND), ("target_ci_launch_bound", CellClass.LAUNCH_BOUND)):
         if any(f.row.cls == cls for f in open_):
             argv = options.with_value(argv, name, targets[cls])
@@ -280,8 +277,9 @@ def _adaptive(data: dict, results: list[ContrastResult], found: list[Need], poli
     return Resume(argv, True, MAX_ROUNDS, given, rounds, processes, seconds if known else None, beyond, until)
 
 
-def resume(data: dict, results: list[ContrastResult], found: list[Need], policy: Policy = POLICY) -> Resume:
+def resume(run: RunDocument, results: list[ContrastResult], found: list[Need], policy: Policy = POLICY) -> Resume:
     """What resuming the run gives the undetermined cells ``found`` of ``results`` (module docstring)."""
-    if data["run"].get("adaptive"):
-        return _adaptive(data, results, found, policy)
-    return _fixed(data, found)
+    run = doc.of(run)
+    if run.header.adaptive:
+        return _adaptive(run, results, found, policy)
+    return _fixed(run, found)

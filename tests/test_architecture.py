@@ -142,7 +142,6 @@ def test_no_function_in_harness_is_over_80_lines():
 
 # ------------------------------------------------------------------ imports inside functions
 _TORCH = "torch: imported only inside a build's interpreter (the harness's own environment may have none)"
-_MOVING = "being moved by issue 30 (lead removes)"
 #: (module, function) -> why it imports inside that function; every other import in harness/ is at the top
 #: of its module, where a reader sees what the module depends on. The entries must exist (none stale).
 INNER_IMPORTS = {
@@ -162,7 +161,6 @@ INNER_IMPORTS = {
     ("harness.preview", "render_html"): "cmarkgfm: optional (the preview extra)",
     ("harness.progress", "task"): "rich: its progress bar only on a terminal",
     ("harness.runner", "execute"): "report imports matplotlib (plots): compare and bench start without it",
-    **{("harness.runner", f): _MOVING for f in ("unconverged_cells", "adaptive_measure_seconds")},
 }
 
 
@@ -357,8 +355,10 @@ def test_adaptive_rounds_stop_when_converged_and_at_the_budget():
 def test_schedule_runs_planned_rounds_in_order_and_records_no_adaptive_without_target(tmp_path):
     plan = _plan(tmp_path, rounds=2)
     data = {"run": plan.run_json(), "processes": []}
+    recorder = runner.Recorder(plan, data, tmp_path)
     seen = []
-    runner.schedule(plan, data, lambda r, b_, c, keys, measure: seen.append((r, b_, c, len(keys), measure)))
+    recorder.process = lambda r, b_, c, keys, measure: seen.append((r, b_, c, len(keys), measure))
+    runner.schedule(plan, recorder)
     assert [s[:3] for s in seen] == [tuple(e) for e in data["run"]["order"]]
     assert all(s[3:] == (2, None) for s in seen)  # every cell, at the plan's own timing
     assert "adaptive" not in data["run"]

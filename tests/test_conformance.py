@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from documents import run_of
 
 from harness import configs as cfg
 from harness.bench import workloads
@@ -370,10 +371,10 @@ def test_rule5_the_emulated_profiler_log_shows_metal_exactly_where_prefer_metal_
             }
         },
     }
-    assert observed.mismatches(data) == []
+    assert observed.mismatches(run_of(data)) == []
     # the same observations against a planted declaration: linear routed to Metal under prefer_metal
     data["configs"]["prefer_metal"]["routes"]["linear"] = "metal"
-    assert [m.text for m in observed.mismatches(data)] == [
+    assert [m.text for m in observed.mismatches(run_of(data))] == [
         "declared metal, observed MPSGraph for linear float16 under `prefer_metal` on stock (1 cell)"
     ]
 
@@ -435,7 +436,7 @@ def test_rule5_main_linear_on_macos15_logs_mpsndarray_which_is_not_the_metal_rou
         "configs": {"vanilla": vanilla.to_json()},
         "kernels": {"stock": {"vanilla": {key: obs}}},
     }
-    assert observed.mismatches(data) == []
+    assert observed.mismatches(run_of(data)) == []
 
 
 def _observe_v260(monkeypatch, env: dict[str, str], keys: list[str]) -> dict:
@@ -501,13 +502,13 @@ def test_routes_are_the_bases_a_v260_run_declares_mm_only_and_shows_no_false_add
         "stock": {"mm/16x8x4/float16": "metal", "addmm/16x8x4/float16": "default"},
         "patched": {"mm/16x8x4/float16": "default", "addmm/16x8x4/float16": "default"},
     }
-    assert observed.mismatches(data) == [] and observed.error_notes(data) == []
-    assert observed.rules(data) == {b: "exact, the routes of base v2.6.0" for b in ("stock", "patched")}
-    assert "Routes judged on stock: exact, the routes of base v2.6.0." in observed.details(data)
+    assert observed.mismatches(run_of(data)) == [] and observed.error_notes(run_of(data)) == []
+    assert observed.rules(run_of(data)) == {b: "exact, the routes of base v2.6.0" for b in ("stock", "patched")}
+    assert "Routes judged on stock: exact, the routes of base v2.6.0." in observed.details(run_of(data))
     # the same observations with no base told: the series-wide routes, and the error this change removes
     for build in data["builds"].values():
         del build["base"]
-    assert [m.text for m in observed.mismatches(data)] == [
+    assert [m.text for m in observed.mismatches(run_of(data))] == [
         "declared metal, observed MPSGraph for addmm float16 under `prefer_metal` on stock, patched (1 cell)",
         "declared metal, observed MPSGraph for addmm float16 under `all` on stock, patched (1 cell)",
     ]
@@ -521,11 +522,11 @@ def test_a_wrong_per_base_route_is_named_on_the_first_screen_for_that_base_and_b
     data, _ = _v260_run(monkeypatch)
     data["builds"]["stock"]["base"]["routes"]["prefer_metal"]["addmm"] = "metal"
     data["builds"]["patched"]["base"]["routes"]["all"]["mm"] = "metal"
-    assert [m.text for m in observed.mismatches(data)] == [
+    assert [m.text for m in observed.mismatches(run_of(data))] == [
         "declared metal for base v2.6.0, observed MPSGraph for addmm float16 under `prefer_metal` on stock (1 cell)",
         "declared metal for base v2.6.0, observed MPSGraph for mm float16 under `all` on patched (1 cell)",
     ]
-    assert observed.error_notes(data)[0].startswith(
+    assert observed.error_notes(run_of(data))[0].startswith(
         "> **Error:** declared metal for base v2.6.0, observed MPSGraph for addmm float16 under `prefer_metal`"
     )
 

@@ -194,7 +194,10 @@ def results_keys() -> frozenset[str]:
 
 
 # ------------------------------------------------------------------------------------- the checks
-_PATH = re.compile(r"(?<![\w/.-])((?:harness|tests|benchmarks)/(?:[\w-]+/)*[\w-]+)(\.py\b|/)(?:`? `?([A-Z_][A-Z0-9_]+)\b)?")
+_PATH = re.compile(
+    r"(?<![\w/.-])((?:harness|tests|benchmarks)/(?:[\w-]+/)*[\w-]+)"  # a path into the tree
+    r"(\.py\b|/)(?:`? `?([A-Z_][A-Z0-9_]+)\b)?"  # .py or a folder, then the NAME it binds
+)
 _DOTTED = re.compile(r"(?<![\w/.-])harness(?:\.[A-Za-z_]\w*)+")
 _BARE = re.compile(r"`([\w/]+\.py)`")
 _CALL = re.compile(r"(?<![\w.])([a-z_]+)\.([A-Za-z_]\w*)\(")
@@ -321,7 +324,12 @@ def test_the_checks_find_what_they_check():
     [
         ("architecture.md", "`harness/results.py`", "`harness/resultz.py`", "no file harness/resultz.py"),
         ("architecture.md", "**`stats.py`**", "**`statz.py`**", "no file statz.py"),
-        ("results-schema.md", "harness.bench.recorded.RECORDED_PREFIXES", "harness.bench.recorded.RECORDED", "no RECORDED"),
+        (
+            "results-schema.md",
+            "harness.bench.recorded.RECORDED_PREFIXES",
+            "harness.bench.recorded.RECORDED",
+            "no RECORDED",
+        ),
         (
             "architecture.md",
             "`harness/build/platforms.py` `REGISTRY`",

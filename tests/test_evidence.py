@@ -13,6 +13,7 @@ import pytest
 from harness import contrasts as con
 from harness import prbody, report
 from harness.bench.workloads import DTYPES, default_cells
+from harness.document import SeriesTests
 from harness.errors import SeriesError, UsageError
 from harness.evidence import Contrast, Evidence, EvidenceError, Side, parse_contrast, validate
 from harness.series import load_series
@@ -409,14 +410,18 @@ def test_tests_table_shows_outcomes_against_expectations_and_skip_reasons():
             }
         ],
     }
-    (row,) = (line for line in prbody.tests_table(section, ["stock", "patched"]) if line.startswith("| new"))
+    (row,) = (
+        line
+        for line in prbody.tests_table(SeriesTests.from_json(section), ["stock", "patched"])
+        if line.startswith("| new")
+    )
     assert row == (
         "| new | `test/test_mps.py` `-k TestX` `A=1` | skip (2 skipped): t.a: MPS not available "
         "(expected fail; a skip here is not evidence either way) "
         "| error: pytest did not run (exit status 1): No module named pytest **✗ expected pass** |"
     )
     assert (
-        prbody.tests_table({"skipped": "no source tree given", "tests": []}, ["stock"])[2]
+        prbody.tests_table(SeriesTests.from_json({"skipped": "no source tree given", "tests": []}), ["stock"])[2]
         == "- not run: no source tree given"
     )
 
@@ -457,8 +462,8 @@ def test_a_contrast_without_declared_meaning_gets_the_claims_own_words():
 
 @pytest.mark.parametrize("flag", ["--markers", "--vars"])
 def test_the_provenance_probe_takes_markers_and_still_reads_its_older_flag_vars(flag, monkeypatch, capsys):
-    """``python -m harness.provenance --markers A,B`` (``--vars``: the older name, still accepted)."""
-    from harness import provenance
+    """``python -m harness.bench.provenance --markers A,B`` (``--vars``: the older name, still accepted)."""
+    from harness.bench import provenance
 
     asked = []
     monkeypatch.setattr(provenance, "probe", lambda device, names, collect: asked.append(names) or {})

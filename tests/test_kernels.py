@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from documents import run_of
 
 from harness import observed
 from harness import results as res
@@ -176,8 +177,10 @@ def test_a_real_cpu_worker_records_the_library_call_of_every_gemm_cell(tmp_path)
         op, _, dtype = key.split("/")
         if dtype == "float32":  # MKL's SGEMM, or SGEMM_BATCH for bmm
             assert path == "mkl" and names[0].startswith("mkl:SGEMM_BATCH(" if op == "bmm" else "mkl:SGEMM("), key
-        elif dtype == "bfloat16" and torch.backends.mkldnn.is_available():  # oneDNN's matmul
+        elif dtype == "bfloat16" and torch.ops.mkldnn._is_mkldnn_bf16_supported():  # oneDNN's matmul
             assert path == "onednn" and names[0].startswith("onednn:matmul:"), key
+        elif dtype == "bfloat16":  # no AVX512-BF16/AMX (an AVX2-only AMD EPYC, measured): ATen's own GEMM
+            assert path is None and names == [], key
     assert table["mm/32x32x32/float32"][1] == ["mkl:SGEMM(N,N,32,32,32)"]  # column-major: N, M, K
     # float16 depends on the CPU: without AVX512-FP16/AMX-FP16 ATen runs its own GEMM and nothing is
     # printed (measured on an AMD EPYC: recorded honestly as no trace); on a CPU with AMX-FP16 (measured on
@@ -204,14 +207,17 @@ def _mps_run(builds: dict[str, dict[str, str]], routes: dict) -> dict:
 def test_a_declared_route_no_build_takes_is_an_error_naming_config_op_dtype_and_builds():
     key = "mm/64x64x64/float16"
     wrong = _mps_run({"stock": {key: "mpsgraph"}, "patched": {key: "mpsgraph"}}, {"mm": "metal"})
-    assert [m.text for m in observed.mismatches(wrong)] == [
+    assert [m.text for m in observed.mismatches(run_of(wrong))] == [
         "declared metal, observed MPSGraph for mm float16 under `all` on stock, patched (1 cell)"
     ]
     # the series' case: stock still takes Metal, patched MPSGraph; the looser path is declared
-    assert observed.mismatches(_mps_run({"stock": {key: "metal"}, "patched": {key: "mpsgraph"}}, {"mm": "metal"})) == []
+    assert (
+        observed.mismatches(run_of(_mps_run({"stock": {key: "metal"}, "patched": {key: "mpsgraph"}}, {"mm": "metal"})))
+        == []
+    )
     # Metal observed where nothing is declared: the bound in force is the default path's
     loose = _mps_run({"stock": {key: "metal"}, "patched": {key: "mpsgraph"}}, {})
-    assert [m.text for m in observed.mismatches(loose)] == [
+    assert [m.text for m in observed.mismatches(run_of(loose))] == [
         "declared default, observed Metal for mm float16 under `all` on stock (1 cell)"
     ]
 
@@ -221,24 +227,24 @@ def test_a_declared_route_no_trace_could_check_is_named_not_verified_never_silen
     contradict a declared route; the first screen says the route went unchecked instead of staying silent."""
     key = "mm/64x64x64/float16"
     data = _mps_run({"stock": {key: "metal"}, "patched": {key: "mpsgraph"}}, {"mm": "metal"})
-    assert observed.unverified(data) == [] and observed.error_notes(data) == []
+    assert observed.unverified(run_of(data)) == [] and observed.error_notes(run_of(data)) == []
     for build in ("stock", "patched"):
         data["kernels"][build]["all"][key] = observation("mps", [])  # no trace
-    assert observed.mismatches(data) == []
-    assert observed.unverified(data) == [("all", "mm", "float16", "metal", 1)]
-    assert observed.error_notes(data) == [
+    assert observed.mismatches(run_of(data)) == []
+    assert observed.unverified(run_of(data)) == [("all", "mm", "float16", "metal", 1)]
+    assert observed.error_notes(run_of(data)) == [
         "> **Route not verified:** declared metal for mm float16 under `all`, but no build's trace named a "
         "kernel (1 cell): the bound rests on the declaration alone (Kernels in the details)."
     ]
     # one build observed is enough to judge the declaration
     data["kernels"]["stock"]["all"][key] = observation("mps", ["Kernel:matmul:MPS:Half[2, 2]:MPS:Half[2, 2]"])
-    assert observed.unverified(data) == []
+    assert observed.unverified(run_of(data)) == []
 
 
 def test_old_results_without_kernels_render_not_observed_and_validate():
     data = res.load(ROOT / "docs" / "examples" / "cpu-ab")
-    assert "kernels" not in data and observed.mismatches(data) == []
-    assert observed.details(data)[2].startswith("Not observed")
+    assert "kernels" not in data and observed.mismatches(run_of(data)) == []
+    assert observed.details(run_of(data))[2].startswith("Not observed")
 
 
 @pytest.mark.parametrize(
@@ -291,7 +297,7 @@ def test_the_h200_example_records_the_gemm_kernel_of_every_build_config_and_cell
     for build in ("stock", "patched"):
         for config in ("default", "cublaslt", "tf32_override"):
             for key in data["run"]["cells"]:
-                obs = observed.seen(data, build, config, key)
+                obs = observed.seen(run_of(data), build, config, key)
                 assert obs and obs["names"] and not obs.get("error"), (build, config, key)
                 names[build, config, key] = [n for n in obs["names"] if classify("cuda", [n])[0]][0]
     fp32, fp16 = "mm/1024x1024x1024/float32", "mm/1024x1024x1024/float16"
@@ -300,7 +306,7 @@ def test_the_h200_example_records_the_gemm_kernel_of_every_build_config_and_cell
         assert "tilesize64x128x8" in names[build, "cublaslt", fp32]  # cublaslt: another kernel for fp32
         assert "cutlass_80_simt_sgemm" in names[build, "cublaslt", "mm/4096x4096x4096/float32"]
         assert "tf32" in names[build, "tf32_override", fp32]
-        assert observed.seen(data, build, "tf32_override", fp32)["path"] == "tf32"
+        assert observed.seen(run_of(data), build, "tf32_override", fp32)["path"] == "tf32"
         # fp16: the same nvjet kernel under all three configs, and the report says so
         assert {names[build, c, fp16] for c in ("default", "cublaslt", "tf32_override")} == {
             "nvjet_sm90_hsh_128x64_64x8_1x2_h_bz_NNT"
@@ -309,7 +315,7 @@ def test_the_h200_example_records_the_gemm_kernel_of_every_build_config_and_cell
     kernels = text[text.index("## Kernels") :]
     assert f"| {fp16} | same kernel as `default` | same kernel as `default` |" in kernels
     assert f"| {fp32} | same kernel as `default` |" not in kernels
-    assert observed.mismatches(data) == []
+    assert observed.mismatches(run_of(data)) == []
 
 
 def test_the_h200_planted_route_example_names_the_mismatch_on_the_first_screen():

@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 import small_upstream as su
+from documents import run_of
 
-from harness import macos, report, runner, supervise, workflow
+from harness import details, macos, runner, supervise, workflow
 from harness.bench import provenance
 from harness.build import convention, preflight
 from harness.build import plan as plan_mod
@@ -426,7 +427,7 @@ def test_report_and_probe_say_the_macos_and_metal_of_each_build():
             "patched": {"build": {**common, "metal_capability": {**cap, "CAN_COMPILE_METAL_40": "YES"}}},
         },
     }
-    rows = report._build_rows(data)
+    rows = details.build_rows(run_of(data))
     assert "| Metal toolchain | Metal 3.1 YES, Metal 4.0 NO | Metal 3.1 YES, Metal 4.0 YES |" in rows
     assert provenance.mps_need_text("2.6.0").startswith("13.0 (aten/src/ATen/mps/MPSDevice.mm of v2.6.0")
     assert provenance.mps_need_text("2.9.0") == "14.0 (assumed from 2.10 (2.9's MPSDevice.mm was not read))"

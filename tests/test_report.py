@@ -5,27 +5,27 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from harness import report, stats
+from harness import details, report, stats
 
 
 @pytest.mark.parametrize("cause", list(stats.Cause))
 def test_every_cause_has_words(cause):
-    words = report._cause_words(cause, 0.02, 0.95)
+    words = details.cause_words(cause, 0.02, 0.95)
     assert words
     band = (stats.Cause.BEYOND_BAND, stats.Cause.INSIDE_BAND, stats.Cause.STRADDLES_BAND)
     assert ("±2%" in words) == (cause in band)
 
 
 def test_below_floor_words_name_the_floor():
-    assert report._cause_words(stats.Cause.BELOW_FLOOR, 0.02, 0.95) == "fewer than 4 processes per side: no verdict"
-    assert "fewer than 5" in report._cause_words(stats.Cause.BELOW_FLOOR, 0.02, 0.99)
+    assert details.cause_words(stats.Cause.BELOW_FLOOR, 0.02, 0.95) == "fewer than 4 processes per side: no verdict"
+    assert "fewer than 5" in details.cause_words(stats.Cause.BELOW_FLOOR, 0.02, 0.99)
 
 
 def test_bimodal_cell_shows_modes_and_per_mode_speedups_not_a_ratio_across_modes():
     rng = np.random.default_rng(3)
     s = 1e-5 * np.r_[np.exp(rng.normal(0, 0.005, 6)), 2.5 * np.exp(rng.normal(0, 0.005, 4))]
     p = 1e-5 * np.r_[1.1 * np.exp(rng.normal(0, 0.005, 5)), 2.75 * np.exp(rng.normal(0, 0.005, 5))]
-    text = report._modes_text(stats.compare(s, p))
+    text = details.modes_text(stats.compare(s, p))
     assert text == (
         "stock 10.0 µs (60%) / 24.9 µs (40%); patched 11.0 µs (50%) / 27.5 µs (50%); "
         "speedup per mode 0.909× / 0.908×"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from documents import process, record, run_of
 
 from harness.plan import TIMING
 from harness.policy import POLICY, CellClass, classify
@@ -31,7 +32,7 @@ def _measured(seconds: float, launch_bound: bool) -> dict:
     }
 
 
-def _data(spread: dict[str, float], launch: dict[str, bool], n: int = 6) -> dict:
+def _data(spread: dict[str, float], launch: dict[str, bool], n: int = 6):
     """Synthetic results: per cell, n processes per build with medians 1e-3 s × lognormal(spread)."""
     rng = np.random.default_rng(1)
     processes = []
@@ -42,10 +43,12 @@ def _data(spread: dict[str, float], launch: dict[str, bool], n: int = 6) -> dict
                 for key, sd in spread.items()
             }
             processes.append({"config": "default", "build": build, "round": rnd, "cells": cells})
-    return {
-        "run": {"cells": list(spread), "configs": ["default"], "builds": ["stock", "patched"]},
-        "processes": processes,
-    }
+    return run_of(
+        {
+            "run": {"cells": list(spread), "configs": ["default"], "builds": ["stock", "patched"]},
+            "processes": processes,
+        }
+    )
 
 
 def test_launch_bound_cells_are_held_to_their_own_lower_target():
@@ -59,15 +62,15 @@ def test_launch_bound_cells_are_held_to_their_own_lower_target():
 
 
 def test_a_cell_is_launch_bound_when_more_than_a_third_of_its_processes_say_so():
-    rec = lambda lb: {"measurement": _measured(1e-3, lb)}  # noqa: E731
+    rec = lambda lb: record({"measurement": _measured(1e-3, lb)})  # noqa: E731
     assert classify([rec(True), rec(True), rec(False)]) == CellClass.LAUNCH_BOUND
     assert classify([rec(True), rec(False)]) == CellClass.LAUNCH_BOUND  # a half: the host set its time often
     assert classify([rec(True), rec(False), rec(False)]) == CellClass.KERNEL_BOUND  # a third, not more
-    assert classify([{"status": "failed"}]) == CellClass.KERNEL_BOUND
+    assert classify([record({"status": "failed"})]) == CellClass.KERNEL_BOUND
 
 
-def _enqueued(block_us: float, enqueue_us: float) -> dict:
-    return {"measurement": {**_measured(block_us * 1e-6, False), "enqueue": [enqueue_us * 1e-6]}}
+def _enqueued(block_us: float, enqueue_us: float):
+    return record({"measurement": {**_measured(block_us * 1e-6, False), "enqueue": [enqueue_us * 1e-6]}})
 
 
 def test_launch_bound_means_the_device_waited_for_the_host_not_a_long_enqueue():
@@ -135,9 +138,12 @@ def test_launch_bound_cells_are_judged_against_a_wider_band_and_a_higher_floor()
 def test_a_round_is_estimated_from_the_processes_so_far():
     timed = {"status": "ok", "measurement": {"samples": [0.01] * 10, "number": 2}}  # 0.2 s of timed blocks
     done = [
-        {"started": 0.0, "worker_started": 3.0, "finished": 13.0, "cells": {str(i): {} for i in range(10)}},
-        {"started": 20.0, "worker_started": 23.0, "finished": 43.0, "cells": {str(i): {} for i in range(20)}},
-        {"started": 50.0, "worker_started": 54.0, "finished": 66.0, "cells": {str(i): timed for i in range(10)}},
+        process(p)
+        for p in (
+            {"started": 0.0, "worker_started": 3.0, "finished": 13.0, "cells": {str(i): {} for i in range(10)}},
+            {"started": 20.0, "worker_started": 23.0, "finished": 43.0, "cells": {str(i): {} for i in range(20)}},
+            {"started": 50.0, "worker_started": 54.0, "finished": 66.0, "cells": {str(i): timed for i in range(10)}},
+        )
     ]
     # start-up 3 s (median of 3, 3, 4); per cell 1 s besides its timed blocks (10/10, 20/20, (12 - 2)/10)
     assert cell_costs(done) == (3.0, 1.0)
@@ -157,6 +163,11 @@ def _records(rng, n: int, between: float, within: float, blocks: int = 10, block
     return out
 
 
+def _typed(per_build: dict[str, list[dict]]) -> dict:
+    """build -> the records as :class:`harness.document.CellRecord` values, one round each."""
+    return {b: [record({**r, "round": i}) for i, r in enumerate(records)] for b, records in per_build.items()}
+
+
 def test_cells_noisy_inside_a_process_get_longer_measurement_and_cells_noisy_between_processes_do_not():
     """Two-stage sampling (Cochran §10.6): T* = (σ_w/σ_b)·√fixed. An H200 GEMM 4096³ has blocks 2-7 %
     apart inside a process and process medians ~0.3 % apart: measure it longer. An SDPA whose processes
@@ -165,13 +176,13 @@ def test_cells_noisy_inside_a_process_get_longer_measurement_and_cells_noisy_bet
     base = TIMING["full"]["gpu"]["measure_s"]
     noisy_inside = {b: _records(rng, 6, between=0.003, within=0.05) for b in ("stock", "patched")}
     noisy_between = {b: _records(rng, 6, between=0.013, within=0.001) for b in ("stock", "patched")}
-    long = adaptive_measure_seconds(noisy_inside, base, fixed_s=0.5)
+    long = adaptive_measure_seconds(_typed(noisy_inside), base, fixed_s=0.5)
     assert long == MAX_CELL_MEASURE_S  # σ_w ≈ 5 %·√0.1 s per √s, σ_b ≈ 0.3 %: T* ≈ 3.7 s, capped
-    assert adaptive_measure_seconds(noisy_between, base, fixed_s=0.5) == base
+    assert adaptive_measure_seconds(_typed(noisy_between), base, fixed_s=0.5) == base
     # a cheaper process (less start-up to share) makes long measurement less worth it
-    assert base < adaptive_measure_seconds(noisy_inside, base, fixed_s=0.01) < long
+    assert base < adaptive_measure_seconds(_typed(noisy_inside), base, fixed_s=0.01) < long
     # too few processes to tell the two spreads apart: the base time
-    assert adaptive_measure_seconds({b: r[:1] for b, r in noisy_inside.items()}, base, fixed_s=0.5) == base
+    assert adaptive_measure_seconds(_typed({b: r[:1] for b, r in noisy_inside.items()}), base, fixed_s=0.5) == base
 
 
 def test_layout_to_layout_spread_is_not_taken_for_block_noise():
@@ -186,7 +197,7 @@ def test_layout_to_layout_spread_is_not_taken_for_block_noise():
             m = r["measurement"]
             m["layouts"] = [0, len(m["samples"])]
             m["samples"] += [v * 1.05 for v in m["samples"][:5]]  # a second layout 5 % slower
-    assert adaptive_measure_seconds(per_build, base, fixed_s=0.5) == base
+    assert adaptive_measure_seconds(_typed(per_build), base, fixed_s=0.5) == base
 
 
 def test_further_layouts_count_as_overhead_not_as_measurement():
@@ -195,8 +206,8 @@ def test_further_layouts_count_as_overhead_not_as_measurement():
     one = {"samples": [0.01] * 10, "number": 2}  # 0.2 s of timed blocks
     three = {"samples": [0.01] * 20, "number": 2, "layouts": [0, 10, 15]}  # and 0.2 s of further layouts
 
-    def proc(m: dict) -> dict:
-        return {"started": 0.0, "worker_started": 3.0, "finished": 4.0, "cells": {"a": {"measurement": m}}}
+    def proc(m: dict):
+        return process({"started": 0.0, "worker_started": 3.0, "finished": 4.0, "cells": {"a": {"measurement": m}}})
 
     assert cell_costs([proc(one)]) == (3.0, pytest.approx(0.8))
     assert cell_costs([proc(three)]) == (3.0, pytest.approx(0.8))  # not 0.6: only 0.2 s is measure_s's

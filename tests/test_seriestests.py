@@ -13,6 +13,7 @@ import sys
 import pytest
 
 from harness import prbody, seriestests
+from harness.document import SeriesTests
 from harness.evidence import EvidenceError, SeriesTest, validate
 
 RIGHT = "AssertionError: 'Ignoring invalid value for boolean flag X_FLAG' not found in ''"
@@ -64,7 +65,9 @@ def ran(tmp_path_factory) -> dict:
 
 def _row(ran: dict, name: str) -> str:
     section = {"source": "src", "tests": [ran[name]]}
-    (row,) = (line for line in prbody.tests_table(section, ["stock"]) if line.startswith(f"| {name} |"))
+    (row,) = (
+        line for line in prbody.tests_table(SeriesTests.from_json(section), ["stock"]) if line.startswith(f"| {name} |")
+    )
     return row.split(" | ")[-1].rstrip(" |")
 
 

@@ -5,6 +5,7 @@ import time
 
 import pytest
 import torch
+from documents import record as typed
 
 from harness import policy
 from harness.bench import devices
@@ -288,14 +289,14 @@ def test_a_deferred_cell_spending_60_percent_of_its_block_encoding_is_launch_bou
     assert m.deferred and m.launch_bound and len(m.samples) == 5  # host-bound blocks, as for launch-bound cells
     record = {"status": "ok", "measurement": m.to_json()}
     assert record["measurement"]["deferred"] is True
-    assert policy.classify([record] * 3) == policy.CellClass.LAUNCH_BOUND
+    assert policy.classify([typed(record)] * 3) == policy.CellClass.LAUNCH_BOUND
     # the same numbers read as submitted as issued (the 0.9 rule): kernel-bound, judged at ±2 %
     record["measurement"]["deferred"] = False
-    assert policy.classify([record] * 3) == policy.CellClass.KERNEL_BOUND
+    assert policy.classify([typed(record)] * 3) == policy.CellClass.KERNEL_BOUND
     # results written before the probe (no `deferred`): not measured, the 0.9 rule
     del record["measurement"]["deferred"]
     assert not Measurement.from_json(record["measurement"]).deferred
-    assert policy.classify([record] * 3) == policy.CellClass.KERNEL_BOUND
+    assert policy.classify([typed(record)] * 3) == policy.CellClass.KERNEL_BOUND
     # the deferred rule's edge: enqueue = device time
     edge = Measurement(samples=[2e-6] * 3, enqueue=[1e-6] * 3, method="synchronize+perf_counter", deferred=True)
     assert DEFERRED_LAUNCH_RATIO == 0.5 and edge.launch_bound
@@ -315,12 +316,13 @@ def test_a_cell_host_bound_in_more_than_a_third_of_its_processes_is_launch_bound
         "measurement": Measurement(samples=[20.4e-6] * 4, enqueue=[14e-6] * 4, method="s").to_json(),
     }
     assert res_measurement(host).launch_bound and not res_measurement(busy).launch_bound
-    judged = {k: policy.classify([host] * k + [busy] * (12 - k)) for k in range(13)}
+    judged = {k: policy.classify([typed(host)] * k + [typed(busy)] * (12 - k)) for k in range(13)}
     assert policy.LAUNCH_BOUND_SHARE == 1 / 3
     # 4 of 12 is a third, not more: kernel-bound; 5 of 12 (42 %) and the A/A cell's 6 of 12: launch-bound
     assert [k for k, cls in judged.items() if cls == policy.CellClass.LAUNCH_BOUND] == list(range(5, 13))
     # a failed or skipped process (no measurement) counts on neither side
-    assert policy.classify([host] * 2 + [busy] * 4 + [{"status": "failed"}] * 6) == policy.CellClass.KERNEL_BOUND
+    failed = typed({"status": "failed"})
+    assert policy.classify([typed(host)] * 2 + [typed(busy)] * 4 + [failed] * 6) == policy.CellClass.KERNEL_BOUND
 
 
 def res_measurement(record: dict) -> Measurement:

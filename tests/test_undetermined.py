@@ -12,7 +12,7 @@ import pytest
 from test_evidence import synthetic
 
 from harness import contrasts as con
-from harness import report, runner, stats
+from harness import details, report, runner, stats
 from harness import undetermined as und
 from harness.cli import build_parser
 from harness.errors import UsageError
@@ -209,7 +209,7 @@ def test_the_details_state_the_predicted_width_at_the_processes_the_command_give
     for f, given in zip(found, resume.given, strict=True):
         c = f.row.cell
         assert f"| {c.op} {c.label} | {c.dtype} |" in text
-        assert f"| {given} | {report._pct(f.width_at(given))} |" in text
+        assert f"| {given} | {details.pct(f.width_at(given))} |" in text
     f, given = found[0], resume.given[0]
     rng = np.random.default_rng(11)
     widths = [

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from harness import document as doc
 from harness import merge, report
 from harness import results as res
 from harness.outdir import MERGE_WRITES, RESULTS_WRITES, claim, holds_results
@@ -25,8 +26,8 @@ def run_report(args: argparse.Namespace) -> int:
         claim(directory, "report DIR", MERGE_WRITES, kind="merge")
         print(merge.write_report(directory, merged))
         return 0
-    data = res.load(args.directory)
+    run = doc.load(args.directory)
     claim(directory, "report DIR", RESULTS_WRITES, holds_results)
-    for path in report.write(directory, data):
+    for path in report.write(directory, run):
         print(path)
     return 0
