@@ -32,8 +32,8 @@ Everything that is a fact about one patch series lives in its ``series.toml`` (d
 
 The same contrast on the command line: ``--contrast 'patched/all vs stock/vanilla : mm,addmm : equivalent'``
 (:func:`parse_contrast`). This module is pure data (no torch, no filesystem). The ``[evidence]`` table is
-parsed once, by :func:`validate` while :func:`harness.series.load_series` loads the manifest, into the
-:class:`Evidence` a :class:`harness.series.Series` carries; every other shape derives from that object:
+parsed once, by :func:`validate` while :func:`harness.manifest.load_series` loads the manifest, into the
+:class:`Evidence` a :class:`harness.manifest.Series` carries; every other shape derives from that object:
 :func:`for_run` adds a run's ``--contrast`` options and the series' bases, :meth:`Evidence.to_json` is what
 ``results.json`` records under ``evidence``, and :meth:`Evidence.from_json` is how readers of a run get it
 back. The series' markers (the strings its patched libraries contain and stock's lack) are
@@ -593,7 +593,7 @@ def default_contrasts(builds: list[str], configs: list[str]) -> tuple[Contrast, 
 
 def for_run(found, contrasts: list[str]) -> Evidence:
     """The evidence of a ``compare``/``bench`` run: the :class:`Evidence` of ``found`` (a loaded
-    :class:`harness.series.Series`, parsed when it loaded; None for a run without a series) plus the
+    :class:`harness.manifest.Series`, parsed when it loaded; None for a run without a series) plus the
     ``--contrast`` texts and the series' bases (each with the series hash of its patches).
 
     Raises:

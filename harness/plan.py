@@ -21,8 +21,8 @@ from harness import options
 from harness.bench.ops import REGISTRY, key_hint
 from harness.bench.workloads import DTYPES, ITEMSIZE, Cell, default_cells
 from harness.errors import HarnessError, UsageError
+from harness.manifest import load_series  # series.toml loading has one owner
 from harness.options import QUICK_CPU_DTYPES
-from harness.series import load_series  # series.toml loading has one owner
 from harness.venvs import parse_inputs
 
 #: Per-process timing. Short: precision comes from the number of fresh processes, not from long
@@ -322,7 +322,7 @@ def _family(device: str) -> str:
 
 
 def series_hashes(series: str | None) -> set[str] | None:
-    """The series hashes of ``--series`` at each of its bases (:meth:`harness.series.Series.hash_of`): a patched
+    """The series hashes of ``--series`` at each of its bases (:meth:`harness.manifest.Series.hash_of`): a patched
     wheel ``compare`` takes from a build folder is of one of them (:func:`harness.venvs.wheel_in`); None without.
 
     Raises:

@@ -39,8 +39,9 @@ from harness import document as doc
 from harness import options
 from harness.errors import BuildInputError, ResultsError, SeriesError
 from harness.fsutil import atomic_write_text
+from harness.manifest import Series
 from harness.paths import slug
-from harness.series import FALLBACK_COMMITTER, Series
+from harness.series import FALLBACK_COMMITTER
 from harness.upstream import git_run
 from harness.venvs import wheel_in
 from harness.workflow import Context, existing_checkout

@@ -32,6 +32,7 @@ from harness import document as doc
 from harness import evidence as ev
 from harness import macos, stats, supervise
 from harness import results as res
+from harness import undetermined as und
 from harness.bench import kernels
 from harness.bench.accuracy import FAILED, status_of
 from harness.bench.provenance import unsupported_reason
@@ -85,28 +86,34 @@ def unconverged_cells(
     return need
 
 
-def below_floor(run: RunDocument) -> dict[str, list[str]]:
-    """config -> launch-bound cell keys with fewer processes per side than their floor (:mod:`harness.policy`)."""
+def below_floor(run: RunDocument, reachable: bool | None = None) -> dict[str, list[str]]:
+    """config -> launch-bound cell keys with fewer processes per side than their floor (:mod:`harness.policy`);
+    ``reachable`` True / False keeps only those that can / cannot reach a verdict at the floor
+    (:func:`harness.undetermined.reaches_band_at_floor`)."""
     run = doc.of(run)
     need: dict[str, list[str]] = {}
     for contrast in ev.default_contrasts(list(run.header.builds), list(run.header.configs)):
         for row in contrast_rows(run, contrast, POLICY):
             if row.cls == CellClass.LAUNCH_BOUND and row.a and len(row.rounds) < POLICY.rule(row.cls).floor:
-                need.setdefault(contrast.a.config, []).append(row.cell.key)
+                if reachable is None or und.reaches_band_at_floor(row) == reachable:
+                    need.setdefault(contrast.a.config, []).append(row.cell.key)
     return need
 
 
 def next_adaptive_cells(run: RunDocument, target: float, launch_target: float | None = None) -> dict[str, list[str]]:
     """The cells the next adaptive round measures: the unconverged kernel-bound cells, with the
-    launch-bound cells still below their floor of processes (cheap: microseconds per call, and the
-    process is started anyway); every unconverged launch-bound cell only once every kernel-bound cell
+    launch-bound cells still below their floor whose spread lets them reach a verdict there (cheap:
+    microseconds per call, and the process is started anyway); every other launch-bound cell (below
+    its floor with a spread too wide for the band there, or unconverged) only once every kernel-bound cell
     has converged, so that cells whose time is host latency (and whose spread between processes is
-    wide) never hold the run hostage."""
+    wide) never take the budget from the cells whose device is busy (H200 A/A of
+    docs/examples/h200-aa-share: two rounds of 37-46 launch-bound cells at 18 % spread took 103 s of the
+    540 s, and three kernel-bound cells stayed above ±1 %)."""
     run = doc.of(run)
     kernel = unconverged_cells(run, target, launch_target, only_launch_bound=False)
     if not kernel:
         return unconverged_cells(run, target, launch_target, only_launch_bound=True)
-    floor = below_floor(run)
+    floor = below_floor(run, reachable=True)
     order = {k: i for i, k in enumerate(run.header.cells)}
     return {
         config: sorted(set(kernel.get(config, [])) | set(floor.get(config, [])), key=order.__getitem__)

@@ -122,6 +122,14 @@ def predicted_half_width(sd: float, n: int, confidence: float = 0.95) -> float:
     return math.expm1(z * sd * math.sqrt(2 / n) * math.sqrt(math.pi / 3))
 
 
+def reaches_band_at_floor(row: ContrastRow, policy: Policy = POLICY) -> bool:
+    """Whether a launch-bound row's spread lets a verdict come at its floor: the CI half-width predicted at
+    the floor from the row's between-process spread (:func:`predicted_half_width`)
+    is inside the class's band. True while the spread is not known yet (fewer than 2 + 2 processes)."""
+    rule, sd = policy.rule(row.cls), spread(row)
+    return not math.isfinite(sd) or predicted_half_width(sd, rule.floor, policy.confidence) < rule.band
+
+
 def need(result: ContrastResult, row: ContrastRow, floors: list[NoiseFloor], policy: Policy = POLICY) -> Need:
     """What one undetermined row needs (see the module docstring)."""
     rule, cmp = policy.rule(row.cls), row.cmp

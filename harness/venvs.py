@@ -109,7 +109,7 @@ def wheel_in(
     """The ``role`` wheel (``stock`` | ``patched``) that ``build --dist directory`` wrote, by its build manifest
     (``<wheel>.build.json``, :mod:`harness.build`): ``inputs.kind`` is ``role``; for ``patched``, ``inputs.series``
     names ``series`` (a name or a series folder; any when None) and, when given, has a hash of ``series_hashes``
-    (the series' current state at its bases, :meth:`harness.series.Series.hash_of`); its
+    (the series' current state at its bases, :meth:`harness.manifest.Series.hash_of`); its
     ``inputs.base_sha`` is ``base_sha`` when given. Of several such wheels the newest (manifest ``end``) is taken
     (an older one is a build of an older state of the series); wheels of several series (no ``series`` given) or,
     for ``stock`` without ``base_sha``, of several bases are ambiguous. Unreadable manifests and manifests whose

@@ -33,17 +33,9 @@ from harness.build.preflight import (
 from harness.build.verify import VerifyResult, check_markers_declared, verify_built
 from harness.build.wheel import BuildResult, build_wheel, holds_builds
 from harness.errors import BuildError, SeriesError, UpstreamError, UsageError
+from harness.manifest import Base, Series, check_pin, load_series
 from harness.outdir import DIST_WRITES, claim
-from harness.series import (
-    Base,
-    PatchCheck,
-    Series,
-    apply_series,
-    check_pin,
-    check_series,
-    load_series,
-    refresh_series,
-)
+from harness.series import PatchCheck, apply_series, check_series, refresh_series
 from harness.upstream import (
     DEFAULT_UPSTREAM,
     Checkout,
@@ -181,7 +173,7 @@ class Sources:
 
 
 def series_ref(series: Series, entry: Base) -> SeriesRef:
-    """:class:`harness.series.Series` + its ``Base`` entry -> :class:`~harness.build.plan.SeriesRef` (patches
+    """:class:`harness.manifest.Series` + its ``Base`` entry -> :class:`~harness.build.plan.SeriesRef` (patches
     of that base, its markers, ``files``)."""
     return SeriesRef(series.name, tuple(series.patch_paths(entry)), series.evidence.markers, tuple(entry.files or ()))
 

@@ -97,7 +97,7 @@ def test_a_bound_that_cannot_fail_reports_uninformative_never_passed():
 
 def test_the_metal_accumulator_is_a_fact_of_each_base_with_its_citation():
     from harness.evidence import for_run
-    from harness.series import load_series
+    from harness.manifest import load_series
 
     ev = for_run(load_series("mps-gemm-prefer-fast-math"), [])
     assert ev.accumulators("v2.6.0") == {"metal": "input"} and ev.accumulators("main") == {"metal": "float32"}
@@ -134,7 +134,7 @@ def test_a_base_that_does_not_state_the_accumulator_gets_unknown_and_a_bad_one_i
     import shutil
 
     from harness.errors import SeriesError
-    from harness.series import load_series
+    from harness.manifest import load_series
 
     folder = tmp_path / "mps-gemm-prefer-fast-math"
     shutil.copytree(Path(__file__).resolve().parent.parent / "patches" / folder.name, folder)

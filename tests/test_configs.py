@@ -22,7 +22,7 @@ def test_mps_profiles_are_the_four_upstream_ones_and_the_series_adds_its_own():
     assert names == ["vanilla", "fast_math", "prefer_metal", "fast_math+prefer_metal"]
     with pytest.raises(ValueError, match="unknown env config 'all'"):
         cfg.select("mps", "all")  # the series' config is the series' (series.toml [evidence])
-    from harness.series import load_series
+    from harness.manifest import load_series
 
     evidence = load_series("mps-gemm-prefer-fast-math").evidence
     (all_,) = cfg.select("mps", "all", evidence.profiles("mps"))

@@ -24,7 +24,7 @@ from harness.bench.provenance import dtype_support
 from harness.bench.timer import MAX_BLOCK_CALLS, BlockTimer
 from harness.bench.worker import run_cell
 from harness.bench.workloads import Cell, default_cells, make_inputs, op_callable
-from harness.series import load_series
+from harness.manifest import load_series
 
 ROOT = Path(__file__).resolve().parent.parent
 #: the mps configs a run of the MPS series has: the four upstream ones and the series' ``all`` (series.toml)

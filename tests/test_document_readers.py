@@ -70,7 +70,7 @@ ALLOWED = {
     ("supervise.py", "run_worker"): "reads a worker's spec and records (the worker's protocol)",
     ("rundir.py", "read_status"): "validates a worker's raw/<proc>.status.json (the worker's protocol)",
     ("doctor.py", "config_row"): "reads one doctor worker's status record, not a results.json",
-    ("series.py", "_load_evidence"): "series.toml's [evidence] table",
+    ("manifest.py", "_load_evidence"): "series.toml's [evidence] table",
     ("evidence.py", "Evidence"): "series.toml's [evidence.<device>] table (its consistency pair)",
     ("evidence.py", "_device_table"): "series.toml's [evidence.<device>] table (its consistency pair)",
     ("evidence.py", "_base_by_identity"): "reads the build entry the runner is recording (probe_builds)",

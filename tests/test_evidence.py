@@ -16,7 +16,7 @@ from harness.bench.workloads import DTYPES, default_cells
 from harness.document import SeriesTests
 from harness.errors import SeriesError, UsageError
 from harness.evidence import Contrast, Evidence, EvidenceError, Side, parse_contrast, validate
-from harness.series import load_series
+from harness.manifest import load_series
 
 MPS_SERIES = "mps-gemm-prefer-fast-math"
 TEMPLATE = Path(__file__).resolve().parent.parent / "docs" / "examples" / "cpu-ab" / "results.json"

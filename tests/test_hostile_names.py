@@ -137,7 +137,7 @@ WRITE_SITES = {
     "fsutil.atomic_write_json": "the primitive",
     "fsutil.open_write": "the primitive (the host's side of bench.files.open_nofollow)",
     "fsutil.exclusive_lock": "<directory>/.lock of a folder its caller chose (cache, --out, envs/.locks/<env>)",
-    "series._write_manifest": "series.toml of the series folder that load_series resolved",
+    "manifest._write_manifest": "series.toml of the series folder that load_series resolved",
     "series._failing_hunks": "a temporary folder",
     "series.check_series": "a temporary folder",
     "series._commit_patch_ids": "a temporary folder",

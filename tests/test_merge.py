@@ -27,7 +27,7 @@ from harness import merge
 from harness import results as res
 from harness.bench.workloads import DTYPES, default_cells
 from harness.errors import ResultsError
-from harness.series import load_series
+from harness.manifest import load_series
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "docs" / "examples"

@@ -220,7 +220,7 @@ def _series(tmp_path: Path) -> Path:
 
 
 def test_a_valid_manifest_env_is_accepted_so_the_property_below_tests_the_keys(tmp_path):
-    from harness.series import load_series
+    from harness.manifest import load_series
 
     folder = _series(tmp_path)
     for field in FIELDS.values():

@@ -32,7 +32,7 @@ from harness.bench.provenance import dtype_support, unsupported_reason
 from harness.bench.worker import accumulator as worker_accumulator
 from harness.bench.workloads import Cell, default_cells, make_inputs, op_callable, reference
 from harness.evidence import for_run
-from harness.series import load_series
+from harness.manifest import load_series
 
 MUTATIONS = (
     "all zeros",

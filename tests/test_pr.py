@@ -16,8 +16,8 @@ from harness import cli
 from harness import plan as planning
 from harness.commands import run as run_command
 from harness.errors import SeriesError, UsageError
+from harness.manifest import load_series
 from harness.pr import pr_block, pr_markdown
-from harness.series import load_series
 from harness.upstream import patched_branch, worktrees
 
 REPO = Path(__file__).resolve().parents[1]

@@ -11,7 +11,7 @@ import pytest
 from conftest import AUTHOR, export_series, git
 
 from harness import cli
-from harness.series import load_series, series_hash
+from harness.manifest import load_series, series_hash
 from harness.upstream import checkout, patched_branch, worktrees
 
 

@@ -148,7 +148,7 @@ def test_workflow_commands_are_ones_the_harness_accepts(monkeypatch):
     """Every `nox -s X -- ARGS` names a nox session and parses with that harness command's options;
     the default series and base exist."""
     from harness.cli import build_parser
-    from harness.series import load_series
+    from harness.manifest import load_series
 
     monkeypatch.chdir(REPO)
     wf = _workflow()

@@ -59,8 +59,8 @@ from harness.build.platforms import (
     platform_spec,
 )
 from harness.errors import BuildError, UsageError
+from harness.manifest import patches_hash
 from harness.paths import cache_dir
-from harness.series import patches_hash
 from harness.upstream import git_run
 from harness.venvs import venv_python
 
@@ -85,7 +85,7 @@ class SeriesRef:
 
     @property
     def hash(self) -> str:
-        """The series hash (:func:`harness.series.patches_hash`) of :attr:`patches`."""
+        """The series hash (:func:`harness.manifest.patches_hash`) of :attr:`patches`."""
         return patches_hash(self.patches)
 
 

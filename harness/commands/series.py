@@ -7,7 +7,8 @@ import sys
 from pathlib import Path
 
 from harness.commands.common import add_source_arguments, source_context
-from harness.series import apply_series, conflict_lines, rebase_series, series_hash, shown
+from harness.manifest import series_hash, shown
+from harness.series import apply_series, conflict_lines, rebase_series
 from harness.workflow import check_context, checkout_context, refresh_context
 
 _CHECK_WORDS = {
