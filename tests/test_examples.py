@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from harness import document as doc
 from harness import report
 from harness import results as res
 
@@ -54,3 +55,20 @@ def test_every_example_pr_block_fits_one_screen(results):
     block = text.split("<details><summary><b>Details</b>", 1)[0]
     block = block[block.index("## For the pull request") :]
     assert len(block.splitlines()) <= 60, results.parent.name
+
+
+def test_the_h200_aa_under_the_floor_rule_spends_its_budget_on_the_busy_cells():
+    """docs/examples/h200-aa-floor: the default `compare --device cuda` A/A after launch-bound cells whose
+    spread cannot reach the band at their floor stopped riding along (576 s on the H200): no false verdict,
+    53 of the 54 cells whose device was busy equivalent, 52 of them within ±1 %; the two left are SDPA causal
+    B1 H8 L512 D64 float32, bimodal between processes (docs/examples/h200-aa-share: 3 of 65 not decided)."""
+    root = Path(__file__).resolve().parent.parent / "docs" / "examples" / "h200-aa-floor"
+    analysis = report.analyse(doc.load(root))
+    rows = [(c, r) for c, result in analysis.per_config.items() for r in result.rows]
+    assert len(rows) == 153 and not [r for _, r in rows if r.cmp.verdict in ("faster", "slower")]
+    busy = [(c, r) for c, r in rows if not r.launch_bound]
+    assert len(busy) == 54
+    assert sum(r.cmp.verdict == "equivalent" for _, r in busy) == 53
+    wide = sorted((c, r.cell.key) for c, r in busy if r.cmp.half_width > 0.01)
+    assert wide == [("cublaslt", "sdpa_causal/1x8x512x64/float32"), ("default", "sdpa_causal/1x8x512x64/float32")]
+    assert sum(r.cmp.verdict == "undetermined" for _, r in rows) == 92
