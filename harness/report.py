@@ -341,17 +341,19 @@ def launch_bound_line(run: RunDocument, analysis: Analysis) -> list[str]:
         if not adaptive
         else "its adaptive rounds ended first; this results.json predates the record of why",
     )
-    wide = [(c, r) for c, r in short if not und.reaches_band_at_floor(r)]
+    reachable = {id(r): und.reaches_band_at_floor(r) for _, r in short}
+    wide = [(c, r) for c, r in short if not reachable[id(r)]]
+    rest = [(c, r) for c, r in short if reachable[id(r)]]
     parts = []
     if wide:
-        sds = sorted({f"{und.spread(r):.0%}" for _, r in wide}, key=lambda t: float(t[:-1]))
-        sd = sds[0] if len(sds) == 1 else f"{sds[0]}-{sds[-1]}"
+        sds = sorted(und.spread(r) for _, r in wide)
+        lo, hi = f"{sds[0]:.0%}", f"{sds[-1]:.0%}"
         parts.append(
-            f"{len(wide)} could not reach a verdict at the floor anyway (their spread between processes, sd {sd}, "
-            f"leaves the CI wider than ±{rule.band:.0%} at {rule.floor} processes; adaptive rounds measure such "
-            "cells only once the kernel-bound cells converged)"
+            f"{len(wide)} could not reach a verdict at the floor anyway (their spread between processes, sd "
+            f"{lo if lo == hi else f'{lo}-{hi}'}, leaves the CI wider than ±{rule.band:.0%} at {rule.floor} "
+            "processes; adaptive rounds measure such cells only once the kernel-bound cells converged)"
         )
-    if rest := [(c, r) for c, r in short if und.reaches_band_at_floor(r)]:
+    if rest:
         named = _named([f"`{c}` {r.cell.op} {r.cell.label} {r.cell.dtype}" for c, r in rest])
         parts.append(f"{len(rest)} did not reach it ({why}): {named}")
     return [text + "; " + "; ".join(parts) + ".", ""]

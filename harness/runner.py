@@ -37,11 +37,12 @@ from harness.bench import kernels
 from harness.bench.accuracy import FAILED, status_of
 from harness.bench.provenance import unsupported_reason
 from harness.bench.timer import first_layout, steady_start
+from harness.contrasts import ContrastRow
 from harness.contrasts import rows as contrast_rows
 from harness.document import CellRecord, RunDocument
 from harness.errors import UsageError
 from harness.plan import Plan, RunRequest, build_manifest, plan, round_order
-from harness.policy import POLICY, CellClass, cell_costs, round_seconds
+from harness.policy import POLICY, CellClass, Policy, cell_costs, round_seconds
 from harness.policy import measured_seconds as _measured_seconds
 from harness.progress import note, task
 from harness.rundir import check_resumable, claimed, kept_record, open_out, removed_on_failure
@@ -59,6 +60,37 @@ def _now() -> str:
 MAX_ROUNDS = 64
 
 
+def _stock_patched_rows(run: RunDocument, policy: Policy) -> list[tuple[str, ContrastRow]]:
+    """(config, row) of every cell of the ``patched/C`` vs ``stock/C`` contrasts (paired by round, judged by
+    ``policy``: :func:`harness.contrasts.rows`), in plan order: what every adaptive decision reads, computed
+    once per document."""
+    run = doc.of(run)
+    contrasts = ev.default_contrasts(list(run.header.builds), list(run.header.configs))
+    return [(contrast.a.config, row) for contrast in contrasts for row in contrast_rows(run, contrast, policy)]
+
+
+def _targets(target: float, launch_target: float | None) -> Policy:
+    return POLICY.with_targets(target, launch_target if launch_target is not None else target)
+
+
+def _unconverged(
+    rows: list[tuple[str, ContrastRow]], policy: Policy, only_launch_bound: bool | None
+) -> dict[str, list[str]]:
+    comparisons, goals = {}, {}
+    for config, row in rows:
+        if not (row.a and row.b):
+            continue
+        if only_launch_bound is not None and row.launch_bound != only_launch_bound:
+            continue
+        comparisons[config, row.cell.key] = row.cmp
+        goals[config, row.cell.key] = policy.rule(row.cls).target
+    todo = stats.unconverged(comparisons, goals)  # the one adaptive rule
+    need: dict[str, list[str]] = {}
+    for config, key in (k for k in comparisons if k in todo):  # plan order
+        need.setdefault(config, []).append(key)
+    return need
+
+
 def unconverged_cells(
     run: RunDocument, target: float, launch_target: float | None = None, only_launch_bound: bool | None = None
 ) -> dict[str, list[str]]:
@@ -68,21 +100,16 @@ def unconverged_cells(
     row (paired by round, judged by the policy: :func:`harness.contrasts.rows`). Cells that failed or
     were skipped everywhere are left out; ``only_launch_bound`` True / False keeps only launch-bound /
     kernel-bound cells."""
-    run = doc.of(run)
-    policy = POLICY.with_targets(target, launch_target if launch_target is not None else target)
-    comparisons, goals = {}, {}
-    for contrast in ev.default_contrasts(list(run.header.builds), list(run.header.configs)):
-        for row in contrast_rows(run, contrast, policy):
-            if not (row.a and row.b):
-                continue
-            if only_launch_bound is not None and row.launch_bound != only_launch_bound:
-                continue
-            comparisons[contrast.a.config, row.cell.key] = row.cmp
-            goals[contrast.a.config, row.cell.key] = policy.rule(row.cls).target
-    todo = stats.unconverged(comparisons, goals)  # the one adaptive rule
+    policy = _targets(target, launch_target)
+    return _unconverged(_stock_patched_rows(run, policy), policy, only_launch_bound)
+
+
+def _below_floor(rows: list[tuple[str, ContrastRow]], reachable: bool | None) -> dict[str, list[str]]:
     need: dict[str, list[str]] = {}
-    for config, key in (k for k in comparisons if k in todo):  # plan order
-        need.setdefault(config, []).append(key)
+    for config, row in rows:
+        if row.cls == CellClass.LAUNCH_BOUND and row.a and len(row.rounds) < POLICY.rule(row.cls).floor:
+            if reachable is None or und.reaches_band_at_floor(row) == reachable:
+                need.setdefault(config, []).append(row.cell.key)
     return need
 
 
@@ -90,14 +117,7 @@ def below_floor(run: RunDocument, reachable: bool | None = None) -> dict[str, li
     """config -> launch-bound cell keys with fewer processes per side than their floor (:mod:`harness.policy`);
     ``reachable`` True / False keeps only those that can / cannot reach a verdict at the floor
     (:func:`harness.undetermined.reaches_band_at_floor`)."""
-    run = doc.of(run)
-    need: dict[str, list[str]] = {}
-    for contrast in ev.default_contrasts(list(run.header.builds), list(run.header.configs)):
-        for row in contrast_rows(run, contrast, POLICY):
-            if row.cls == CellClass.LAUNCH_BOUND and row.a and len(row.rounds) < POLICY.rule(row.cls).floor:
-                if reachable is None or und.reaches_band_at_floor(row) == reachable:
-                    need.setdefault(contrast.a.config, []).append(row.cell.key)
-    return need
+    return _below_floor(_stock_patched_rows(run, POLICY), reachable)
 
 
 def next_adaptive_cells(run: RunDocument, target: float, launch_target: float | None = None) -> dict[str, list[str]]:
@@ -108,12 +128,15 @@ def next_adaptive_cells(run: RunDocument, target: float, launch_target: float | 
     has converged, so that cells whose time is host latency (and whose spread between processes is
     wide) never take the budget from the cells whose device is busy (H200 A/A of
     docs/examples/h200-aa-share: two rounds of 37-46 launch-bound cells at 18 % spread took 103 s of the
-    540 s, and three kernel-bound cells stayed above ±1 %)."""
+    540 s, and three kernel-bound cells stayed above ±1 %). The rows are computed once (the targets change
+    no row's class, band or floor)."""
     run = doc.of(run)
-    kernel = unconverged_cells(run, target, launch_target, only_launch_bound=False)
+    policy = _targets(target, launch_target)
+    rows = _stock_patched_rows(run, policy)
+    kernel = _unconverged(rows, policy, only_launch_bound=False)
     if not kernel:
-        return unconverged_cells(run, target, launch_target, only_launch_bound=True)
-    floor = below_floor(run, reachable=True)
+        return _unconverged(rows, policy, only_launch_bound=True)
+    floor = _below_floor(rows, reachable=True)
     order = {k: i for i, k in enumerate(run.header.cells)}
     return {
         config: sorted(set(kernel.get(config, [])) | set(floor.get(config, [])), key=order.__getitem__)

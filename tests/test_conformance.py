@@ -176,8 +176,14 @@ def test_real_worker_runs_the_quick_cells_under_every_mps_config_in_conformance_
         }
         started[config.name] = _start_worker(spec, tmp_path, config.name)
         outputs[config.name] = save
+    try:
+        ran = {name: _records(one, name) for name, one in started.items()}
+    finally:  # a worker that failed or ran past its deadline leaves none of the others running
+        for proc, _ in started.values():
+            if proc.poll() is None:
+                proc.kill()
     for config in MPS_PROFILES:
-        records = _records(started[config.name], config.name)
+        records = ran[config.name]
         done = {r["key"]: r for r in records if r["type"] == "cell"}
         assert sorted(done) == sorted(cells)
         bad = {k: r["reason"] for k, r in done.items() if r["status"] != "ok"}
@@ -199,6 +205,7 @@ def test_real_worker_runs_the_quick_cells_under_every_mps_config_in_conformance_
         env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
         capture_output=True,
         text=True,
+        timeout=300,  # the consistency check of two saved output files: seconds here
     )
     assert proc.returncode == 0, proc.stderr
     agree = json.loads(proc.stdout)

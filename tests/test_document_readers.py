@@ -205,7 +205,11 @@ def test_the_scan_finds_the_string_keyed_reads_of_each_converted_module_before_i
     """Planted for real: each module this change converted, as committed at f27b9dd, is flagged by the scan
     (skipped where the checkout lacks that commit, e.g. a shallow clone)."""
     shown = subprocess.run(
-        ["git", "show", f"{BEFORE}:harness/{module}"], cwd=HARNESS.parent, capture_output=True, text=True
+        ["git", "show", f"{BEFORE}:harness/{module}"],
+        cwd=HARNESS.parent,
+        capture_output=True,
+        text=True,
+        timeout=60,  # git show of one blob: seconds at most
     )
     if shown.returncode != 0:
         pytest.skip(f"commit {BEFORE} is not in this checkout")
