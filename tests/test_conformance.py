@@ -129,27 +129,19 @@ def test_consistency_of_outputs_with_no_cell_in_common_is_an_error():
         compare_outputs({}, {}, {}, {})
 
 
-def _start_worker(spec: dict, tmp: Path, name: str) -> tuple[subprocess.Popen, Path]:
-    """Start the real worker on ``spec`` under env config ``name`` (stderr to a file, so that workers side by
-    side never block on a full pipe); returns the process and its records' path."""
+def _worker(spec: dict, tmp: Path, name: str) -> list[dict]:
     spec_path, out_path = tmp / f"{name}.json", tmp / f"{name}.jsonl"
     spec_path.write_text(json.dumps(spec))
     env = cfg.worker_environment(next(c for c in MPS_PROFILES if c.name == name))
     env["PYTHONPATH"] = str(ROOT)
-    cmd = [sys.executable, "-m", "harness.bench.worker", str(spec_path), str(out_path)]
-    with open(tmp / f"{name}.stderr", "w") as err:
-        return subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=err), out_path
-
-
-def _records(started: tuple[subprocess.Popen, Path], name: str) -> list[dict]:
-    """The records of a worker :func:`_start_worker` started, once it ended (deadline 600 s, then killed)."""
-    proc, out_path = started
-    try:
-        proc.wait(timeout=600)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        raise AssertionError(f"the {name} conformance worker ran past its 600 s deadline") from None
-    assert proc.returncode == 0, (out_path.parent / f"{name}.stderr").read_text()[-2000:]
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness.bench.worker", str(spec_path), str(out_path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
     return [json.loads(line) for line in out_path.read_text().splitlines()]
 
 
@@ -157,9 +149,7 @@ def test_real_worker_runs_the_quick_cells_under_every_mps_config_in_conformance_
     """The acceptance run: the real worker, timer and checks, each mps env config in a fresh
     process, every quick cell ok under the MPS rules; then the real consistency check."""
     cells = [c.key for c in default_cells(workloads.DTYPES, quick=True)]
-    outputs, started = {}, {}
-    # the five configs' workers run side by side: most of each one's time is the emulated Metal device's
-    # sleep (conformance rule 6) and the deferral probe's rest, not CPU (about 26 of 37 s per worker here)
+    outputs = {}
     for config in MPS_PROFILES:
         save = tmp_path / f"{config.name}.outputs.pt"
         spec = {
@@ -174,16 +164,7 @@ def test_real_worker_runs_the_quick_cells_under_every_mps_config_in_conformance_
             "emulate": {"macos": [14, 0]},
             "timing": TINY,
         }
-        started[config.name] = _start_worker(spec, tmp_path, config.name)
-        outputs[config.name] = save
-    try:
-        ran = {name: _records(one, name) for name, one in started.items()}
-    finally:  # a worker that failed or ran past its deadline leaves none of the others running
-        for proc, _ in started.values():
-            if proc.poll() is None:
-                proc.kill()
-    for config in MPS_PROFILES:
-        records = ran[config.name]
+        records = _worker(spec, tmp_path, config.name)
         done = {r["key"]: r for r in records if r["type"] == "cell"}
         assert sorted(done) == sorted(cells)
         bad = {k: r["reason"] for k, r in done.items() if r["status"] != "ok"}
@@ -192,6 +173,7 @@ def test_real_worker_runs_the_quick_cells_under_every_mps_config_in_conformance_
         assert records[-1]["type"] == "end"
         steps = [(r["key"], r["step"]) for r in records if r["type"] == "step"]
         assert steps[:3] == [(cells[0], "inputs"), (cells[0], "check"), (cells[0], "measure")]
+        outputs[config.name] = save
     proc = subprocess.run(
         [
             sys.executable,
