@@ -65,7 +65,8 @@ untagged copy. Each rule cites the upstream file it emulates:
    behaviour; the emulation takes it as submitted as issued (committing what was encoded before it),
    which the timer's deferral probe measures on a Mac instead of assuming. The emulated device runs
    committed work after the host issued it: a deferred Metal GEMM's work takes
-   :data:`DEVICE_FACTOR` x the host time of its call, run from its commit on, so the synchronize (or
+   :data:`DEVICE_FACTOR` x the host time of its call (at least :data:`DEVICE_MIN_S`), run from its
+   commit on, so the synchronize (or
    host read) waits for it; an MPSGraph call's work is done within the call (a CPU tensor). So the
    timer's probe (:meth:`harness.bench.timer.BlockTimer.probe_deferred`) finds Metal GEMMs under
    ``PYTORCH_MPS_PREFER_METAL`` deferred and every other call submitted as issued, and their blocks last
@@ -101,6 +102,10 @@ BFLOAT16_ERROR = "MPS BFloat16 is only supported on MacOS 14 or newer"
 #: of its block, far over :data:`harness.bench.timer.PROBE_WAIT_SHARE` and the scheduling delays of a
 #: loaded CI host (at 0.5 and 1.0 the probe missed the Metal cells in about 1 of 5 loaded runs)
 DEVICE_FACTOR = 3.0
+#: rule 6: and at least this many seconds, whatever its host time: the probe's decision then rests on
+#: waits of 20 ms or more, beyond the scheduling delays of a loaded CI host (a few ms per runnable
+#: process competing for a core), which a tiny GEMM's 3 x tens of microseconds are not
+DEVICE_MIN_S = 0.02
 
 
 class ConformanceError(AssertionError):
@@ -208,12 +213,13 @@ class Emulation:
 
     def encode(self, name: str, tensors: list, host_s: float = 0.0) -> None:
         """Rule 6: a Metal GEMM is encoded without a commit (its work, :data:`DEVICE_FACTOR` x ``host_s``
-        device seconds, waits for one); any other call commits (MPSGraph, taken as submitted as issued)."""
+        device seconds and at least :data:`DEVICE_MIN_S`, waits for one); any other call commits (MPSGraph,
+        taken as submitted as issued)."""
         floating = all(t.dtype.is_floating_point for t in tensors if isinstance(t, self.torch.Tensor))
         metal = self.prefer_metal and floating and _GEMM_NAMES.get(name, name) in self.metal_gemm
         if metal:
             self.uncommitted += 1
-            self.pending_s += DEVICE_FACTOR * host_s
+            self.pending_s += max(DEVICE_FACTOR * host_s, DEVICE_MIN_S)
         else:
             self.commit()
 
