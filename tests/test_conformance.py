@@ -658,4 +658,3 @@ def test_rule6_a_tiny_metal_gemm_still_keeps_the_device_busy_for_the_floor(monke
             device.sync()
             waits[prefer] = time.perf_counter() - started
     assert waits[True] >= DEVICE_MIN_S and waits[False] < DEVICE_MIN_S / 2, waits
-
