@@ -13,24 +13,30 @@ Numbers only from results.json and the evaluated contrasts (:mod:`harness.contra
 - **Goal**: the CI half-width that decides the cell at its point estimate ``d`` (relative change):
   ``band − |d|`` for equivalence, ``|d| − band`` for a change beyond the band, at least a quarter of the
   band (an estimate at the band's edge needs a CI far narrower than either: ``at the edge``).
-- **Processes**: a CI's half-width shrinks like 1/√n (the same law as the adaptive rounds,
-  :func:`harness.stats.unconverged`): ``n' = ceil(n (half-width / goal)²)``, at least the class's floor.
-  A cell without a CI (below its floor) gets its half-width predicted from the noise floor:
-  ``1.96 · sd · √(2/n) · √(π/3)`` (the Hodges-Lehmann estimate's efficiency 3/π against the mean).
+- **Processes**: the fewest ``n'`` (at least the class's floor) at which the CI predicted from the cell's
+  between-process spread ``sd`` (pooled over both sides; the noise floor's where the cell has fewer than
+  2 + 2 processes) is at most the goal: :func:`predicted_half_width`, ``1.96 · sd · √(2/n') · √(π/3)``
+  (the Hodges-Lehmann estimate's efficiency 3/π against the mean) times the exact CI's small-sample factor
+  (:data:`MOSES_SMALL_N`: 1.66 at 4 + 4 processes, where the CI is the range of all 16 differences). Not
+  the CI's own width scaled by 1/√n: at 4 + 4 that width is set by the extremes, and scaling it predicted
+  resumed CIs 1.3 times too wide (``benchmarks/resume_prediction.py``, docs/methodology.md). Where the
+  cell's CI is already wider than its spread predicts at its own n (heavy tails, two levels), the
+  prediction is scaled up by that excess, so a cell whose CI misses its goal is never given no more.
 - **What the command runs**: a run without adaptive rounds resumes with ``--rounds N`` (N in all), which
   runs every cell under every (build, config) in each added round: the added rounds times the run's
   processes per round, each costing the median wall time (``finished - started``) of that side's processes
   so far; a cell gets its own processes plus the added rounds. A run with adaptive rounds resumes with
   ``--target-ci`` / ``--target-ci-launch-bound`` at the goals and ``--budget-s`` at the estimate: every
-  ``patched/C`` vs ``stock/C`` cell whose CI is wider than its target gets processes (half-width ∝ 1/√n)
-  until it reaches the target or the run reaches :data:`harness.runner.MAX_ROUNDS` rounds in all; each
+  ``patched/C`` vs ``stock/C`` cell whose CI is wider than its target gets processes (as many as
+  :func:`predicted_half_width` says reach the target) until it reaches the target or the run reaches
+  :data:`harness.runner.MAX_ROUNDS` rounds in all; each
   process costs the start-up plus, per cell, the per-cell overhead and the cell's latest timed-block
   seconds (:func:`harness.policy.cell_costs`, which needs the workers' start records). A cell whose
   verdict needs more processes than the command can give (adaptive: the rounds left to MAX_ROUNDS; either
   mode: more than :data:`MAX_PROCESSES`) is named as out of its reach; the command still takes it as far
   as it goes. Time unknown (None) when the run's processes carry no start time.
 - **Predicted width**: per undetermined cell, the CI half-width at the processes the command gives it
-  (the same 1/√n law), so that a resumed run can be checked against it.
+  (:func:`predicted_half_width`), so that a resumed run can be checked against it.
 - **Command**: ``compare`` keeps every finished process of ``--out`` and adds the rest.
 """
 
@@ -68,9 +74,10 @@ class NoiseFloor:
 class Need:
     """One undetermined cell of one contrast: processes per side it had (``n``), its CI half-width (NaN:
     none), its MDE (fraction), the goal half-width, processes per side to reach it (``None``: more than
-    :data:`MAX_PROCESSES`), whether its estimate sits at the band's edge, and the half-width the
-    prediction starts from (``basis``: the CI's, or the noise floor's below the floor; NaN: none) at
-    ``at`` processes per side."""
+    :data:`MAX_PROCESSES`), whether its estimate sits at the band's edge, and the between-process spread
+    the prediction starts from (``sd``, of log times: the row's own, or the noise floor's where the row has
+    fewer than 2 + 2 processes; NaN: none) and ``excess``, how much wider the row's CI is than that spread
+    predicts at its ``n`` (at least 1: a prediction never narrower than the CI already is)."""
 
     result: ContrastResult
     row: ContrastRow
@@ -80,12 +87,13 @@ class Need:
     goal: float
     processes: int | None
     edge: bool
-    basis: float = math.nan
-    at: int = 0
+    sd: float = math.nan
+    excess: float = 1.0
 
     def width_at(self, processes: int) -> float:
-        """Predicted CI half-width (fraction) at ``processes`` per side (NaN: no basis)."""
-        return self.basis * math.sqrt(self.at / processes) if math.isfinite(self.basis) and processes > 0 else math.nan
+        """Predicted CI half-width (fraction) at ``processes`` per side: :func:`predicted_half_width` of the
+        spread, times ``excess`` (NaN: no spread to start from)."""
+        return predicted_half_width(self.sd, processes) * self.excess if math.isfinite(self.sd) else math.nan
 
 
 def spread(row: ContrastRow) -> float:
@@ -116,10 +124,44 @@ def floor_of(floors: list[NoiseFloor], config: str, cls: CellClass) -> float:
     return next((f.sd for f in floors if f.config == config and f.cls == cls), math.nan)
 
 
+#: how much wider the exact 95 % Moses CI's wider arm is, at n + n processes (n = 4, 5, … 64; the median over
+#: 20,000 pairs of normal samples), than the large-sample ``1.96 · sd · √(2/n) · √(π/3)``: at n = 4 the CI
+#: is the range of all 16 differences. Source: ``benchmarks/moses_width.py --reps 20000`` (its docstring);
+#: beyond 64 the last value (the formula's own limit is 1). Not monotone: the CI's rank k moves in steps.
+MOSES_SMALL_N = (
+    1.655, 1.46, 1.309, 1.293, 1.185, 1.232, 1.192, 1.156, 1.16, 1.153, 1.117, 1.134, 1.121, 1.103, 1.108,
+    1.092, 1.09, 1.087, 1.083, 1.076, 1.082, 1.074, 1.077, 1.078, 1.068, 1.066, 1.063, 1.059, 1.064, 1.061,
+    1.057, 1.058, 1.059, 1.053, 1.051, 1.052, 1.051, 1.055, 1.052, 1.049, 1.05, 1.048, 1.05, 1.045, 1.044,
+    1.045, 1.044, 1.042, 1.042, 1.041, 1.042, 1.041, 1.039, 1.04, 1.039, 1.037, 1.039, 1.038, 1.037, 1.036,
+    1.036,
+)  # fmt: skip
+
+
 def predicted_half_width(sd: float, n: int, confidence: float = 0.95) -> float:
-    """Half-width (fraction) of the CI at ``n`` processes per side for a between-process spread ``sd``."""
+    """Half-width (fraction, the CI's wider arm as :attr:`harness.stats.Comparison.half_width`) of the exact
+    CI at ``n`` processes per side (n >= 4) for a between-process spread ``sd`` (of log times): the
+    large-sample ``z · sd · √(2/n) · √(π/3)`` (the Hodges-Lehmann estimate's efficiency 3/π against the mean,
+    Hodges & Lehmann 1963) times :data:`MOSES_SMALL_N` at ``n``. Checked against runs that have the later
+    rounds (``benchmarks/resume_prediction.py``, docs/methodology.md): predicted from 4 rounds, the width at
+    10 processes per side was within a factor 1.5 for 43 of 55 rows of 10 H200 and cpu runs (median actual
+    / predicted 1.08, with :attr:`Need.excess`), at 12 for 26 of 33 (0.96), where the CI's own width
+    scaled by 1/√n had 32 of 55 and 16 of 33 (0.78 and 0.72: too wide). NaN below 4 (no exact 95 % CI)."""
+    if n < 4:
+        return math.nan
     z = statistics.NormalDist().inv_cdf(0.5 + confidence / 2)
-    return math.expm1(z * sd * math.sqrt(2 / n) * math.sqrt(math.pi / 3))
+    small = MOSES_SMALL_N[min(n, 3 + len(MOSES_SMALL_N)) - 4]
+    return math.expm1(z * sd * math.sqrt(2 / n) * math.sqrt(math.pi / 3) * small)
+
+
+def processes_for(sd: float, goal: float, floor: int, cap: int = MAX_PROCESSES, confidence: float = 0.95) -> int | None:
+    """The fewest processes per side (at least ``floor``) at which :func:`predicted_half_width` of ``sd`` is
+    at most ``goal``; None when even ``cap`` is not enough."""
+    n = max(floor, 4)
+    while n <= cap:
+        if predicted_half_width(sd, n, confidence) <= goal:
+            return n
+        n += 1
+    return None
 
 
 def reaches_band_at_floor(row: ContrastRow, policy: Policy = POLICY) -> bool:
@@ -145,22 +187,13 @@ def need(result: ContrastResult, row: ContrastRow, floors: list[NoiseFloor], pol
     goal = abs(rule.band - d)
     edge = goal < rule.band / 4
     goal = max(goal, rule.band / 4)
-    if math.isfinite(hw) and hw > 0:
-        processes = max(math.ceil(at * (hw / goal) ** 2), rule.floor)
+    excess = max(1.0, cmp.half_width / predicted_half_width(sd, n)) if math.isfinite(cmp.half_width) else 1.0
+    if math.isfinite(sd):
+        processes = processes_for(sd, goal / excess, rule.floor, confidence=policy.confidence)
     else:
         processes = rule.floor
-    return Need(
-        result,
-        row,
-        n,
-        cmp.half_width,
-        rule.band + hw if math.isfinite(hw) else math.nan,
-        goal,
-        processes if processes <= MAX_PROCESSES else None,
-        edge,
-        hw,
-        at,
-    )
+    mde = rule.band + hw if math.isfinite(hw) else math.nan
+    return Need(result, row, n, cmp.half_width, mde, goal, processes, edge, sd, excess)
 
 
 def needs(results: list[ContrastResult], floors: list[NoiseFloor], policy: Policy = POLICY) -> list[Need]:
@@ -251,8 +284,12 @@ def _adaptive(run: RunDocument, results: list[ContrastResult], found: list[Need]
             t = targets[row.cls]
             if math.isfinite(row.cmp.half_width) and row.cmp.half_width <= t:
                 continue
-            wanted = math.ceil(basis.at * (basis.basis / t) ** 2) if math.isfinite(basis.basis) else basis.n + left
-            wanted = max(wanted, policy.rule(row.cls).floor)
+            floor = policy.rule(row.cls).floor
+            sd = basis.sd
+            wanted = (
+                processes_for(sd, t / basis.excess, floor, MAX_ROUNDS, policy.confidence) if math.isfinite(sd) else None
+            )
+            wanted = basis.n + left if wanted is None else wanted
             extra[a.config, row.cell.key] = min(max(wanted - basis.n, 0), left)
     given = []
     for f in found:
