@@ -7,7 +7,6 @@
   a contrast share one log x-axis centred on 1× (symmetric, so 0.9× and 1.11× are equally far), sized
   to that contrast's CIs: an equivalence contrast keeps its ±2 % band readable beside a 7× one. The
   numbers are the contrasts' own (:mod:`harness.contrasts`, read, never recomputed).
-- :func:`speedup_png`: speedup (stock time / patched time) per cell and env config, drawn the same way.
 - :func:`latency_png`: median latency against FLOP per call for one workload family, one panel per
   dtype; colour = (build, env config), marker = op; whiskers = IQR of the process medians. Only the dtypes
   where a line has more than one size (:func:`sizes_vary`), no PNG when none: a point per line shows no trend.
@@ -22,7 +21,7 @@ from __future__ import annotations
 
 import io
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,18 +46,6 @@ TICK_SETS = (
 )
 #: the narrowest forest axis: ±12 % around 1, so the ±5 % band never fills it
 MIN_HALF_DECADES = math.log10(1.12)
-
-
-@dataclass(frozen=True)
-class SpeedupPoint:
-    """One cell of one config: ``ratio``/``low``/``high`` are patched/stock *time* ratios (NaN if
-    not computable); the plot shows their inverse, the speedup."""
-
-    label: str
-    ratio: float
-    low: float
-    high: float
-    verdict: str
 
 
 @dataclass(frozen=True)
@@ -232,33 +219,6 @@ def contrast_pngs(directory: Path, results: Sequence) -> list[Path]:
         if stale not in written:
             stale.unlink()
     return written
-
-
-def speedup_png(path: Path, panels: Mapping[str, Sequence[SpeedupPoint]], threshold: float, title: str) -> Path:
-    """Write the speedup plot (one panel per config, cells top to bottom in table order, one log axis).
-
-    Args:
-        path: the PNG to write (atomically).
-        panels: config name -> points.
-        threshold: the verdict band (fraction), drawn as 1/(1±threshold) around 1.
-    Returns:
-        ``path``.
-    """
-    rows = {
-        config: [ForestRow(p.label, p.ratio, p.low, p.high, p.verdict, threshold) for p in points]
-        for config, points in panels.items()
-    }
-    half = half_width([r for rs in rows.values() for r in rs])
-    n_rows = max((len(p) for p in panels.values()), default=1)
-    fig = Figure(figsize=(6.6 * max(len(panels), 1), 0.26 * n_rows + 1.6), layout="constrained")
-    axes = fig.subplots(1, max(len(panels), 1), squeeze=False)[0]
-    for ax, (config, config_rows) in zip(axes, rows.items()):
-        _forest(ax, config_rows, half)
-        ax.set_title(config, fontsize=9)
-        ax.set_xlabel("speedup: stock time / patched time (95% CI)", fontsize=8)
-    _verdict_legend(fig, [threshold])
-    fig.suptitle(title, fontsize=10)
-    return _save(fig, path)
 
 
 # ------------------------------------------------------------------------------------------ latency

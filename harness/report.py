@@ -10,8 +10,8 @@ per config and build), failures and skips with their reasons, and provenance wit
 reproduces the run. Every comparison is a contrast's (:mod:`harness.contrasts`, judged by
 :mod:`harness.policy`): this module renders them and computes none.
 Long tables are folded in ``<details>`` so the PR stays readable. Plots (``harness.plots``) are
-written next to it and linked: ``speedup.png``, ``contrast-<n>.png`` (one forest plot per contrast) and
-``latency-<family>.png`` (only where a line has more than one size).
+written next to it and linked: ``contrast-<n>.png`` (one forest plot per contrast, stock vs patched per
+config among them) and ``latency-<family>.png`` (only where a line has more than one size).
 
 Deterministic: the same results.json gives byte-identical report.md and PNGs (exact statistics,
 no resampling, no render timestamp), so ``report`` can re-create them from results.json alone.
@@ -56,30 +56,8 @@ def write(directory: Path, run: RunDocument) -> list[Path]:
     """Render ``report.md`` and its PNGs into ``directory`` (atomically); returns the paths written."""
     run = doc.of(run)
     analysis = analyse(run)
-    written = (
-        [
-            plots.speedup_png(
-                directory / SPEEDUP_PNG,
-                {
-                    c: [
-                        plots.SpeedupPoint(
-                            f"{r.cell.op} {r.cell.label} {r.cell.dtype}",
-                            r.cmp.ratio,
-                            r.cmp.ci_low,
-                            r.cmp.ci_high,
-                            r.cmp.verdict,
-                        )
-                        for r in result.rows
-                    ]
-                    for c, result in analysis.per_config.items()
-                },
-                THRESHOLD,
-                "patched vs stock, " + run.header.device,
-            )
-        ]
-        if analysis.ab
-        else []
-    )
+    (directory / STALE_SPEEDUP_PNG).unlink(missing_ok=True)  # an earlier render's; the contrasts plot it now
+    written: list[Path] = []
     for family in analysis.families:
         png = plots.latency_png(
             directory / latency_png_name(family), latency_points(analysis, family), family, run.header.clock
@@ -91,7 +69,9 @@ def write(directory: Path, run: RunDocument) -> list[Path]:
     return [path, *written]
 
 
-SPEEDUP_PNG = "speedup.png"
+#: what earlier versions drew: stock vs patched per config at one ±2 % band, the same cells as the
+#: ``patched/C`` vs ``stock/C`` contrast plots (which draw each cell's own band); removed on a re-render
+STALE_SPEEDUP_PNG = "speedup.png"
 
 
 def latency_points(analysis: Analysis, family: str) -> list[plots.LatencyPoint]:
@@ -458,7 +438,12 @@ def render(run: RunDocument, analysis: Analysis | None = None) -> str:
         "",
     ]
     if analysis.ab:
-        out += per_config_summary(head, summaries) + [f"![speedup per cell with 95% CI]({SPEEDUP_PNG})", ""]
+        index = {id(r): i for i, r in plots.plotted(analysis.contrasts)}
+        shown = [
+            f"[{c}]({plots.contrast_png_name(index[id(r)])})" for c, r in analysis.per_config.items() if id(r) in index
+        ]
+        plotted = f"Forest plots of these contrasts, per config: {', '.join(shown)}." if shown else ""
+        out += per_config_summary(head, summaries) + ([plotted, ""] if plotted else [])
     out += [
         "## Cells",
         "",

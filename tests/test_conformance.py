@@ -617,6 +617,13 @@ def test_every_doctor_assumption_row_runs_its_mps_path_and_prints_a_verdict(monk
         assert "MPSGraph" in detail or a.judge in (asm.judge_fresh, asm.judge_stall), detail
 
 
+def _prefer_metal(monkeypatch, prefer: bool) -> None:
+    """PYTORCH_MPS_PREFER_METAL set (to 1) or unset for what the test runs next."""
+    monkeypatch.delenv("PYTORCH_MPS_PREFER_METAL", raising=False)
+    if prefer:
+        monkeypatch.setenv("PYTORCH_MPS_PREFER_METAL", "1")
+
+
 def test_rule6_the_timers_probe_finds_metal_gemms_deferred_and_every_other_call_submitted_as_issued(monkeypatch):
     """Rule 6 through the real worker: under PYTORCH_MPS_PREFER_METAL the Metal-routed GEMMs' work waits for
     the synchronize and the probe says so (deferred, judged by the 0.5 rule); MPSGraph calls (SDPA there, every
@@ -624,9 +631,7 @@ def test_rule6_the_timers_probe_finds_metal_gemms_deferred_and_every_other_call_
     timing = {**TINY, "warmup_calls": 3}
     found = {}
     for prefer in (False, True):
-        monkeypatch.delenv("PYTORCH_MPS_PREFER_METAL", raising=False)
-        if prefer:
-            monkeypatch.setenv("PYTORCH_MPS_PREFER_METAL", "1")
+        _prefer_metal(monkeypatch, prefer)
         with emulate(torch) as (device, emu):
             for key in ("mm/32x32x32/float32", "sdpa/1x2x32x16/float32"):
                 record = run_cell(torch, BlockTimer(device), device, Cell.from_key(key), {"timing": timing}, {})
@@ -647,9 +652,7 @@ def test_rule6_a_tiny_metal_gemm_still_keeps_the_device_busy_for_the_floor(monke
     call (no PYTORCH_MPS_PREFER_METAL) leaves the synchronize nothing to wait for."""
     waits = {}
     for prefer in (False, True):
-        monkeypatch.delenv("PYTORCH_MPS_PREFER_METAL", raising=False)
-        if prefer:
-            monkeypatch.setenv("PYTORCH_MPS_PREFER_METAL", "1")
+        _prefer_metal(monkeypatch, prefer)
         with emulate(torch) as (device, emu):
             a = torch.ones(2, 2, device="mps")
             device.sync()

@@ -129,14 +129,16 @@ def _legacy_run(folder: Path) -> Path:
 
 def test_a_run_made_before_the_marker_is_re_rendered_and_then_marked(tmp_path, capsys):
     run = _legacy_run(tmp_path / "old")
+    (run / "speedup.png").write_bytes(b"an older render's plot")  # the contrasts' forest plots replace it
     assert runner.res.is_run(run)
     assert cli.main(["report", str(run)]) == 0
+    assert not (run / "speedup.png").exists()
     assert (run / "report.md").read_text() == (EXAMPLE / "report.md").read_text()
     assert json.loads((run / outdir.MARKER).read_text())["writes"] == sorted(outdir.RESULTS_WRITES)
     assert (run / "notes.txt").read_text() == "mine\n"
     # --fresh on it removes the run's names only
     (run / "raw").mkdir()
-    assert {"raw", "report.md", "results.json", "speedup.png"} <= set(outdir.clear(run, outdir.RESULTS_WRITES))
+    assert {"raw", "report.md", "results.json", "contrast-1.png"} <= set(outdir.clear(run, outdir.RESULTS_WRITES))
     assert sorted(p.name for p in run.iterdir()) == [outdir.MARKER, "notes.txt"]
     assert (run / "notes.txt").read_text() == "mine\n"
 

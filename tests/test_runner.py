@@ -139,18 +139,21 @@ def test_rerun_resumes_without_running_workers(ab_run, tmp_path):
 
 def test_report_command_re_renders_report_and_plots_byte_for_byte(ab_run, tmp_path):
     out = _copy(ab_run[0], tmp_path)
-    names = ["report.md", "speedup.png", "contrast-1.png"]
+    names = ["report.md", "contrast-1.png"]
     original = {n: (out / n).read_bytes() for n in names}
-    assert original["speedup.png"].startswith(b"\x89PNG") and len(original["speedup.png"]) > 10_000
+    assert original["contrast-1.png"].startswith(b"\x89PNG") and len(original["contrast-1.png"]) > 10_000
     text = original["report.md"].decode()
-    assert "![speedup per cell with 95% CI](speedup.png)" in text and "](contrast-1.png)" in text
-    # one size per op: no latency-vs-size plot, and no link to one
-    assert not list(out.glob("latency-*.png")) and "(latency-" not in text
+    assert "Forest plots of these contrasts, per config: [default](contrast-1.png)" in text
+    assert "![patched/default vs stock/default](contrast-1.png)" in text
+    # one size per op: no latency-vs-size plot, and no link to one; no stock-vs-patched plot apart from the
+    # contrasts' (an earlier render's speedup.png is removed)
+    assert not list(out.glob("latency-*.png")) and "(latency-" not in text and not (out / "speedup.png").exists()
     for n in names:
         (out / n).unlink()
+    (out / "speedup.png").write_bytes(b"an earlier render's")
     proc = harness("report", str(out))
     assert proc.returncode == 0, proc.stderr
-    assert {n: (out / n).read_bytes() for n in names} == original
+    assert {n: (out / n).read_bytes() for n in names} == original and not (out / "speedup.png").exists()
 
 
 def test_crashing_worker_marks_its_cells_failed_and_the_run_continues(tmp_path, this_python, monkeypatch):
