@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from harness.bench.mpsruntime import MPS_OLDEST_MACOS
 
@@ -50,6 +50,9 @@ class DeviceProfile:
         free_bytes: bytes the device can still allocate, or None when unknown.
         gpu_name: the accelerator's name (None on cpu, or where torch cannot tell).
         clock: what a timed block measures, recorded with every measurement.
+        reset: puts the device into one known state before a cell is timed (the worker calls it
+            before each cell's warm-up); a no-op unless the device keeps state from earlier
+            kernels that moves a later kernel's time (cuda: :func:`cuda_reset`).
     """
 
     name: str
@@ -58,6 +61,7 @@ class DeviceProfile:
     free_bytes: Callable[[], int | None]
     gpu_name: Callable[[], str | None]
     clock: str
+    reset: Callable[[], None] = field(default=lambda: None)
 
 
 def _host_free_bytes() -> int | None:
@@ -81,6 +85,40 @@ def _cpu(torch) -> DeviceProfile:
     return DeviceProfile("cpu", "cpu", lambda: None, _host_free_bytes, lambda: None, "perf_counter")
 
 
+#: the GEMM :func:`cuda_reset` runs (M = N = K, float16: 96 MiB of operands) and how often
+RESET_GEMM_SIZE = 4096
+RESET_CALLS = 3
+
+
+def cuda_reset(torch) -> Callable[[], None]:
+    """A reset for :attr:`DeviceProfile.reset` on CUDA: ``RESET_CALLS`` float16 GEMMs of
+    ``RESET_GEMM_SIZE``³ (0.2 ms each on an H200: tiles of large shared memory on every SM), then a
+    synchronize. Its operands are allocated on the first call and kept for the process.
+
+    Why: on an H200 (torch 2.11.0+cu130) SDPA causal 1×8×512×64 float32 took 55.7 µs with a
+    between-process spread of 0.3-0.5 % when timed first in a fresh process, and sat at per-process
+    levels of 54.6-57.5 µs (spread 1.3-1.9 %) when timed after the default matrix. The level was set by
+    the kernels run before it: the cell right after it in the matrix moved it by up to 4 %, while fresh
+    inputs, other placements in device memory (large and small allocator pools, random spacers),
+    ``torch.cuda.empty_cache()`` and an elementwise kernel on 256 MiB kept it (1.6-1.9 %); three of these
+    GEMMs before it brought it back to 55.7 µs and 0.24-0.70 % (the SM clock read 1980 MHz throughout).
+    ``benchmarks/sdpa_level.py``; the numbers, files and runs in docs/methodology.md ("What the kernels
+    before a cell leave behind")."""
+    operands: list = []
+
+    def reset() -> None:
+        if not operands:
+            n = RESET_GEMM_SIZE
+            operands.extend(torch.ones(n, n, dtype=torch.float16, device="cuda") for _ in range(2))
+            operands.append(torch.empty(n, n, dtype=torch.float16, device="cuda"))
+        a, b, out = operands
+        for _ in range(RESET_CALLS):
+            torch.mm(a, b, out=out)
+        torch.cuda.synchronize()
+
+    return reset
+
+
 def _cuda(torch) -> DeviceProfile:
     return DeviceProfile(
         "cuda",
@@ -89,6 +127,7 @@ def _cuda(torch) -> DeviceProfile:
         _guarded(lambda: torch.cuda.mem_get_info()[0]),
         _guarded(lambda: torch.cuda.get_device_name(0), str),
         "synchronize+perf_counter",
+        cuda_reset(torch),
     )
 
 

@@ -169,6 +169,7 @@ def run_cell(
                 record["check"] = result.to_json()
             del out
         step(record["key"], "measure")
+        device.reset()  # the same device state before every cell, whatever ran before it (devices.cuda_reset)
         timing = {**spec.get("timing", {})}
         if record["key"] in spec.get("measure_s", {}):
             timing["measure_s"] = spec["measure_s"][record["key"]]
