@@ -9,7 +9,9 @@ layouts inside a process agree within 0.3 % and, alone in a fresh process, it sp
 (each time on the harness's 3 layouts) at these points of the same process (:data:`POINTS`):
 
 - ``first``: before any other cell (a fresh process, as "alone");
-- ``matrix``: in its own place in the matrix (what a compare run records);
+- ``matrix``: in its own place in the matrix (what a compare run records; since the worker resets the
+  device before each cell, ``devices.cuda_reset``, this point includes that reset: the committed
+  files ``docs/calibration/h200-sdpa-level*-2026-12-04.json`` were made before it, without);
 - ``last``: again after the matrix, on fresh inputs;
 - ``emptied``: after ``torch.cuda.empty_cache()``, behind 1-63 small-pool spacer blocks (the probe's
   inputs and output are <= 1 MiB: the caching allocator's small pool, which the harness's large

@@ -348,24 +348,42 @@ def test_the_worker_resets_the_device_once_per_cell_after_its_check_and_before_i
     )
     timing = {"warmup_s": 0.0, "measure_s": 0.0, "min_block_s": 0.0, "min_samples": 2}
     spec = {"device": "cpu", "check": True, "timing": timing}
-    steps = []
     for key in ("mm/8x8x8/float32", "sdpa_causal/1x2x16x8/float32"):
         trace.clear()
         record = run_cell(
-            torch, BlockTimer(device), device, Cell.from_key(key), spec, {}, step=lambda k, s: steps.append(s)
+            torch, BlockTimer(device), device, Cell.from_key(key), spec, {}, step=lambda k, s: trace.append(s)
         )
         assert record["status"] == "ok" and record["check"]["passed"]
-        assert trace.count("reset") == 1 and trace[0] == "reset" and "sync" in trace, trace[:3]
-    assert steps == ["inputs", "check", "measure"] * 2
+        # the check's call comes after step "check" and before step "measure"; the first sync opens the warm-up
+        assert trace[:4] == ["inputs", "check", "measure", "reset"] and trace[4] == "sync", trace[:5]
+        assert trace.count("reset") == 1
+
+
+def test_a_failing_reset_fails_the_cell_in_its_own_words():
+    from harness.bench.worker import run_cell
+    from harness.bench.workloads import Cell
+
+    def broken():
+        raise RuntimeError("CUDA out of memory. Tried to allocate 32.00 MiB\nmore lines")
+
+    device = devices.DeviceProfile("cpu", "cpu", lambda: None, lambda: None, lambda: None, "perf_counter", broken)
+    spec = {"device": "cpu", "check": True, "timing": {"warmup_s": 0.0, "measure_s": 0.0, "min_block_s": 0.0}}
+    record = run_cell(torch, BlockTimer(device), device, Cell.from_key("mm/8x8x8/float32"), spec, {})
+    assert record["status"] == "failed" and "measurement" not in record
+    assert record["reason"] == (
+        "device reset before the cell failed: RuntimeError: CUDA out of memory. Tried to allocate 32.00 MiB"
+    )
 
 
 class _FakeCudaTorch:
-    """What devices.cuda_reset touches of torch: ones/empty, mm(out=) and cuda.synchronize."""
+    """What devices.cuda_reset and devices._cuda touch of torch: ones/empty, mm(out=), cuda.synchronize.
+    ``fail_alloc``: the allocation of that number (1-based) raises once, as an out-of-memory would."""
 
     float16 = "float16"
 
-    def __init__(self) -> None:
+    def __init__(self, fail_alloc: int = 0) -> None:
         self.calls: list[tuple] = []
+        self.allocs, self.fail_alloc = 0, fail_alloc
         outer = self
 
         class _Cuda:
@@ -376,6 +394,9 @@ class _FakeCudaTorch:
         self.cuda = _Cuda()
 
     def ones(self, *shape, dtype, device):
+        self.allocs += 1
+        if self.allocs == self.fail_alloc:
+            raise RuntimeError("CUDA out of memory")
         self.calls.append(("alloc", shape, dtype, device))
         return object()
 
@@ -385,9 +406,9 @@ class _FakeCudaTorch:
         self.calls.append(("mm",))
 
 
-def test_cuda_reset_runs_its_gemms_then_synchronizes_and_allocates_once():
+def test_the_cuda_profile_resets_with_its_gemms_then_synchronizes_and_allocates_once():
     fake = _FakeCudaTorch()
-    reset = devices.cuda_reset(fake)
+    reset = devices._cuda(fake).reset  # the profile the worker gets on cuda
     reset()
     reset()
     n = devices.RESET_GEMM_SIZE
@@ -395,4 +416,16 @@ def test_cuda_reset_runs_its_gemms_then_synchronizes_and_allocates_once():
     assert allocs == [("alloc", (n, n), "float16", "cuda")] * 3  # two operands and the output, once
     calls = [c[0] for c in fake.calls if c[0] != "alloc"]
     assert calls == (["mm"] * devices.RESET_CALLS + ["synchronize"]) * 2
-    assert devices.profile("cpu", torch).reset() is None  # the cpu profile keeps no such state
+    cpu = _FakeCudaTorch()
+    devices.profile("cpu", cpu).reset()
+    assert cpu.calls == []  # the cpu profile runs nothing
+
+
+def test_a_reset_whose_allocation_failed_allocates_all_three_again_next_time():
+    fake = _FakeCudaTorch(fail_alloc=2)
+    reset = devices.cuda_reset(fake)
+    with pytest.raises(RuntimeError, match="out of memory"):
+        reset()
+    reset()  # not "not enough values to unpack" from a half-made operand list
+    assert [c[0] for c in fake.calls].count("alloc") == 1 + 3
+    assert [c[0] for c in fake.calls][-(devices.RESET_CALLS + 1) :] == ["mm"] * devices.RESET_CALLS + ["synchronize"]

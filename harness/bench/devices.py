@@ -99,18 +99,24 @@ def cuda_reset(torch) -> Callable[[], None]:
     between-process spread of 0.3-0.5 % when timed first in a fresh process, and sat at per-process
     levels of 54.6-57.5 µs (spread 1.3-1.9 %) when timed after the default matrix. The level was set by
     the kernels run before it: the cell right after it in the matrix moved it by up to 4 %, while fresh
-    inputs, other placements in device memory (large and small allocator pools, random spacers),
-    ``torch.cuda.empty_cache()`` and an elementwise kernel on 256 MiB kept it (1.6-1.9 %); three of these
-    GEMMs before it brought it back to 55.7 µs and 0.24-0.70 % (the SM clock read 1980 MHz throughout).
-    ``benchmarks/sdpa_level.py``; the numbers, files and runs in docs/methodology.md ("What the kernels
-    before a cell leave behind")."""
+    inputs, other placements in device memory (large and small allocator pools, random spacers) and
+    ``torch.cuda.empty_cache()`` kept it (1.6-1.8 %), and an elementwise kernel on 256 MiB after that next
+    cell did not reset it (1.9 %); three of these
+    GEMMs before it brought it back to 55.7 µs and 0.70 % (0.24 % when the matrix's next cell ran before
+    them; 0.30 % first in a process). ``benchmarks/sdpa_level.py``; the numbers, files and runs, and what
+    is not measured (this reset as shipped, with its ``ones`` operands; other GPUs, ROCm), in
+    docs/methodology.md ("What the kernels before a cell leave behind").
+
+    The reset runs the build's own fp16 GEMM (ATen, cuBLAS or cuBLASLt under the env config): a patch
+    that changes that GEMM changes the state every cell starts from, on its side only."""
     operands: list = []
 
     def reset() -> None:
-        if not operands:
+        if not operands:  # all three or none: a failed allocation leaves nothing half made
             n = RESET_GEMM_SIZE
-            operands.extend(torch.ones(n, n, dtype=torch.float16, device="cuda") for _ in range(2))
-            operands.append(torch.empty(n, n, dtype=torch.float16, device="cuda"))
+            made = [torch.ones(n, n, dtype=torch.float16, device="cuda") for _ in range(2)]
+            made.append(torch.empty(n, n, dtype=torch.float16, device="cuda"))
+            operands[:] = made
         a, b, out = operands
         for _ in range(RESET_CALLS):
             torch.mm(a, b, out=out)

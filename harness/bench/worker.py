@@ -169,7 +169,11 @@ def run_cell(
                 record["check"] = result.to_json()
             del out
         step(record["key"], "measure")
-        device.reset()  # the same device state before every cell, whatever ran before it (devices.cuda_reset)
+        try:  # the same device state before every cell, whatever ran before it (devices.cuda_reset)
+            device.reset()
+        except Exception as exc:  # not the cell's own failure: said as the reset's
+            why = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}" if str(exc) else type(exc).__name__
+            return {**record, "status": "failed", "reason": f"device reset before the cell failed: {why}"}
         timing = {**spec.get("timing", {})}
         if record["key"] in spec.get("measure_s", {}):
             timing["measure_s"] = spec["measure_s"][record["key"]]
