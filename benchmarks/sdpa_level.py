@@ -43,7 +43,17 @@ import sys
 import time
 from pathlib import Path
 
+from harness.bench import devices
+from harness.bench.provenance import dtype_support
+from harness.bench.timer import BlockTimer, layout_medians
+from harness.bench.worker import measure_layouts, run_cell
+from harness.bench.workloads import Cell, default_cells, make_inputs, op_callable
+from harness.plan import TIMING
+
 PROBE = "sdpa_causal/1x8x512x64/float32"
+#: seconds one child process may take (a default cuda matrix takes ~20 s on an H200), and one nvidia-smi read
+CHILD_S = 300
+NVIDIA_SMI_S = 10
 POINTS = ("first", "matrix", "last", "emptied", "small6", "large6", "gemm", "l1024_gemm", "elementwise")
 #: bytes above which the CUDA caching allocator serves a block from its large pool
 #: (kSmallSize, c10/cuda/CUDACachingAllocator.cpp); the probe's inputs are exactly 1 MiB each
@@ -54,10 +64,6 @@ L1024 = {"cuda": "sdpa_causal/2x16x1024x64/float32", "cpu": "sdpa_causal/1x8x256
 
 
 def _probe(torch, timer, prof, timing, seed, small_spacers=0):
-    from harness.bench.timer import layout_medians
-    from harness.bench.worker import measure_layouts
-    from harness.bench.workloads import Cell, make_inputs
-
     cell = Cell.from_key(PROBE)
     held = [torch.empty(1 << 19, dtype=torch.uint8, device=prof.torch_device) for _ in range(small_spacers)]
     inputs = [t.clone() for t in make_inputs(cell, prof.torch_device, seed=seed)]
@@ -70,8 +76,6 @@ def _placed(torch, timer, prof, timing, layouts, large):
     """The probe after the matrix on ``layouts`` placements: ``large``: each input copied into a
     large-pool block (padded past 1 MiB, behind a random 0-64 MiB spacer, so each layout lies
     elsewhere in device memory); else as the harness places further layouts (small-pool clones)."""
-    from harness.bench.timer import layout_medians
-    from harness.bench.workloads import Cell, make_inputs, op_callable
 
     cell = Cell.from_key(PROBE)
     base = make_inputs(cell, prof.torch_device, seed=0)
@@ -97,22 +101,15 @@ def _clock() -> str:
             ["nvidia-smi", "--query-gpu=clocks.sm,temperature.gpu,power.draw", "--format=csv,noheader"],
             capture_output=True,
             text=True,
-            timeout=10,
+            timeout=NVIDIA_SMI_S,
         ).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
+    except (OSError, subprocess.SubprocessError):  # no reading beside this point (recorded as "")
         return ""
 
 
 def child(index: int, device: str = "cuda") -> dict:
     """One process: point -> per-layout medians of the probe cell, seconds per call."""
     import torch
-
-    from harness.bench import devices
-    from harness.bench.provenance import dtype_support
-    from harness.bench.timer import BlockTimer, layout_medians
-    from harness.bench.worker import run_cell
-    from harness.bench.workloads import default_cells
-    from harness.plan import TIMING
 
     torch.manual_seed(0)
     prof = devices.profile(device, torch)
@@ -136,8 +133,6 @@ def child(index: int, device: str = "cuda") -> dict:
     out["clock"].append(_clock())
     out["large6"] = _placed(torch, timer, prof, timing, 6, large=True)
     out["clock"].append(_clock())
-    from harness.bench.workloads import Cell, make_inputs, op_callable
-
     big = op_callable(
         Cell.from_key(BIG[device]),
         make_inputs(Cell.from_key(BIG[device]), prof.torch_device),
@@ -179,19 +174,27 @@ def main() -> int:
     parser.add_argument("--out", type=Path)
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if not 2 <= args.processes <= 1000:
+        parser.error(f"--processes {args.processes}: give 2 to 1000 (a spread between processes needs two)")
     if args.child is not None:
         print(json.dumps(child(args.child, args.device)))
         return 0
     per_process, seconds = [], []
     for i in range(args.processes):
         t0 = time.monotonic()
-        done = subprocess.run(
-            [sys.executable, __file__, "--device", args.device, "--child", str(i)],
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=300,
-        )
+        try:
+            done = subprocess.run(
+                [sys.executable, __file__, "--device", args.device, "--child", str(i)],
+                capture_output=True,
+                text=True,
+                check=True,
+                timeout=CHILD_S,
+            )
+        except subprocess.TimeoutExpired:
+            sys.exit(f"error: child process {i} did not finish within {CHILD_S} s (CHILD_S)")
+        except subprocess.CalledProcessError as exc:
+            tail = (exc.stderr.strip().splitlines() or [""])[-1]
+            sys.exit(f"error: child process {i} exited with status {exc.returncode}: {tail}")
         seconds.append(time.monotonic() - t0)
         per_process.append(json.loads(done.stdout.strip().splitlines()[-1]))
     logs = {p: [statistics.fmean(math.log(v) for v in r[p]) for r in per_process] for p in POINTS}

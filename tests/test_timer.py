@@ -374,6 +374,13 @@ def test_a_failing_reset_fails_the_cell_in_its_own_words():
         "device reset before the cell failed: RuntimeError: CUDA out of memory. Tried to allocate 32.00 MiB"
     )
 
+    def silent():
+        raise RuntimeError()  # no message: the type alone, not an IndexError out of the worker
+
+    device = devices.DeviceProfile("cpu", "cpu", lambda: None, lambda: None, lambda: None, "perf_counter", silent)
+    record = run_cell(torch, BlockTimer(device), device, Cell.from_key("mm/8x8x8/float32"), spec, {})
+    assert record["reason"] == "device reset before the cell failed: RuntimeError"
+
 
 class _FakeCudaTorch:
     """What devices.cuda_reset and devices._cuda touch of torch: ones/empty, mm(out=), cuda.synchronize.

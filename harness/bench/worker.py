@@ -55,6 +55,12 @@ from harness.bench.timer import BlockTimer
 from harness.bench.workloads import Cell, make_inputs, op_callable, planted, reference
 
 
+def _words(exc: BaseException) -> str:
+    """``Type: first line of the message`` (at most 300 characters of it), or ``Type`` for an empty one."""
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0][:300]}" if text else type(exc).__name__
+
+
 def _emit(fh, record: dict) -> None:
     fh.write(json.dumps(record) + "\n")
     fh.flush()
@@ -172,14 +178,13 @@ def run_cell(
         try:  # the same device state before every cell, whatever ran before it (devices.cuda_reset)
             device.reset()
         except Exception as exc:  # not the cell's own failure: said as the reset's
-            why = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}" if str(exc) else type(exc).__name__
-            return {**record, "status": "failed", "reason": f"device reset before the cell failed: {why}"}
+            return {**record, "status": "failed", "reason": f"device reset before the cell failed: {_words(exc)}"}
         timing = {**spec.get("timing", {})}
         if record["key"] in spec.get("measure_s", {}):
             timing["measure_s"] = spec["measure_s"][record["key"]]
         m = measure_layouts(torch, timer, cell, inputs, device.torch_device, timing)
     except Exception as exc:  # the op's own failure is the cell's result, recorded with its words
-        return {**record, "status": "failed", "reason": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"}
+        return {**record, "status": "failed", "reason": _words(exc)}
     bad = [s for s in m.samples if not (math.isfinite(s) and s > 0)]
     if bad:
         return {**record, "status": "failed", "reason": f"{len(bad)} timing samples are not finite positive seconds"}
@@ -208,7 +213,7 @@ def observe_cell(torch, device: devices.DeviceProfile, cell: Cell, spec: dict, u
         device.sync()
         _, seen = kernels.observe(device.name, torch, fn, device.sync)
     except Exception as exc:  # the op's own failure, in its words
-        seen = kernels.observation(device.name, [], f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}")
+        seen = kernels.observation(device.name, [], _words(exc))
     return {**record, **seen}
 
 
