@@ -282,6 +282,26 @@ def test_the_probe_tells_work_deferred_until_the_synchronize_from_work_submitted
     assert not m.deferred and "sleep" not in cpu.trace
 
 
+def test_a_call_that_does_its_work_within_the_call_is_not_deferred_when_a_busy_host_delays_the_synchronize():
+    """The conformance MPSGraph call (a CPU tensor: its work is done within the call) on a loaded 2-core CI
+    host: every synchronize after the probe's rest woke 2 ms late, and two probes in a row read the delay as
+    deferred work (test_conformance's doctor rows, 1 in 2 runs of the suite). The sized block's enqueue is
+    its whole time, launch-bound under either rule: not probed, not deferred."""
+
+    class Busy(FakeDevice):
+        def sync(self) -> None:
+            rested = bool(self.trace) and self.trace[-1] == "sleep"
+            super().sync()
+            self.now += 2_000_000 if rested else 0
+
+    within = Busy(50_000, 0, deferred=False)
+    m = device_timer(within).measure(within.call, **TIMING)
+    assert not m.deferred and m.launch_bound and "sleep" not in within.trace  # planted: probed, it read True
+    # the same delay after a Metal GEMM's deferred work (device 40 % of the block) still finds it deferred
+    metal = Busy(60_000, 40_000, deferred=True)
+    assert device_timer(metal).measure(metal.call, **TIMING).deferred and "sleep" in metal.trace
+
+
 def test_a_deferred_cell_spending_60_percent_of_its_block_encoding_is_launch_bound():
     # planted: the host encodes 60 % of each block, the device's 40 % starts only at the synchronize
     dev = FakeDevice(60_000, 40_000, deferred=True)
