@@ -13,7 +13,6 @@ import dataclasses
 import hashlib
 import json
 import os
-import random
 import re
 import shlex
 import subprocess
@@ -21,13 +20,12 @@ from pathlib import Path
 
 import pytest
 from conftest import run_harness
+from mps_machines import write_machines
 
 from harness import document as doc
 from harness import merge
 from harness import results as res
-from harness.bench.workloads import DTYPES, default_cells
 from harness.errors import ResultsError
-from harness.manifest import load_series
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "docs" / "examples"
@@ -311,57 +309,12 @@ def test_migration_fills_what_older_runs_lack_without_touching_the_input(example
 # ------------------------------------------------------------------ acceptance: 10 machines x the MPS default matrix
 
 
-def _mps_run(slow_metal: bool, bfloat16: bool) -> dict:
-    """The MPS default matrix (the series' four configs x every default cell, 6 rounds) from the cpu
-    example's shape; under PREFER_METAL GEMM takes 1.5x the time where ``slow_metal`` (M1/M2-like)."""
-    ev = load_series("mps-gemm-prefer-fast-math").evidence
-    configs = {c.name: dict(c.env) for c in ev.profiles("mps") if c.name in ev.default_configs("mps")}
-    cells = [c.key for c in default_cells(DTYPES) if bfloat16 or c.dtype != "bfloat16"]
-    data = json.loads(CONTRASTS.read_text())
-    data["run"].update(device="mps", configs=list(configs), cells=cells, rounds=6)
-    data["configs"] = {n: {"name": n, "env": e, "about": "", "reduced_fp32": False} for n, e in configs.items()}
-    template = next(iter(data["processes"][0]["cells"].values()))
-    slow = {("stock", "fast_math+prefer_metal"), ("stock", "all"), ("patched", "fast_math+prefer_metal")}
-    procs = []
-    for rnd in range(6):
-        for build in ("stock", "patched"):
-            for config in configs:
-                proc = {**data["processes"][0], "build": build, "config": config, "round": rnd, "cells": {}}
-                for key in cells:
-                    factor = (
-                        1.5 if slow_metal and key.split("/")[0] in ("mm", "addmm") and (build, config) in slow else 1
-                    )
-                    t = 1e-3 * factor * (1 + random.Random(f"{build}{config}{key}{rnd}").uniform(-0.004, 0.004))
-                    proc["cells"][key] = {
-                        **template,
-                        "measurement": {**template["measurement"], "median": t, "samples": [t]},
-                    }
-                procs.append(proc)
-    data.update(processes=procs, evidence=ev.to_json())
-    data["run"]["order"] = [[p["round"], p["build"], p["config"]] for p in procs]
-    data.pop("consistency")
-    return data
-
-
-def test_ten_machines_merge_under_10_s_with_a_pr_block_under_60_lines(tmp_path):
-    runs = []
-    for i in range(10):
-        data = _mps_run(slow_metal=i < 4, bfloat16=i != 9)
-        for build in data["builds"].values():
-            prov = build["provenance"]
-            prov.update(device="mps", gpu_name=f"Apple M{i + 1}, {10 + i} GPU cores", cpu_name=f"Apple M{i + 1}")
-            prov["mac"], prov["collect_env"] = {"model": f"Mac{i}", "macos_build": "24B83"}, None
-            prov["os"]["macos_product_version"] = "15.1"
-        runs.append(save(tmp_path / f"results-m{i + 1}", data))
-    # CPU seconds of the merge process (user + system of the waited-for child): on the shared 2-core
-    # machine the wall clock measures the neighbours too (the same merge took 6.4 s wall alone and 19 s
-    # beside five other test runs)
-    t0 = os.times()
+def test_ten_machines_merge_with_a_pr_block_under_60_lines(tmp_path):
+    """Its time is benchmarks/merge_scale.py's (a performance goal, not a unit test's: the CPU seconds this
+    test once asserted were the children's of an in-process merge, always 0)."""
+    runs = write_machines(tmp_path, 10)
     ran = run_harness("merge", *map(str, runs), "--out", str(tmp_path / "merged"))
-    t1 = os.times()
-    elapsed = (t1.children_user - t0.children_user) + (t1.children_system - t0.children_system)
     assert ran.returncode == 0, ran.stderr
-    assert elapsed < 10, elapsed
     block = block_of((tmp_path / "merged" / "report.md").read_text())
     assert len(block.splitlines()) <= 60, block
     assert "| Apple M10 | Apple M10, 19 GPU cores | Apple M10 | – / 2 | macOS 15.1 (24B83) |" in block
