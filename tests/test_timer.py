@@ -243,6 +243,20 @@ class FakeDevice(FakeClock):
         self.trace.append("sleep")
 
 
+class LateWake(FakeDevice):
+    """A :class:`FakeDevice` whose synchronize right after a rest returns ``late_ns`` late: a slow wake-up, or
+    a host too busy to run the waiting thread at once."""
+
+    def __init__(self, encode_ns: int, device_ns: int, deferred: bool, late_ns: int) -> None:
+        super().__init__(encode_ns, device_ns, deferred)
+        self.late_ns = late_ns
+
+    def sync(self) -> None:
+        rested = bool(self.trace) and self.trace[-1] == "sleep"
+        super().sync()
+        self.now += self.late_ns if rested else 0
+
+
 def device_timer(dev: FakeDevice, method: str = "synchronize+perf_counter") -> BlockTimer:
     profile = devices.DeviceProfile("mps", "cpu", dev.sync, lambda: None, lambda: None, method)
     return BlockTimer(profile, clock=dev, sleep=dev.sleep)
@@ -267,13 +281,7 @@ def test_the_probe_tells_work_deferred_until_the_synchronize_from_work_submitted
 
     # a synchronize that wakes slowly after the rest (30 µs: an H200's cuBLASLt mm 4096³ fp16 was called
     # deferred by a 0.15 ms probe block) is not deferred work: the wait must reach the device's own time
-    class SlowWake(FakeDevice):
-        def sync(self) -> None:
-            rested = bool(self.trace) and self.trace[-1] == "sleep"
-            super().sync()
-            self.now += 30_000 if rested else 0
-
-    small = SlowWake(5_000, 150_000, deferred=False)
+    small = LateWake(5_000, 150_000, deferred=False, late_ns=30_000)
     m = device_timer(small).measure(small.call, **TIMING)
     assert not m.deferred and "sleep" in small.trace
     # on the cpu clock calls are synchronous: no probe
@@ -287,18 +295,11 @@ def test_a_call_that_does_its_work_within_the_call_is_not_deferred_when_a_busy_h
     host: every synchronize after the probe's rest woke 2 ms late, and two probes in a row read the delay as
     deferred work (test_conformance's doctor rows, 1 in 2 runs of the suite). The sized block's enqueue is
     its whole time, launch-bound under either rule: not probed, not deferred."""
-
-    class Busy(FakeDevice):
-        def sync(self) -> None:
-            rested = bool(self.trace) and self.trace[-1] == "sleep"
-            super().sync()
-            self.now += 2_000_000 if rested else 0
-
-    within = Busy(50_000, 0, deferred=False)
+    within = LateWake(50_000, 0, deferred=False, late_ns=2_000_000)
     m = device_timer(within).measure(within.call, **TIMING)
     assert not m.deferred and m.launch_bound and "sleep" not in within.trace  # planted: probed, it read True
     # the same delay after a Metal GEMM's deferred work (device 40 % of the block) still finds it deferred
-    metal = Busy(60_000, 40_000, deferred=True)
+    metal = LateWake(60_000, 40_000, deferred=True, late_ns=2_000_000)
     assert device_timer(metal).measure(metal.call, **TIMING).deferred and "sleep" in metal.trace
 
 
