@@ -449,7 +449,13 @@ def mann_whitney_p(x: np.ndarray, y: np.ndarray) -> float:
     counted 1/2, alone (its "exact" method makes no tie correction: scipy's mannwhitneyu doc), so it is
     computed once per (n, m, U) and kept: a report judges thousands of cells at a few sample sizes, and
     scipy's call costs about 1.5 ms each here (its argument checks), most of a verdict's time.
+
+    Raises:
+        ValueError: a sample is empty, not 1-D, or holds a value that is not finite (nothing is kept).
     """
+    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    if x.ndim != 1 or y.ndim != 1 or not x.size or not y.size or not (np.isfinite(x).all() and np.isfinite(y).all()):
+        raise ValueError("mann_whitney_p takes two non-empty 1-D samples of finite values")
     u = float(np.sum(x[:, None] > y[None, :]) + 0.5 * np.sum(x[:, None] == y[None, :]))
     key = (x.size, y.size, u)
     if key not in _P_BY_U:

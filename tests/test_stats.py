@@ -496,3 +496,8 @@ def test_the_kept_mann_whitney_p_is_scipys_for_every_sample_and_order():
     assert [stats.mann_whitney_p(x, y) for x, y in pairs] == want
     order = rng.permutation(len(pairs))
     assert [stats.mann_whitney_p(*pairs[i]) for i in order] == [want[i] for i in order]
+    # a NaN would be kept as the p of every later pair with its (n, m, U): refused, and nothing kept
+    kept = dict(stats._P_BY_U)
+    with pytest.raises(ValueError, match="finite"):
+        stats.mann_whitney_p(np.array([1.0, math.nan]), np.array([2.0, 3.0]))
+    assert stats._P_BY_U == kept

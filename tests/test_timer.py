@@ -303,6 +303,23 @@ def test_a_call_that_does_its_work_within_the_call_is_not_deferred_when_a_busy_h
     assert device_timer(metal).measure(metal.call, **TIMING).deferred and "sleep" in metal.trace
 
 
+def test_a_host_stall_in_the_sizing_block_does_not_skip_the_probe_of_real_device_time():
+    """A Metal GEMM (encode 60 µs, device 40 µs, deferred) whose host is descheduled 50 ms in the middle of the
+    one sizing block: that block reads 96 % enqueue, but the 2.2 ms left at its synchronize is device time, so
+    the probe still runs and finds the work deferred (skipping on the enqueue share alone read it as submitted
+    as issued: review of 527590d)."""
+
+    class Stalled(FakeDevice):
+        def call(self) -> None:
+            super().call()
+            self.calls = getattr(self, "calls", 0) + 1
+            self.now += 50_000_000 if self.calls == 30 else 0  # warm-up, 1, then the 55-call sizing block
+
+    dev = Stalled(60_000, 40_000, deferred=True)
+    m = device_timer(dev).measure(dev.call, **{**TIMING, "min_block_s": 5e-3})
+    assert m.number == 55 and m.deferred and "sleep" in dev.trace
+
+
 def test_a_deferred_cell_spending_60_percent_of_its_block_encoding_is_launch_bound():
     # planted: the host encodes 60 % of each block, the device's 40 % starts only at the synchronize
     dev = FakeDevice(60_000, 40_000, deferred=True)

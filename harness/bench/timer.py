@@ -409,14 +409,17 @@ class BlockTimer:
                 seconds; overhead: an empty block's seconds (:meth:`overhead`).
 
         Returns False without running anything on the cpu clock (calls are synchronous), and where the
-        sized block's host enqueue is at least :data:`HOST_BOUND_RATIO` of it: the cell is launch-bound under
-        either rule then (:func:`launch_ratio`), and the work left at its synchronize (at most a tenth of the
-        block) is too little to tell from a synchronize that a busy host delayed (on a loaded 2-core CI host,
-        twice in a row, an emulated MPSGraph call whose work is done within the call read as deferred). Costs
-        one block plus the rest; a cell found deferred is probed :data:`PROBE_TIMES` times, all of which must
-        agree.
+        sized block's host enqueue is at least :data:`HOST_BOUND_RATIO` of it and its wait under
+        :data:`PROBE_SIZED_MIN_S`: that block was launch-bound under either rule (:func:`launch_ratio`), and
+        so little work left at its synchronize cannot be told from a synchronize that a busy host delayed (on
+        a loaded 2-core CI host, twice in a row, an emulated MPSGraph call whose work is done within the call
+        read as deferred). A longer wait is probed whatever the enqueue share: a host descheduled during the
+        one sizing block must not skip the probe of a Metal GEMM's real device time. Costs one block plus
+        the rest; a cell found deferred is probed :data:`PROBE_TIMES` times, all of which must agree.
         """
-        if self.method == "perf_counter" or enqueue >= HOST_BOUND_RATIO * block:
+        if self.method == "perf_counter" or (
+            enqueue >= HOST_BOUND_RATIO * block and block - enqueue < PROBE_SIZED_MIN_S
+        ):
             return False
         # deferred only when two probes in a row say so: a synchronize delayed once (a busy host, a slow
         # wake-up) must not label work that was submitted as issued
