@@ -50,8 +50,11 @@ def test_patched_wheel_without_the_series_fails_when_the_series_declares_no_mark
     )
 
 
-def _run_build(monkeypatch, tmp_path, wheel: Path, series: plan_mod.SeriesRef, kind: str = "patched") -> None:
-    """run_build with the slow parts (checkout, compile) replaced: the 'build' yields ``wheel``."""
+def _run_build(
+    monkeypatch, tmp_path, wheel: Path, series: plan_mod.SeriesRef, kind: str = "patched", built=lambda: None
+) -> None:
+    """run_build with the slow parts (checkout, compile) replaced: the 'build' calls ``built()``, then yields
+    ``wheel``."""
     plan = argparse.Namespace(
         version=wheel.name.split("-")[1], dist_dir=wheel.parent, series=series, platform="linux-cpu", kind=kind
     )
@@ -63,9 +66,8 @@ def _run_build(monkeypatch, tmp_path, wheel: Path, series: plan_mod.SeriesRef, k
     monkeypatch.setattr(
         workflow,
         "build_wheel",
-        lambda plan, force=False: wheel_mod.BuildResult(
-            wheel, wheel.with_name(wheel.name + ".build.json"), tmp_path / "log", False, 0.0, 0
-        ),
+        lambda plan, force=False: built()
+        or wheel_mod.BuildResult(wheel, wheel.with_name(wheel.name + ".build.json"), tmp_path / "log", False, 0.0, 0),
     )
     parser = argparse.ArgumentParser()
     build_command.add_arguments_build(parser)
@@ -98,8 +100,8 @@ def test_compiled_series_without_markers_is_refused_before_building(tmp_path, mo
     patch = tmp_path / "0001.patch"
     patch.write_text("diff --git a/src/config.cpp b/src/config.cpp\n--- a/src/config.cpp\n+++ b/src/config.cpp\n")
     series = plan_mod.SeriesRef("tiny-fast-path", (patch,), (), ())
-    with pytest.raises(verify_mod.VerifyError) as info:
-        _run_build(monkeypatch, tmp_path, wheel, series)
+    with pytest.raises(verify_mod.VerifyError) as info:  # a build before the refusal fails the test
+        _run_build(monkeypatch, tmp_path, wheel, series, built=lambda: pytest.fail("built before refusing"))
     assert info.value.cause == (
         "series tiny-fast-path changes compiled code (src/config.cpp) but declares no "
         "markers (env) to verify the wheels with"
