@@ -119,16 +119,25 @@ def test_each_machine_row_is_its_own_run_never_pooled(tmp_path, example):
     from harness import contrasts as con
 
     a = save(tmp_path / "a", as_machine(example, "AMD EPYC", 2, 2))
-    b = save(tmp_path / "b", as_machine(example, "Other CPU", 8, 8))
+    other = as_machine(example, "Other CPU", 8, 8)
+    for proc in other["processes"]:  # the other machine's patched build 1.2x slower: its rows differ from a's
+        for cell in proc["cells"].values() if proc["build"] == "patched" else ():
+            m = cell.get("measurement")
+            if m:
+                m.update({k: [v * 1.2 for v in m[k]] for k in ("samples", "enqueue") if k in m})
+                m.update({k: m[k] * 1.2 for k in ("median",) if k in m})
+    b = save(tmp_path / "b", other)
     merged = merge.merge([a, b])
-    for source, folder in zip(merged.sources, (a, b)):
+    rows = []
+    for source, folder in zip(merged.sources, (a, b), strict=True):
         data = res.load(folder)
-        for record, contrast in zip(source.contrasts, doc.load(folder).contrasts):
+        for record, contrast in zip(source.contrasts, doc.load(folder).contrasts, strict=True):
             own = con.evaluate(data, contrast)
             assert record.outcome == own.outcome and record.why == own.why
-            assert [(c.key, c.ratio, c.verdict) for c in record.cells] == [
-                (r.cell.key, r.cmp.ratio, r.cmp.verdict) for r in own.rows
-            ]
+            rows.append([(c.key, c.ratio, c.verdict) for c in record.cells])
+            assert rows[-1] == [(r.cell.key, r.cmp.ratio, r.cmp.verdict) for r in own.rows]
+    half = len(rows) // 2
+    assert half and rows[:half] != rows[half:]  # pooled, or one machine's rows twice, would be equal or neither
 
 
 # ------------------------------------------------------------------ refusals: one line, nothing written
