@@ -18,16 +18,23 @@ from harness import cli
 REPO = Path(__file__).resolve().parent.parent
 
 
+def make_links(tmp_path: Path, project: Path) -> None:
+    """``patches/demo/v1/out-link`` -> the victim folder, ``patches/demo/in-link`` -> ``v1``. A series folder
+    holding a link is refused as it loads (harness.manifest), before any field is read: the tests of the
+    fields and options run without them, :func:`test_a_link_in_the_series_folder_is_refused_before_anything_runs`
+    with them."""
+    link_out = project / "patches" / "demo" / "v1" / "out-link"
+    if not link_out.is_symlink():
+        link_out.symlink_to(tmp_path / "victim")
+    link_in = project / "patches" / "demo" / "in-link"
+    if not link_in.is_symlink():
+        link_in.symlink_to(project / "patches" / "demo" / "v1")
+
+
 def hostile(tmp_path: Path, project: Path) -> list[str]:
     victim = tmp_path / "victim"
     victim.mkdir(exist_ok=True)
     (victim / "precious.txt").write_text("keep me\n")
-    link_out = project / "patches" / "demo" / "v1" / "out-link"
-    if not link_out.is_symlink():
-        link_out.symlink_to(victim)
-    link_in = project / "patches" / "demo" / "in-link"
-    if not link_in.is_symlink():
-        link_in.symlink_to(project / "patches" / "demo" / "v1")
     return [
         str(victim / "precious.txt"),
         "../../../victim/precious.txt",
@@ -42,11 +49,17 @@ def hostile(tmp_path: Path, project: Path) -> list[str]:
     ]
 
 
-def _cli(capsys, *args: str) -> int:
+#: the refusal of a series folder that holds a symbolic link (harness.manifest): a command that stops there
+#: never reads the hostile field or option under test
+LINK_REFUSAL = "is a symbolic link"
+
+
+def _cli(capsys, *args: str, links: bool = False) -> int:
     rc = cli.main(list(args))
     captured = capsys.readouterr()
     text = captured.out + captured.err
     assert "Traceback" not in text
+    assert links or LINK_REFUSAL not in text, text  # the value under test was read, not refused by a link
     if rc == 2:
         assert len([ln for ln in captured.err.splitlines() if ln.startswith("error:")]) == 1, text
     assert rc in (0, 1, 2), text
@@ -92,13 +105,22 @@ def test_hostile_manifest_fields_touch_nothing_outside(tiny_upstream, project, i
     manifest = folder / "series.toml"
     original = manifest.read_text()
     allowed = (project / "work", isolated_cache, folder)
-    before = tree_digest(tmp_path, skip=allowed)
+    before, victim = tree_digest(tmp_path, skip=allowed), tree_digest(tmp_path / "victim")
     for value in values:
         manifest.write_text(MANIFEST_FIELDS[field](original, value))
         for command in COMMANDS.get(field, ("check", "apply", "refresh")):
             _cli(capsys, command, "--series", "demo")
         assert tree_digest(tmp_path, skip=allowed) == before, (field, value)
+        assert tree_digest(tmp_path / "victim") == victim, (field, value)
     assert (tmp_path / "victim" / "precious.txt").read_text() == "keep me\n"
+
+
+def _exists(path: Path) -> bool:
+    """``path.exists()``, False for a name the file system refuses (longer than its 255 bytes)."""
+    try:
+        return path.exists()
+    except OSError:
+        return False
 
 
 @pytest.mark.parametrize("option", ["--workdir", "--series", "--base", "--upstream"])
@@ -106,9 +128,12 @@ def test_hostile_cli_paths_touch_nothing_outside(tiny_upstream, project, isolate
     """A NUL cannot reach argv (exec takes C strings), so the CLI values have none."""
     folder = export_series(tiny_upstream, project)
     values = [v for v in hostile(tmp_path, project) if "\0" not in v]
+    victim = tree_digest(tmp_path / "victim")
     for value in values:
-        own = (project / value).resolve() if option == "--workdir" else project / "work"
-        while not own.parent.exists():  # the folders the user's --workdir needs are its own
+        # the worktrees go to <workdir>/<base>: that folder is the harness's, and the folders above it that
+        # --workdir names and do not exist yet; an existing --workdir (.., ., the victim) is not
+        own = ((project / value).resolve() if option == "--workdir" else project / "work") / "v1"
+        while not _exists(own.parent):
             own = own.parent
         allowed = (project / "work", isolated_cache, folder, own)
         before = tree_digest(tmp_path, skip=allowed)
@@ -121,10 +146,30 @@ def test_hostile_cli_paths_touch_nothing_outside(tiny_upstream, project, isolate
         for command in ("checkout", "refresh") if option == "--workdir" else ("checkout", "check", "apply", "refresh"):
             _cli(capsys, command, *base[option])
         assert tree_digest(tmp_path, skip=allowed) == before, (option, value)
+        assert tree_digest(tmp_path / "victim") == victim, (option, value)
     for value in values:
         before = tree_digest(tmp_path, skip=(isolated_cache,))
         _cli(capsys, "report", value)
         assert tree_digest(tmp_path, skip=(isolated_cache,)) == before, ("report", value)
+
+
+def test_a_link_in_the_series_folder_is_refused_before_anything_runs(
+    tiny_upstream, project, isolated_cache, tmp_path, capsys
+):
+    """A link out of the series folder (to the victim) and one inside it: every command that loads the series
+    stops in one line naming the link, and nothing outside the allowed folders changes."""
+    folder = export_series(tiny_upstream, project)
+    hostile(tmp_path, project)
+    make_links(tmp_path, project)
+    allowed = (project / "work", isolated_cache, folder)
+    before = tree_digest(tmp_path, skip=allowed)
+    for command in ("checkout", "check", "apply", "refresh"):
+        assert _cli(capsys, command, "--series", "demo", links=True) == 2
+    out = cli.main(["check", "--series", "demo"])
+    err = capsys.readouterr().err
+    assert out == 2 and LINK_REFUSAL in err and ("out-link" in err or "in-link" in err), err
+    assert tree_digest(tmp_path, skip=allowed) == before
+    assert (tmp_path / "victim" / "precious.txt").read_text() == "keep me\n"
 
 
 # ------------------------------------------------------------------- every write and delete site
