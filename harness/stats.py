@@ -50,6 +50,7 @@ __all__ = [
     "geomean_by_process",
     "hodges_lehmann",
     "judge",
+    "mann_whitney_p",
     "moses_rank",
     "iqr",
     "min_processes",
