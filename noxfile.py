@@ -13,6 +13,7 @@ Remove ``.nox/`` to start over.
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import importlib.util
 import json
 import sys
@@ -72,14 +73,54 @@ def _option(args: list[str], name: str) -> str | None:
     return None
 
 
-@nox.session(venv_backend="venv")
+def _outer_pip() -> bool:
+    """Can the interpreter nox runs under install into another environment (``pip --python``: pip >= 22.3)?"""
+    try:
+        version = importlib.metadata.version("pip")
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return tuple(int(p) for p in version.split(".")[:2] if p.isdigit()) >= (22, 3)
+
+
+#: the tests' environment gets no pip of its own when nox's pip can install into it (``ensurepip`` is about
+#: 3.5 of the 4 s a venv takes to create here; harness/venvs.py does the same for the builds' environments)
+OUTER_PIP = _outer_pip()
+#: started by :func:`tests` before pytest, side by side: one process imports torch, the other the rest of what
+#: the tests import and then collects them, so that the pytest-xdist workers, which start together, find it
+#: all byte-compiled instead of each compiling it (about 9 CPU s a worker here: docs/measurements.md). Its
+#: children's exit status is pytest's business, not this warm-up's: only the deadline stops the session.
+WARM_UP = """
+import subprocess, sys
+rest = "import matplotlib.pyplot, scipy.stats, hypothesis, git, rich, pytest; "
+collect = "raise SystemExit(pytest.main(['--collect-only', '-qq', '-n', '0', '-p', 'no:cacheprovider']))"
+children = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            for code in ("import torch", rest + collect)]
+for child in children:
+    try:
+        child.wait(timeout=300)
+    except subprocess.TimeoutExpired:
+        for c in children:
+            c.kill()
+        sys.exit("tests: the byte-compiling warm-up ran past its 300 s deadline: " + " ".join(child.args))
+"""
+
+
+@nox.session(venv_backend="venv", venv_params=["--without-pip"] if OUTER_PIP else [])
 def tests(session: nox.Session) -> None:
     """The toolkit's own tests: ruff (lint and format, configured in pyproject.toml), then pytest."""
     # --no-compile: pip's byte-compilation of torch's ~4,000 modules is most of its install time; the
-    # tests compile what they import, once (harness/venvs.py does the same for the builds' venvs)
-    session.install("--no-compile", "-e", ".[test]", TEST_TORCH)
+    # tests compile what they import, once (WARM_UP; harness/venvs.py does the same for the builds' venvs)
+    requirements = ("--no-compile", "-e", ".[test]", TEST_TORCH)
+    if OUTER_PIP:
+        python = Path(session.bin) / ("python.exe" if sys.platform == "win32" else "python")
+        pip = (sys.executable, "-m", "pip", "--python", str(python), "install", "--disable-pip-version-check")
+        session.run(*pip, *requirements, external=True)
+    else:
+        session.install(*requirements)
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
+    if not session.posargs:  # the whole suite (a chosen file or test would not pay back a full collection)
+        session.run("python", "-c", WARM_UP, env=BYTECODE)
     # bytecode caches on (an inherited PYTHONDONTWRITEBYTECODE=1 makes every `python -m harness` a test
     # starts compile the package again, ~0.5 s each, and every pytest worker rewrite every test module)
     session.run("python", "-m", "pytest", *(session.posargs or ["-q"]), env=BYTECODE)

@@ -18,7 +18,14 @@ from documents import run_of
 from harness import configs as cfg
 from harness.bench import workloads
 from harness.bench.accuracy import FAILED, status_of
-from harness.bench.conformance import BFLOAT16_ERROR, DEVICE_MIN_S, DOUBLE_ERROR, ConformanceError, emulate
+from harness.bench.conformance import (
+    BFLOAT16_ERROR,
+    DEVICE_MIN_S,
+    DOUBLE_ERROR,
+    ConformanceError,
+    _widened,
+    emulate,
+)
 from harness.bench.consistency import compare_outputs
 from harness.bench.provenance import dtype_support
 from harness.bench.timer import MAX_BLOCK_CALLS, BlockTimer
@@ -239,6 +246,35 @@ def test_finding4_metal_accumulation_needs_the_routed_bound():
     )
     assert routes["vanilla"] == routes["fast_math"] == {}
     assert not any(c.reduced_fp32 for c in MPS_PROFILES)  # FAST_MATH never reaches MPSGraph
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_rule7_half_gemms_run_widened_and_rounded_once_with_their_calls_and_dtype_unchanged(dtype):
+    """The shortcut changes the arithmetic's speed, never what the harness sees: the output's dtype, its
+    device tag, the device calls traced; a float32 GEMM and an ``out=`` one run as they are."""
+    gen = torch.Generator().manual_seed(0)
+    a, b = (torch.randn(48, 40, generator=gen), torch.randn(40, 24, generator=gen))
+    bias = torch.randn(24, generator=gen)
+    x, w, c = a.to(dtype), b.to(dtype), bias.to(dtype)
+    widened = {
+        "mm": (a.to(dtype).float() @ b.to(dtype).float()).to(dtype),
+        "linear": torch.nn.functional.linear(x.float(), w.t().contiguous().float(), c.float()).to(dtype),
+    }
+    with emulate(torch) as (_, emu):
+        dx, dw, dc = x.to("mps"), w.to("mps"), c.to("mps")
+        got = {"mm": torch.mm(dx, dw), "linear": torch.nn.functional.linear(dx, dw.t().contiguous(), dc)}
+        wide32 = torch.mm(a.to("mps"), b.to("mps"))
+        calls = [name for name in emu.trace if name not in ("to", "sync")]
+        host = {k: v.cpu() for k, v in got.items()}
+    assert calls == ["mm", "t", "contiguous", "linear", "mm"], calls
+    for name, out in got.items():
+        assert out.dtype == dtype and getattr(out, "_harness_mps", False) is True, name
+        assert torch.equal(host[name], widened[name]), name
+    assert torch.equal(wide32.cpu(), a @ b)  # float32: untouched
+    out = torch.empty(48, 24, dtype=dtype)
+    assert _widened(torch, torch.mm, (x, w), {"out": out}) is out  # out=: run as it is, into that tensor
+    with pytest.raises(RuntimeError):  # mixed dtypes: run as they are (torch refuses them), never widened
+        _widened(torch, torch.mm, (x.float(), w), {})
 
 
 def test_a_worker_hung_in_a_cell_is_stopped_after_the_stall_timeout_with_the_cells_name(tmp_path):
