@@ -13,7 +13,6 @@ Remove ``.nox/`` to start over.
 from __future__ import annotations
 
 import hashlib
-import importlib.metadata
 import importlib.util
 import json
 import sys
@@ -73,18 +72,6 @@ def _option(args: list[str], name: str) -> str | None:
     return None
 
 
-def _outer_pip() -> bool:
-    """Can the interpreter nox runs under install into another environment (``pip --python``: pip >= 22.3)?"""
-    try:
-        version = importlib.metadata.version("pip")
-    except importlib.metadata.PackageNotFoundError:
-        return False
-    return tuple(int(p) for p in version.split(".")[:2] if p.isdigit()) >= (22, 3)
-
-
-#: the tests' environment gets no pip of its own when nox's pip can install into it (``ensurepip`` is about
-#: 3.5 of the 4 s a venv takes to create here; harness/venvs.py does the same for the builds' environments)
-OUTER_PIP = _outer_pip()
 #: started by :func:`tests` before pytest, side by side: one process imports torch, the other the rest of what
 #: the tests import and then collects them, so that the pytest-xdist workers, which start together, find it
 #: all byte-compiled instead of each compiling it (about 9 CPU s a worker here: docs/measurements.md). Its
@@ -105,18 +92,13 @@ for child in children:
 """
 
 
-@nox.session(venv_backend="venv", venv_params=["--without-pip"] if OUTER_PIP else [])
+@nox.session(venv_backend="venv")
 def tests(session: nox.Session) -> None:
     """The toolkit's own tests: ruff (lint and format, configured in pyproject.toml), then pytest."""
     # --no-compile: pip's byte-compilation of torch's ~4,000 modules is most of its install time; the
-    # tests compile what they import, once (WARM_UP; harness/venvs.py does the same for the builds' venvs)
-    requirements = ("--no-compile", "-e", ".[test]", TEST_TORCH)
-    if OUTER_PIP:
-        python = Path(session.bin) / ("python.exe" if sys.platform == "win32" else "python")
-        pip = (sys.executable, "-m", "pip", "--python", str(python), "install", "--disable-pip-version-check")
-        session.run(*pip, *requirements, external=True)
-    else:
-        session.install(*requirements)
+    # tests compile what they import, once (WARM_UP; harness/venvs.py does the same for the builds' venvs).
+    # The environment keeps its own pip: the tests' builds install with it (harness.venvs.pip_command).
+    session.install("--no-compile", "-e", ".[test]", TEST_TORCH)
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
     if not session.posargs:  # the whole suite (a chosen file or test would not pay back a full collection)
