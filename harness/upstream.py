@@ -454,8 +454,14 @@ def import_archive(archive: Path) -> Upstream:
             git_run(tmp, "init", "--quiet", "--bare", str(repo))
             env = {**IMPORT_IDENTITY, "GIT_INDEX_FILE": str(tmp / "index")}
             plain = ("-c", "core.autocrlf=false", "-c", "core.fileMode=true", "-c", "core.symlinks=true")
+            # every blob over core.bigFileThreshold goes into one pack as it is added ("bulk checkin"), so
+            # none is a loose object: PyTorch 2.6.0's ~10,000 loose objects would be over git's gc.auto
+            # threshold (6,700) in every clone that hardlinks them, each then starting a background
+            # `git gc --auto` (a repack of all of PyTorch) after its first commit, am or fetch; the setting is
+            # this command's only, never the store's
+            pack = ("-c", "core.bigFileThreshold=1")
             with progress.task(f"import {archive.name} into git"):
-                git_run(tmp, *plain, f"--git-dir={repo}", f"--work-tree={root}", "add", "-A", "-f", env=env)
+                git_run(tmp, *plain, *pack, f"--git-dir={repo}", f"--work-tree={root}", "add", "-A", "-f", env=env)
             tree_sha = git_run(repo, "write-tree", env=env).out.strip()
             message = f"Import {archive.name}\n\nsha256 {digest}\n"
             commit = git_run(repo, "commit-tree", tree_sha, "-m", message, env=env).out.strip()

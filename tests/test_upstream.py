@@ -148,6 +148,13 @@ def test_archive_import_is_deterministic_and_tagged(tmp_path, monkeypatch):
         again = import_archive(tar_path)
         assert not again.created and again.store == up.store
     assert commits[0] == commits[1]  # same archive, same SHA, in any cache
+    # the blobs went into a pack as they were added (no loose blob for a clone to hardlink and gc --auto to
+    # repack); only the trees and the commit are loose, and the store keeps git's own bigFileThreshold
+    loose = [d.name + f.name for d in (up.store / "objects").glob("[0-9a-f][0-9a-f]") for f in d.iterdir()]
+    blobs = git(up.store, "ls-tree", "-r", "--object-only", "v1.2.0").split()
+    assert blobs and loose and {git(up.store, "cat-file", "-t", sha).strip() for sha in loose} <= {"tree", "commit"}
+    assert git(up.store, "cat-file", "--batch-check", "--batch-all-objects").count(" blob ") == len(set(blobs))
+    assert "bigfilethreshold" not in (up.store / "config").read_text().lower()
     listing = git(up.store, "ls-tree", "-r", "v1.2.0")
     assert "100755 blob" in [ln for ln in listing.splitlines() if "bin/run.sh" in ln][0]
     assert "kept.log" in listing
