@@ -72,19 +72,21 @@ def _option(args: list[str], name: str) -> str | None:
     return None
 
 
-#: started by :func:`tests` before pytest, side by side: one process imports torch, the other the rest of what
-#: the tests import and then collects them, so that the pytest-xdist workers, which start together, find it
-#: all byte-compiled instead of each compiling it (about 9 CPU s a worker here: docs/measurements.md). Its
-#: children's exit status is pytest's business, not this warm-up's: only the deadline stops the session.
+#: started by :func:`tests` before pytest in a new test environment, side by side: one process imports torch,
+#: the other the rest of what the tests import (none of it imports torch; about 1 s longer here) and then
+#: collects them, so that the pytest-xdist workers, which start together, find it all byte-compiled instead
+#: of each compiling it (about 9 CPU s a worker here: docs/measurements.md). Its children's exit status is
+#: pytest's business, not this warm-up's: only its deadline stops the session.
 WARM_UP = """
-import subprocess, sys
+import subprocess, sys, time
 rest = "import matplotlib.pyplot, scipy.stats, hypothesis, git, rich, pytest; "
 collect = "raise SystemExit(pytest.main(['--collect-only', '-qq', '-n', '0', '-p', 'no:cacheprovider']))"
 children = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             for code in ("import torch", rest + collect)]
+deadline = time.monotonic() + 300
 for child in children:
     try:
-        child.wait(timeout=300)
+        child.wait(timeout=max(deadline - time.monotonic(), 0))
     except subprocess.TimeoutExpired:
         for c in children:
             c.kill()
@@ -101,8 +103,11 @@ def tests(session: nox.Session) -> None:
     session.install("--no-compile", "-e", ".[test]", TEST_TORCH)
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
-    if not session.posargs:  # the whole suite (a chosen file or test would not pay back a full collection)
+    # once per environment, for the whole suite (a chosen file or test would not pay back a full collection)
+    warmed = Path(session.virtualenv.location) / "warmed-up"
+    if not session.posargs and not warmed.is_file():
         session.run("python", "-c", WARM_UP, env=BYTECODE)
+        warmed.write_text("the byte-compiling warm-up ran (noxfile.py WARM_UP)\n")
     # bytecode caches on (an inherited PYTHONDONTWRITEBYTECODE=1 makes every `python -m harness` a test
     # starts compile the package again, ~0.5 s each, and every pytest worker rewrite every test module)
     session.run("python", "-m", "pytest", *(session.posargs or ["-q"]), env=BYTECODE)

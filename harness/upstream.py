@@ -454,11 +454,12 @@ def import_archive(archive: Path) -> Upstream:
             git_run(tmp, "init", "--quiet", "--bare", str(repo))
             env = {**IMPORT_IDENTITY, "GIT_INDEX_FILE": str(tmp / "index")}
             plain = ("-c", "core.autocrlf=false", "-c", "core.fileMode=true", "-c", "core.symlinks=true")
-            # every blob over core.bigFileThreshold goes into one pack as it is added ("bulk checkin"), so
-            # none is a loose object: PyTorch 2.6.0's ~10,000 loose objects would be over git's gc.auto
-            # threshold (6,700) in every clone that hardlinks them, each then starting a background
-            # `git gc --auto` (a repack of all of PyTorch) after its first commit, am or fetch; the setting is
-            # this command's only, never the store's
+            # every blob over core.bigFileThreshold goes into one pack as it is added ("bulk checkin", git
+            # >= 1.7.9; no deltas): Debian's pytorch 2.6.0 source leaves 1,080 loose objects (its trees, and
+            # blobs git keeps loose: empty files, symlinks, files a filter converts) where it left 9,914, over
+            # git's gc.auto threshold (6,700) in every clone that hardlinks them, each then starting a
+            # background `git gc --auto` (a repack of all of PyTorch) after its first commit, am or fetch.
+            # The setting is this command's only, never the store's; the trees and commit are the same
             pack = ("-c", "core.bigFileThreshold=1")
             with progress.task(f"import {archive.name} into git"):
                 git_run(tmp, *plain, *pack, f"--git-dir={repo}", f"--work-tree={root}", "add", "-A", "-f", env=env)

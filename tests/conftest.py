@@ -147,10 +147,10 @@ def session_cache(tmp_path_factory) -> Iterator[Path]:
 @pytest.fixture(scope="session", autouse=True)
 def no_background_gc() -> Iterator[None]:
     """``gc.auto=0`` for every git the tests start (theirs and the harness's, through the environment:
-    ``GIT_CONFIG_COUNT``). Debian's source imported by the harness is about 11,000 loose objects, over
-    git's threshold of 6,700, so each clone of it would start a detached ``git gc --auto`` (a repack
-    of all of PyTorch's source, tens of CPU seconds) after its first commit, ``am`` or fetch, left
-    running beside the tests that follow. No test asserts on git's housekeeping."""
+    ``GIT_CONFIG_COUNT``). A repository over git's threshold of 6,700 loose objects starts a detached
+    ``git gc --auto`` after a commit, ``am`` or fetch, left running beside the tests that follow (Debian's
+    source was 9,914 loose objects in each clone until ``import_archive`` packed its blobs: a repack of
+    all of PyTorch's source, tens of CPU seconds, per clone). No test asserts on git's housekeeping."""
     count = int(os.environ.get("GIT_CONFIG_COUNT", "0"))
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv(f"GIT_CONFIG_KEY_{count}", "gc.auto")

@@ -16,7 +16,7 @@ import torch
 from documents import run_of
 
 from harness import configs as cfg
-from harness.bench import workloads
+from harness.bench import conformance, workloads
 from harness.bench.accuracy import FAILED, status_of
 from harness.bench.conformance import (
     BFLOAT16_ERROR,
@@ -249,9 +249,23 @@ def test_finding4_metal_accumulation_needs_the_routed_bound():
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-def test_rule7_half_gemms_run_widened_and_rounded_once_with_their_calls_and_dtype_unchanged(dtype):
+def test_rule7_half_gemms_run_widened_and_rounded_once_with_their_calls_and_dtype_unchanged(dtype, monkeypatch):
     """The shortcut changes the arithmetic's speed, never what the harness sees: the output's dtype, its
-    device tag, the device calls traced; a float32 GEMM and an ``out=`` one run as they are."""
+    device tag, the device calls traced; a float32 GEMM and an ``out=`` one run as they are. The GEMMs reach
+    it, and the kernel gets float32 operands (torch's CPU half kernel would give the same outputs here)."""
+    seen = []
+
+    def kernel(func):
+        def run(*args, **kwargs):
+            seen.append((func.__name__, {str(t.dtype) for t in (*args, *kwargs.values()) if torch.is_tensor(t)}))
+            return func(*args, **kwargs)
+
+        run.__name__ = func.__name__
+        return run
+
+    monkeypatch.setattr(
+        conformance, "_widened", lambda torch, func, args, kwargs: _widened(torch, kernel(func), args, kwargs)
+    )
     gen = torch.Generator().manual_seed(0)
     a, b = (torch.randn(48, 40, generator=gen), torch.randn(40, 24, generator=gen))
     bias = torch.randn(24, generator=gen)
@@ -267,6 +281,7 @@ def test_rule7_half_gemms_run_widened_and_rounded_once_with_their_calls_and_dtyp
         calls = [name for name in emu.trace if name not in ("to", "sync")]
         host = {k: v.cpu() for k, v in got.items()}
     assert calls == ["mm", "t", "contiguous", "linear", "mm"], calls
+    assert seen == [("mm", {"torch.float32"}), ("linear", {"torch.float32"}), ("mm", {"torch.float32"})], seen
     for name, out in got.items():
         assert out.dtype == dtype and getattr(out, "_harness_mps", False) is True, name
         assert torch.equal(host[name], widened[name]), name

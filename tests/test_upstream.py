@@ -151,7 +151,7 @@ def test_archive_import_is_deterministic_and_tagged(tmp_path, monkeypatch):
     # the blobs went into a pack as they were added (no loose blob for a clone to hardlink and gc --auto to
     # repack); only the trees and the commit are loose, and the store keeps git's own bigFileThreshold
     loose = [d.name + f.name for d in (up.store / "objects").glob("[0-9a-f][0-9a-f]") for f in d.iterdir()]
-    blobs = git(up.store, "ls-tree", "-r", "--object-only", "v1.2.0").split()
+    blobs = [line.split()[2] for line in git(up.store, "ls-tree", "-r", "v1.2.0").splitlines()]
     assert blobs and loose and {git(up.store, "cat-file", "-t", sha).strip() for sha in loose} <= {"tree", "commit"}
     assert git(up.store, "cat-file", "--batch-check", "--batch-all-objects").count(" blob ") == len(set(blobs))
     assert "bigfilethreshold" not in (up.store / "config").read_text().lower()
