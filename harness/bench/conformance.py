@@ -324,7 +324,8 @@ def _make_mode(emu: Emulation):
                 out = func(*args, **kwargs)
                 return out.clone() if isinstance(out, Tensor) else out
             asked, args, kwargs = _retarget(torch, args, kwargs)
-            if from_device and getattr(func, "__name__", None) in _GEMM_NAMES:
+            name = getattr(func, "__name__", str(func))
+            if from_device and name in _GEMM_NAMES:
                 out = _widened(torch, func, args, kwargs)  # rule 7
             else:
                 out = func(*args, **kwargs)
@@ -334,11 +335,11 @@ def _make_mode(emu: Emulation):
             for t in tensors:
                 emu.check_dtype(t)
             if tensors:
-                emu.device_call(getattr(func, "__name__", str(func)))
+                operands = list(_flatten((args, kwargs)))
+                emu.device_call(name)
                 if not all(t._is_view() for t in tensors):  # a view encodes nothing
-                    host_s = time.perf_counter() - started
-                    emu.encode(getattr(func, "__name__", str(func)), list(_flatten((args, kwargs))), host_s)
-                emu.profile(getattr(func, "__name__", str(func)), list(_flatten((args, kwargs))))
+                    emu.encode(name, operands, time.perf_counter() - started)
+                emu.profile(name, operands)
             for t in tensors:
                 setattr(t, _TAG, True)
             return out
