@@ -48,6 +48,7 @@ OTHER_TOOLS = {
     "--no-isolation",  # python -m build
     "--wheel",  # python -m build
     "--upgrade",  # pip install
+    "--no-compile",  # pip install
     "--install",  # rustup / xcode-select
     "--collect-only",  # pytest
     "--version",  # python -m harness --version, git --version
