@@ -306,7 +306,7 @@ def ensure_interpreter(build: BuildInput, *, envs_dir: Path | None = None) -> tu
         return python, True
     pip = pip_command(python)  # before the lock and the environment: an old pip is said at once
     # one lock per environment: a compare creating one does not block another that uses ready ones
-    with _creation_lock(inside(envs_dir, f".locks/{root.name}", "environment lock"), root):
+    with creation_lock(inside(envs_dir, f".locks/{root.name}", "environment lock"), root):
         if _ready(root, python, build):
             return python, True
         if root.exists():
@@ -339,11 +339,13 @@ def ensure_interpreter(build: BuildInput, *, envs_dir: Path | None = None) -> tu
 
 
 @contextmanager
-def _creation_lock(lock_dir: Path, root: Path) -> Iterator[None]:
-    """Hold the lock of the environment ``root`` for its creation. While another process holds it (a second
-    ``compare`` with the same input, started before the first one's environment is ready), wait for it: a
-    line when the wait starts and every :data:`WAIT_NOTE_S`, up to :data:`ENV_WAIT_S`; the caller then finds
-    the environment ready and shares it (or, when the other process failed or died, creates it itself).
+def creation_lock(lock_dir: Path, root: Path, kind: str = "environment") -> Iterator[None]:
+    """Hold the lock of the ``kind`` ``root`` (an environment of this module, a build venv of
+    :func:`harness.build.wheel.ensure_build_venv`) for its creation. While another process holds it (a second
+    ``compare`` with the same input, a second ``build`` with the same build requirements, started before the
+    first one's is ready), wait for it: a line when the wait starts and every :data:`WAIT_NOTE_S`, up to
+    :data:`ENV_WAIT_S`; the caller then finds it ready and shares it (or, when the other process failed or
+    died, creates it itself).
 
     Raises:
         BuildInputError: the other process still holds the lock after :data:`ENV_WAIT_S` seconds.
@@ -358,19 +360,17 @@ def _creation_lock(lock_dir: Path, root: Path) -> Iterator[None]:
             waited_from = now if waited_from is None else waited_from
             if now - waited_from >= ENV_WAIT_S:
                 raise BuildInputError(
-                    f"waited {ENV_WAIT_S:g} s for another process creating environment {root}: {exc.cause}",
+                    f"waited {ENV_WAIT_S:g} s for another process creating {kind} {root}: {exc.cause}",
                     exc.remedy,
                 ) from None
             if said is None or now - said >= WAIT_NOTE_S:
-                note(
-                    f"waiting for environment {root.name}: {exc.cause} ({now - waited_from:.0f} s of {ENV_WAIT_S:g} s)"
-                )
+                note(f"waiting for {kind} {root.name}: {exc.cause} ({now - waited_from:.0f} s of {ENV_WAIT_S:g} s)")
                 said = now
             time.sleep(WAIT_POLL_S)
             continue
         with held:
             if waited_from is not None:
-                note(f"environment {root.name}: its lock is free after {time.monotonic() - waited_from:.0f} s")
+                note(f"{kind} {root.name}: its lock is free after {time.monotonic() - waited_from:.0f} s")
             yield
         return
 

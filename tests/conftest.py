@@ -214,12 +214,16 @@ def probe_once(run_cache) -> Iterator[None]:
 
 
 @pytest.fixture(scope="session")
-def build_venvs(tmp_path_factory) -> Path:
-    """The session's one folder of build venvs (``<cache>/build-venvs``: a venv per list of build
-    requirements, :func:`harness.build.wheel.ensure_build_venv`). Builds only run their interpreter, so
-    every test's cache links it (:func:`share_build_venvs`) and the small upstream's numpy + cmake
-    venv is created once per session, not once per building test; its lock guards the creation."""
-    return tmp_path_factory.mktemp("build-venvs")
+def build_venvs(run_cache) -> Path:
+    """The run's one folder of build venvs (``<cache>/build-venvs``: a venv per list of build
+    requirements, :func:`harness.build.wheel.ensure_build_venv`), in :func:`run_cache`. Builds only run
+    their interpreter, so every test's cache links it (:func:`share_build_venvs`) and the small upstream's
+    numpy + cmake venv is created once per run, not once per building test or pytest-xdist worker (about
+    10 CPU s each: ``ensurepip`` and the pip install); a worker that needs it while another creates it
+    waits for it (:func:`harness.venvs.creation_lock`)."""
+    path = run_cache / "build-venvs"
+    path.mkdir(exist_ok=True)
+    return path
 
 
 def share_build_venvs(cache: Path, shared: Path) -> Path:
@@ -315,10 +319,10 @@ def export_series(
 
 @pytest.fixture(scope="session")
 def run_cache(tmp_path_factory, session_cache) -> Path:
-    """The harness cache of Debian's tarball and its import (read-only after they are made), and the
-    build probes' answers (:func:`probe_once`): under pytest-xdist one for all workers of this run (in
-    the run's base folder), so that the tarball is imported and each probe runs once per run, not once
-    per worker; without workers, the session cache."""
+    """The harness cache of Debian's tarball and its import (read-only after they are made), the
+    build probes' answers (:func:`probe_once`) and the build venvs (:func:`build_venvs`): under pytest-xdist
+    one for all workers of this run (in the run's base folder), so that the tarball is imported, each probe
+    runs and each build venv is made once per run, not once per worker; without workers, the session cache."""
     if os.environ.get("PYTEST_XDIST_WORKER") is None:
         return session_cache
     path = tmp_path_factory.getbasetemp().parent / "run-cache"

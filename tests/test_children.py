@@ -239,6 +239,39 @@ def test_two_runs_creating_one_environment_share_it(tmp_path, monkeypatch, capsy
     assert f"waiting for environment {python.parent.parent.name}: " in capsys.readouterr().err
 
 
+def test_two_builds_creating_one_build_venv_share_it(tmp_path, monkeypatch, capsys):
+    """A second ``build`` needing the build venv another one is creating (stock and patched built at once,
+    or two pytest-xdist workers) stopped at once ("is in use by pid ..."); it waits and shares it."""
+    monkeypatch.setattr(venvs, "WAIT_POLL_S", 0.05)
+    venv = tmp_path / "build-venvs" / "py3-shared"
+    monkeypatch.setattr(wheel_mod, "build_venv_path", lambda requirements: venv)
+    ran: list[list[str]] = []
+
+    def slow_step(cmd, log, **kwargs) -> int:  # makes an empty folder for the venv, slowly
+        ran.append(list(cmd))
+        time.sleep(1.5)
+        venv.mkdir(exist_ok=True)
+        return 0
+
+    monkeypatch.setattr(wheel_mod, "_run_logged", slow_step)
+    got: dict[str, object] = {}
+
+    def build(name: str) -> None:
+        try:
+            got[name] = wheel_mod.ensure_build_venv(["numpy", "cmake"], tmp_path / f"{name}.log")
+        except HarnessError as exc:
+            got[name] = exc.line()
+
+    first = threading.Thread(target=build, args=("first",))
+    first.start()
+    time.sleep(0.5)  # the first one holds the build venv's lock, creating it
+    build("second")
+    first.join()
+    assert got == {"first": venv, "second": venv}, got
+    assert [cmd[1:3] for cmd in ran] == [["-m", "venv"], ["-m", "pip"]]  # created once, by the first
+    assert f"waiting for build venv {venv.name}: " in capsys.readouterr().err
+
+
 def test_waiting_for_an_environment_has_a_deadline(tmp_path, monkeypatch):
     monkeypatch.setattr(venvs, "WAIT_POLL_S", 0.05)
     monkeypatch.setattr(venvs, "ENV_WAIT_S", 0.3)

@@ -48,7 +48,7 @@ from harness.errors import BuildError
 from harness.fsutil import atomic_write_json, exclusive_lock, open_write, sha256_file
 from harness.paths import cache_dir, slug
 from harness.upstream import git_run
-from harness.venvs import venv_python
+from harness.venvs import creation_lock, venv_python
 
 #: Lines of the log shown on failure.
 TAIL_LINES = 40
@@ -134,16 +134,22 @@ def _run_logged(
 
 
 def ensure_build_venv(requirements: Sequence[str], log_path: Path) -> Path:
-    """A virtual environment holding ``requirements`` (cached at :func:`build_venv_path`).
+    """A virtual environment holding ``requirements`` (cached at :func:`build_venv_path`), created once: a
+    second process that needs it while another creates it waits and shares it
+    (:func:`harness.venvs.creation_lock`).
 
     Returns:
-        the venv directory. Raises BuildFailed (with the pip log) when creation or install fails.
+        the venv directory.
+    Raises:
+        BuildFailed: creation or install failed (with the pip log).
+        BuildInputError: another process was still creating it after :data:`harness.venvs.ENV_WAIT_S` s.
     """
     venv = build_venv_path(requirements)
     stamp = venv / ".harness-complete"
     if stamp.is_file():
         return venv
-    with exclusive_lock(venv.parent / f".{venv.name}", "build venv"):
+    # a second build with the same requirements (stock and patched built at once) waits for it and shares it
+    with creation_lock(venv.parent / f".{venv.name}", venv, "build venv"):
         if stamp.is_file():
             return venv
         log_path.parent.mkdir(parents=True, exist_ok=True)
