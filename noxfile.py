@@ -27,6 +27,10 @@ nox.options.sessions = ["tests"]
 
 #: torch used by the toolkit's own tests (a CPU wheel; the builds under test get their own venvs)
 TEST_TORCH = "torch==2.13.0"
+#: the test environment's pip, installed first when the venv's own is older (Python 3.11.7's bundled pip is
+#: 23.2.1): the tests' install and every pip install a test starts (harness.venvs.pip_command) resolve with it,
+#: and pip 26.3 took 16 user-CPU s for the tests' install where 23.2.1 took 26 (docs/measurements.md)
+TEST_PIP = "pip>=25"
 #: the one environment of the harness sessions (relative to this file's folder, where nox runs sessions)
 HARNESS_ENV = Path(".nox") / "harness"
 #: bytecode caches on for what the sessions run (an inherited PYTHONDONTWRITEBYTECODE=1 would make every
@@ -100,6 +104,7 @@ def tests(session: nox.Session) -> None:
     # --no-compile: pip's byte-compilation of torch's ~4,000 modules is most of its install time; the
     # tests compile what they import, once (WARM_UP; harness/venvs.py does the same for the builds' venvs).
     # The environment keeps its own pip: the tests' builds install with it (harness.venvs.pip_command).
+    session.install("--no-compile", TEST_PIP)  # only when the venv's pip is older: no index query otherwise
     session.install("--no-compile", "-e", ".[test]", TEST_TORCH)
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")

@@ -1,0 +1,62 @@
+"""noxfile.py's ``tests`` session, run on a recording session object: what it installs and in which order (the
+newer pip first, so that the suite's install resolves with it), and the byte-compiling warm-up, which runs once
+per environment and only for the whole suite."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from types import SimpleNamespace
+
+from packaging.requirements import Requirement
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _noxfile():
+    spec = importlib.util.spec_from_file_location("noxfile", REPO / "noxfile.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class Session:
+    """What the ``tests`` session calls on nox's session: ``install`` and ``run``, recorded in order."""
+
+    def __init__(self, posargs: list[str], venv: Path) -> None:
+        self.posargs, self.virtualenv, self.calls = posargs, SimpleNamespace(location=str(venv)), []
+
+    def install(self, *args: str) -> None:
+        self.calls.append(("install", args))
+
+    def run(self, *args: str, **kwargs) -> None:
+        self.calls.append(("run", args))
+
+
+def test_the_tests_session_installs_pip_first_and_warms_up_once_per_environment(tmp_path):
+    noxfile = _noxfile()
+    first = Session([], tmp_path)
+    noxfile.tests.func(first)  # nox.session wraps the function in a Func
+    installs = [args for kind, args in first.calls if kind == "install"]
+    assert installs == [("--no-compile", noxfile.TEST_PIP), ("--no-compile", "-e", ".[test]", noxfile.TEST_TORCH)]
+    assert Requirement(noxfile.TEST_PIP).name == "pip"
+    runs = [args for kind, args in first.calls if kind == "run"]
+    assert [r[:2] for r in runs] == [("ruff", "check"), ("ruff", "format"), ("python", "-c"), ("python", "-m")]
+    assert runs[2][2] == noxfile.WARM_UP and runs[3][2:] == ("pytest", "-q")
+    # the same environment again: no warm-up; a chosen file: none either, and its arguments reach pytest
+    again = Session([], tmp_path)
+    noxfile.tests.func(again)
+    assert [args[:2] for kind, args in again.calls if kind == "run"] == [
+        ("ruff", "check"),
+        ("ruff", "format"),
+        ("python", "-m"),
+    ]
+    chosen = Session(["tests/test_stats.py"], tmp_path / "other")
+    noxfile.tests.func(chosen)
+    assert [args for kind, args in chosen.calls if kind == "run"][-1] == (
+        "python",
+        "-m",
+        "pytest",
+        "tests/test_stats.py",
+    )
+    assert not any(args[:2] == ("python", "-c") for kind, args in chosen.calls if kind == "run")
