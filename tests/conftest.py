@@ -18,7 +18,9 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -125,6 +127,18 @@ def run_harness(*args: str, env: dict | None = None, cwd: Path | None = None) ->
     return Ran(code, out.getvalue(), err.getvalue())
 
 
+@cache
+def noxfile() -> ModuleType:
+    """``noxfile.py`` as a module, loaded once per process: each load registers its sessions with nox again
+    (a FutureWarning per session, an error in a future nox)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("noxfile", REPO / "noxfile.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def _lines(n: int, tag: str = "") -> str:
     return "".join(f"line {i}{tag}\n" for i in range(1, n + 1))
 
@@ -219,8 +233,8 @@ def build_venvs(run_cache) -> Path:
     requirements, :func:`harness.build.wheel.ensure_build_venv`), in :func:`run_cache`. Builds only run
     their interpreter, so every test's cache links it (:func:`share_build_venvs`) and the small upstream's
     numpy + cmake venv is created once per run, not once per building test or pytest-xdist worker (about
-    10 CPU s each: ``ensurepip`` and the pip install); a worker that needs it while another creates it
-    waits for it (:func:`harness.venvs.creation_lock`)."""
+    6 CPU s each here: ``ensurepip`` 4.2-4.5 s and the pip install); a worker that needs it while another
+    creates it waits for it (:func:`harness.venvs.creation_lock`)."""
     path = run_cache / "build-venvs"
     path.mkdir(exist_ok=True)
     return path

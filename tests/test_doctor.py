@@ -285,12 +285,9 @@ def test_an_error_over_its_bound_or_a_cell_that_did_not_run_fails_the_accuracy_r
 def test_nox_doctor_for_mps_off_macos_stops_in_one_line_before_installing(monkeypatch):
     """`nox -s doctor -- --device mps` on Linux installed the harness and torch, probed, then failed: now the
     session stops at once with one line saying why and what to do."""
-    import importlib.util
-    from pathlib import Path
+    from conftest import noxfile as load_noxfile
 
-    spec = importlib.util.spec_from_file_location("noxfile", Path(__file__).resolve().parent.parent / "noxfile.py")
-    noxfile = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(noxfile)
+    noxfile = load_noxfile()
 
     class Stop(Exception):
         pass

@@ -4,20 +4,11 @@ per environment and only for the whole suite."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from types import SimpleNamespace
 
+from conftest import noxfile as load_noxfile
 from packaging.requirements import Requirement
-
-REPO = Path(__file__).resolve().parent.parent
-
-
-def _noxfile():
-    spec = importlib.util.spec_from_file_location("noxfile", REPO / "noxfile.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 class Session:
@@ -34,7 +25,7 @@ class Session:
 
 
 def test_the_tests_session_installs_pip_first_and_warms_up_once_per_environment(tmp_path):
-    noxfile = _noxfile()
+    noxfile = load_noxfile()
     first = Session([], tmp_path)
     noxfile.tests.func(first)  # nox.session wraps the function in a Func
     installs = [args for kind, args in first.calls if kind == "install"]
