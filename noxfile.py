@@ -28,8 +28,9 @@ nox.options.sessions = ["tests"]
 #: torch used by the toolkit's own tests (a CPU wheel; the builds under test get their own venvs)
 TEST_TORCH = "torch==2.13.0"
 #: the test environment's pip, installed first when the venv's own is older (Python 3.11.7's bundled pip is
-#: 23.2.1): the tests' install and every pip install a test starts (harness.venvs.pip_command) resolve with it,
-#: and pip 26.3 took 16 user-CPU s for the tests' install where 23.2.1 took 26 (docs/measurements.md)
+#: 23.2.1): the tests' install resolves with it, and so does every install the tests' harness runs through
+#: harness.venvs.pip_command (build inputs' environments; a build venv uses its own bundled pip). pip 26.3
+#: took 16 user-CPU s for the tests' install where 23.2.1 took 26 (docs/measurements.md)
 TEST_PIP = "pip>=25"
 #: the one environment of the harness sessions (relative to this file's folder, where nox runs sessions)
 HARNESS_ENV = Path(".nox") / "harness"

@@ -25,6 +25,11 @@ from typing import IO, Any
 from harness.bench.files import open_nofollow
 from harness.errors import HarnessError
 
+try:  # the stale-lock takeover guard (Linux, macOS); Windows has no flock
+    import fcntl
+except ImportError:  # pragma: no cover
+    fcntl = None
+
 
 class OutsideFolder(HarnessError):
     """A path from a manifest, an argument or a patch that would leave its folder."""
@@ -149,8 +154,45 @@ def _pid_alive(pid: int) -> bool:
 
 
 @contextmanager
+def _takeover_guard(directory: Path) -> Iterator[None]:
+    """Serialise the stale-lock takeovers of ``directory``: ``fcntl.flock`` on the directory itself (no file
+    left in it), held for a read and an unlink. Without it two waiters that both read a dead owner's pid could
+    each delete the lock, the second deleting the first one's new live lock. Where ``flock`` is missing or
+    refuses a directory, no guard."""
+    fd = os.open(directory, os.O_RDONLY) if fcntl is not None else None
+    try:
+        if fd is not None:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            except OSError:
+                os.close(fd)
+                fd = None
+        yield
+    finally:
+        if fd is not None:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+
+
+def _holder(lock: Path) -> dict | None:
+    """The owner a lock file names (``{}`` when unreadable or being written), or None when it is gone."""
+    try:
+        holder = json.loads(lock.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, RecursionError):
+        return {}
+    return holder if isinstance(holder, dict) else {}
+
+
+#: how many times :func:`exclusive_lock` tries to create its lock file after finding it stale or gone
+LOCK_TRIES = 5
+
+
+@contextmanager
 def exclusive_lock(directory: Path, what: str) -> Iterator[Path]:
-    """Hold ``<directory>/.lock`` for the duration; a stale lock (dead pid, same host) is taken over.
+    """Hold ``<directory>/.lock`` for the duration; a stale lock (dead pid, same host) is taken over, one
+    process at a time (:func:`_takeover_guard`).
 
     Raises:
         LockHeld: another live process holds it; the message names its pid, host and command.
@@ -159,26 +201,32 @@ def exclusive_lock(directory: Path, what: str) -> Iterator[Path]:
     directory.mkdir(parents=True, exist_ok=True)
     lock = directory / ".lock"
     me = {"pid": os.getpid(), "host": socket.gethostname(), "what": what}
-    for _ in range(2):
+    holder: dict = {}
+    fd = None
+    for _ in range(LOCK_TRIES):
         try:
             fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            break
         except FileExistsError:
-            try:
-                holder = json.loads(lock.read_text())
-            except (OSError, ValueError, RecursionError):
-                holder = {}
-            same_host = holder.get("host") == me["host"]
-            if same_host and isinstance(holder.get("pid"), int) and not _pid_alive(holder["pid"]):
-                lock.unlink(missing_ok=True)  # stale: its process is gone
+            pass
+        with _takeover_guard(directory):
+            found = _holder(lock)
+            if found is None:  # released since: try again
                 continue
-            raise LockHeld(
-                f"{directory} is in use by pid {holder.get('pid', '?')} on {holder.get('host', '?')} "
-                f"({holder.get('what', 'unknown command')})",
-                f"wait for it to finish, or delete {lock} if that process no longer exists",
-            ) from None
-        with os.fdopen(fd, "w") as fh:
-            json.dump(me, fh)
-        break
+            holder = found
+            if holder.get("host") == me["host"] and isinstance(holder.get("pid"), int):
+                if not _pid_alive(holder["pid"]):
+                    lock.unlink(missing_ok=True)  # stale: its process is gone
+                    continue
+        break  # a live process holds it
+    if fd is None:
+        raise LockHeld(
+            f"{directory} is in use by pid {holder.get('pid', '?')} on {holder.get('host', '?')} "
+            f"({holder.get('what', 'unknown command')})",
+            f"wait for it to finish, or delete {lock} if that process no longer exists",
+        )
+    with os.fdopen(fd, "w") as fh:
+        json.dump(me, fh)
     try:
         yield lock
     finally:

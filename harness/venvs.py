@@ -37,7 +37,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import InvalidVersion, Version
 
 from harness import children
-from harness.errors import BuildInputError
+from harness.errors import BuildInputError, HarnessError
 from harness.fsutil import LockHeld, atomic_write_json, exclusive_lock, inside, sha256_file
 from harness.paths import cache_dir, slug
 from harness.progress import note
@@ -339,17 +339,24 @@ def ensure_interpreter(build: BuildInput, *, envs_dir: Path | None = None) -> tu
 
 
 @contextmanager
-def creation_lock(lock_dir: Path, root: Path, kind: str = "environment") -> Iterator[None]:
+def creation_lock(
+    lock_dir: Path,
+    root: Path,
+    kind: str = "environment",
+    wait_s: float | None = None,
+    error: type[HarnessError] = BuildInputError,
+) -> Iterator[None]:
     """Hold the lock of the ``kind`` ``root`` (an environment of this module, a build venv of
     :func:`harness.build.wheel.ensure_build_venv`) for its creation. While another process holds it (a second
     ``compare`` with the same input, a second ``build`` with the same build requirements, started before the
     first one's is ready), wait for it: a line when the wait starts and every :data:`WAIT_NOTE_S`, up to
-    :data:`ENV_WAIT_S`; the caller then finds it ready and shares it (or, when the other process failed or
-    died, creates it itself).
+    ``wait_s`` seconds (default :data:`ENV_WAIT_S`: longer than the creation's own deadlines); the caller then
+    finds it ready and shares it (or, when the other process failed or died, creates it itself).
 
     Raises:
-        BuildInputError: the other process still holds the lock after :data:`ENV_WAIT_S` seconds.
+        error (default BuildInputError): the other process still holds the lock after ``wait_s`` seconds.
     """
+    wait_s = ENV_WAIT_S if wait_s is None else wait_s
     waited_from = said = None
     while True:
         held = ExitStack()
@@ -358,13 +365,12 @@ def creation_lock(lock_dir: Path, root: Path, kind: str = "environment") -> Iter
         except LockHeld as exc:
             now = time.monotonic()
             waited_from = now if waited_from is None else waited_from
-            if now - waited_from >= ENV_WAIT_S:
-                raise BuildInputError(
-                    f"waited {ENV_WAIT_S:g} s for another process creating {kind} {root}: {exc.cause}",
-                    exc.remedy,
+            if now - waited_from >= wait_s:
+                raise error(
+                    f"waited {wait_s:g} s for another process creating {kind} {root}: {exc.cause}", exc.remedy
                 ) from None
             if said is None or now - said >= WAIT_NOTE_S:
-                note(f"waiting for {kind} {root.name}: {exc.cause} ({now - waited_from:.0f} s of {ENV_WAIT_S:g} s)")
+                note(f"waiting for {kind} {root.name}: {exc.cause} ({now - waited_from:.0f} s of {wait_s:g} s)")
                 said = now
             time.sleep(WAIT_POLL_S)
             continue

@@ -1,7 +1,7 @@
 """Shared fixtures: a tiny generated upstream, a project folder with patches/, Debian's real PyTorch source.
 
 Every test runs in its own harness cache (``$TORCH_PATCH_HARNESS_CACHE``, set by the autouse
-:func:`isolated_cache`; only its build venvs are the session's, :func:`build_venvs`), never the user's;
+:func:`isolated_cache`; only its build venvs are the run's, :func:`build_venvs`), never the user's;
 module- and session-scoped fixtures, which are set up before any test's own cache exists, get one
 private cache for the whole session (:func:`session_cache`). The one thing read from outside is
 Debian's source tarball: when the user's cache (or the cache named by ``$TORCH_PATCH_HARNESS_CACHE``
@@ -233,7 +233,7 @@ def build_venvs(run_cache) -> Path:
     requirements, :func:`harness.build.wheel.ensure_build_venv`), in :func:`run_cache`. Builds only run
     their interpreter, so every test's cache links it (:func:`share_build_venvs`) and the small upstream's
     numpy + cmake venv is created once per run, not once per building test or pytest-xdist worker (about
-    6 CPU s each here: ``ensurepip`` 4.2-4.5 s and the pip install); a worker that needs it while another
+    5.5 CPU s each here: ``ensurepip`` 4.2-4.5 s, the pip install about 1 s); a worker that needs it while another
     creates it waits for it (:func:`harness.venvs.creation_lock`)."""
     path = run_cache / "build-venvs"
     path.mkdir(exist_ok=True)
@@ -241,7 +241,7 @@ def build_venvs(run_cache) -> Path:
 
 
 def share_build_venvs(cache: Path, shared: Path) -> Path:
-    """Make ``cache/build-venvs`` a symbolic link to the session's :func:`build_venvs`; return ``cache``."""
+    """Make ``cache/build-venvs`` a symbolic link to the run's :func:`build_venvs`; return ``cache``."""
     cache.mkdir(parents=True, exist_ok=True)
     (cache / "build-venvs").symlink_to(shared, target_is_directory=True)
     return cache
@@ -251,7 +251,7 @@ def share_build_venvs(cache: Path, shared: Path) -> Path:
 def isolated_cache(tmp_path_factory, monkeypatch, build_venvs) -> Path:
     """A private harness cache for each test (autouse), beside its ``tmp_path``, not inside it, so
     that tests which check that nothing else appeared in ``tmp_path`` are not disturbed by it. Its
-    build venvs are the session's (:func:`build_venvs`); everything else in it is the test's own."""
+    build venvs are the run's (:func:`build_venvs`); everything else in it is the test's own."""
     path = share_build_venvs(tmp_path_factory.mktemp("cache"), build_venvs)
     monkeypatch.setenv(CACHE_ENV, str(path))
     return path
@@ -347,7 +347,7 @@ def run_cache(tmp_path_factory, session_cache) -> Path:
 @contextlib.contextmanager
 def waiting_lock(path: Path) -> Iterator[None]:
     """Hold an exclusive ``flock`` on ``path`` for the block, waiting while another worker holds it
-    (the harness's own locks refuse a second holder instead of waiting)."""
+    (``harness.fsutil.exclusive_lock`` refuses a second holder instead of waiting)."""
     import fcntl
 
     with open(path, "a") as handle:

@@ -272,6 +272,46 @@ def test_two_builds_creating_one_build_venv_share_it(tmp_path, monkeypatch, caps
     assert f"waiting for build venv {venv.name}: " in capsys.readouterr().err
 
 
+def test_a_build_venv_whose_creator_failed_is_created_by_the_one_that_waited(tmp_path, monkeypatch, capsys):
+    """The creator's ``python -m venv`` fails (its lock is released, no stamp): the build that waited for it
+    creates the build venv itself, under its own lock, and the creator's failure stays the creator's."""
+    monkeypatch.setattr(venvs, "WAIT_POLL_S", 0.05)
+    venv = tmp_path / "build-venvs" / "py3-shared"
+    monkeypatch.setattr(wheel_mod, "build_venv_path", lambda requirements: venv)
+    ran: list[tuple[str, list[str]]] = []
+
+    def step(cmd, log, **kwargs) -> int:
+        who = threading.current_thread().name
+        ran.append((who, list(cmd[1:3])))
+        time.sleep(1.0)
+        if who == "first":
+            return 1  # the creator's venv step fails
+        venv.mkdir(exist_ok=True)
+        return 0
+
+    monkeypatch.setattr(wheel_mod, "_run_logged", step)
+    got: dict[str, object] = {}
+
+    def build() -> None:
+        name = threading.current_thread().name
+        try:
+            got[name] = wheel_mod.ensure_build_venv(["numpy"], tmp_path / f"{name}.log")
+        except HarnessError as exc:
+            got[name] = exc.cause
+
+    first = threading.Thread(target=build, name="first")
+    first.start()
+    time.sleep(0.4)
+    second = threading.Thread(target=build, name="second")
+    second.start()
+    first.join()
+    second.join()
+    assert got == {"first": "could not create the build environment: no output", "second": venv}, got
+    assert ran == [("first", ["-m", "venv"]), ("second", ["-m", "venv"]), ("second", ["-m", "pip"])]
+    assert (venv / ".harness-complete").read_text() == "numpy\n"
+    assert f"waiting for build venv {venv.name}: " in capsys.readouterr().err
+
+
 def test_waiting_for_an_environment_has_a_deadline(tmp_path, monkeypatch):
     monkeypatch.setattr(venvs, "WAIT_POLL_S", 0.05)
     monkeypatch.setattr(venvs, "ENV_WAIT_S", 0.3)
@@ -284,6 +324,23 @@ def test_waiting_for_an_environment_has_a_deadline(tmp_path, monkeypatch):
     with pytest.raises(HarnessError) as info:
         venvs.ensure_interpreter(build, envs_dir=envs)
     assert info.value.cause.startswith(f"waited 0.3 s for another process creating environment {root}: ")
+    assert f"is in use by pid {os.getppid()}" in info.value.cause
+
+
+def test_waiting_for_a_build_venv_has_a_deadline_and_is_a_build_error(tmp_path, monkeypatch):
+    from harness.errors import BuildError
+
+    monkeypatch.setattr(venvs, "WAIT_POLL_S", 0.05)
+    monkeypatch.setattr(wheel_mod, "BUILD_VENV_WAIT_S", 0.3)
+    venv = tmp_path / "build-venvs" / "py3-held"
+    monkeypatch.setattr(wheel_mod, "build_venv_path", lambda requirements: venv)
+    monkeypatch.setattr(wheel_mod, "_run_logged", lambda *a, **k: pytest.fail("created while another held it"))
+    lock = venv.parent / f".{venv.name}" / ".lock"
+    lock.parent.mkdir(parents=True)
+    lock.write_text(json.dumps({"pid": os.getppid(), "host": socket.gethostname(), "what": "creating it"}))
+    with pytest.raises(BuildError) as info:
+        wheel_mod.ensure_build_venv(["numpy"], tmp_path / "build.log")
+    assert info.value.cause.startswith(f"waited 0.3 s for another process creating build venv {venv}: ")
     assert f"is in use by pid {os.getppid()}" in info.value.cause
 
 

@@ -42,3 +42,50 @@ def test_lock_names_the_holder_and_stale_locks_are_taken_over(tmp_path):
     with exclusive_lock(tmp_path, "after a crash"):
         assert json.loads((tmp_path / ".lock").read_text())["what"] == "after a crash"
     assert not (tmp_path / ".lock").exists()
+
+
+def test_two_waiters_taking_over_one_stale_lock_never_both_hold_it(tmp_path, monkeypatch):
+    """Two processes that both find a dead owner's lock: each read the dead pid, then each deleted "the" lock,
+    the second deleting the first one's new live lock, and both held it (pytest-xdist workers waiting for one
+    build venv). The takeover is one at a time now: the second finds the first one alive and waits."""
+    import socket
+    import threading
+    import time
+
+    from harness import fsutil
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead_pid = int(dead.stdout)
+    (tmp_path / ".lock").write_text(json.dumps({"pid": dead_pid, "host": socket.gethostname(), "what": "crashed"}))
+    both_read = threading.Barrier(2, timeout=1.0)  # without the guard both waiters reach it: the race, for sure
+    real = fsutil._pid_alive
+
+    def alive(pid: int) -> bool:
+        if pid == dead_pid:
+            try:
+                both_read.wait()
+            except threading.BrokenBarrierError:
+                pass  # the other waiter is held back by the guard
+        return real(pid)
+
+    monkeypatch.setattr(fsutil, "_pid_alive", alive)
+    held: list[tuple[float, float]] = []
+    refused: list[str] = []
+
+    def waiter() -> None:
+        try:
+            with exclusive_lock(tmp_path, "waiter"):
+                start = time.monotonic()
+                time.sleep(0.3)
+                held.append((start, time.monotonic()))
+        except LockHeld as exc:
+            refused.append(exc.cause)
+
+    threads = [threading.Thread(target=waiter) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(held) == 1 and len(refused) == 1, (held, refused)
+    assert f"is in use by pid {os.getpid()} " in refused[0]  # the first waiter, alive
+    assert not (tmp_path / ".lock").exists() and sorted(p.name for p in tmp_path.iterdir()) == []

@@ -48,7 +48,7 @@ from harness.errors import BuildError
 from harness.fsutil import atomic_write_json, exclusive_lock, open_write, sha256_file
 from harness.paths import cache_dir, slug
 from harness.upstream import git_run
-from harness.venvs import creation_lock, venv_python
+from harness.venvs import PIP_INSTALL_S, creation_lock, venv_python
 
 #: Lines of the log shown on failure.
 TAIL_LINES = 40
@@ -133,23 +133,30 @@ def _run_logged(
             proc.wait()
 
 
+#: seconds a second build waits for the build venv another is creating: its two steps (``venv``, then the
+#: pip install), each under :data:`harness.venvs.PIP_INSTALL_S`, and a minute to spare
+BUILD_VENV_WAIT_S = 2 * PIP_INSTALL_S + 60.0
+
+
 def ensure_build_venv(requirements: Sequence[str], log_path: Path) -> Path:
     """A virtual environment holding ``requirements`` (cached at :func:`build_venv_path`), created once: a
     second process that needs it while another creates it waits and shares it
-    (:func:`harness.venvs.creation_lock`).
+    (:func:`harness.venvs.creation_lock`, up to :data:`BUILD_VENV_WAIT_S`). Each creation step (``python -m
+    venv``, ``pip install``) runs under :data:`harness.venvs.PIP_INSTALL_S`.
 
     Returns:
         the venv directory.
     Raises:
         BuildFailed: creation or install failed (with the pip log).
-        BuildInputError: another process was still creating it after :data:`harness.venvs.ENV_WAIT_S` s.
+        BuildError: a step ran past its deadline, or another process was still creating it after
+            :data:`BUILD_VENV_WAIT_S` seconds.
     """
     venv = build_venv_path(requirements)
     stamp = venv / ".harness-complete"
     if stamp.is_file():
         return venv
     # a second build with the same requirements (stock and patched built at once) waits for it and shares it
-    with creation_lock(venv.parent / f".{venv.name}", venv, "build venv"):
+    with creation_lock(venv.parent / f".{venv.name}", venv, "build venv", BUILD_VENV_WAIT_S, BuildError):
         if stamp.is_file():
             return venv
         log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -159,7 +166,7 @@ def ensure_build_venv(requirements: Sequence[str], log_path: Path) -> Path:
             if requirements:
                 steps.append([str(venv_python(venv)), "-m", "pip", "install", *requirements])
             for step in steps:
-                if _run_logged(step, log) != 0:
+                if _run_logged(step, log, deadline=PIP_INSTALL_S) != 0:
                     raise BuildFailed("could not create the build environment", log_path)
         stamp.write_text("\n".join(requirements) + "\n")
     return venv
@@ -365,7 +372,8 @@ def build_wheel(plan: BuildPlan, dist_dir: Path | None = None, *, force: bool = 
         force: rebuild even when an identical manifest exists.
 
     Raises:
-        BuildError: the build venv's CMake is too old; an incremental build without a stock build tree.
+        BuildError: the build venv's CMake is too old; an incremental build without a stock build tree; a
+            build venv step past its deadline, or another process still creating it (:func:`ensure_build_venv`).
         BuildFailed: the build ran and failed (``.tail`` holds the last 40 log lines, ``.log_path`` the log).
     """
     dist_dir = Path(dist_dir or plan.dist_dir).resolve()
