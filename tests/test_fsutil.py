@@ -54,7 +54,9 @@ def test_two_waiters_taking_over_one_stale_lock_never_both_hold_it(tmp_path, mon
 
     from harness import fsutil
 
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, timeout=60
+    )
     dead_pid = int(dead.stdout)
     (tmp_path / ".lock").write_text(json.dumps({"pid": dead_pid, "host": socket.gethostname(), "what": "crashed"}))
     both_read = threading.Barrier(2, timeout=1.0)  # without the guard both waiters reach it: the race, for sure
