@@ -20,7 +20,10 @@ The rows (the same code on cpu, cuda and mps; under ``--device mps`` in CI throu
    cell runs). On a deferred route (block = encode + device time) the encode share adds to its block
    time; on a route submitted as issued encoding overlaps the device's work. The difference between
    routes biases a ``faster`` contrast between them: the row reports its range over the two cells, and
-   over :data:`ENCODE_BIAS` the report names it next to the contrast (:func:`encode_bias_note`).
+   over :data:`ENCODE_BIAS` the report names it next to the contrast (:func:`encode_bias_note`). A route
+   the probe left out (its sized block launch-bound with too little device work left to tell:
+   ``Measurement.deferred`` None) is shown as "deferral not measured" and counted both ways: the range
+   holds the bias whether its work was deferred or not, so the row holds only if both would.
 3. ``duty``: duty 1/3 is not slower than back to back by more than :data:`DUTY_TOLERANCE` (resting does
    not clock the device down); picks the duty for this device (``doctor.json``: ``recommend.duty``).
 4. ``stall timeout``: the slowest cell of the default matrix (largest per op family and dtype), with
@@ -33,6 +36,7 @@ The rows (the same code on cpu, cuda and mps; under ``--device mps`` in CI throu
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from collections.abc import Callable
@@ -182,7 +186,13 @@ def judge_encode(m: Measured) -> Verdict:
     deferred = {r: s.get("deferred") for r, s in got.items()}  # the timer's probe on CELL: a route's property
     small = {r: s["small"] for r, s in got.items() if isinstance(s.get("small"), dict)}
     small_shares = {r: _share(x["enqueue_s"], x["block_s"]) for r, x in small.items()}
-    biases = [_bias(shares, deferred)] + ([_bias(small_shares, deferred)] if small_shares else [])
+    # a route the probe left out (None) is taken both ways: the range holds every answer they could have had
+    unknown = [r for r, d in deferred.items() if d is None]
+    biases = [
+        _bias(cell_shares, {**deferred, **dict(zip(unknown, answers))})
+        for answers in itertools.product((False, True), repeat=len(unknown))
+        for cell_shares in ([shares, small_shares] if small_shares else [shares])
+    ]
     low, high = min(biases), max(biases)
     how = {True: "deferred until the synchronize", False: "submitted as issued", None: "deferral not measured"}
     shown = ", ".join(
@@ -194,6 +204,7 @@ def judge_encode(m: Measured) -> Verdict:
     detail = (
         f"host-encode share of a block per call on {cells}: {shown} (measured); bias on a `faster` contrast "
         f"between routes (encode share of the deferred routes) {span}"
+        + (f", taking {' and '.join(unknown)} as deferred or not" if unknown else "")
     )
     data = {
         "shares": shares,
@@ -499,7 +510,7 @@ def encode_bias_note(doctor_json: dict) -> str | None:
         return None
     deferred = part.get("encode_deferred") or {}
     shares = ", ".join(
-        f"{r} {_pct(v)}" + (" deferred" if deferred.get(r) else "")
+        f"{r} {_pct(v)}" + {True: " deferred", None: " deferral not measured"}.get(deferred.get(r, False), "")
         for r, v in (part.get("encode_shares") or {}).items()
     )
     low = (part.get("encode_bias_range") or [bias])[0]

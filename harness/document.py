@@ -112,6 +112,9 @@ class CellRecord:
     reason: str | None = None
     measurement: Mapping | None = None
     check: Mapping | None = None
+    #: :meth:`median`, computed on first use (a report reads each record's median many times; the MSER
+    #: cut of :func:`harness.bench.timer.steady_start` is quadratic in the blocks)
+    _median: float | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def measured(self) -> bool:
@@ -132,8 +135,11 @@ class CellRecord:
         return f"{self.status}: {self.reason}" if self.status in ("failed", "skipped") and self.reason else None
 
     def median(self) -> float:
-        """The per-process median (seconds), recomputed from the raw samples (:func:`harness.results.median_of`)."""
-        return res.median_of({"measurement": self.measurement})
+        """The per-process median (seconds), recomputed from the raw samples (:func:`harness.results.median_of`)
+        once per record: the record is frozen and its ``measurement`` read-only."""
+        if self._median is None:
+            object.__setattr__(self, "_median", res.median_of({"measurement": self.measurement}))
+        return self._median
 
 
 @dataclass(frozen=True)

@@ -252,7 +252,7 @@ def cells_problem(cells, where: str) -> str | None:
     Checked: a dict of dicts, each with a string ``status`` and, when it has one, a ``check`` verdict
     (:func:`verdict_problem`); an ``ok`` record has a ``measurement`` with a ``median`` and a ``samples``
     list of times (seconds, :data:`MIN_SECONDS` to :data:`MAX_SECONDS`; the median within the samples) and,
-    optionally, a boolean ``deferred`` (the timer's deferral probe)."""
+    optionally, ``deferred``: true, false or null (the timer's deferral probe; null: not probed)."""
     if not isinstance(cells, dict):
         return f"{where} is {_kind(cells)}, not an object of cell records"
     for key, rec in cells.items():
@@ -288,8 +288,8 @@ def cells_problem(cells, where: str) -> str | None:
                 and (not layouts or (layouts[0] == 0 and layouts[-1] < len(samples)))
             ):
                 return f"{at}.measurement.layouts is {layouts!r}"[:200] + ", not rising block indices from 0"
-            if "deferred" in m and not isinstance(m["deferred"], bool):
-                return f"{at}.measurement.deferred is {_kind(m['deferred'])}, not true or false"
+            if m.get("deferred") is not None and not isinstance(m["deferred"], bool):
+                return f"{at}.measurement.deferred is {_kind(m['deferred'])}, not true, false or null"
             if not min(samples) <= m["median"] <= max(samples):
                 return (
                     f"{at}.measurement.median is {m['median']!r}, outside its samples "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 import subprocess
 import sys
 import time
@@ -20,6 +21,12 @@ HARNESS = Path(__file__).resolve().parent.parent / "harness"
 MAX_LINES = 80
 
 
+@functools.cache
+def _tree(path: Path) -> ast.Module:
+    """``path`` parsed, once per test process (several tests walk every module of harness/; none writes one)."""
+    return ast.parse(path.read_text())
+
+
 def _module(path: Path) -> str:
     parts = path.relative_to(HARNESS.parent).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
@@ -31,7 +38,7 @@ def import_graph() -> dict[str, set[str]]:
     graph: dict[str, set[str]] = {}
     for name, path in modules.items():
         found: set[str] = set()
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(_tree(path)):
             if isinstance(node, ast.Import):
                 targets = [a.name for a in node.names]
             elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
@@ -124,7 +131,7 @@ def long_functions() -> list[str]:
     """``module.function (N lines)`` of every function in harness/ longer than MAX_LINES, docstring not counted."""
     found = []
     for path in sorted(HARNESS.rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(_tree(path)):
             if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 continue
             lines = node.end_lineno - node.lineno + 1
@@ -187,7 +194,7 @@ def inner_imports() -> dict[tuple[str, str], list[str]]:
                 walk(child, module, chain, in_function)
 
     for path in sorted(HARNESS.rglob("*.py")):
-        walk(ast.parse(path.read_text()), _module(path), [], False)
+        walk(_tree(path), _module(path), [], False)
     return found
 
 
@@ -215,7 +222,7 @@ def foreign_imports(path: Path) -> list[str]:
     """What ``path`` imports (at the top or inside functions) beyond the standard library, torch and
     ``harness.bench`` itself."""
     found = []
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(_tree(path)):
         if isinstance(node, ast.Import):
             targets = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom):

@@ -648,8 +648,10 @@ def test_every_doctor_assumption_row_runs_its_mps_path_and_prints_a_verdict(monk
         most[name] = emu.most_uncommitted
         assert "read" in emu.trace and emu.most_calls_between_syncs <= MAX_BLOCK_CALLS
     assert most["vanilla"] == 0 and most["prefer_metal"] >= routes["prefer_metal"]["sync"]["number"] >= 1
-    # row 2's deferral is the timer's probe, per route and on the small cell too (rule 6)
-    assert routes["prefer_metal"]["sync"]["deferred"] is True and routes["vanilla"]["sync"]["deferred"] is False
+    # row 2's deferral is the timer's probe, per route and on the small cell too (rule 6); the emulated
+    # MPSGraph call does its work within the call: its sized block is all enqueue, launch-bound under either
+    # rule, and the probe leaves it out (None: not "submitted as issued", which nothing measured)
+    assert routes["prefer_metal"]["sync"]["deferred"] is True and routes["vanilla"]["sync"]["deferred"] is None
     assert routes["prefer_metal"]["sync"]["small"]["cell"] == asm.EMULATED["small_cell"]
     assert routes["prefer_metal"]["sync"]["small"]["deferred"] is True
     assert routes["vanilla"]["cell"] == asm.EMULATED["cell"]
@@ -660,7 +662,8 @@ def test_every_doctor_assumption_row_runs_its_mps_path_and_prints_a_verdict(monk
     verdicts = asm.judge(m)
     assert [a.name for a, _ in verdicts] == [a.name for a in asm.ASSUMPTIONS] and len(verdicts) == 6
     encode = dict(verdicts)[asm.ASSUMPTIONS[1]]
-    assert "MPSGraph" in encode.detail and "(submitted as issued)" in encode.detail
+    assert "MPSGraph" in encode.detail and "(deferral not measured)" in encode.detail
+    assert "(submitted as issued)" not in encode.detail
     assert "(deferred until the synchronize)" in encode.detail and encode.data["bias"] > 0
     for a, v in verdicts:
         status, detail = asm.row_text(a, v)
@@ -675,10 +678,12 @@ def _prefer_metal(monkeypatch, prefer: bool) -> None:
         monkeypatch.setenv("PYTORCH_MPS_PREFER_METAL", "1")
 
 
-def test_rule6_the_timers_probe_finds_metal_gemms_deferred_and_every_other_call_submitted_as_issued(monkeypatch):
+def test_rule6_the_timers_probe_finds_metal_gemms_deferred_and_leaves_calls_done_within_the_call_unprobed(monkeypatch):
     """Rule 6 through the real worker: under PYTORCH_MPS_PREFER_METAL the Metal-routed GEMMs' work waits for
-    the synchronize and the probe says so (deferred, judged by the 0.5 rule); MPSGraph calls (SDPA there, every
-    call without it) are submitted as issued."""
+    the synchronize and the probe says so (deferred, judged by the 0.5 rule); the emulated MPSGraph calls (SDPA
+    there, every call without it) do their work within the call, so their sized block is all enqueue,
+    launch-bound under either rule, and the probe leaves them out: None, never a "submitted as issued" that
+    nothing measured (before the probe's None, they were recorded False)."""
     timing = {**TINY, "warmup_calls": 3}
     found = {}
     for prefer in (False, True):
@@ -690,10 +695,10 @@ def test_rule6_the_timers_probe_finds_metal_gemms_deferred_and_every_other_call_
                 found[(prefer, key)] = record["measurement"]["deferred"]
             assert (emu.most_uncommitted > 0) is prefer
     assert found == {
-        (False, "mm/32x32x32/float32"): False,
-        (False, "sdpa/1x2x32x16/float32"): False,
+        (False, "mm/32x32x32/float32"): None,
+        (False, "sdpa/1x2x32x16/float32"): None,
         (True, "mm/32x32x32/float32"): True,
-        (True, "sdpa/1x2x32x16/float32"): False,
+        (True, "sdpa/1x2x32x16/float32"): None,
     }
 
 

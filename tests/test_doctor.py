@@ -176,10 +176,26 @@ def test_a_route_whose_host_encoding_adds_to_its_blocks_is_named_next_to_the_con
     )
     assert same.held is True and same.data["bias"] == 0.0
     assert asm.encode_bias_note({"assumptions": {"encode_bias": 0.0}}) is None
-    # an answer without the probe (an older child): shown as not measured, adds nothing
+    # a route the probe left out (deferred None: its sized block launch-bound, too little device work left to
+    # tell) is shown as not measured and taken both ways: 0 % if submitted as issued, 30 %-60 % if deferred.
+    # Planted: read as False (as before), the row held at 0 % and said "submitted as issued".
+    unprobed = asm.judge_encode(
+        _measured({"vanilla": {"sync": sync(0.05, 0.2, False)}, "prefer_metal": {"sync": sync(0.3, 0.6, None)}})
+    )
+    assert unprobed.held is False and unprobed.data["bias_range"] == pytest.approx([0.0, 0.6])
+    assert "Metal 30% / 60% (deferral not measured)" in unprobed.detail
+    assert "0.0%-60%, taking Metal as deferred or not" in unprobed.detail
+    assert "Metal 30% / 60% (submitted as issued)" not in unprobed.detail
+    note = asm.encode_bias_note({"assumptions": asm.to_json(m, [(asm.ASSUMPTIONS[1], unprobed)])})
+    assert note == (
+        "host encoding biases this contrast by 0.0%-60% (doctor: host-encode share MPSGraph 5%, Metal 30% deferral "
+        "not measured)"
+    )
+    # an answer without the probe on either route, one share: biased only if exactly one is deferred
     old = {"sync_s": 1e-3, "read_s": 1e-3, "enqueue_s": 3e-4, "number": 8}
     v = asm.judge_encode(_measured({"vanilla": {"sync": old}, "prefer_metal": {"sync": old}}))
-    assert "Metal 30% (deferral not measured)" in v.detail and v.data["bias"] == 0.0
+    assert "Metal 30% (deferral not measured)" in v.detail and v.data["bias_range"] == pytest.approx([0.0, 0.3])
+    assert v.held is False
     # CUDA's probe finds launches submitted as issued: the H200's 8 % / 14 % encode shares overlap a busy device
     cuda = asm.judge_encode(
         _measured(

@@ -17,6 +17,7 @@ the kernel observations (harness.bench.kernels).
 from __future__ import annotations
 
 import ast
+import functools
 import io
 import re
 import subprocess
@@ -108,6 +109,12 @@ def hits(text: str) -> list[tuple[int, str, str]]:
 def hits_of(text: str, *patterns: re.Pattern) -> list[tuple[int, str, str]]:
     """(line, top-level owner, code) of every line of code (comments and docstrings left out) that one of
     ``patterns`` matches."""
+    return list(_hits_of(text, patterns))
+
+
+@functools.cache
+def _hits_of(text: str, patterns: tuple[re.Pattern, ...]) -> tuple[tuple[int, str, str], ...]:
+    """:func:`hits_of`, once per text and patterns (two tests scan every module of harness/)."""
     tree = ast.parse(text)
     skip = _docstring_lines(tree)
     code = text.splitlines()
@@ -115,11 +122,11 @@ def hits_of(text: str, *patterns: re.Pattern) -> list[tuple[int, str, str]]:
         if tok.type == tokenize.COMMENT:
             row, col = tok.start
             code[row - 1] = code[row - 1][:col]
-    return [
+    return tuple(
         (n, _owner(tree, n), line.strip())
         for n, line in enumerate(code, start=1)
         if n not in skip and any(p.search(line) for p in patterns)
-    ]
+    )
 
 
 def _modules() -> list[Path]:

@@ -113,7 +113,7 @@ def _cell_edit(fn):
         ),
         (
             _cell_edit(lambda proc, key: proc["cells"][key]["measurement"].update(deferred="yes")),
-            "measurement.deferred is string, not true or false",
+            "measurement.deferred is string, not true, false or null",
         ),
         (
             _cell_edit(lambda proc, key: proc["cells"].update({"mm/7x7x7/float32": proc["cells"][key]})),
@@ -139,14 +139,19 @@ def test_examples_still_validate(good):
 
 
 def test_deferred_is_optional_and_read_as_not_measured_when_absent(good):
-    """Results written before the timer's deferral probe have no ``deferred``: valid, read as False."""
+    """Results written before the timer's deferral probe have no ``deferred``, and a cell the probe left out
+    has null: valid, read as None (not measured); a string is not."""
     data = copy.deepcopy(good)
     i, key = _ok_cell(data, "patched")
     m = data["processes"][i]["cells"][key]["measurement"]
     m.pop("deferred", None)
-    assert res.problem(data) is None and res.measurement(m).deferred is False
+    assert res.problem(data) is None and res.measurement(m).deferred is None
+    m["deferred"] = None
+    assert res.problem(data) is None and res.measurement(m).deferred is None
     m["deferred"] = True
     assert res.problem(data) is None and res.measurement(m).deferred is True
+    m["deferred"] = 0
+    assert res.problem(data).endswith("measurement.deferred is number, not true, false or null")
 
 
 @pytest.mark.parametrize("how", ["zip comment", "wheel vs requirement"])

@@ -287,7 +287,7 @@ def test_the_probe_tells_work_deferred_until_the_synchronize_from_work_submitted
     # on the cpu clock calls are synchronous: no probe
     cpu = FakeDevice(10_000, 40_000, deferred=True)
     m = device_timer(cpu, "perf_counter").measure(cpu.call, **TIMING)
-    assert not m.deferred and "sleep" not in cpu.trace
+    assert m.deferred is False and "sleep" not in cpu.trace  # nothing is deferred: a fact, not a probe
 
 
 def test_a_call_that_does_its_work_within_the_call_is_not_deferred_when_a_busy_host_delays_the_synchronize():
@@ -297,7 +297,9 @@ def test_a_call_that_does_its_work_within_the_call_is_not_deferred_when_a_busy_h
     its whole time, launch-bound under either rule: not probed, not deferred."""
     within = LateWake(50_000, 0, deferred=False, late_ns=2_000_000)
     m = device_timer(within).measure(within.call, **TIMING)
-    assert not m.deferred and m.launch_bound and "sleep" not in within.trace  # planted: probed, it read True
+    # not probed: None, never "submitted as issued" (doctor: "deferral not measured"); planted: probed, it read True
+    assert m.deferred is None and m.launch_bound and "sleep" not in within.trace
+    assert Measurement.from_json(m.to_json()).deferred is None and m.to_json()["deferred"] is None
     # the same delay after a Metal GEMM's deferred work (device 40 % of the block) still finds it deferred
     metal = LateWake(60_000, 40_000, deferred=True, late_ns=2_000_000)
     assert device_timer(metal).measure(metal.call, **TIMING).deferred and "sleep" in metal.trace
@@ -331,9 +333,12 @@ def test_a_deferred_cell_spending_60_percent_of_its_block_encoding_is_launch_bou
     # the same numbers read as submitted as issued (the 0.9 rule): kernel-bound, judged at ±2 %
     record["measurement"]["deferred"] = False
     assert policy.classify([typed(record)] * 3) == policy.CellClass.KERNEL_BOUND
-    # results written before the probe (no `deferred`): not measured, the 0.9 rule
+    # results written before the probe (no `deferred`), or a cell it left out (null): not measured, the 0.9 rule
+    record["measurement"]["deferred"] = None
+    assert Measurement.from_json(record["measurement"]).deferred is None
+    assert policy.classify([typed(record)] * 3) == policy.CellClass.KERNEL_BOUND
     del record["measurement"]["deferred"]
-    assert not Measurement.from_json(record["measurement"]).deferred
+    assert Measurement.from_json(record["measurement"]).deferred is None
     assert policy.classify([typed(record)] * 3) == policy.CellClass.KERNEL_BOUND
     # the deferred rule's edge: enqueue = device time
     edge = Measurement(samples=[2e-6] * 3, enqueue=[1e-6] * 3, method="synchronize+perf_counter", deferred=True)

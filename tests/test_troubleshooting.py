@@ -5,6 +5,7 @@ documentation fails CI."""
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from pathlib import Path
 
@@ -14,19 +15,21 @@ DOC = REPO / "docs" / "troubleshooting.md"
 SHOWN_VALUE_ERRORS = (REPO / "harness" / "configs.py",)
 
 
+@functools.cache
+def _parse(text: str) -> ast.Module:
+    """``ast.parse(text)``, once per text (each test reads harness/ again; the trees are only read)."""
+    return ast.parse(text)
+
+
 def _error_classes(trees: dict[Path, ast.Module]) -> set[str]:
+    defs = [node for tree in trees.values() for node in ast.walk(tree) if isinstance(node, ast.ClassDef)]
     names, grew = {"HarnessError"}, True
     while grew:
         grew = False
-        for tree in trees.values():
-            for node in ast.walk(tree):
-                if (
-                    isinstance(node, ast.ClassDef)
-                    and node.name not in names
-                    and any(isinstance(b, ast.Name) and b.id in names for b in node.bases)
-                ):
-                    names.add(node.name)
-                    grew = True
+        for node in defs:
+            if node.name not in names and any(isinstance(b, ast.Name) and b.id in names for b in node.bases):
+                names.add(node.name)
+                grew = True
     return names
 
 
@@ -61,8 +64,8 @@ def raise_sites(sources: dict[Path, str]) -> list[tuple[str, list[str]]]:
     """(``file:line``, distinctive literal parts of the cause) of every raise of a HarnessError class,
     plus the ValueErrors of :data:`SHOWN_VALUE_ERRORS`. A part is distinctive when it has two words or
     six characters; a cause that is not literal text (``str(exc)``) is skipped."""
-    trees = {path: ast.parse(text) for path, text in sources.items()}
-    known = {path: ast.parse(path.read_text()) for path in (REPO / "harness").rglob("*.py")}
+    trees = {path: _parse(text) for path, text in sources.items()}
+    known = {path: _parse(path.read_text()) for path in (REPO / "harness").rglob("*.py")}
     classes = _error_classes({**known, **trees})
     sites = []
     for path, tree in trees.items():

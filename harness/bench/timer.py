@@ -156,9 +156,10 @@ def steady_median(samples: list[float]) -> float:
     return statistics.median(samples[steady_start(samples) :])
 
 
-def launch_ratio(deferred: bool) -> float:
+def launch_ratio(deferred: bool | None) -> float:
     """The enqueue / block share at or above which a cell is launch-bound: :data:`DEFERRED_LAUNCH_RATIO`
-    where its work is deferred until the synchronize, else :data:`HOST_BOUND_RATIO` (module docstring)."""
+    where its work is deferred until the synchronize, else (submitted as issued, or not probed)
+    :data:`HOST_BOUND_RATIO` (module docstring)."""
     return DEFERRED_LAUNCH_RATIO if deferred else HOST_BOUND_RATIO
 
 
@@ -191,9 +192,12 @@ class Measurement:
         number: calls per block.
         overhead_s: the timer's own cost for one empty block, seconds.
         method: the clock: ``perf_counter`` (cpu) or ``synchronize+perf_counter`` (cuda, mps).
-        deferred: the deferral probe (:meth:`BlockTimer.probe_deferred`) found the cell's work deferred
-            until the synchronize; False where it was submitted as issued or not probed (cpu clock, a
-            given block size, results written before the probe existed).
+        deferred: what the deferral probe (:meth:`BlockTimer.probe_deferred`) found: True, the cell's
+            work is deferred until the synchronize; False, it is submitted as issued (on the cpu clock
+            always: calls are synchronous); None, not probed (a sized block that was launch-bound
+            under either rule with too little device work left to probe, a given block size, results
+            written before the probe existed). None and False pick the same launch-bound rule
+            (:func:`launch_ratio`); only ``doctor`` tells them apart.
     """
 
     samples: list[float] = field(default_factory=list)
@@ -202,7 +206,7 @@ class Measurement:
     number: int = 1
     overhead_s: float = 0.0
     method: str = ""
-    deferred: bool = False
+    deferred: bool | None = None
 
     @property
     def median(self) -> float:
@@ -240,8 +244,8 @@ class Measurement:
     @classmethod
     def from_json(cls, m: dict) -> Measurement:
         """A stored measurement (:meth:`to_json`) from its raw fields; ``median``, ``steady_from`` and
-        ``launch_bound`` are derived again, never read. ``deferred`` absent (results written before the
-        probe): not measured, False."""
+        ``launch_bound`` are derived again, never read. ``deferred`` null or absent (not probed, or
+        results written before the probe): None."""
         return cls(
             samples=list(m["samples"]),
             enqueue=list(m.get("enqueue") or [0.0]),
@@ -249,7 +253,7 @@ class Measurement:
             number=m.get("number", 1),
             overhead_s=m.get("overhead_s", 0.0),
             method=m.get("method", ""),
-            deferred=bool(m.get("deferred", False)),
+            deferred=m.get("deferred"),
         )
 
     def to_json(self) -> dict:
@@ -369,7 +373,7 @@ class BlockTimer:
             raise ValueError(f"duty must be in (0, 1], got {duty!r}")
         self.warmup(fn, warmup_s, warmup_calls)
         overhead = self.overhead()
-        blocks, last, deferred = None, None, False
+        blocks, last, deferred = None, None, None
         if number is None:
             number, last, enqueue = self._size(fn, max(min_block_s, overhead / max_overhead_fraction))
             deferred = self.probe_deferred(fn, number, last, enqueue, overhead)
@@ -390,7 +394,7 @@ class BlockTimer:
 
     def probe_deferred(
         self, fn: Callable[[], object], number: int, block: float, enqueue: float, overhead: float
-    ) -> bool:
+    ) -> bool | None:
         """Is the work of ``fn`` deferred until the synchronize, or submitted as issued (module docstring)?
 
         Enqueues one block of ``number`` calls, rests the host :data:`PROBE_REST` x the sized block's wait
@@ -408,19 +412,20 @@ class BlockTimer:
             number: calls per block; block, enqueue: the sized block's seconds and its host enqueue
                 seconds; overhead: an empty block's seconds (:meth:`overhead`).
 
-        Returns False without running anything on the cpu clock (calls are synchronous), and where the
-        sized block's host enqueue is at least :data:`HOST_BOUND_RATIO` of it and its wait under
-        :data:`PROBE_SIZED_MIN_S`: that block was launch-bound under either rule (:func:`launch_ratio`), and
-        so little work left at its synchronize cannot be told from a synchronize that a busy host delayed (on
-        a loaded 2-core CI host, twice in a row, an emulated MPSGraph call whose work is done within the call
-        read as deferred). A longer wait is probed whatever the enqueue share: a host descheduled during the
-        one sizing block must not skip the probe of a Metal GEMM's real device time. Costs one block plus
-        the rest; a cell found deferred is probed :data:`PROBE_TIMES` times, all of which must agree.
+        Returns False without running anything on the cpu clock (calls are synchronous), and None (not
+        probed) where the sized block's host enqueue is at least :data:`HOST_BOUND_RATIO` of it and its
+        wait under :data:`PROBE_SIZED_MIN_S`: that block was launch-bound under either rule
+        (:func:`launch_ratio`), and so little work left at its synchronize cannot be told from a
+        synchronize that a busy host delayed (on a loaded 2-core CI host, twice in a row, an emulated
+        MPSGraph call whose work is done within the call read as deferred). A longer wait is probed
+        whatever the enqueue share: a host descheduled during the one sizing block must not skip the
+        probe of a Metal GEMM's real device time. Costs one block plus the rest; a cell found deferred
+        is probed :data:`PROBE_TIMES` times, all of which must agree.
         """
-        if self.method == "perf_counter" or (
-            enqueue >= HOST_BOUND_RATIO * block and block - enqueue < PROBE_SIZED_MIN_S
-        ):
+        if self.method == "perf_counter":
             return False
+        if enqueue >= HOST_BOUND_RATIO * block and block - enqueue < PROBE_SIZED_MIN_S:
+            return None
         # deferred only when two probes in a row say so: a synchronize delayed once (a busy host, a slow
         # wake-up) must not label work that was submitted as issued
         return all(self._probe_once(fn, number, block, enqueue, overhead) for _ in range(PROBE_TIMES))
