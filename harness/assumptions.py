@@ -23,7 +23,9 @@ The rows (the same code on cpu, cuda and mps; under ``--device mps`` in CI throu
    over :data:`ENCODE_BIAS` the report names it next to the contrast (:func:`encode_bias_note`). A route
    the probe left out (its sized block launch-bound with too little device work left to tell:
    ``Measurement.deferred`` None) is shown as "deferral not measured" and counted both ways: the range
-   holds the bias whether its work was deferred or not, so the row holds only if both would.
+   holds the bias whether its work was deferred or not, so the row holds only if both would. Such a
+   route's encode share is 90 % or more (the probe leaves out only launch-bound blocks), so the row then
+   fails: its blocks are host latency whatever the answer, and nothing measured says otherwise.
 3. ``duty``: duty 1/3 is not slower than back to back by more than :data:`DUTY_TOLERANCE` (resting does
    not clock the device down); picks the duty for this device (``doctor.json``: ``recommend.duty``).
 4. ``stall timeout``: the slowest cell of the default matrix (largest per op family and dtype), with

@@ -136,7 +136,9 @@ class CellRecord:
 
     def median(self) -> float:
         """The per-process median (seconds), recomputed from the raw samples (:func:`harness.results.median_of`)
-        once per record: the record is frozen and its ``measurement`` read-only."""
+        once per record: the record is frozen, and its ``measurement`` is never changed after it is typed
+        (by convention: :func:`load` builds new records from a results.json; the runner types its growing
+        document again each round)."""
         if self._median is None:
             object.__setattr__(self, "_median", res.median_of({"measurement": self.measurement}))
         return self._median

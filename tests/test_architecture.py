@@ -21,10 +21,14 @@ HARNESS = Path(__file__).resolve().parent.parent / "harness"
 MAX_LINES = 80
 
 
-@functools.cache
 def _tree(path: Path) -> ast.Module:
-    """``path`` parsed, once per test process (several tests walk every module of harness/; none writes one)."""
-    return ast.parse(path.read_text())
+    """``path`` parsed, once per text in a test process (several tests walk every module of harness/)."""
+    return _parse(path.read_text())
+
+
+@functools.cache
+def _parse(text: str) -> ast.Module:
+    return ast.parse(text)
 
 
 def _module(path: Path) -> str:

@@ -650,8 +650,9 @@ def test_every_doctor_assumption_row_runs_its_mps_path_and_prints_a_verdict(monk
     assert most["vanilla"] == 0 and most["prefer_metal"] >= routes["prefer_metal"]["sync"]["number"] >= 1
     # row 2's deferral is the timer's probe, per route and on the small cell too (rule 6); the emulated
     # MPSGraph call does its work within the call: its sized block is all enqueue, launch-bound under either
-    # rule, and the probe leaves it out (None: not "submitted as issued", which nothing measured)
-    assert routes["prefer_metal"]["sync"]["deferred"] is True and routes["vanilla"]["sync"]["deferred"] is None
+    # rule, and the probe leaves it out (None: not "submitted as issued", which nothing measured), unless a
+    # busy host delayed that block's synchronize: then it is probed and reads False (never True)
+    assert routes["prefer_metal"]["sync"]["deferred"] is True and routes["vanilla"]["sync"]["deferred"] in (None, False)
     assert routes["prefer_metal"]["sync"]["small"]["cell"] == asm.EMULATED["small_cell"]
     assert routes["prefer_metal"]["sync"]["small"]["deferred"] is True
     assert routes["vanilla"]["cell"] == asm.EMULATED["cell"]
@@ -662,8 +663,8 @@ def test_every_doctor_assumption_row_runs_its_mps_path_and_prints_a_verdict(monk
     verdicts = asm.judge(m)
     assert [a.name for a, _ in verdicts] == [a.name for a in asm.ASSUMPTIONS] and len(verdicts) == 6
     encode = dict(verdicts)[asm.ASSUMPTIONS[1]]
-    assert "MPSGraph" in encode.detail and "(deferral not measured)" in encode.detail
-    assert "(submitted as issued)" not in encode.detail
+    graph = {None: "(deferral not measured)", False: "(submitted as issued)"}[routes["vanilla"]["sync"]["deferred"]]
+    assert "MPSGraph " in encode.detail and graph in encode.detail
     assert "(deferred until the synchronize)" in encode.detail and encode.data["bias"] > 0
     for a, v in verdicts:
         status, detail = asm.row_text(a, v)
@@ -694,12 +695,11 @@ def test_rule6_the_timers_probe_finds_metal_gemms_deferred_and_leaves_calls_done
                 assert record["status"] == "ok", record
                 found[(prefer, key)] = record["measurement"]["deferred"]
             assert (emu.most_uncommitted > 0) is prefer
-    assert found == {
-        (False, "mm/32x32x32/float32"): None,
-        (False, "sdpa/1x2x32x16/float32"): None,
-        (True, "mm/32x32x32/float32"): True,
-        (True, "sdpa/1x2x32x16/float32"): None,
-    }
+    # None where the probe left the call out (its block all enqueue); False where a busy host delayed the
+    # sizing block's synchronize and the probe ran; never True
+    assert found[(True, "mm/32x32x32/float32")] is True
+    others = {k: v for k, v in found.items() if k != (True, "mm/32x32x32/float32")}
+    assert set(others.values()) <= {None, False}, others
 
 
 def test_rule6_a_tiny_metal_gemm_still_keeps_the_device_busy_for_the_floor(monkeypatch):

@@ -177,18 +177,19 @@ def test_a_route_whose_host_encoding_adds_to_its_blocks_is_named_next_to_the_con
     assert same.held is True and same.data["bias"] == 0.0
     assert asm.encode_bias_note({"assumptions": {"encode_bias": 0.0}}) is None
     # a route the probe left out (deferred None: its sized block launch-bound, too little device work left to
-    # tell) is shown as not measured and taken both ways: 0 % if submitted as issued, 30 %-60 % if deferred.
-    # Planted: read as False (as before), the row held at 0 % and said "submitted as issued".
+    # tell, so its encode share is 90 % or more) is shown as not measured and taken both ways: 0 % if submitted
+    # as issued, 95 %-99 % if deferred. Planted: read as False (as before), the row held at 0 % and said
+    # "submitted as issued".
     unprobed = asm.judge_encode(
-        _measured({"vanilla": {"sync": sync(0.05, 0.2, False)}, "prefer_metal": {"sync": sync(0.3, 0.6, None)}})
+        _measured({"vanilla": {"sync": sync(0.05, 0.2, False)}, "prefer_metal": {"sync": sync(0.95, 0.99, None)}})
     )
-    assert unprobed.held is False and unprobed.data["bias_range"] == pytest.approx([0.0, 0.6])
-    assert "Metal 30% / 60% (deferral not measured)" in unprobed.detail
-    assert "0.0%-60%, taking Metal as deferred or not" in unprobed.detail
-    assert "Metal 30% / 60% (submitted as issued)" not in unprobed.detail
+    assert unprobed.held is False and unprobed.data["bias_range"] == pytest.approx([0.0, 0.99])
+    assert "Metal 95% / 99% (deferral not measured)" in unprobed.detail
+    assert "0.0%-99%, taking Metal as deferred or not" in unprobed.detail
+    assert "Metal 95% / 99% (submitted as issued)" not in unprobed.detail
     note = asm.encode_bias_note({"assumptions": asm.to_json(m, [(asm.ASSUMPTIONS[1], unprobed)])})
     assert note == (
-        "host encoding biases this contrast by 0.0%-60% (doctor: host-encode share MPSGraph 5%, Metal 30% deferral "
+        "host encoding biases this contrast by 0.0%-99% (doctor: host-encode share MPSGraph 5%, Metal 95% deferral "
         "not measured)"
     )
     # an answer without the probe on either route, one share: biased only if exactly one is deferred

@@ -23,7 +23,8 @@ Measurements (seconds per call unless said):
   ``aten/src/ATen/mps/MPSStream.mm`` @ ``fba75098``), which cannot finish before the work does.
   ``enqueue_s``: host time per call spent enqueuing in the ``sync_s`` blocks (the host-encode time).
   ``deferred``: the timer's deferral probe on the cell (:meth:`harness.bench.timer.BlockTimer.probe_deferred`,
-  the same function every timed cell runs): True when the route's work waits for the synchronize.
+  the same function every timed cell runs): True when the route's work waits for the synchronize, False
+  when it is submitted as issued, None when the probe left it out (a sized block that was launch-bound).
   ``small``: the spec's ``small_cell`` (the smallest default GEMM cell of the device: host encode per call
   is fixed while device time grows with FLOP, so it carries the largest encode share) timed by the
   timer: ``{"cell", "block_s", "enqueue_s", "deferred"}``, medians, seconds per call.

@@ -70,9 +70,11 @@ untagged copy. Each rule cites the upstream file it emulates:
    host read) waits for it; an MPSGraph call's work is done within the call (a CPU tensor). So the
    timer's probe (:meth:`harness.bench.timer.BlockTimer.probe_deferred`) finds Metal GEMMs under
    ``PYTORCH_MPS_PREFER_METAL`` deferred, their blocks lasting enqueue + device time (encode share
-   1 / (1 + :data:`DEVICE_FACTOR`)), and leaves every other call unprobed (``deferred`` None: a block
-   that is all enqueue is launch-bound under either rule; on a Mac the doctor's GEMM cell, mm 2048³
-   float16, leaves milliseconds of device work at each block's synchronize, enough to probe). ``uncommitted`` counts
+   1 / (1 + :data:`DEVICE_FACTOR`)), and usually leaves every other call unprobed (``deferred`` None: a
+   block that is all enqueue is launch-bound under either rule); a busy host that delays the sizing
+   block's synchronize gets such a call probed, and it reads False. (Reasoning, not a measurement: on a
+   Mac a block of the doctor's GEMM cell, mm 2048³ float16, that is not launch-bound leaves at least
+   1 ms of device work at its synchronize, ``PROBE_SIZED_MIN_S``, so the probe runs there.) ``uncommitted`` counts
    the calls encoded since the last commit, ``most_uncommitted`` the most a synchronize or host read
    found; ``trace`` records ``read`` for each host read. So the doctor's rows
    (:mod:`harness.bench.assumptions`) run their Metal-route path in CI: a block of Metal GEMMs that only

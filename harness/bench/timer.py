@@ -197,7 +197,8 @@ class Measurement:
             always: calls are synchronous); None, not probed (a sized block that was launch-bound
             under either rule with too little device work left to probe, a given block size, results
             written before the probe existed). None and False pick the same launch-bound rule
-            (:func:`launch_ratio`); only ``doctor`` tells them apart.
+            (:func:`launch_ratio`); only ``doctor`` tells them apart. Results written before None
+            existed hold False for a cell the probe left out too.
     """
 
     samples: list[float] = field(default_factory=list)
@@ -373,7 +374,7 @@ class BlockTimer:
             raise ValueError(f"duty must be in (0, 1], got {duty!r}")
         self.warmup(fn, warmup_s, warmup_calls)
         overhead = self.overhead()
-        blocks, last, deferred = None, None, None
+        blocks, last, deferred = None, None, (False if self.method == "perf_counter" else None)
         if number is None:
             number, last, enqueue = self._size(fn, max(min_block_s, overhead / max_overhead_fraction))
             deferred = self.probe_deferred(fn, number, last, enqueue, overhead)
