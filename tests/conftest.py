@@ -10,6 +10,7 @@ when the tests started) already holds it, it is hard-linked (or copied) into the
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import io
 import os
@@ -137,6 +138,13 @@ def noxfile() -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+@cache
+def parsed(text: str) -> ast.Module:
+    """``ast.parse(text)``, once per text in a test process: several test files walk every module of harness/
+    (the trees are only read)."""
+    return ast.parse(text)
 
 
 def _lines(n: int, tag: str = "") -> str:

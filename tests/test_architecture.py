@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import ast
-import functools
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+from conftest import parsed
 
 from harness import options, runner
 from harness import plan as planning
@@ -22,13 +22,8 @@ MAX_LINES = 80
 
 
 def _tree(path: Path) -> ast.Module:
-    """``path`` parsed, once per text in a test process (several tests walk every module of harness/)."""
-    return _parse(path.read_text())
-
-
-@functools.cache
-def _parse(text: str) -> ast.Module:
-    return ast.parse(text)
+    """``path`` parsed, once per text in a test process (:func:`conftest.parsed`)."""
+    return parsed(path.read_text())
 
 
 def _module(path: Path) -> str:

@@ -29,6 +29,7 @@ from functools import cache
 from pathlib import Path
 
 import pytest
+from conftest import parsed
 
 REPO = Path(__file__).resolve().parent.parent
 DOCS = (*sorted((REPO / "docs").glob("*.md")), REPO / "README.md")
@@ -67,9 +68,8 @@ SCHEMA_MODULES = ("results.py", "document.py", "evidence.py", "seriestests.py", 
 
 
 # ------------------------------------------------------------------------------------- what exists
-@cache
 def _tree(path: Path) -> ast.Module:
-    return ast.parse(path.read_text(encoding="utf-8"))
+    return parsed(path.read_text(encoding="utf-8"))
 
 
 def _defined(body: list[ast.stmt]) -> set[str]:

@@ -35,7 +35,9 @@ def test_lock_names_the_holder_and_stale_locks_are_taken_over(tmp_path):
                 pass
         assert f"pid {os.getpid()}" in info.value.cause and "first command" in info.value.cause
     # a lock left by a process that no longer exists
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, timeout=60
+    )
     import socket
 
     (tmp_path / ".lock").write_text(json.dumps({"pid": int(dead.stdout), "host": socket.gethostname(), "what": "x"}))

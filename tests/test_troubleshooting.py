@@ -5,20 +5,15 @@ documentation fails CI."""
 from __future__ import annotations
 
 import ast
-import functools
 import re
 from pathlib import Path
+
+from conftest import parsed
 
 REPO = Path(__file__).resolve().parent.parent
 DOC = REPO / "docs" / "troubleshooting.md"
 #: ValueErrors whose text the CLI shows as the cause of a UsageError (runner: ``UsageError(str(exc))``)
 SHOWN_VALUE_ERRORS = (REPO / "harness" / "configs.py",)
-
-
-@functools.cache
-def _parse(text: str) -> ast.Module:
-    """``ast.parse(text)``, once per text (each test reads harness/ again; the trees are only read)."""
-    return ast.parse(text)
 
 
 def _error_classes(trees: dict[Path, ast.Module]) -> set[str]:
@@ -64,8 +59,8 @@ def raise_sites(sources: dict[Path, str]) -> list[tuple[str, list[str]]]:
     """(``file:line``, distinctive literal parts of the cause) of every raise of a HarnessError class,
     plus the ValueErrors of :data:`SHOWN_VALUE_ERRORS`. A part is distinctive when it has two words or
     six characters; a cause that is not literal text (``str(exc)``) is skipped."""
-    trees = {path: _parse(text) for path, text in sources.items()}
-    known = {path: _parse(path.read_text()) for path in (REPO / "harness").rglob("*.py")}
+    trees = {path: parsed(text) for path, text in sources.items()}
+    known = {path: parsed(path.read_text()) for path in (REPO / "harness").rglob("*.py")}
     classes = _error_classes({**known, **trees})
     sites = []
     for path, tree in trees.items():
