@@ -189,6 +189,33 @@ def _holder(lock: Path) -> dict | None:
 LOCK_TRIES = 5
 
 
+def _publish(lock: Path, me: dict) -> bool:
+    """Create ``lock`` holding ``me`` in one step: a hard link to a complete temporary file beside it, so that
+    a waiter never reads it empty (it once took a lock being written for one held by "pid ?"). Returns
+    False when a lock is there already. Where the file system has no hard links: an exclusive create, then
+    the write."""
+    fd, tmp = tempfile.mkstemp(prefix=".lock-", dir=lock.parent)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            json.dump(me, fh)
+        os.link(tmp, lock)
+        return True
+    except FileExistsError:
+        return False
+    except OSError as exc:
+        if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK):
+            raise
+        try:
+            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            return False
+        with os.fdopen(fd, "w") as fh:
+            json.dump(me, fh)
+        return True
+    finally:
+        os.unlink(tmp)
+
+
 @contextmanager
 def exclusive_lock(directory: Path, what: str) -> Iterator[Path]:
     """Hold ``<directory>/.lock`` for the duration; a stale lock (dead pid, same host) is taken over, one
@@ -202,13 +229,11 @@ def exclusive_lock(directory: Path, what: str) -> Iterator[Path]:
     lock = directory / ".lock"
     me = {"pid": os.getpid(), "host": socket.gethostname(), "what": what}
     holder: dict = {}
-    fd = None
+    held = False
     for _ in range(LOCK_TRIES):
-        try:
-            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        held = _publish(lock, me)
+        if held:
             break
-        except FileExistsError:
-            pass
         with _takeover_guard(directory):
             found = _holder(lock)
             if found is None:  # released since: try again
@@ -219,14 +244,12 @@ def exclusive_lock(directory: Path, what: str) -> Iterator[Path]:
                     lock.unlink(missing_ok=True)  # stale: its process is gone
                     continue
         break  # a live process holds it
-    if fd is None:
+    if not held:
         raise LockHeld(
             f"{directory} is in use by pid {holder.get('pid', '?')} on {holder.get('host', '?')} "
             f"({holder.get('what', 'unknown command')})",
             f"wait for it to finish, or delete {lock} if that process no longer exists",
         )
-    with os.fdopen(fd, "w") as fh:
-        json.dump(me, fh)
     try:
         yield lock
     finally:

@@ -46,6 +46,28 @@ def test_lock_names_the_holder_and_stale_locks_are_taken_over(tmp_path):
     assert not (tmp_path / ".lock").exists()
 
 
+def test_a_lock_is_never_seen_empty_while_it_is_written(tmp_path, monkeypatch):
+    """A waiter that read the lock between its creation and its write found no owner in it and was refused
+    with "in use by pid ? on ? (unknown command)" (a fresh-clone CI run, 2026-12-06): the lock now appears
+    complete or not at all. Planted: the exclusive create then the write (as before), read mid-write: {}."""
+    from harness import fsutil
+
+    seen = []
+    real_dump = json.dump
+
+    def dump(obj, fh, *a, **k):
+        seen.append(fsutil._holder(tmp_path / ".lock"))  # what a waiter reads at that moment
+        return real_dump(obj, fh, *a, **k)
+
+    monkeypatch.setattr(fsutil.json, "dump", dump)
+    with exclusive_lock(tmp_path, "writer"):
+        monkeypatch.setattr(fsutil.json, "dump", real_dump)
+        assert json.loads((tmp_path / ".lock").read_text())["what"] == "writer"
+        assert sorted(p.name for p in tmp_path.iterdir()) == [".lock"]  # the temporary file is gone
+    assert seen == [None]  # not there yet, never empty
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_two_waiters_taking_over_one_stale_lock_never_both_hold_it(tmp_path, monkeypatch):
     """Two processes that both find a dead owner's lock: each read the dead pid, then each deleted "the" lock,
     the second deleting the first one's new live lock, and both held it (pytest-xdist workers waiting for one

@@ -182,6 +182,7 @@ WRITE_SITES = {
     "fsutil.atomic_write_json": "the primitive",
     "fsutil.open_write": "the primitive (the host's side of bench.files.open_nofollow)",
     "fsutil.exclusive_lock": "<directory>/.lock of a folder its caller chose (cache, --out, envs/.locks/<env>)",
+    "fsutil._publish": "exclusive_lock's .lock and a .lock-* temporary file beside it, in that same folder",
     "manifest._write_manifest": "series.toml of the series folder that load_series resolved",
     "series._failing_hunks": "a temporary folder",
     "series.check_series": "a temporary folder",
