@@ -45,9 +45,30 @@ SHOWN, NOT_SHOWN, CONTRADICTED = "shown", "not shown", "contradicted"
 NO_CLAIM, NOT_MEASURED = "no claim", "not measured"
 
 
+#: which time a row's medians are and its verdict judged: the host-timed blocks, or the device's own time
+HOST, DEVICE = "host", "device"
+
+
+@dataclass(frozen=True)
+class Dispatch:
+    """The host-time ("dispatch") side of a launch-bound cell judged on device time: A's and B's per-process
+    host medians (seconds) of the rounds both measured, and B-vs-A at the launch-bound band and floor."""
+
+    rounds: tuple[int, ...]
+    a: tuple[float, ...]
+    b: tuple[float, ...]
+    cmp: stats.Comparison
+
+
 @dataclass(frozen=True)
 class ContrastRow:
-    """One covered cell: A's and B's per-process medians (seconds) of the paired rounds, and B-vs-A."""
+    """One covered cell: A's and B's per-process medians (seconds) of the paired rounds, and B-vs-A.
+
+    ``time`` says which time ``a``/``b`` hold and ``cmp`` judged: :data:`HOST` (the host-timed blocks) or
+    :data:`DEVICE` (the device's own time, :attr:`harness.bench.timer.Measurement.device`). A launch-bound
+    cell with device time on both sides is judged on device time at the kernel-bound band ("kernel"), and
+    its host time is judged apart at the launch-bound band (``dispatch``, "dispatch"); every other cell has
+    one verdict, on host time."""
 
     cell: Cell
     rounds: tuple[int, ...]
@@ -56,10 +77,18 @@ class ContrastRow:
     cmp: stats.Comparison
     cls: CellClass
     notes: tuple[str, ...] = ()
+    time: str = HOST
+    dispatch: Dispatch | None = None
 
     @property
     def launch_bound(self) -> bool:
         return self.cls == CellClass.LAUNCH_BOUND
+
+    @property
+    def judged(self) -> CellClass:
+        """The class whose rule (band, floor, target) ``cmp`` used: kernel-bound for a cell judged on device
+        time (the device's time of a launch-bound cell is kernel time), else :attr:`cls`."""
+        return CellClass.KERNEL_BOUND if self.time == DEVICE else self.cls
 
     @property
     def a_median(self) -> float | None:
@@ -113,6 +142,17 @@ def _paired(
     return rounds, [a[r] for r in rounds], [b[r] for r in rounds]
 
 
+def _paired_device(
+    records_a: tuple[CellRecord, ...], records_b: tuple[CellRecord, ...]
+) -> tuple[tuple[int, ...], list[float], list[float]]:
+    """Per-process device medians (:meth:`harness.document.CellRecord.device_median`) of both sides in the
+    rounds where both measured device time, in round order."""
+    a = {r.round: r.device_median() for r in records_a if r.measured and r.device_median() is not None}
+    b = {r.round: r.device_median() for r in records_b if r.measured and r.device_median() is not None}
+    rounds = tuple(sorted(set(a) & set(b)))
+    return rounds, [a[r] for r in rounds], [b[r] for r in rounds]
+
+
 def _side_records(run: RunDocument, side: Side, key: str) -> tuple[CellRecord, ...]:
     return run.records(side.config, key, side.build)
 
@@ -136,7 +176,15 @@ def rows(run: RunDocument, contrast: Contrast, policy: Policy = POLICY) -> list[
             continue
         rounds, a, b = _paired(rec_a, rec_b)
         cls = classify(rec_a + rec_b)
-        out.append(ContrastRow(cell, rounds, tuple(a), tuple(b), policy.judge(b, a, cls), cls, _notes(rec_a + rec_b)))
+        host = policy.judge(b, a, cls)
+        notes = _notes(rec_a + rec_b)
+        d_rounds, da, db = _paired_device(rec_a, rec_b) if cls == CellClass.LAUNCH_BOUND else ((), [], [])
+        if d_rounds:  # kernel time decides; the host time is the dispatch verdict beside it
+            kernel = policy.judge(db, da, CellClass.KERNEL_BOUND)
+            dispatch = Dispatch(rounds, tuple(a), tuple(b), host)
+            out.append(ContrastRow(cell, d_rounds, tuple(da), tuple(db), kernel, cls, notes, DEVICE, dispatch))
+        else:
+            out.append(ContrastRow(cell, rounds, tuple(a), tuple(b), host, cls, notes))
     return out
 
 

@@ -404,7 +404,7 @@ def _notes_of(run: RunDocument, row: con.ContrastRow, config: str | None) -> lis
     adaptive = run.header.adaptive
     if adaptive and config is not None and row.cell.key in adaptive.unconverged.get(config, ()):
         hw = cmp.half_width
-        goal = POLICY.with_targets(adaptive.target, adaptive.launch_bound_target).rule(row.cls).target
+        goal = POLICY.with_targets(adaptive.target, adaptive.launch_bound_target).rule(row.judged).target
         notes.append(
             f"unconverged: CI half-width {hw:.1%} > target ±{goal:.1%}"
             if math.isfinite(hw)

@@ -22,6 +22,7 @@ import hashlib
 import json
 import math
 import re
+import statistics
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -133,6 +134,12 @@ class CellRecord:
     def problem(self) -> str | None:
         """``failed: reason`` / ``skipped: reason`` (the report's notes), None for a measured cell."""
         return f"{self.status}: {self.reason}" if self.status in ("failed", "skipped") and self.reason else None
+
+    def device_median(self) -> float | None:
+        """The process's device seconds per call (:attr:`harness.bench.timer.Measurement.device_median`),
+        None where the measurement holds no device time."""
+        device = self.measurement.get("device") if self.measurement else None
+        return statistics.median(device) if device else None
 
     def median(self) -> float:
         """The per-process median (seconds), recomputed from the raw samples (:func:`harness.results.median_of`)

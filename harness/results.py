@@ -290,11 +290,34 @@ def cells_problem(cells, where: str) -> str | None:
                 return f"{at}.measurement.layouts is {layouts!r}"[:200] + ", not rising block indices from 0"
             if m.get("deferred") is not None and not isinstance(m["deferred"], bool):
                 return f"{at}.measurement.deferred is {_kind(m['deferred'])}, not true, false or null"
+            found = device_problem(m, f"{at}.measurement")
+            if found:
+                return found
             if not min(samples) <= m["median"] <= max(samples):
                 return (
                     f"{at}.measurement.median is {m['median']!r}, outside its samples "
                     f"({min(samples)!r} .. {max(samples)!r})"
                 )
+    return None
+
+
+def device_problem(m: dict, at: str) -> str | None:
+    """What is wrong with a measurement's device time (``device``: seconds per call, one per replay, each
+    within :data:`SECONDS_RANGE`; ``device_calls`` a whole number >= 1 where ``device`` is non-empty;
+    ``device_method`` and ``device_note`` strings), or None. All four are optional: results written
+    before device time have none of them."""
+    device = m.get("device", [])
+    if not isinstance(device, list) or not all(map(_number, device)):
+        return f"{at}.device is not a list of numbers"
+    bad = next((x for x in device if not _seconds(x)), None)
+    if bad is not None:
+        return f"{at}.device holds {bad!r}, {SECONDS_RANGE}"
+    for key in ("device_method", "device_note"):
+        if not isinstance(m.get(key, ""), str):
+            return f"{at}.{key} is {_kind(m[key])}, not a string"
+    calls = m.get("device_calls", 0)
+    if type(calls) is not int or calls < (1 if device else 0):
+        return f"{at}.device_calls is {calls!r}, not a whole number of calls" + (" >= 1" if device else "")
     return None
 
 

@@ -80,10 +80,10 @@ def _unconverged(
     for config, row in rows:
         if not (row.a and row.b):
             continue
-        if only_launch_bound is not None and row.launch_bound != only_launch_bound:
+        if only_launch_bound is not None and (row.judged == CellClass.LAUNCH_BOUND) != only_launch_bound:
             continue
         comparisons[config, row.cell.key] = row.cmp
-        goals[config, row.cell.key] = policy.rule(row.cls).target
+        goals[config, row.cell.key] = policy.rule(row.judged).target
     todo = stats.unconverged(comparisons, goals)  # the one adaptive rule
     need: dict[str, list[str]] = {}
     for config, key in (k for k in comparisons if k in todo):  # plan order
@@ -107,7 +107,7 @@ def unconverged_cells(
 def _below_floor(rows: list[tuple[str, ContrastRow]], reachable: bool | None) -> dict[str, list[str]]:
     need: dict[str, list[str]] = {}
     for config, row in rows:
-        if row.cls == CellClass.LAUNCH_BOUND and row.a and len(row.rounds) < POLICY.rule(row.cls).floor:
+        if row.judged == CellClass.LAUNCH_BOUND and row.a and len(row.rounds) < POLICY.rule(row.judged).floor:
             if reachable is None or und.reaches_band_at_floor(row) == reachable:
                 need.setdefault(config, []).append(row.cell.key)
     return need

@@ -116,7 +116,7 @@ def noise_floors(results: list[ContrastResult]) -> list[NoiseFloor]:
         for row in result.rows:
             sd = spread(row)
             if math.isfinite(sd):
-                per.setdefault((result.contrast.a.config, row.cls), []).append(sd)
+                per.setdefault((result.contrast.a.config, row.judged), []).append(sd)
     return [NoiseFloor(c, k, statistics.median(v), len(v)) for (c, k), v in per.items()]
 
 
@@ -168,18 +168,18 @@ def reaches_band_at_floor(row: ContrastRow, policy: Policy = POLICY) -> bool:
     """Whether a launch-bound row's spread lets a verdict come at its floor: the CI half-width predicted at
     the floor from the row's between-process spread (:func:`predicted_half_width`)
     is inside the class's band. True while the spread is not known yet (fewer than 2 + 2 processes)."""
-    rule, sd = policy.rule(row.cls), spread(row)
+    rule, sd = policy.rule(row.judged), spread(row)
     return not math.isfinite(sd) or predicted_half_width(sd, rule.floor, policy.confidence) < rule.band
 
 
 def need(result: ContrastResult, row: ContrastRow, floors: list[NoiseFloor], policy: Policy = POLICY) -> Need:
     """What one undetermined row needs (see the module docstring)."""
-    rule, cmp = policy.rule(row.cls), row.cmp
+    rule, cmp = policy.rule(row.judged), row.cmp
     n = len(row.rounds)
     hw = cmp.half_width
     sd = spread(row)
     if not math.isfinite(sd):
-        sd = floor_of(floors, result.contrast.a.config, row.cls)
+        sd = floor_of(floors, result.contrast.a.config, row.judged)
     at = max(n, rule.floor)
     if not math.isfinite(hw):  # below the floor: predicted from the spread at the floor
         hw = predicted_half_width(sd, at, policy.confidence) if math.isfinite(sd) else math.nan
@@ -268,7 +268,7 @@ def _adaptive(run: RunDocument, results: list[ContrastResult], found: list[Need]
     left = max(0, MAX_ROUNDS - done)
     open_ = [f for f in found if math.isfinite(f.goal) and (f.processes is None or f.processes > f.n)]
     targets = {
-        cls: _target([f.goal for f in open_ if f.row.cls == cls], policy.rule(cls).target)
+        cls: _target([f.goal for f in open_ if f.row.judged == cls], policy.rule(cls).target)
         for cls in (CellClass.KERNEL_BOUND, CellClass.LAUNCH_BOUND)
     }
     floors = noise_floors(results)
@@ -281,10 +281,10 @@ def _adaptive(run: RunDocument, results: list[ContrastResult], found: list[Need]
             if not (row.a and row.b):
                 continue
             basis = need(result, row, floors, policy)
-            t = targets[row.cls]
+            t = targets[row.judged]
             if math.isfinite(row.cmp.half_width) and row.cmp.half_width <= t:
                 continue
-            floor = policy.rule(row.cls).floor
+            floor = policy.rule(row.judged).floor
             sd = basis.sd
             wanted = (
                 processes_for(sd, t / basis.excess, floor, MAX_ROUNDS, policy.confidence) if math.isfinite(sd) else None
@@ -314,7 +314,7 @@ def _adaptive(run: RunDocument, results: list[ContrastResult], found: list[Need]
     known = bool(startup or overhead)
     argv = list(head.command)
     for name, cls in (("target_ci", CellClass.KERNEL_BOUND), ("target_ci_launch_bound", CellClass.LAUNCH_BOUND)):
-        if any(f.row.cls == cls for f in open_):
+        if any(f.row.judged == cls for f in open_):
             argv = options.with_value(argv, name, targets[cls])
     if known:
         argv = options.with_value(argv, "budget_s", max(60, math.ceil(seconds * 1.2 / 10) * 10))

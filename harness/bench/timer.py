@@ -199,6 +199,13 @@ class Measurement:
             written before the probe existed). None and False pick the same launch-bound rule
             (:func:`launch_ratio`); only ``doctor`` tells them apart. Results written before None
             existed hold False for a cell the probe left out too.
+        device: device seconds per call, one value per timed replay (:func:`measure_device`): the
+            calls' kernels alone, without the host's launch gaps. Empty where the device gave none.
+        device_method: how :attr:`device` was taken (``cuda-graph+events``: the calls captured once
+            in a CUDA graph, each replay timed by CUDA events); empty when none.
+        device_calls: calls captured in the replayed unit (0 when none).
+        device_note: why :attr:`device` is empty (the cpu clock: host time is device time; a device
+            or torch that cannot give it; an op that cannot be captured), empty otherwise.
     """
 
     samples: list[float] = field(default_factory=list)
@@ -208,6 +215,17 @@ class Measurement:
     overhead_s: float = 0.0
     method: str = ""
     deferred: bool | None = None
+    device: list[float] = field(default_factory=list)
+    device_method: str = ""
+    device_calls: int = 0
+    device_note: str = ""
+
+    @property
+    def device_median(self) -> float | None:
+        """Device seconds per call in this process: the median of :attr:`device` (one value per timed
+        replay of ``device_calls`` captured calls), None when the device gave none (:attr:`device_note`
+        says why)."""
+        return statistics.median(self.device) if self.device else None
 
     @property
     def median(self) -> float:
@@ -255,6 +273,10 @@ class Measurement:
             overhead_s=m.get("overhead_s", 0.0),
             method=m.get("method", ""),
             deferred=m.get("deferred"),
+            device=list(m.get("device") or []),
+            device_method=m.get("device_method", ""),
+            device_calls=m.get("device_calls", 0),
+            device_note=m.get("device_note", ""),
         )
 
     def to_json(self) -> dict:
@@ -262,7 +284,46 @@ class Measurement:
         out["median"] = self.median if self.samples else None
         out["steady_from"] = steady_start(first_layout(self.samples, self.layouts))
         out["launch_bound"] = self.launch_bound
+        out["device_median"] = self.device_median
         return out
+
+
+#: device seconds one timed replay aims at: the captured unit holds ``DEVICE_REPLAY_S / host median`` calls
+#: (the host median per call is at least the device time per call, so a replay lasts at most this long),
+#: at most the block's ``number`` and :data:`MAX_BLOCK_CALLS`. On an H100 the smallest cells (mm 512³ fp16,
+#: 3.3 µs of device time per call, ~15 µs of host time) then replay ~130 calls, ~0.4 ms: CUDA events
+#: resolve about 0.5 µs (CUDA Runtime API, ``cudaEventElapsedTime``), 0.1 % of it.
+DEVICE_REPLAY_S = 2e-3
+#: timed replays per cell and process (their median is the process's device time)
+DEVICE_REPLAYS = 10
+
+
+def measure_device(device, fn: Callable[[], object], m: Measurement, replays: int = DEVICE_REPLAYS) -> None:
+    """Device time per call of ``fn`` beside the host-timed blocks of ``m`` (filled in place).
+
+    ``device`` is a :class:`harness.bench.devices.DeviceProfile`; its ``device_time(fn, calls, replays)``
+    returns ``replays`` values of device seconds per call, each from one replay of ``calls`` calls
+    (cuda: :func:`harness.bench.devices.cuda_graph_time`). ``calls`` is sized by
+    :data:`DEVICE_REPLAY_S` from ``m``'s host median. Where the profile has no ``device_time``,
+    or it raises (an op that cannot be captured), or it returns a value that is not a finite positive
+    number of seconds, :attr:`Measurement.device` stays empty and :attr:`Measurement.device_note` says why:
+    the cell is then judged on host time alone. Never raises for the call's own failure."""
+    if device.device_time is None:
+        m.device_note = device.device_note
+        return
+    calls = max(1, min(m.number, MAX_BLOCK_CALLS, math.ceil(DEVICE_REPLAY_S / max(m.median, 1e-9))))
+    try:
+        found = [float(v) for v in device.device_time(fn, calls, replays)]
+    except Exception as exc:  # the op or the device cannot give it: said, and the host time still stands
+        text = str(exc).strip().splitlines()
+        m.device_note = f"no device time ({device.device_clock}): {type(exc).__name__}" + (
+            f": {text[0][:200]}" if text else ""
+        )
+        return
+    if not found or not all(math.isfinite(v) and v > 0 for v in found):
+        m.device_note = f"no device time ({device.device_clock}): {len(found)} values, not all finite positive seconds"
+        return
+    m.device, m.device_method, m.device_calls = found, device.device_clock, calls
 
 
 class BlockTimer:

@@ -51,7 +51,7 @@ from harness.bench.conformance import emulate
 from harness.bench.files import open_nofollow
 from harness.bench.provenance import dtype_support, unsupported_reason
 from harness.bench.recorded import snapshot
-from harness.bench.timer import BlockTimer
+from harness.bench.timer import BlockTimer, measure_device
 from harness.bench.workloads import Cell, make_inputs, op_callable, planted, reference
 
 
@@ -183,6 +183,7 @@ def run_cell(
         if record["key"] in spec.get("measure_s", {}):
             timing["measure_s"] = spec["measure_s"][record["key"]]
         m = measure_layouts(torch, timer, cell, inputs, device.torch_device, timing)
+        measure_device(device, fn, m)  # beside the host-timed blocks (never raises for the call's failure)
     except Exception as exc:  # the op's own failure is the cell's result, recorded with its words
         return {**record, "status": "failed", "reason": _words(exc)}
     bad = [s for s in m.samples if not (math.isfinite(s) and s > 0)]
