@@ -219,10 +219,8 @@ def main() -> int:
     ]
     for k in measures:
         v = [r[k] for r in rows]
-        lines.append(
-            f"| {k} | {statistics.median(v):.0f} | {_sd_log(v):.1%} | {_corr(v, ref):+.2f} | {_levels(v)} |"
-        )
-    lines += ["", "| process | cpu start/end | node | MHz | first segment | sdpa host ns |", "|---|---|---|---|---|---|"]
+        lines.append(f"| {k} | {statistics.median(v):.0f} | {_sd_log(v):.1%} | {_corr(v, ref):+.2f} | {_levels(v)} |")
+    lines += ["", "| process | cpu start/end | node | MHz | first segment | sdpa host ns |", "|---" * 6 + "|"]
     for r in rows:
         lines.append(
             f"| {r['pid']} | {r['start']['cpu']}/{r['end']['cpu']} | {r['start']['node']} | {r['start']['mhz']} | "
