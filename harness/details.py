@@ -21,6 +21,7 @@ from harness.document import BuildConsistency, Consistency, Header, RunDocument
 from harness.errors import ResultsError
 from harness.peaks import peak_tflops
 from harness.policy import POLICY, CellClass
+from harness.stats import UNDETERMINED
 
 
 @dataclass
@@ -399,6 +400,15 @@ def _notes_of(run: RunDocument, row: con.ContrastRow, config: str | None) -> lis
         notes.append(cause_words(cmp.cause, cmp.threshold, cmp.confidence, cmp.floor))
     if row.launch_bound:
         notes.append("launch-bound")
+    if row.time == con.DEVICE:
+        d = row.dispatch.cmp
+        notes.append(
+            "kernel time (device); dispatch (host time) "
+            f"{_us(stats.process_median(row.dispatch.a))} vs {_us(stats.process_median(row.dispatch.b))} µs, "
+            f"{_ratio_ci(d.ratio, d.ci_low, d.ci_high)} {d.verdict}"
+            + (f" ({cause_words(d.cause, d.threshold, d.confidence, d.floor)})" if d.verdict == UNDETERMINED else "")
+            + (f", host levels: {modes_text(d)}" if d.bimodal else "")
+        )
     if cmp.bimodal:
         notes.append("bimodal: " + modes_text(cmp))
     adaptive = run.header.adaptive

@@ -74,11 +74,18 @@ def deciding_table(result: con.ContrastResult, limit: int = DECIDING_ROWS) -> li
     for r in shown:
         lines.append(
             f"| {r.cell.op} {r.cell.label} | {r.cell.dtype} | {_us(r.a_median)} | {_us(r.b_median)} "
-            f"| {speedup_ci(r.cmp)} | {_verdict(r.cmp)}{' (launch-bound)' if r.launch_bound else ''} |"
+            f"| {speedup_ci(r.cmp)} | {_verdict(r.cmp)}{_label(r)} |"
         )
     if len(rows) > len(shown):
         lines.append(f"| … {len(rows) - len(shown)} more in the details | | | | | |")
     return ["", *lines]
+
+
+def _label(row: con.ContrastRow) -> str:
+    """What a deciding row's verdict rests on, when not plain host time of a kernel-bound cell."""
+    if row.time == con.DEVICE:
+        return " (launch-bound; kernel time)"
+    return " (launch-bound)" if row.launch_bound else ""
 
 
 #: what an outcome means when the series declares no sentence for it (``{a}``/``{b}``: the sides)
@@ -256,7 +263,8 @@ def render_block(
     lines), the series' tests."""
     out = ["## For the pull request", "", _provenance_sentence(run), "", *notes]
     if results:
-        out += [SPEEDUP_DEFINITION, ""]
+        device = any(r.time == con.DEVICE for result in results for r in result.rows)
+        out += [SPEEDUP_DEFINITION + (" " + DEVICE_DEFINITION if device else ""), ""]
     if results and not run.kernels:  # said once, not under every contrast
         out += [observed.NOT_OBSERVED, ""]
     tables = sum(1 for r in results if r.deciding)
@@ -276,6 +284,13 @@ SPEEDUP_DEFINITION = (
     "estimate over the per-process medians of the rounds both sides ran, with its exact 95% CI; faster/slower "
     "when the whole CI lies beyond ±2% (±5% for launch-bound cells, whose device waits for the host), "
     "equivalent when it lies inside."
+)
+
+
+#: added to :data:`SPEEDUP_DEFINITION` where some launch-bound cell was judged on device time
+DEVICE_DEFINITION = (
+    "A launch-bound cell with device time on both sides is judged on it (the kernels alone: **kernel**, ±2%), "
+    "and its host time apart (**dispatch**, ±5%): the launch-bound line below gives both."
 )
 
 

@@ -38,6 +38,7 @@ from harness.details import (
     consistency_section,
     correctness_section,
     drift_section,
+    modes_text,
     nox_command,
     other_contrasts,
     pct,
@@ -50,6 +51,7 @@ from harness.details import (
 from harness.document import RunDocument
 from harness.fsutil import atomic_write_text
 from harness.policy import POLICY, classify
+from harness.prbody import speedup_ci
 
 
 def write(directory: Path, run: RunDocument) -> list[Path]:
@@ -301,12 +303,20 @@ def launch_bound_line(run: RunDocument, analysis: Analysis) -> list[str]:
     if not launch:
         return []
     rule = POLICY.launch_bound
-    short = [(c, r) for c, r in launch if len(r.rounds) < rule.floor]
-    text = (
-        f"**Launch-bound: {len(launch)} of {len(rows)} cells** (the device waited for the host: in more than a "
-        "third of the processes the host took ≥ 90% of the block time to enqueue the calls), judged at "
-        f"±{rule.band:.0%} with ≥ {rule.floor} processes per side"
+    kernel = [(c, r) for c, r in launch if r.time == con.DEVICE]
+    host = [(c, r) for c, r in launch if r.time != con.DEVICE]
+    head = (
+        f"**Launch-bound: {len(launch)} of {len(rows)} stock-vs-patched cells** (the device waited for the host: in "
+        "more than a third of the processes the host took ≥ 90% of the block time to enqueue the calls)"
     )
+    head += ","
+    if kernel:
+        text = head[:-1] + "; " + device_time_text(run, kernel, len(launch))
+        if not host:
+            return [text + ".", ""]
+        head = text + f". The other {len(host)} (without device time on both sides) are"
+    short = [(c, r) for c, r in host if len(r.rounds) < rule.floor]
+    text = head + f" judged on host time at ±{rule.band:.0%} with ≥ {rule.floor} processes per side"
     if not short:
         return [text + "; every one reached that floor.", ""]
     adaptive = run.header.adaptive
@@ -337,6 +347,60 @@ def launch_bound_line(run: RunDocument, analysis: Analysis) -> list[str]:
         named = _named([f"`{c}` {r.cell.op} {r.cell.label} {r.cell.dtype}" for c, r in rest])
         parts.append(f"{len(rest)} did not reach it ({why}): {named}")
     return [text + "; " + "; ".join(parts) + ".", ""]
+
+
+def _tally(verdicts: list[str]) -> str:
+    """``3 equivalent, 1 undetermined`` in the order of :data:`harness.stats.VERDICTS`."""
+    return ", ".join(f"{verdicts.count(v)} {v}" for v in stats.VERDICTS if verdicts.count(v))
+
+
+def device_time_text(run: RunDocument, kernel: list[tuple[str, con.ContrastRow]], launch: int) -> str:
+    """What the launch-bound line says of the ``kernel`` rows (launch-bound cells judged on device time,
+    :data:`harness.contrasts.DEVICE`): how device time was taken, the kernel verdicts, the dispatch (host
+    time) verdicts and the cells whose dispatch changed, and the cells whose host time sits at two
+    per-process levels (modes, :func:`harness.stats.modes`)."""
+    methods = sorted(
+        {
+            rec.measurement.get("device_method")
+            for c, row in kernel
+            for b in run.header.builds
+            for rec in run.records(c, row.cell.key, b)
+            if rec.measured and rec.measurement.get("device_method")
+        }
+    )
+    how = DEVICE_METHODS.get(methods[0], methods[0]) if len(methods) == 1 else ", ".join(methods)
+    band, lb = POLICY.kernel_bound.band, POLICY.launch_bound
+    which = "all" if len(kernel) == launch else f"{len(kernel)} of the {launch}"
+    text = (
+        f"{which} are judged on device time ({how}: the kernels alone, without the host's "
+        f"launch gaps) at ±{band:.0%} (**kernel**: {_tally([r.cmp.verdict for _, r in kernel])}), and apart on "
+        f"host time at ±{lb.band:.0%} with ≥ {lb.floor} processes per side (**dispatch**: "
+        f"{_tally([r.dispatch.cmp.verdict for _, r in kernel])})"
+    )
+    moved = [(c, r) for c, r in kernel if r.dispatch.cmp.verdict in (stats.FASTER, stats.SLOWER)]
+    if moved:
+        text += "; dispatch changed: " + _named(
+            [
+                f"`{c}` {r.cell.op} {r.cell.label} {r.cell.dtype} {speedup_ci(r.dispatch.cmp)} {r.dispatch.cmp.verdict}"
+                for c, r in moved
+            ]
+        )
+    levels = [(c, r) for c, r in kernel if r.dispatch.cmp.bimodal]
+    if levels:
+        c, r = levels[0]
+        text += (
+            f"; host time at two per-process levels (modes) in {len(levels)} of the {len(kernel)} judged on "
+            f"device time, e.g. `{c}` "
+            f"{r.cell.op} {r.cell.label} {r.cell.dtype}: {modes_text(r.dispatch.cmp)} (docs/timing.md, "
+            '"Two host-time levels")'
+        )
+    return text
+
+
+#: how device time was taken, in the PR block's words (``measurement.device_method``)
+DEVICE_METHODS = {
+    "cuda-graph+events": "the calls captured once in a CUDA graph and replayed, timed by CUDA events",
+}
 
 
 def _resume_text(resume: und.Resume) -> str:

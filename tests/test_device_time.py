@@ -1,0 +1,183 @@
+"""Device time beside host time: a launch-bound cell with device time on both sides is judged on it ("kernel",
+at the kernel-bound band) and on host time apart ("dispatch"); planted slowdowns of the kernel and of the host
+are each caught by their own verdict only. In-process, synthetic results (tests/test_evidence.synthetic) and
+fake devices for the timer (harness.bench.timer.measure_device)."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+from test_evidence import synthetic
+
+from harness import contrasts as con
+from harness import document as doc
+from harness import report, stats
+from harness import results as res
+from harness.bench import devices
+from harness.bench.timer import DEVICE_REPLAY_S, MAX_BLOCK_CALLS, Measurement, measure_device
+from harness.policy import CellClass
+
+LAUNCH = ["mm/512x512x512/float16", "sdpa/1x8x512x64/float16"]
+BUSY = "mm/4096x4096x4096/float16"
+
+
+def _cuda_run(rounds: int, host_of, device_of, cells=(*LAUNCH, BUSY)) -> dict:
+    """A cuda results.json: per (build, cell, round) the host median ``host_of(...)`` (a launch-bound block: the
+    host enqueue is the whole block, except for :data:`BUSY`) and device samples around ``device_of(...)``
+    (None: no device time, with a note)."""
+    data = synthetic("cuda", {"default": {}}, list(cells), rounds, host_of)
+    for proc in data["processes"]:
+        for key, rec in proc["cells"].items():
+            m = rec["measurement"]
+            t = m["median"]
+            m.update(method="synchronize+perf_counter", deferred=False, number=64)
+            m["enqueue"] = [t * (0.2 if key == BUSY else 0.97)] * len(m["samples"])
+            d = device_of(proc["build"], key, proc["round"])
+            if d is None:
+                m.update(device=[], device_method="", device_calls=0, device_note="no device time (test)")
+            else:
+                jitter = random.Random(f"{proc['name']}/{key}")
+                m.update(
+                    device=[d * (1 + jitter.uniform(-0.002, 0.002)) for _ in range(10)],
+                    device_method="cuda-graph+events",
+                    device_calls=100,
+                    device_note="",
+                )
+    return data
+
+
+def _bimodal_host(extra_patched: float = 1.0, levels: tuple[float, float] = (18.5e-6, 28.3e-6)):
+    """Host time at one of two per-process levels (18.5 or 28.3 µs, as on the H100), the level a property of
+    the process (all its cells together)."""
+
+    def host_of(build, config, key, rnd):
+        level = levels[1] if random.Random(f"{build}/{rnd}").random() < 0.5 else levels[0]
+        if key == BUSY:
+            return 180e-6 * (1 + random.Random(f"{build}/{key}/{rnd}").gauss(0, 0.003))
+        noise = 1 + random.Random(f"{key}{rnd}").gauss(0, 0.01)
+        return level * (extra_patched if build == "patched" else 1.0) * noise
+
+    return host_of
+
+
+def _device(extra_patched: float = 1.0, sd: float = 0.01):
+    def device_of(build, key, rnd):
+        base = {"mm/512x512x512/float16": 3.3e-6, "sdpa/1x8x512x64/float16": 9.4e-6}.get(key, 178e-6)
+        z = random.Random(f"dev/{build}/{key}/{rnd}").gauss(0, sd)
+        return base * (extra_patched if build == "patched" and key in LAUNCH else 1.0) * math.exp(z)
+
+    return device_of
+
+
+def _rows(data) -> dict[str, con.ContrastRow]:
+    (result,) = con.evaluate_all(data)
+    return {r.cell.key: r for r in result.rows}
+
+
+def test_an_aa_run_decides_launch_bound_cells_on_device_time_and_reports_host_levels_as_modes():
+    data = _cuda_run(12, _bimodal_host(), _device())
+    rows = _rows(data)
+    for key in LAUNCH:
+        row = rows[key]
+        assert row.launch_bound and row.time == con.DEVICE and row.judged == CellClass.KERNEL_BOUND
+        assert row.cmp.verdict == stats.EQUIVALENT and row.cmp.threshold == 0.02
+        assert 0.98 < row.cmp.ci_low and row.cmp.ci_high < 1.02  # the device-time CI within ±2 %
+        assert row.dispatch.cmp.threshold == 0.05 and row.dispatch.cmp.verdict in (stats.UNDETERMINED, stats.EQUIVALENT)
+        assert row.a == pytest.approx([rows[key].a[i] for i in range(len(row.rounds))])
+        assert max(row.a) < 10e-6  # device medians (µs of kernel), not the host's 18-28 µs
+    busy = rows[BUSY]
+    assert not busy.launch_bound and busy.time == con.HOST and busy.dispatch is None
+    line = "\n".join(report.launch_bound_line(doc.from_json(data), report.analyse(doc.from_json(data))))
+    assert "2 of 3 stock-vs-patched cells" in line and "; all are judged on device time" in line
+    assert "**kernel**: 2 equivalent" in line and "CUDA graph" in line
+    assert "two per-process levels (modes)" in line and "18.5 µs" in line and "28.3 µs" in line
+
+
+def test_a_planted_kernel_slowdown_is_caught_by_device_time_on_every_launch_bound_cell():
+    data = _cuda_run(8, _bimodal_host(), _device(extra_patched=1.05))
+    rows = _rows(data)
+    for key in LAUNCH:
+        assert rows[key].time == con.DEVICE and rows[key].cmp.verdict == stats.SLOWER, key
+        assert rows[key].cmp.ratio == pytest.approx(1.05, abs=0.01)
+        assert rows[key].dispatch.cmp.verdict != stats.SLOWER  # host time did not move
+    assert rows[BUSY].cmp.verdict == stats.EQUIVALENT
+
+
+def test_a_planted_host_slowdown_is_caught_by_dispatch_only():
+    data = _cuda_run(8, _bimodal_host(extra_patched=1.3, levels=(18.5e-6, 18.5e-6)), _device())
+    rows = _rows(data)
+    for key in LAUNCH:
+        assert rows[key].cmp.verdict == stats.EQUIVALENT, key  # the kernels did not change
+        assert rows[key].dispatch.cmp.verdict == stats.SLOWER, key
+    line = "\n".join(report.launch_bound_line(doc.from_json(data), report.analyse(doc.from_json(data))))
+    assert "**dispatch**: 2 slower" in line and "dispatch changed: `default` mm M512 N512 K512 float16 0.7" in line
+
+
+def test_without_device_time_on_both_sides_a_launch_bound_cell_keeps_its_host_verdict():
+    def device_of(build, key, rnd):
+        return None if build == "stock" else 3.3e-6
+
+    data = _cuda_run(6, _bimodal_host(), device_of)
+    rows = _rows(data)
+    for key in LAUNCH:
+        assert rows[key].time == con.HOST and rows[key].judged == CellClass.LAUNCH_BOUND
+        assert rows[key].cmp.threshold == 0.05
+    line = "\n".join(report.launch_bound_line(doc.from_json(data), report.analyse(doc.from_json(data))))
+    assert "judged on device time" not in line and "judged on host time at ±5%" in line
+
+
+class _Fake:
+    device_clock = "fake-clock"
+    device_note = ""
+
+    def __init__(self, fn):
+        self.device_time = fn
+
+
+def test_measure_device_sizes_the_replay_from_the_host_median_and_records_why_not():
+    m = Measurement(samples=[20e-6] * 5, enqueue=[19e-6] * 5, number=512, method="synchronize+perf_counter")
+    seen = []
+    measure_device(_Fake(lambda fn, calls, replays: seen.append((calls, replays)) or [3e-6] * replays), None, m)
+    assert seen == [(math.ceil(DEVICE_REPLAY_S / 20e-6), 10)] and m.device_calls == 100
+    assert m.device_median == pytest.approx(3e-6) and m.device_method == "fake-clock" and not m.device_note
+    big = Measurement(samples=[1e-9] * 5, enqueue=[1e-9] * 5, number=4096)
+    measure_device(_Fake(lambda fn, calls, replays: [1e-9] * replays), None, big)
+    assert big.device_calls == min(4096, MAX_BLOCK_CALLS)  # never more calls than a block enqueues
+
+    def not_capturable(fn, calls, replays):
+        raise RuntimeError("operation not permitted when stream is capturing\nmore")
+
+    m = Measurement(samples=[20e-6] * 5, number=8)
+    measure_device(_Fake(not_capturable), None, m)
+    assert m.device == [] and m.device_note == (
+        "no device time (fake-clock): RuntimeError: operation not permitted when stream is capturing"
+    )
+    for bad in ([], [3e-6, math.nan], [0.0], [-1e-6]):
+        m = Measurement(samples=[20e-6] * 5, number=8)
+        measure_device(_Fake(lambda fn, calls, replays, bad=bad: bad), None, m)
+        assert m.device == [] and "not all finite positive seconds" in m.device_note
+    m = Measurement(samples=[20e-6] * 5, number=8)
+    measure_device(devices.profile("cpu", None), None, m)
+    assert m.device == [] and m.device_note == devices.CPU_DEVICE_NOTE
+
+
+def test_device_time_round_trips_and_is_validated():
+    m = Measurement(samples=[2e-5] * 4, enqueue=[1e-5] * 4, number=8, method="perf_counter")
+    m.device, m.device_method, m.device_calls = [3e-6, 3.1e-6], "cuda-graph+events", 100
+    back = Measurement.from_json(m.to_json())
+    assert back.device == m.device and back.device_calls == 100 and back.device_median == pytest.approx(3.05e-6)
+    record = {"measurement": m.to_json()}
+    assert res.device_problem(record["measurement"], "m") is None
+    for key, value, words in (
+        ("device", [3e-6, 0.0], "m.device holds 0.0"),
+        ("device", "fast", "m.device is not a list"),
+        ("device_calls", 0, "m.device_calls is 0"),
+        ("device_calls", 1.5, "m.device_calls is 1.5"),
+        ("device_note", 3, "m.device_note is"),
+    ):
+        bad = {**record["measurement"], key: value}
+        assert res.device_problem(bad, "m").startswith(words), key
+    old = {k: v for k, v in record["measurement"].items() if not k.startswith("device")}
+    assert res.device_problem(old, "m") is None  # results written before device time
