@@ -34,7 +34,7 @@ import json
 import re
 import shlex
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import harness
@@ -104,8 +104,8 @@ def resume_command(command: Sequence[str], folder: Path) -> list[str]:
     return out if found else [*out, "--out", str(folder)]
 
 
-#: the plan fields a run's identity rests on (:func:`content_digest`); the command (its ``--out`` path) and the
-#: start and finish times are where and when, not what
+#: the plan fields (:class:`harness.document.Header`) a run's identity rests on (:func:`content_digest`); the
+#: command (its ``--out`` path) and the start and finish times are where and when, not what
 PLAN_FIELDS = (
     "kind",
     "device",
@@ -122,28 +122,35 @@ PLAN_FIELDS = (
     "extra_env",
     "plant_k",
 )
-#: the fields of one process's record its identity rests on: no wall-clock stamps, pid or slot
-PROCESS_FIELDS = ("name", "build", "config", "round")
-#: the fields of one cell's record: the raw samples (``measurement``: seconds), the correctness check
-CELL_FIELDS = ("status", "reason", "measurement", "check")
+
+
+def _plain(value):
+    """A typed document's value as JSON data (mapping proxies and tuples as objects and lists)."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
 
 
 def content_digest(run: doc.RunDocument) -> str:
     """A run's identity, whatever bytes hold it: sha256 (hex, 64 characters) of the canonical JSON (sorted
-    keys, no spaces) of its plan (:data:`PLAN_FIELDS` of ``run``), of every process's record
-    (:data:`PROCESS_FIELDS`, and per cell :data:`CELL_FIELDS`: the raw samples) in process order, and of the
-    machine it ran on (:attr:`harness.document.Machine.identity`). Timestamps,
-    paths (the command's ``--out``), pids and the host clock's readings are left out, so a copy of one run
-    whose clocks were shifted, or that was written again with other spacing or key order, has the digest of
-    the run; two runs differ in their samples (or seed) and so in their digests."""
-    data = run.data
-    plan = {k: data["run"].get(k) for k in PLAN_FIELDS}
+    keys, no spaces) of its plan (:data:`PLAN_FIELDS` of its header), of every process's records in process
+    order (name, build, config, round; per cell its key, status, reason, raw samples (``measurement``,
+    seconds) and correctness check), and of the machine it ran on (:attr:`harness.document.Machine.identity`).
+    Timestamps, paths (the command's ``--out``), pids and the host clock's readings are left out, so a copy
+    of one run whose clocks were shifted, or that was written again with other spacing or key order, has
+    the digest of the run; two runs differ in their samples (or seed) and so in their digests."""
+    plan = {k: _plain(getattr(run.header, k)) for k in PLAN_FIELDS}
     processes = [
-        {
-            **{k: proc.get(k) for k in PROCESS_FIELDS},
-            "cells": {key: {k: rec.get(k) for k in CELL_FIELDS} for key, rec in proc["cells"].items()},
-        }
-        for proc in data["processes"]
+        [
+            p.name,
+            p.build,
+            p.config,
+            p.round,
+            [[r.key, r.status, r.reason, _plain(r.measurement), _plain(r.check)] for r in p.cells],
+        ]
+        for p in run.processes
     ]
     whole = {"plan": plan, "processes": processes, "machine": run.machine.identity}
     text = json.dumps(whole, sort_keys=True, separators=(",", ":"), default=str)
