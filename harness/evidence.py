@@ -45,6 +45,7 @@ found under ``variables_in_libraries``) and the report shows them. A manifest de
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -424,8 +425,10 @@ def _test_from_table(table: dict, where: str) -> SeriesTest:
     bad = [f"{b} = {o!r}" for b, o in expect.items() if o not in OUTCOMES]
     stray = [b for b in expect if b not in TEST_BUILDS]
     if stray:  # a misspelt build would run the test and judge nothing
+        close = difflib.get_close_matches(stray[0], TEST_BUILDS, n=1)
         raise EvidenceError(
-            f"{where} key 'expect': {stray[0]!r} is not a build ({', '.join(TEST_BUILDS)}: compare's, bench's)"
+            f"{where} key 'expect': {stray[0]!r} is not a build ({', '.join(TEST_BUILDS)}: compare's, bench's"
+            + (f"; did you mean {close[0]!r}?)" if close else ")")
         )
     if bad or not expect:
         raise EvidenceError(

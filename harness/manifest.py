@@ -25,6 +25,7 @@ refused (:func:`load_series`); the edits (:func:`set_base_patches`, :func:`add_b
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import os
@@ -36,9 +37,11 @@ from pathlib import Path
 
 from harness import progress
 from harness.bench.accuracy import ACCUMULATORS
+from harness.bench.ops import REGISTRY
+from harness.bench.workloads import DTYPES
 from harness.configs import DEVICES, ROUTES
 from harness.errors import SeriesError
-from harness.evidence import Evidence, EvidenceError, route_problem
+from harness.evidence import TEST_BUILDS, Evidence, EvidenceError, route_problem
 from harness.evidence import validate as validate_evidence
 from harness.fsutil import atomic_write_text, inside
 from harness.paths import slug
@@ -74,6 +77,11 @@ _ACCUMULATOR_KEYS = {"accumulator": str, "source": str}
 #: ``[pr]``: the pull request's "why" paragraph and what the series adds over the nearest alternative
 _PR_KEYS = {"why": str, "alternative": str, "over_alternative": str}
 _SHA = re.compile(r"[0-9a-f]{40}")
+#: an environment variable name as POSIX's portable character set allows one (IEEE Std 1003.1, Base
+#: Definitions, 8.1 "Environment Variable Definition": letters, digits and _, not starting with a digit):
+#: what a marker (``[evidence] markers``, top-level ``env``) must be
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_NAMES_REMEDY = "fix the name in series.toml (docs/new-series.md lists what each key may name)"
 
 
 # ------------------------------------------------------------------------------------- manifest
@@ -417,7 +425,81 @@ def load_series(spec: str | Path) -> Series:
                 "give each [[base]] its own folder",
             )
         bases.append(base)
+    check_names(where, evidence, bases)
     return Series(folder, data["name"], data["title"], data["upstream"], tuple(bases), related, evidence, pr)
+
+
+def nearest(name: str, valid: Iterable[str]) -> str:
+    """``did you mean 'x'?`` for the valid name closest to ``name`` (:func:`difflib.get_close_matches`, its
+    default cutoff 0.6), else ``valid: 'a', 'b'`` (every valid name)."""
+    valid = list(valid)
+    close = difflib.get_close_matches(name, valid, n=1)
+    return f"did you mean {close[0]!r}?" if close else "valid: " + ", ".join(map(repr, valid))
+
+
+def _exists(where: str, kind: str, name: str, valid: Iterable[str], what: str) -> None:
+    valid = list(valid)
+    if name not in valid:
+        raise SeriesError(f"{where}: {kind} {name!r} is not {what} ({nearest(name, valid)})", _NAMES_REMEDY)
+
+
+def check_markers(where: str, key: str, markers: Iterable[str]) -> None:
+    """Every marker is an environment variable name (:data:`ENV_NAME`): a marker is the variable the patch
+    adds, looked for in each build's libraries; ``A=B`` or ``A B`` would be found as text, not as a variable.
+
+    Raises:
+        SeriesError: the field (``key``) and the first bad marker.
+    """
+    for marker in markers:
+        if not ENV_NAME.fullmatch(marker):
+            raise SeriesError(
+                f"{where}: {key}: {marker!r} is not an environment variable name "
+                "(letters, digits and _, not starting with a digit)",
+                "name the variable the patch adds, e.g. PYTORCH_MPS_GEMM_PREFER_FAST_MATH",
+            )
+
+
+def check_names(where: str, evidence: Evidence, bases: Iterable[Base]) -> None:
+    """The manifest as a whole: every name it uses names something that exists. A device table's
+    ``configs``, ``consistency``, ``routes``, ``patched_routes`` and ``about`` name configs of that device
+    (:meth:`harness.evidence.Evidence.profiles`: generic and the series' own); every route names ops of
+    :data:`harness.bench.ops.REGISTRY`, in ``[evidence.<device>]`` and in each base's ``[base.routes.<device>]``;
+    a contrast's sides name a build of :data:`harness.evidence.TEST_BUILDS` and a config of any device the
+    series has (a series' contrasts are not per device: a run on another device reports them as not
+    measured), its ``ops`` ops of the registry and its ``dtypes`` of :data:`harness.bench.workloads.DTYPES`.
+    A misspelt name would otherwise surface only after a whole ``compare``, as "not measured".
+
+    Raises:
+        SeriesError: the field, the name and the nearest valid name (:func:`nearest`), one line.
+    """
+    ops = list(REGISTRY)
+    for device, table in evidence.device.items():
+        known = [c.name for c in evidence.profiles(device)]
+        what = f"a {device} config"
+        for key in ("configs", "consistency"):
+            for name in table.get(key, ()):
+                _exists(f"{where}: [evidence.{device}] key {key!r}", "config", name, known, what)
+        for key in ("routes", "patched_routes", "about"):
+            for name, per_op in table.get(key, {}).items():
+                _exists(f"{where}: [evidence.{device}.{key}]", "config", name, known, what)
+                for op in per_op if key != "about" else ():
+                    _exists(f"{where}: [evidence.{device}.{key}] key {name!r}", "op", op, ops, "an op")
+    for base in bases:
+        for device, per_config in base.routes.items():
+            for name, per_op in per_config.items():
+                label = f"{where}: [[base]] #{base.index} (ref {base.ref!r}) [base.routes.{device}] key {name!r}"
+                for op in per_op:
+                    _exists(label, "op", op, ops, "an op")
+    configs = list(dict.fromkeys(c.name for device in DEVICES for c in evidence.profiles(device)))
+    for i, contrast in enumerate(evidence.contrasts, start=1):
+        label = f"{where}: [[evidence.contrast]] #{i}"
+        for key, side in (("a", contrast.a), ("b", contrast.b)):
+            _exists(f"{label} key {key!r}", "build", side.build, TEST_BUILDS, "a build")
+            _exists(f"{label} key {key!r}", "config", side.config, configs, "a config of this series")
+        for op in contrast.ops:
+            _exists(f"{label} key 'ops'", "op", op, ops, "an op")
+        for dtype in contrast.dtypes:
+            _exists(f"{label} key 'dtypes'", "dtype", dtype, DTYPES, "a dtype")
 
 
 def _load_evidence(where: str, data: dict) -> Evidence:
@@ -428,11 +510,13 @@ def _load_evidence(where: str, data: dict) -> Evidence:
         SeriesError: a malformed key, named; ``env`` and ``markers`` that name different markers.
     """
     env = _strings(where, "env", data.get("env", []))
+    check_markers(where, "key 'env'", env)
     table = data.get("evidence", {})
     try:
         evidence = validate_evidence(table, env, data["name"])
     except EvidenceError as exc:
         raise SeriesError(f"{where}: {exc}", "fix that key (docs/new-series.md lists every [evidence] key)") from None
+    check_markers(where, "[evidence] key 'markers'", evidence.markers)
     if env and set(env) != set(evidence.markers):
         raise SeriesError(
             f"{where}: top-level key 'env' {list(env)} and [evidence] key 'markers' {list(evidence.markers)} "

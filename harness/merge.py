@@ -18,7 +18,8 @@ What is refused, and why (docs/machines.md):
 - runs made with different ``compare --plant-k`` (a calibration run beside an ordinary one, or two K's):
   a merge of calibration runs says so at the top of its PR block;
 - a run that is not finished (resume it first: its own command with the directory given for ``--out``);
-- the same run twice (one resolved directory, or one results.json sha256), even with ``allow_same_machine``;
+- the same run twice (one resolved directory, or one :func:`content_digest`: its plan and process records,
+  whatever the bytes, timestamps or paths of the copy), even with ``allow_same_machine``;
 - a build role whose torch differs (version without its local label, or git commit) between machines;
   builds that differ only in their wheels (each machine's own, or a pip wheel with another local label)
   are merged when their build manifests' flags match (:data:`harness.document.NEUTRAL_FLAGS` aside),
@@ -28,11 +29,12 @@ What is refused, and why (docs/machines.md):
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import shlex
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import harness
@@ -62,7 +64,7 @@ def check(runs: Sequence[tuple[Path, doc.RunDocument]], allow_same_machine: bool
     """
     if len(runs) < 2:
         raise MergeRefused("merge needs at least two runs", "name two or more results directories")
-    _same_run([path for path, _ in runs])
+    _same_run(runs)
     for path, run in runs:
         if not run.finished:
             done = len(run.processes)
@@ -102,16 +104,74 @@ def resume_command(command: Sequence[str], folder: Path) -> list[str]:
     return out if found else [*out, "--out", str(folder)]
 
 
-def _same_run(paths: Sequence[Path]) -> None:
-    """Refuse one run given twice: one resolved folder, or results.json files of one sha256 (a copy)."""
+#: the plan fields (:class:`harness.document.Header`) a run's identity rests on (:func:`content_digest`); the
+#: command (its ``--out`` path) and the start and finish times are where and when, not what
+PLAN_FIELDS = (
+    "kind",
+    "device",
+    "builds",
+    "configs",
+    "cells",
+    "rounds",
+    "seed",
+    "order",
+    "timing",
+    "quick",
+    "threads",
+    "keep_env",
+    "extra_env",
+    "plant_k",
+)
+
+
+def _plain(value):
+    """A typed document's value as JSON data (mapping proxies and tuples as objects and lists)."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def content_digest(run: doc.RunDocument) -> str:
+    """A run's identity, whatever bytes hold it: sha256 (hex, 64 characters) of the canonical JSON (sorted
+    keys, no spaces) of its plan (:data:`PLAN_FIELDS` of its header), of every process's records in process
+    order (name, build, config, round; per cell its key, status, reason, raw samples (``measurement``,
+    seconds) and correctness check), and of the machine it ran on (:attr:`harness.document.Machine.identity`).
+    Timestamps, paths (the command's ``--out``), pids and the host clock's readings are left out, so a copy
+    of one run whose clocks were shifted, or that was written again with other spacing or key order, has
+    the digest of the run; two runs differ in their samples (or seed) and so in their digests."""
+    plan = {k: _plain(getattr(run.header, k)) for k in PLAN_FIELDS}
+    processes = [
+        [
+            p.name,
+            p.build,
+            p.config,
+            p.round,
+            [[r.key, r.status, r.reason, _plain(r.measurement), _plain(r.check)] for r in p.cells],
+        ]
+        for p in run.processes
+    ]
+    whole = {"plan": plan, "processes": processes, "machine": run.machine.identity}
+    text = json.dumps(whole, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _same_run(runs: Sequence[tuple[Path, doc.RunDocument]]) -> None:
+    """Refuse one run given twice: one resolved folder, or one :func:`content_digest` (a copy, whatever its
+    bytes: clocks shifted, written again)."""
     seen: dict[str, Path] = {}
-    for path in paths:
+    for path, run in runs:
         folder = _folder(path)
-        for key in (f"dir:{folder.resolve()}", f"sha256:{sha256_file(folder / res.RESULTS)}"):
+        for key in (f"dir:{folder.resolve()}", f"content:{content_digest(run)}"):
             if key in seen:
                 raise MergeRefused(
                     f"{seen[key]} and {path} are the same run given twice "
-                    + ("(one folder)" if key.startswith("dir:") else "(results.json of one sha256: a copy)"),
+                    + (
+                        "(one folder)"
+                        if key.startswith("dir:")
+                        else "(one plan and the same process records: a copy, whatever its timestamps)"
+                    ),
                     "name each machine's run once (--allow-same-machine is for two machines, not one run twice)",
                 )
             seen[key] = path

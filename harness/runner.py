@@ -236,7 +236,7 @@ def probe_builds(plan: Plan) -> dict[str, dict]:
     markers = tuple(cfg.variables(plan.device, plan.evidence.profiles(plan.device))) + plan.evidence.markers
     for name, build in plan.builds.items():
         python, reused = ensure_interpreter(build)
-        note(f"build {name}: {'reusing' if reused else 'created'} {python}")
+        note(f"{supervise.who_of(name)}: {'reusing' if reused else 'created'} {python}")
         if str(python) not in probed:
             probed[str(python)] = supervise.probe_build(
                 name, python, plan.device, plan.keep_env, markers, with_collect_env=True

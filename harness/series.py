@@ -361,7 +361,8 @@ def _same_patch(worktree: Path, old: Path, new: Path, tmp: Path) -> bool:
 
 
 def write_patches(worktree: Path, base_commit: str, folder: Path, old_names: list[str]) -> tuple[list[str], int]:
-    """Format ``base_commit..HEAD`` of ``worktree`` into ``folder``; unchanged patches keep their bytes.
+    """Format ``base_commit..HEAD`` of ``worktree`` into ``folder``; unchanged patches keep their bytes, and a
+    patch rewritten under the file name it had keeps the spelling of its entry in ``old_names``.
 
     Returns:
         (new patch file names in order, number of files written or removed).
@@ -394,10 +395,9 @@ def write_patches(worktree: Path, base_commit: str, folder: Path, old_names: lis
             if old is not None and old.is_file() and _same_patch(worktree, old, new, tmp):
                 names.append(old_name)
                 continue
-            atomic_write_text(
-                inside(folder, new.name, "patch"), new.read_text(encoding="utf-8", errors="surrogateescape")
-            )
-            names.append(new.name)
+            target = inside(folder, new.name, "patch")
+            atomic_write_text(target, new.read_text(encoding="utf-8", errors="surrogateescape"))
+            names.append(old_name if old == target else new.name)  # the user's spelling ("./x.patch") of one file
             changed += 1
     kept = {inside(folder, name, "patch") for name in names}  # resolved: "./0001-x.patch" is "0001-x.patch"
     for stale in dict.fromkeys(inside(folder, name, "patch") for name in old_names):

@@ -54,7 +54,7 @@ def probe_build(
     looked_for = sorted(set(cfg.variables(device)) | set(markers))
     env = cfg.worker_environment(cfg.EnvConfig("probe"), keep=keep)
     env["PYTHONPATH"] = SOURCE_ROOT
-    who = f"build {name}" if name else "the build"  # doctor's one build has no name: not "build build"
+    who = who_of(name)
     what = f"{who} probe ({python})"
     cmd = [str(python), "-m", "harness.bench.provenance", "--device", device, "--markers", ",".join(looked_for)]
     proc = children.run(
@@ -90,6 +90,12 @@ def probe_build(
 PROBE_STEPS = dict(provenance.STEPS)
 
 
+def who_of(name: str) -> str:
+    """How a message names build ``name``: ``build stock``, ``build patched``; ``the build`` for ``bench``'s one
+    build (named ``build``) and doctor's (no name), never "build build"."""
+    return f"build {name}" if name and name != "build" else "the build"
+
+
 def not_started(who: str, python: Path | str, proc: children.Outcome) -> HarnessError | None:
     """The error for an interpreter that stopped before running any code (a "Fatal Python error" at
     start-up, e.g. under ``PYTHONHOME=/nonexistent``), or None when it started."""
@@ -111,9 +117,9 @@ def check_starts(name: str, python: Path, keep: tuple[str, ...], extra: dict[str
     """
     env = {**cfg.worker_environment(cfg.EnvConfig("start"), keep=keep), **extra, "PYTHONPATH": SOURCE_ROOT}
     proc = children.run(
-        [str(python), "-c", ""], what=f"build {name} ({python}) under --env", deadline=children.START_S, env=env
+        [str(python), "-c", ""], what=f"{who_of(name)} ({python}) under --env", deadline=children.START_S, env=env
     )
-    failed = not_started(f"build {name}", python, proc)
+    failed = not_started(who_of(name), python, proc)
     if failed:
         raise HarnessError(
             f"{failed.cause} (--env {' '.join(f'{k}={v}' for k, v in extra.items())})",
@@ -447,7 +453,7 @@ def consistency_of(build: str, python: str, args: list[str]) -> dict:
     try:
         proc = children.run(
             [python, "-m", "harness.bench.consistency", *args],
-            what=f"consistency check of build {build}",
+            what=f"consistency check of {who_of(build)}",
             deadline=max(CONSISTENCY_STEPS.values()),
             steps=CONSISTENCY_STEPS,
             answer=True,
@@ -456,7 +462,7 @@ def consistency_of(build: str, python: str, args: list[str]) -> dict:
     except HarnessError as exc:  # out of time: the run's measurements stand; the report says why
         return {"error": f"consistency check did not finish: {exc.cause}"}
     if proc.returncode != 0:
-        failed = not_started(f"build {build}", python, proc)
+        failed = not_started(who_of(build), python, proc)
         return {"error": f"consistency check failed to run: {failed.cause if failed else proc.last_line()}"}
     if not isinstance(proc.answer, dict):
         return {"error": "consistency check failed to run: it exited with status 0 and wrote no answer"}

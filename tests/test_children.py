@@ -213,6 +213,25 @@ def test_compare_under_an_env_that_stops_the_interpreter_is_refused_before_any_w
     assert not list(out.glob("raw/*.jsonl"))  # no worker ran
 
 
+def test_bench_under_an_env_that_stops_the_interpreter_names_the_build_once(tmp_path, this_python):
+    """bench's one build is named ``build``: its line said "build build's interpreter"."""
+    ran = run_harness(
+        "bench",
+        *("--build", this_python, "--device", "cpu", "--configs", "default", "--cells", "mm/16x16x16/float32"),
+        *("--rounds", "1", "--env", "PYTHONHOME=/nonexistent", "--out", str(tmp_path / "out")),
+    )
+    errors = [line for line in ran.stderr.splitlines() if line.startswith("error:")]
+    assert ran.returncode == 2 and len(errors) == 1, ran.stderr
+    assert f"error: the build's interpreter {sys.executable} did not start" in errors[0], errors
+    assert "build build" not in ran.stderr
+    assert [supervise.who_of(n) for n in ("stock", "patched", "build", "")] == [
+        "build stock",
+        "build patched",
+        "the build",
+        "the build",
+    ]
+
+
 # -------------------------------------------------------------- 5: two runs, one environment
 def test_two_runs_creating_one_environment_share_it(tmp_path, monkeypatch, capsys):
     """The second of two `compare` runs with the same requirement stopped at once ("is in use by pid ...");

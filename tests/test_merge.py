@@ -581,12 +581,55 @@ def test_the_same_run_given_twice_is_refused_even_when_same_machine_is_allowed(t
         (["a", "a", "--allow-same-machine"], "a and a are the same run given twice (one folder)"),
         (["a", "./a"], "a and a are the same run given twice (one folder)"),  # Path("./a") prints as a
         (["a", str(a / "results.json")], "are the same run given twice (one folder)"),
-        (["a", "copy", "--allow-same-machine"], "a and copy are the same run given twice (results.json of one"),
+        (["a", "copy", "--allow-same-machine"], "a and copy are the same run given twice (one plan and the same"),
     ):
         ran = run_harness("merge", *args, "--out", "m", cwd=tmp_path)
         assert ran.returncode == 2 and said in ran.stderr and "same machine" not in ran.stderr, ran.stderr
         assert len(ran.stderr.splitlines()) == 1
     assert not (tmp_path / "m").exists() and copied.exists()
+
+
+def _shifted(data: dict, seconds: float) -> dict:
+    """A copy of ``data`` as another folder and another host clock would write it: every process's wall-clock
+    stamps and the run's start/finish moved by ``seconds``, another ``--out`` in the recorded command."""
+    out = copy.deepcopy(data)
+    for proc in out["processes"]:
+        for key in ("started", "worker_started", "finished"):
+            if isinstance(proc.get(key), (int, float)):
+                proc[key] += seconds
+    out["run"]["started"], out["run"]["finished"] = "2027-01-01T00:00:00+00:00", "2027-01-01T01:00:00+00:00"
+    out["run"]["command"] = [*out["run"]["command"][:-1], "elsewhere"]
+    return out
+
+
+@pytest.mark.parametrize("allow", [[], ["--allow-same-machine"]])
+def test_a_copy_with_other_bytes_is_still_the_same_run(tmp_path, example, allow):
+    """One run copied with shifted clocks (other bytes, other sha256) is refused as one run given twice, with or
+    without --allow-same-machine; one sample changed (another run) is not (just outside the identity)."""
+    a = save(tmp_path / "here", example)
+    shifted = _shifted(example, 3600.0)
+    copied = tmp_path / "here-copy"
+    copied.mkdir()
+    (copied / "results.json").write_text(json.dumps(shifted, indent=1, sort_keys=True))
+    assert (
+        hashlib.sha256((a / "results.json").read_bytes()).digest()
+        != hashlib.sha256((copied / "results.json").read_bytes()).digest()
+    )
+    ran = run_harness("merge", "here", "here-copy", *allow, "--out", "m", cwd=tmp_path)
+    assert ran.returncode == 2 and len(ran.stderr.splitlines()) == 1, ran.stderr
+    assert "here and here-copy are the same run given twice (one plan and the same process records" in ran.stderr
+    assert "same machine" not in ran.stderr and not (tmp_path / "m").exists()
+    # just outside: one sample of one process differs -> two runs (refused only as one machine twice)
+    other = copy.deepcopy(shifted)
+    record = next(iter(other["processes"][0]["cells"].values()))
+    record["measurement"]["samples"][0] *= 1.5
+    save(tmp_path / "other", other)
+    ran = run_harness("merge", "here", "other", "--out", "m2", cwd=tmp_path)
+    assert ran.returncode == 2 and "ran on the same machine" in ran.stderr, ran.stderr
+    ran = run_harness("merge", "here", "other", "--allow-same-machine", "--out", "m2", cwd=tmp_path)
+    assert ran.returncode == 0, ran.stderr
+    assert merge.content_digest(doc.load(a)) == merge.content_digest(doc.load(copied))
+    assert merge.content_digest(doc.load(a)) != merge.content_digest(doc.load(tmp_path / "other"))
 
 
 def test_an_unfinished_source_is_resumed_where_it_lies_now(tmp_path, example):

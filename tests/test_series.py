@@ -112,14 +112,14 @@ path = "aten/src/ATen/native/mps/operations/LinearAlgebra.mm"
 commit = "{sha}"
 
 [evidence]
-mps = ["vanilla", "fast_math", "prefer_metal", "fast_math+prefer_metal", "all"]
+mps = ["vanilla", "fast_math", "prefer_metal", "fast_math+prefer_metal"]
 """)
     series = load_series("mps-gemm-prefer-fast-math")
     entry = series.base("v2.6.0")
     assert entry.commit == sha and entry.dir == "v2.6.0-src" and entry.notes == "free text"
     assert entry.read == ({"path": "aten/src/ATen/native/mps/operations/LinearAlgebra.mm", "commit": sha},)
     assert series.related == ("https://github.com/pytorch/pytorch/pull/167424",)
-    assert series.evidence.device["mps"]["configs"][-1] == "all"
+    assert series.evidence.device["mps"]["configs"][-1] == "fast_math+prefer_metal"  # the short form: generic configs
     assert series.patch_paths(entry) == [folder.resolve() / "v2.6.0-src" / "0001-mps-gemm.patch"]
     assert load_series(folder / "series.toml").name == series.name  # a path works too
 

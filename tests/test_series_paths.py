@@ -72,6 +72,23 @@ def test_refresh_keeps_a_patch_listed_as_dot_slash_name(tiny_upstream, project, 
     assert all((folder / "v1" / name).is_file() for name in listed) and len(listed) == 2, listed
 
 
+def test_refresh_keeps_the_spelling_of_every_entry_it_rewrites(tiny_upstream, project, isolated_cache, capsys):
+    """A refresh that rewrote one patch listed as "./name" wrote it back as "name" and kept the other "./"."""
+    folder = export_series(tiny_upstream, project)
+    manifest = folder / "series.toml"
+    first, second = (p.name for p in sorted((folder / "v1").iterdir()))
+    text = manifest.read_text().replace(f'"{first}"', f'"./{first}"').replace(f'"{second}"', f'"./{second}"')
+    manifest.write_text(text)
+    assert _run(capsys, "apply", "--series", "demo")[0] == 0
+    patched = project / "work" / "v1" / "patched"
+    subject = git(patched, "log", "-1", "--format=%s").strip()  # the same subject: the same file name
+    git(patched, "commit", "-q", "--amend", "-m", subject, "-m", "Why: a better message.")
+    rc, out = _run(capsys, "refresh", "--series", "demo")
+    assert rc == 0 and "Why: a better message." in (folder / "v1" / second).read_text(), out
+    assert re.findall(r'"([^"]+\.patch)"', manifest.read_text()) == [f"./{first}", f"./{second}"]
+    assert manifest.read_text() == text  # the list unchanged: nothing to rewrite
+
+
 def test_a_patch_listed_twice_under_two_spellings_is_refused(tiny_upstream, project, isolated_cache, capsys):
     folder = export_series(tiny_upstream, project)
     manifest = folder / "series.toml"
