@@ -22,8 +22,17 @@ After ``apply`` (and ``compare`` for the evidence), ``python -m harness pr --ser
   ``git push``, or ghstack, which turns each commit of the branch into its own stacked PR; ghstack is not
   run here).
 
+The branch is made only from commits that are the series' patch files one for one (change, message and
+author: :func:`harness.series.compare_with_series`), the series whose hash the evidence names; other
+commits are refused in one line that names them and says ``refresh`` (then a new ``compare``) fixes it.
+``--evidence-for-other-series`` makes the branch anyway, and PR.md then says which series hash its
+evidence is for and which the branch carries. Without evidence at the current series hash, PR.md's "not
+measured" line names the newest results of the series at another hash, when there are some.
+
 Nothing in the worktrees changes: the branch is made with ``git commit-tree`` and ``update-ref``,
-so ``patched`` stays on its series branch and ``apply``/``refresh`` keep working.
+so ``patched`` stays on its series branch and ``apply``/``refresh`` keep working (a detached HEAD there
+is put back on that branch, its commits kept on a branch the message names:
+:func:`harness.upstream.keep_commits`).
 """
 
 from __future__ import annotations

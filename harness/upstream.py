@@ -834,12 +834,10 @@ def _ensure_complete(worktree: Path) -> None:
 def switch_branch(worktree: Path, branch: str, commit: str, *, adopt: bool = False) -> None:
     """Put ``worktree`` on ``branch`` (created at ``commit`` when absent); no-op when already there.
 
-    A worktree on an earlier name of its patched branch (:func:`_earlier_name`) keeps its commits:
-    that branch is renamed to ``branch``. No commit is hidden: a detached HEAD whose commits no branch
-    or tag reaches is first kept on a branch of its own (:func:`keep_commits`, which says its name). With
-    ``adopt`` (``refresh``), a detached HEAD on top of ``commit`` (the base) becomes ``branch`` instead:
-    its commits are the series from now on (the branch's former commits kept as above when nothing else
-    reaches them).
+    A worktree on an earlier name of its patched branch (:func:`_earlier_name`) keeps its commits: that
+    branch is renamed to ``branch``. A detached HEAD's commits are kept first (:func:`keep_commits`); with
+    ``adopt`` (``refresh``), a detached HEAD on top of ``commit`` becomes ``branch`` instead (the commits
+    only the branch held are kept).
 
     Raises:
         UpstreamError: the worktree has uncommitted changes and is on another branch.
@@ -859,61 +857,40 @@ def switch_branch(worktree: Path, branch: str, commit: str, *, adopt: bool = Fal
             f"commit or discard them (`git -C {worktree} status`)",
         )
     exists = git_run(worktree, "show-ref", "--verify", "--quiet", f"refs/heads/{branch}", check=False).rc == 0
-    label = branch.removeprefix("patched/")
-    if adopt and not current and _on_top_of(worktree, commit):
+    on_top = git_run(worktree, "rev-list", "--count", f"{commit}..HEAD").out.strip() if adopt and not current else "0"
+    if on_top != "0" and git_run(worktree, "merge-base", "--is-ancestor", commit, "HEAD", check=False).rc == 0:
         if exists:
-            keep_commits(worktree, label, rev=f"refs/heads/{branch}", moving=branch)
+            keep_commits(worktree, branch.removeprefix("patched/"), rev=f"refs/heads/{branch}", moving=branch)
         git_run(worktree, "checkout", "--quiet", "-B", branch)
-        count = git_run(worktree, "rev-list", "--count", f"{commit}..HEAD").out.strip()
-        progress.note(
-            f"upstream: the detached HEAD of {worktree} ({count} commit(s) on its base) is now branch {branch}"
-        )
+        progress.note(f"upstream: detached HEAD of {worktree} ({on_top} commit(s) on the base) is now branch {branch}")
         return
     if not current:
-        keep_commits(worktree, label)
-    if exists:
-        git_run(worktree, "checkout", "--quiet", branch)
-    else:
-        git_run(worktree, "checkout", "--quiet", "-b", branch, commit)
-
-
-def _on_top_of(worktree: Path, commit: str) -> bool:
-    """Does HEAD of ``worktree`` carry commits on top of ``commit`` (a descendant, not ``commit`` itself)?"""
-    head = git_run(worktree, "rev-parse", "HEAD").out.strip()
-    return head != commit and git_run(worktree, "merge-base", "--is-ancestor", commit, head, check=False).rc == 0
-
-
-#: where :func:`keep_commits` keeps commits that a command would otherwise leave unreachable
-KEPT_PREFIX = "saved/"
+        keep_commits(worktree, branch.removeprefix("patched/"))
+    git_run(worktree, "checkout", "--quiet", *((branch,) if exists else ("-b", branch, commit)))
 
 
 def keep_commits(worktree: Path, label: str, *, rev: str = "HEAD", moving: str | None = None) -> str | None:
-    """Before a command moves ``worktree``'s HEAD (or resets ``moving``, the branch ``rev`` is on): when
-    ``rev`` has commits that no branch (but ``moving``) nor tag reaches, a new branch
-    ``saved/<label>-<sha12 of rev>`` keeps them, and one line on stderr names it. Returns its name, or None
-    when every commit of ``rev`` stays reachable (nothing to keep).
+    """Before a command moves ``worktree``'s HEAD (or resets ``moving``, the branch ``rev`` is on): when ``rev``
+    has commits that no branch (but ``moving``) nor tag holds (``git rev-list --count <rev> --not --branches
+    --tags --remotes``), a new branch ``saved/<label>-<sha12 of rev>`` keeps them and a line on stderr names
+    it. Returns its name, or None when nothing needed keeping.
 
-    Reachability is ``git rev-list --count <rev> --not --branches --tags --remotes`` (``--exclude=<moving>``
-    before ``--branches``): one git call in the common case.
+    Raises:
+        UpstreamError: git would not make that branch (the name is taken by other commits, say): nothing moved.
     """
     not_moving = [f"--exclude={moving}"] if moving else []
-    count = git_run(
-        worktree, "rev-list", "--count", rev, "--not", *not_moving, "--branches", "--tags", "--remotes"
-    ).out.strip()
+    args = ("rev-list", "--count", rev, "--not", *not_moving, "--branches", "--tags", "--remotes")
+    count = git_run(worktree, *args).out.strip()
     if count in ("", "0"):
         return None
     sha = git_run(worktree, "rev-parse", "--verify", f"{rev}^{{commit}}").out.strip()
-    name, n = f"{KEPT_PREFIX}{label}-{sha[:12]}", 1
-    while (made := git_run(worktree, "branch", "--quiet", name, sha, check=False)).rc != 0:
-        there = resolve_commit(worktree, f"refs/heads/{name}", check=False)
-        if there == sha:
-            break  # kept there before
-        if there is None:  # not a name clash: git refused for another reason, and HEAD must not move
-            raise UpstreamError(
-                f"cannot keep {count} commit(s) of {worktree} ({sha[:12]}) on branch {name}: {made.last_line()}",
-                f"keep them yourself (`git -C {worktree} branch <name> {sha}`), then run again",
-            )
-        name, n = f"{KEPT_PREFIX}{label}-{sha[:12]}-{n}", n + 1  # that name holds other commits now
+    name = f"saved/{label}-{sha[:12]}"
+    made = git_run(worktree, "branch", "--quiet", name, sha, check=False)
+    if made.rc != 0:
+        raise UpstreamError(
+            f"cannot keep {count} commit(s) of {worktree} ({sha[:12]}) on branch {name}: {made.last_line()}",
+            f"keep them yourself (`git -C {worktree} branch <name> {sha}`), then run again",
+        )
     progress.note(
         f"upstream: kept {count} commit(s) of {worktree} ({sha[:12]}), which no other branch holds, on branch "
         f"{name} (`git -C {worktree} checkout {name}` gets them back)"

@@ -586,3 +586,55 @@ def test_commits_of_a_detached_head_survive(command, tiny_upstream, project, iso
     assert rc == 0, out
     kept = _branches_with(patched, mine)
     assert kept and any(name in out for name in kept), (kept, out)
+
+
+def test_refresh_adopting_a_detached_head_keeps_the_branch_it_replaces(tiny_upstream, project, isolated_cache, capsys):
+    """The detached HEAD branches off below the series' branch tip: it becomes the branch, and the commit only
+    the old branch held is kept on a branch the message names."""
+    export_series(tiny_upstream, project)
+    assert _run(capsys, "apply", "--series", "demo")[0] == 0
+    _, patched = worktrees(project / "work", "v1")
+    old_tip = git(patched, "rev-parse", "HEAD").strip()
+    git(patched, "checkout", "-q", "--detach", "HEAD~1")
+    mine = _commit_detached(patched)
+    rc, out = _run(capsys, "refresh", "--series", "demo")
+    assert rc == 0, out
+    branch = patched_branch("demo", "v1", patched)
+    assert _branches_with(patched, mine) == [branch]
+    (kept,) = _branches_with(patched, old_tip)
+    assert kept.startswith("saved/demo/v1-") and kept in out
+    assert len(load_series("demo").base("v1").patches) == 2  # the first patch and mine
+
+
+def test_checkout_keeps_commits_made_in_stock(tiny_upstream, project, isolated_cache, capsys):
+    """checkout puts a stock worktree that moved back on the base: a commit made there is kept first."""
+    export_series(tiny_upstream, project)
+    assert _run(capsys, "checkout", "--series", "demo")[0] == 0
+    stock, _ = worktrees(project / "work", "v1")
+    mine = _commit_detached(stock)
+    rc, out = _run(capsys, "checkout", "--series", "demo")
+    assert rc == 0, out
+    assert git(stock, "rev-parse", "HEAD") == git(stock, "rev-parse", "v1^{commit}")
+    (kept,) = _branches_with(stock, mine)
+    assert kept.startswith("saved/stock/v1-") and kept in out
+
+
+def test_keep_commits_refuses_when_git_cannot_make_the_branch(tiny_upstream, project, isolated_cache, capsys):
+    """A branch that git refuses to make (an invalid name; a name other commits hold) stops the move with one
+    line; commits that a branch holds need no keeping."""
+    from harness.errors import UpstreamError
+    from harness.upstream import keep_commits
+
+    export_series(tiny_upstream, project)
+    assert _run(capsys, "checkout", "--series", "demo")[0] == 0
+    stock, _ = worktrees(project / "work", "v1")
+    assert keep_commits(stock, "stock/v1") is None  # the base: a tag holds it
+    mine = _commit_detached(stock)
+    with pytest.raises(UpstreamError, match=r"cannot keep 1 commit\(s\) of .* on branch saved/bad\.\.name-"):
+        keep_commits(stock, "bad..name")
+    git(stock, "branch", f"saved/x-{mine[:12]}", "v1")  # planted: the name taken by other commits
+    with pytest.raises(UpstreamError, match="already exists"):
+        keep_commits(stock, "x")
+    assert git(stock, "rev-parse", f"saved/x-{mine[:12]}") == git(stock, "rev-parse", "v1^{commit}")  # untouched
+    assert keep_commits(stock, "y") == f"saved/y-{mine[:12]}"
+    assert keep_commits(stock, "y") is None  # now a branch holds them
