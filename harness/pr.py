@@ -22,8 +22,17 @@ After ``apply`` (and ``compare`` for the evidence), ``python -m harness pr --ser
   ``git push``, or ghstack, which turns each commit of the branch into its own stacked PR; ghstack is not
   run here).
 
+The branch is made only from commits that are the series' patch files one for one (change, message and
+author: :func:`harness.series.compare_with_series`), the series whose hash the evidence names; other
+commits are refused in one line that names them and says ``refresh`` (then a new ``compare``) fixes it.
+``--evidence-for-other-series`` makes the branch anyway, and PR.md then says which series hash its
+evidence is for and which the branch carries. Without evidence at the current series hash, PR.md's "not
+measured" line names the newest results of the series at another hash, when there are some.
+
 Nothing in the worktrees changes: the branch is made with ``git commit-tree`` and ``update-ref``,
-so ``patched`` stays on its series branch and ``apply``/``refresh`` keep working.
+so ``patched`` stays on its series branch and ``apply``/``refresh`` keep working (a detached HEAD there
+is put back on that branch, its commits kept on a branch the message names:
+:func:`harness.upstream.keep_commits`).
 """
 
 from __future__ import annotations
@@ -41,7 +50,7 @@ from harness.errors import BuildInputError, ResultsError, SeriesError
 from harness.fsutil import atomic_write_text
 from harness.manifest import Series
 from harness.paths import slug
-from harness.series import FALLBACK_COMMITTER
+from harness.series import FALLBACK_COMMITTER, compare_with_series, describe
 from harness.upstream import git_run
 from harness.venvs import wheel_in
 from harness.workflow import Context, existing_checkout
@@ -250,11 +259,32 @@ def evidence_block(directory: Path) -> tuple[str, str]:
     return text, shlex.join(command) if isinstance(command, tuple) else command
 
 
-def pr_markdown(series: Series, base: str, evidence: Path | None, results_root: Path) -> str:
+def _series_hash_of(directory: Path, series_name: str) -> str | None:
+    """The series hash a results directory's results.json names for ``series_name`` (None: none named)."""
+    found = doc.peek(directory / "results.json")
+    return next((h for name, h in (found.series if found else ()) if name == series_name and h), None)
+
+
+def pr_markdown(
+    series: Series,
+    base: str,
+    evidence: Path | None,
+    results_root: Path,
+    *,
+    earlier: Path | None = None,
+    branch_hash: str | None = None,
+) -> str:
     """The text of PR.md, the pull request's body: title, why, what it adds over the alternative
     (``[pr]`` of series.toml), related links, the report's PR block and the command that reproduces it.
-    Nothing for the contributor (how to push, how to make the evidence): :func:`next_steps` prints that."""
-    why = why_text(series, series.patch_paths(series.base(base))[0])
+    Nothing for the contributor (how to push, how to make the evidence): :func:`next_steps` prints that.
+
+    ``earlier``: without evidence, the newest results naming the series at another series hash (an
+    earlier state of the series, or another base), named in the "not measured" line, never quoted.
+    ``branch_hash``: the branch's commits are not the series' patches (``pr --evidence-for-other-series``):
+    a note says which series hash the evidence is for and which the branch carries."""
+    entry = series.base(base)
+    now = series.hash_of(entry)
+    why = why_text(series, series.patch_paths(entry)[0])
     lines = [f"# {series.title}", "", why, ""]
     over = alternative_text(series)
     if over:
@@ -262,7 +292,22 @@ def pr_markdown(series: Series, base: str, evidence: Path | None, results_root: 
     if series.related:
         lines += ["Related: " + ", ".join(series.related), ""]
     lines += ["## Evidence", ""]
-    if evidence is None:
+    if branch_hash is not None:
+        what = "the evidence below was measured for" if evidence is not None else "nothing was measured for"
+        lines += [
+            f"> **Note:** {what} the series `{series.name}` at series hash `{now[:8]}`; "
+            f"this branch's commits are series hash `{branch_hash[:8]}`, which was not measured.",
+            "",
+        ]
+    if evidence is None and earlier is not None:
+        other = _series_hash_of(earlier, series.name)
+        lines += [
+            f"Not measured yet at series hash `{now[:8]}`: the newest results naming the series `{series.name}`, "
+            f"`{earlier}`, are for series hash `{(other or '?')[:8]}` (an earlier state of the series, or another "
+            "base), not quoted here.",
+            "",
+        ]
+    elif evidence is None:
         lines += [f"Not measured yet (no results under `{results_root}/` name the series `{series.name}`).", ""]
     else:
         block, command = evidence_block(evidence)
@@ -388,14 +433,26 @@ def keep_edited(target: Path, text: str) -> Path | None:
 
 
 def prepare(
-    ctx: Context, workdir: Path | str, branch: str | None, results_root: Path, dist: Path = Path("dist")
+    ctx: Context,
+    workdir: Path | str,
+    branch: str | None,
+    results_root: Path,
+    dist: Path = Path("dist"),
+    *,
+    other_series: bool = False,
 ) -> PullRequest:
     """``pr``: branch ``branch`` (default ``pr/<series>/<base>``) with the contributor's identity, and
-    ``PR.md`` beside the worktrees from the newest results under ``results_root`` naming the series;
-    ``dist`` is where the wheels are looked for when there is no evidence yet (:func:`built_wheels`).
+    ``PR.md`` beside the worktrees from the newest results under ``results_root`` naming the series at its
+    current series hash; ``dist`` is where the wheels are looked for when there is no evidence yet
+    (:func:`built_wheels`).
+
+    The branch is made only from commits that are the series' patches (:func:`harness.series.compare_with_series`),
+    the series its evidence measured; ``other_series`` (``--evidence-for-other-series``) makes it from other
+    commits too, and PR.md says that the evidence is for another series hash.
 
     Raises:
-        SeriesError: no patched worktree, no contributor identity, or an invalid branch name.
+        SeriesError: no patched worktree, no contributor identity, an invalid branch name, or (without
+            ``other_series``) commits that differ from the series (each named, with ``refresh`` to fix it).
     """
     assert ctx.series is not None and ctx.entry is not None
     co = existing_checkout(ctx, workdir)
@@ -403,10 +460,30 @@ def prepare(
     branch = branch or f"pr/{ctx.series.name}/{slug(ctx.base)}"
     if git_run(co.patched, "check-ref-format", "--branch", branch, check=False).rc != 0:
         raise SeriesError(f"--branch {branch!r} is not a valid branch name", "pick another name")
+    now = ctx.series.hash_of(ctx.entry)
+    evidence = newest_evidence(results_root, ctx.series.name, now)
+    state = compare_with_series(co.patched, co.commit, ctx.series, ctx.entry, head=co.branch or "HEAD")
+    if state.differs and state.commits and not other_series:
+        named = f"series hash {now[:8]}" + (f", measured in {evidence}" if evidence is not None else "")
+        raise SeriesError(
+            f"{co.branch} in {co.patched} differs from the series {ctx.series.name} ({named}): "
+            f"{describe(state.differs)}",
+            f"make these commits the series with `python -m harness refresh --series {ctx.series.name} "
+            f"--base {ctx.base} --workdir {workdir}`, then measure it again (a new compare); or go back to the "
+            "series with `apply --force`; or pass --evidence-for-other-series to make the branch anyway",
+        )
     made = make_branch(co.patched, co.commit, co.branch, branch, who)
-    evidence = newest_evidence(results_root, ctx.series.name, ctx.series.hash_of(ctx.series.base(ctx.base)))
+    earlier = newest_evidence(results_root, ctx.series.name) if evidence is None else None
     target = co.patched.parent / "PR.md"
-    kept = keep_edited(target, pr_markdown(ctx.series, ctx.base, evidence, results_root))
+    text = pr_markdown(
+        ctx.series,
+        ctx.base,
+        evidence,
+        results_root,
+        earlier=earlier,
+        branch_hash=state.hash if state.differs else None,
+    )
+    kept = keep_edited(target, text)
     steps = next_steps(
         ctx.series,
         ctx.base,

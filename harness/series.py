@@ -29,12 +29,13 @@ from pathlib import Path
 from harness import progress
 from harness.errors import HarnessError, SeriesError
 from harness.fsutil import atomic_write_text, inside
-from harness.manifest import Base, Series, add_base, load_series, set_base_patches, shown
+from harness.manifest import Base, Series, add_base, load_series, patches_hash, set_base_patches, shown
 from harness.paths import slug
 from harness.upstream import (
     Checkout,
     dirty_files,
     git_run,
+    keep_commits,
 )
 
 #: format-patch options of refresh/rebase: stable bytes for the same commits (see module doc).
@@ -225,17 +226,6 @@ def _patch_id(worktree: Path, patch_file: Path) -> str:
     return out[0] if out else ""
 
 
-def _commit_patch_ids(worktree: Path, commits: list[str], tmp: Path) -> list[str]:
-    ids = []
-    for sha in commits:
-        diff = tmp / f"{sha}.diff"
-        diff.write_text(
-            git_run(worktree, "show", "--format=", "-M", sha).out + "\n", encoding="utf-8", errors="surrogateescape"
-        )
-        ids.append(_patch_id(worktree, diff))
-    return ids
-
-
 @dataclass(frozen=True)
 class AmOutcome:
     """Result of ``git am``: ``ok``; else the patch that stopped, conflicted files and the next command."""
@@ -300,12 +290,14 @@ def conflict_lines(out: AmOutcome, worktree: Path, continue_cmd: list[str]) -> l
 def apply_series(series: Series, entry: Base, co: Checkout, *, force: bool = False) -> AmOutcome | None:
     """``git am --3way`` the base's patches into ``co.patched``; one commit per patch.
 
-    Returns None when the series is already applied (same patch-ids on the branch), else the
-    :class:`AmOutcome` (not ok: a conflict left mid-``am`` for the user).
+    Returns None when the series is already applied (the branch's commits are the patches, messages and
+    authors included: :func:`compare_with_series`), else the :class:`AmOutcome` (not ok: a conflict left
+    mid-``am`` for the user).
 
     Raises:
         SeriesError: ``patched`` has uncommitted changes, an ``am`` in progress, or other commits
-            on top of the base (pass ``force`` to start over from the base; the old head is printed).
+            on top of the base (pass ``force`` to start over from the base; commits that no other branch
+            reaches are first kept on a branch of their own, :func:`harness.upstream.keep_commits`).
     """
     wt = co.patched
     if _am_in_progress(wt):
@@ -319,27 +311,99 @@ def apply_series(series: Series, entry: Base, co: Checkout, *, force: bool = Fal
             f"patched worktree {wt} has uncommitted changes: {', '.join(dirty[:5])}",
             f"commit them and run refresh, or discard them (`git -C {wt} checkout -- .`)",
         )
-    commits = _commits(wt, co.commit)
-    if commits:
-        with tempfile.TemporaryDirectory(prefix="harness-apply-") as tmp:
-            have = _commit_patch_ids(wt, commits, Path(tmp))
-        want = [_patch_id(wt, p) for p in series.patch_paths(entry)]
-        if have == want:
+    state = compare_with_series(wt, co.commit, series, entry)
+    if state.commits:
+        if not state.differs:
             return None
         if not force:
             raise SeriesError(
-                f"patched worktree {wt} has {len(commits)} commit(s) on {co.base} that differ from " f"the series",
+                f"patched worktree {wt} has {len(state.commits)} commit(s) on {co.base} that differ from "
+                f"the series: {describe(state.differs)}",
                 "save them with `refresh`, or pass --force to start over from the base",
             )
         head = git_run(wt, "rev-parse", "HEAD").out.strip()
-        progress.note(
-            f"apply: --force: resetting {co.branch} to {co.base} (old head {head}; `git branch keep {head}` "
-            f"gets it back)"
-        )
+        keep_commits(wt, (co.branch or "patched").removeprefix("patched/"), moving=co.branch)
+        progress.note(f"apply: --force: resetting {co.branch} to {co.base} (old head {head[:12]})")
         git_run(wt, "reset", "--quiet", "--hard", co.commit)
     for patch in series.patch_paths(entry):
         check_patch_paths(wt, patch)
     return _am(wt, series.patch_paths(entry))
+
+
+# ------------------------------------------------------------------------------- branch vs. series
+@dataclass(frozen=True)
+class BranchState:
+    """A worktree's commits on its base against the base's patches (:func:`compare_with_series`).
+
+    Attributes:
+        commits: the SHAs of ``base..head``, oldest first.
+        differs: one line per commit or patch that differs: ``<sha12> <subject> (why)``, or
+            ``<patch> (no commit carries it)``; empty when the commits are the series.
+        hash: the series hash the patch folder would have after ``refresh`` from these commits
+            (:func:`harness.manifest.patches_hash`; the series' own hash when nothing differs).
+    """
+
+    commits: tuple[str, ...]
+    differs: tuple[str, ...]
+    hash: str
+
+
+def describe(differs: tuple[str, ...], most: int = 3) -> str:
+    """The first ``most`` lines of :attr:`BranchState.differs` joined for a one-line message."""
+    more = f"; and {len(differs) - most} more" if len(differs) > most else ""
+    return "; ".join(differs[:most]) + more
+
+
+def compare_with_series(
+    worktree: Path, base_commit: str, series: Series, entry: Base, head: str = "HEAD"
+) -> BranchState:
+    """Are the commits ``base_commit..head`` of ``worktree`` the base's patches, one for one?
+
+    A commit matches its patch when ``refresh`` would keep the patch's bytes (:func:`_same_patch`: the same
+    change by ``git patch-id --stable`` and the same author, date, subject and message by ``git mailinfo``).
+    So a commit whose code, message or author was edited, an extra commit and a missing one all differ.
+    Two git calls, plus up to four per patch whose bytes differ from its commit's ``git format-patch``.
+    """
+    log = git_run(worktree, "log", "--reverse", "--format=%H %s", f"{base_commit}..{head}").out.splitlines()
+    commits = tuple(line.split(" ", 1)[0] for line in log)
+    subjects = [line.partition(" ")[2] for line in log]
+    patches = series.patch_paths(entry)
+    differs: list[str] = []
+    written: list[Path] = []
+    with tempfile.TemporaryDirectory(prefix="harness-compare-") as tmp_name:
+        tmp = Path(tmp_name)
+        generated: list[Path] = []
+        if commits:
+            out = tmp / "out"
+            git_run(
+                worktree,
+                *FORMAT_PATCH_ARGS,
+                "-o",
+                str(out),
+                f"{base_commit}..{head}",
+                env=NEUTRAL_GIT_CONFIG,
+                error=SeriesError,
+            )
+            generated = sorted(out.iterdir())
+        for position, new in enumerate(generated):
+            old = patches[position] if position < len(patches) else None
+            shown_commit = f"{commits[position][:12]} {subjects[position]}"
+            if old is None:
+                differs.append(f"{shown_commit} (not in the series)")
+            elif old.read_bytes() == new.read_bytes():
+                written.append(old)
+                continue
+            elif _patch_id(worktree, old) != _patch_id(worktree, new):
+                differs.append(f"{shown_commit} (its change differs from {old.name})")
+            elif _mailinfo(worktree, old, tmp) != _mailinfo(worktree, new, tmp):
+                differs.append(f"{shown_commit} (its message or author differs from {old.name})")
+            else:
+                written.append(old)
+                continue
+            written.append(new)
+        differs += [f"{p.name} (no commit carries it)" for p in patches[len(generated) :]]
+        digest = patches_hash(written) if differs else series.hash_of(entry)
+    return BranchState(commits, tuple(differs), digest)
 
 
 # ---------------------------------------------------------------------------------------- refresh

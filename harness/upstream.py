@@ -763,6 +763,7 @@ def checkout(source: str, base: str, workdir: Path | str, series: str | None = N
                     f"stock worktree {stock} is not at {base} and has uncommitted changes: " f"{', '.join(dirty[:5])}",
                     f"commit or discard them (`git -C {stock} status`)",
                 )
+            keep_commits(stock, f"stock/{slug(base)}")
             git_run(stock, "checkout", "--quiet", "--detach", commit)
     else:
         _add_worktree(store, stock, ("--detach",), commit)
@@ -830,11 +831,13 @@ def _ensure_complete(worktree: Path) -> None:
         )
 
 
-def switch_branch(worktree: Path, branch: str, commit: str) -> None:
+def switch_branch(worktree: Path, branch: str, commit: str, *, adopt: bool = False) -> None:
     """Put ``worktree`` on ``branch`` (created at ``commit`` when absent); no-op when already there.
 
-    A worktree on an earlier name of its patched branch (:func:`_earlier_name`) keeps its commits:
-    that branch is renamed to ``branch``.
+    A worktree on an earlier name of its patched branch (:func:`_earlier_name`) keeps its commits: that
+    branch is renamed to ``branch``. A detached HEAD's commits are kept first (:func:`keep_commits`); with
+    ``adopt`` (``refresh``), a detached HEAD on top of ``commit`` becomes ``branch`` instead (the commits
+    only the branch held are kept).
 
     Raises:
         UpstreamError: the worktree has uncommitted changes and is on another branch.
@@ -854,7 +857,42 @@ def switch_branch(worktree: Path, branch: str, commit: str) -> None:
             f"commit or discard them (`git -C {worktree} status`)",
         )
     exists = git_run(worktree, "show-ref", "--verify", "--quiet", f"refs/heads/{branch}", check=False).rc == 0
-    if exists:
-        git_run(worktree, "checkout", "--quiet", branch)
-    else:
-        git_run(worktree, "checkout", "--quiet", "-b", branch, commit)
+    on_top = git_run(worktree, "rev-list", "--count", f"{commit}..HEAD").out.strip() if adopt and not current else "0"
+    if on_top != "0" and git_run(worktree, "merge-base", "--is-ancestor", commit, "HEAD", check=False).rc == 0:
+        if exists:
+            keep_commits(worktree, branch.removeprefix("patched/"), rev=f"refs/heads/{branch}", moving=branch)
+        git_run(worktree, "checkout", "--quiet", "-B", branch)
+        progress.note(f"upstream: detached HEAD of {worktree} ({on_top} commit(s) on the base) is now branch {branch}")
+        return
+    if not current:
+        keep_commits(worktree, branch.removeprefix("patched/"))
+    git_run(worktree, "checkout", "--quiet", *((branch,) if exists else ("-b", branch, commit)))
+
+
+def keep_commits(worktree: Path, label: str, *, rev: str = "HEAD", moving: str | None = None) -> str | None:
+    """Before a command moves ``worktree``'s HEAD (or resets ``moving``, the branch ``rev`` is on): when ``rev``
+    has commits that no branch (but ``moving``) nor tag holds (``git rev-list --count <rev> --not --branches
+    --tags --remotes``), a new branch ``saved/<label>-<sha12 of rev>`` keeps them and a line on stderr names
+    it. Returns its name, or None when nothing needed keeping.
+
+    Raises:
+        UpstreamError: git would not make that branch (the name is taken by other commits, say): nothing moved.
+    """
+    not_moving = [f"--exclude={moving}"] if moving else []
+    args = ("rev-list", "--count", rev, "--not", *not_moving, "--branches", "--tags", "--remotes")
+    count = git_run(worktree, *args).out.strip()
+    if count in ("", "0"):
+        return None
+    sha = git_run(worktree, "rev-parse", "--verify", f"{rev}^{{commit}}").out.strip()
+    name = f"saved/{label}-{sha[:12]}"
+    made = git_run(worktree, "branch", "--quiet", name, sha, check=False)
+    if made.rc != 0:
+        raise UpstreamError(
+            f"cannot keep {count} commit(s) of {worktree} ({sha[:12]}) on branch {name}: {made.last_line()}",
+            f"keep them yourself (`git -C {worktree} branch <name> {sha}`), then run again",
+        )
+    progress.note(
+        f"upstream: kept {count} commit(s) of {worktree} ({sha[:12]}), which no other branch holds, on branch "
+        f"{name} (`git -C {worktree} checkout {name}` gets them back)"
+    )
+    return name

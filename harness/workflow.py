@@ -122,16 +122,20 @@ def check_context(ctx: Context) -> tuple[str, list[PatchCheck]]:
 
 
 def refresh_context(ctx: Context, workdir: Path | str) -> tuple[Path, int]:
-    """``refresh`` offline (:func:`existing_checkout`): the patch folder and how many files changed."""
+    """``refresh`` offline (:func:`existing_checkout`): the patch folder and how many files changed. A
+    detached HEAD with commits on the base becomes the series' branch: those commits are what it writes."""
     assert ctx.series is not None and ctx.entry is not None
-    co = existing_checkout(ctx, workdir)
+    co = existing_checkout(ctx, workdir, adopt=True)
     check_pin(co.upstream.kind, co.commit, ctx.entry)
     return ctx.series.path / ctx.entry.dir, refresh_series(ctx.series, ctx.entry, co)
 
 
-def existing_checkout(ctx: Context, workdir: Path | str) -> Checkout:
+def existing_checkout(ctx: Context, workdir: Path | str, *, adopt: bool = False) -> Checkout:
     """The :class:`Checkout` of the patched worktree that is already there, without opening the
     upstream (no clone, no fetch: refresh works offline and never moves the base under the commits).
+
+    The worktree is put on the series' branch (:func:`harness.upstream.switch_branch`): commits of a
+    detached HEAD are kept on a branch that the message names, or, with ``adopt``, become that branch.
 
     Raises:
         SeriesError: there is no patched worktree of the base in ``workdir``.
@@ -150,7 +154,7 @@ def existing_checkout(ctx: Context, workdir: Path | str) -> Checkout:
         raise UpstreamError(f"{patched} is not a git worktree", "move that folder away and run apply again")
     commit = resolve_commit(store, ctx.base, source=str(store))
     branch = patched_branch(ctx.series.name, ctx.base, patched)
-    switch_branch(patched, branch, commit)
+    switch_branch(patched, branch, commit, adopt=adopt)
     kind = "archive" if store.parent.name == "imports" else "git"
     return Checkout(Upstream(ctx.upstream, store, kind, created=False), ctx.base, commit, stock, patched, branch, ())
 

@@ -186,7 +186,6 @@ WRITE_SITES = {
     "manifest._write_manifest": "series.toml of the series folder that load_series resolved",
     "series._failing_hunks": "a temporary folder",
     "series.check_series": "a temporary folder",
-    "series._commit_patch_ids": "a temporary folder",
     "series.write_patches": "inside",
     "upstream._clear_interrupted_clone": "the cache's mirrors/, names from a hash of the upstream",
     "upstream._mirror": "a temporary folder in the cache's mirrors/, renamed to a hashed name",

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from conftest import git
-from small_upstream import SERIES_NAME, make_series, make_upstream
+from small_upstream import MARKER, SERIES_NAME, make_series, make_upstream
 
 from harness import cli
 from harness import plan as planning
@@ -306,3 +306,76 @@ def test_pr_before_apply_says_to_apply(tmp_path, project, isolated_cache, identi
     rc, _, err = _pr(capsys)
     assert rc == 2 and "no patched worktree" in err and err.count("\n") == 1
     assert os.listdir(project / "patches") == [SERIES_NAME]
+
+
+# ------------------------------------------------------------------ the branch carries what the evidence measured
+def _edit_commit(tree: Path, message: str | None = None, old: str = '"1"', new: str = '"yes"') -> str:
+    """Amend the series' commit in ``tree`` by hand: its code (``old`` -> ``new``) or only its message."""
+    if message is None:
+        config = tree / "src" / "config.cpp"
+        config.write_text(config.read_text().replace(old, new))
+        git(tree, "commit", "-q", "-a", "--amend", "--no-edit")
+    else:
+        git(tree, "commit", "-q", "--amend", "-m", message)
+    return git(tree, "rev-parse", "HEAD").strip()
+
+
+def test_pr_refuses_commits_that_are_not_the_series_its_evidence_measured(applied, project, identity, capsys):
+    """The old bug: after a hand edit of the series' commit, pr exited 0 with a branch of the edited code and
+    a PR.md quoting the evidence of the unedited series; an extra commit or a changed message went in silently."""
+    identity("Ada Contributor", "ada@example.org")
+    root, now = project / "results", _current_hash(project)
+    _results(root, "measured", SERIES_NAME, "2026-06-01T00:00:00Z", "## Verdict: measured\n", now)
+    edited = _edit_commit(applied)
+    rc, out, err = _pr(capsys)
+    assert rc == 2 and err.count("\n") == 1, err
+    assert f"{edited[:12]} config: {MARKER}=1 prefers the fast path (its change differs" in err
+    assert f"refresh --series {SERIES_NAME} --base v1.4.0" in err and "compare" in err
+    assert "--evidence-for-other-series" in err
+    assert git(applied, "branch", "--list", "pr/*") == "" and not (applied.parent / "PR.md").exists()
+    # asked for explicitly: the branch is made, and PR.md says whose evidence it quotes
+    rc, out, err = _pr(capsys, "--evidence-for-other-series")
+    assert rc == 0, err
+    branch = f"pr/{SERIES_NAME}/v1.4.0"
+    assert git(applied, "rev-parse", f"{branch}^{{tree}}") == git(applied, "rev-parse", f"{edited}^{{tree}}")
+    text = (applied.parent / "PR.md").read_text()
+    assert "### Verdict: measured" in text
+    (note,) = (line for line in text.splitlines() if "evidence below was measured for" in line)
+    assert f"series hash `{now[:8]}`" in note
+    # refresh makes the edit the series: the hash PR.md named is the new series hash; pr goes on without the
+    # option, and PR.md names the results of the earlier hash instead of saying none exist
+    assert cli.main(["refresh", "--series", SERIES_NAME, "--base", "v1.4.0"]) == 0
+    refreshed = _current_hash(project)
+    assert refreshed != now and f"this branch's commits are series hash `{refreshed[:8]}`" in note
+    rc, out, err = _pr(capsys)
+    assert rc == 0, err
+    text = (applied.parent / "PR.md").read_text()
+    assert "Verdict: measured" not in text
+    (line,) = (line for line in text.splitlines() if line.startswith("Not measured yet"))
+    assert f"series hash `{refreshed[:8]}`" in line and f"`{Path('results') / 'measured'}`" in line and now[:8] in line
+    # planted: an extra commit, then a changed message only: each refused, each named
+    (applied / "src" / "config.cpp").write_text((applied / "src" / "config.cpp").read_text() + "// WIP\n")
+    git(applied, "commit", "-q", "-am", "WIP debug print")
+    rc, _, err = _pr(capsys)
+    assert rc == 2 and "WIP debug print (not in the series)" in err and err.count("\n") == 1
+    git(applied, "reset", "-q", "--hard", "HEAD~1")
+    _edit_commit(applied, message="config: another message")
+    rc, _, err = _pr(capsys)
+    assert rc == 2 and "config: another message (its message or author differs" in err
+
+
+def test_apply_force_resets_a_branch_whose_messages_differ(applied, project, capsys):
+    """The old bug: apply compared only the changes (patch-ids): a commit with another message was
+    "already applied", and --force reset nothing."""
+    original = git(applied, "log", "-1", "--format=%B", "HEAD")
+    edited = _edit_commit(applied, message="config: another message")
+    rc = cli.main(["apply", "--series", SERIES_NAME, "--base", "v1.4.0"])
+    captured = capsys.readouterr()
+    assert rc == 2 and "differ from the series" in captured.err
+    rc = cli.main(["apply", "--series", SERIES_NAME, "--base", "v1.4.0", "--force"])
+    captured = capsys.readouterr()
+    assert rc == 0 and "already applied" not in captured.out, captured
+    assert git(applied, "log", "-1", "--format=%B", "HEAD") == original
+    # the edited commit is kept on the branch the message names
+    (kept,) = git(applied, "for-each-ref", "--contains", edited, "--format=%(refname:short)", "refs/heads/").split()
+    assert kept in captured.err

@@ -531,3 +531,110 @@ def test_a_malformed_per_base_route_is_one_line_naming_the_base_and_key(tmp_path
         load_series(folder)
     assert expected in str(caught.value) and "series.toml" in str(caught.value)
     assert "\n" not in str(caught.value)
+
+
+# --------------------------------------------------------------------- nothing the user committed is hidden
+def _commit_detached(patched: Path, message: str = "mine: work on a detached HEAD") -> str:
+    """The user's commit on a detached HEAD of ``patched``; returns its SHA."""
+    git(patched, "checkout", "-q", "--detach")
+    (patched / "a.txt").write_text((patched / "a.txt").read_text().replace("line 9\n", "line 9 mine\n"))
+    git(patched, "commit", "-q", "-am", message)
+    return git(patched, "rev-parse", "HEAD").strip()
+
+
+def _branches_with(tree: Path, sha: str) -> list[str]:
+    return git(tree, "for-each-ref", "--contains", sha, "--format=%(refname:short)", "refs/heads/").split()
+
+
+def test_refresh_adopts_the_commits_of_a_detached_head(tiny_upstream, project, isolated_cache, capsys):
+    """`checkout` without a series leaves patched detached; the user commits there and refreshes: refresh
+    used to make the series' branch at the base, switch to it (hiding the commit) and say there was nothing
+    on top of the base. The detached HEAD's commits become the series, on the branch the message names."""
+    folder = export_series(tiny_upstream, project)
+    assert _run(capsys, "checkout", "--upstream", str(tiny_upstream), "--base", "v1")[0] == 0
+    _, patched = worktrees(project / "work", "v1")
+    assert git(patched, "symbolic-ref", "-q", "HEAD", check=False) == ""  # detached
+    mine = _commit_detached(patched)
+    rc, out = _run(capsys, "refresh", "--series", "demo", "--base", "v1")
+    assert rc == 0, out
+    branch = patched_branch("demo", "v1", patched)
+    assert _branches_with(patched, mine) == [branch] and branch in out
+    assert git(patched, "rev-parse", "HEAD").strip() == mine
+    assert load_series("demo").base("v1").patches == ("0001-mine-work-on-a-detached-HEAD.patch",)
+    assert "+line 9 mine" in (folder / "v1" / "0001-mine-work-on-a-detached-HEAD.patch").read_text()
+
+
+@pytest.mark.parametrize("command", ["refresh", "apply --force", "checkout", "rebase"])
+def test_commits_of_a_detached_head_survive(command, tiny_upstream, project, isolated_cache, capsys):
+    """A detached HEAD with the user's commits on it, in the patched worktree a command moves: afterwards
+    the commits are reachable from a named branch, and the command's message names that branch."""
+    export_series(tiny_upstream, project)
+    base = "v2" if command == "rebase" else "v1"
+    if command == "rebase":  # the worktree rebase moves is the one of the new base
+        checkout(str(tiny_upstream), "v2", project / "work", "demo")
+    else:
+        assert _run(capsys, "apply", "--series", "demo")[0] == 0
+    _, patched = worktrees(project / "work", base)
+    mine = _commit_detached(patched)
+    args = {
+        "refresh": ["refresh", "--series", "demo"],
+        "apply --force": ["apply", "--series", "demo", "--force"],
+        "checkout": ["checkout", "--series", "demo"],
+        "rebase": ["rebase", "--series", "demo", "--onto", "v2"],
+    }[command]
+    rc, out = _run(capsys, *args)
+    assert rc == 0, out
+    kept = _branches_with(patched, mine)
+    assert kept and any(name in out for name in kept), (kept, out)
+
+
+def test_refresh_adopting_a_detached_head_keeps_the_branch_it_replaces(tiny_upstream, project, isolated_cache, capsys):
+    """The detached HEAD branches off below the series' branch tip: it becomes the branch, and the commit only
+    the old branch held is kept on a branch the message names."""
+    export_series(tiny_upstream, project)
+    assert _run(capsys, "apply", "--series", "demo")[0] == 0
+    _, patched = worktrees(project / "work", "v1")
+    old_tip = git(patched, "rev-parse", "HEAD").strip()
+    git(patched, "checkout", "-q", "--detach", "HEAD~1")
+    mine = _commit_detached(patched)
+    rc, out = _run(capsys, "refresh", "--series", "demo")
+    assert rc == 0, out
+    branch = patched_branch("demo", "v1", patched)
+    assert _branches_with(patched, mine) == [branch]
+    (kept,) = _branches_with(patched, old_tip)
+    assert kept.startswith("saved/demo/v1-") and kept in out
+    assert len(load_series("demo").base("v1").patches) == 2  # the first patch and mine
+
+
+def test_checkout_keeps_commits_made_in_stock(tiny_upstream, project, isolated_cache, capsys):
+    """checkout puts a stock worktree that moved back on the base: a commit made there is kept first."""
+    export_series(tiny_upstream, project)
+    assert _run(capsys, "checkout", "--series", "demo")[0] == 0
+    stock, _ = worktrees(project / "work", "v1")
+    mine = _commit_detached(stock)
+    rc, out = _run(capsys, "checkout", "--series", "demo")
+    assert rc == 0, out
+    assert git(stock, "rev-parse", "HEAD") == git(stock, "rev-parse", "v1^{commit}")
+    (kept,) = _branches_with(stock, mine)
+    assert kept.startswith("saved/stock/v1-") and kept in out
+
+
+def test_keep_commits_refuses_when_git_cannot_make_the_branch(tiny_upstream, project, isolated_cache, capsys):
+    """A branch that git refuses to make (an invalid name; a name other commits hold) stops the move with one
+    line; commits that a branch holds need no keeping."""
+    from harness.errors import UpstreamError
+    from harness.upstream import keep_commits
+
+    export_series(tiny_upstream, project)
+    assert _run(capsys, "checkout", "--series", "demo")[0] == 0
+    stock, _ = worktrees(project / "work", "v1")
+    assert keep_commits(stock, "stock/v1") is None  # the base: a tag holds it
+    mine = _commit_detached(stock)
+    with pytest.raises(UpstreamError, match=r"cannot keep 1 commit\(s\) of .* on branch saved/bad\.\.name-"):
+        keep_commits(stock, "bad..name")
+    git(stock, "branch", f"saved/x-{mine[:12]}", "v1")  # planted: the name taken by other commits
+    with pytest.raises(UpstreamError, match="already exists"):
+        keep_commits(stock, "x")
+    assert git(stock, "rev-parse", f"saved/x-{mine[:12]}") == git(stock, "rev-parse", "v1^{commit}")  # untouched
+    assert keep_commits(stock, "y") == f"saved/y-{mine[:12]}"
+    assert keep_commits(stock, "y") is None  # now a branch holds them

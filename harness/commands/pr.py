@@ -20,6 +20,14 @@ def add_arguments_pr(parser: argparse.ArgumentParser) -> None:
         help="where results directories live (default: ./results); the newest naming the series is the evidence",
     )
     parser.add_argument(
+        "--evidence-for-other-series",
+        dest="other_series",
+        action="store_true",
+        help="make the branch even when its commits differ from the series (edited or extra commits, other "
+        "messages); PR.md then says that its evidence is for another series hash. Without it, pr refuses and "
+        "names the commits (run refresh, then a new compare)",
+    )
+    parser.add_argument(
         "--dist",
         metavar="DIR",
         default="dist",
@@ -30,7 +38,14 @@ def add_arguments_pr(parser: argparse.ArgumentParser) -> None:
 
 def run_pr(args: argparse.Namespace) -> int:
     """``pr``: :func:`harness.pr.prepare`; prints the branch, where PR.md is and the next steps."""
-    made = prepare(source_context(args), args.workdir, args.branch, Path(args.results), Path(args.dist))
+    made = prepare(
+        source_context(args),
+        args.workdir,
+        args.branch,
+        Path(args.results),
+        Path(args.dist),
+        other_series=args.other_series,
+    )
     print(
         f"pr: branch {made.branch} ({made.commits} commit(s) by {made.who.name} <{made.who.email}>) in {made.worktree}"
     )
