@@ -62,6 +62,11 @@ class ContrastRow:
         return self.cls == CellClass.LAUNCH_BOUND
 
     @property
+    def below_resolution(self) -> bool:
+        """Not judged: a process of the paired rounds timed blocks below the timer's resolution (:func:`unresolved`)."""
+        return self.cmp.cause == stats.Cause.BELOW_RESOLUTION
+
+    @property
     def a_median(self) -> float | None:
         return stats.process_median(self.a) if self.a else None
 
@@ -100,7 +105,14 @@ class ContrastResult:
 
     @property
     def undetermined(self) -> tuple[ContrastRow, ...]:
-        return tuple(r for r in self.rows if r.cmp.verdict == stats.UNDETERMINED)
+        """The undetermined cells more processes could decide: not those below the timer's resolution
+        (:attr:`below_resolution`), which no number of processes resolves."""
+        return tuple(r for r in self.rows if r.cmp.verdict == stats.UNDETERMINED and not r.below_resolution)
+
+    @property
+    def below_resolution(self) -> tuple[ContrastRow, ...]:
+        """The cells not judged because a process timed them below the timer's resolution."""
+        return tuple(r for r in self.rows if r.below_resolution)
 
 
 def _paired(
@@ -136,14 +148,26 @@ def rows(run: RunDocument, contrast: Contrast, policy: Policy = POLICY) -> list[
             continue
         rounds, a, b = _paired(rec_a, rec_b)
         cls = classify(rec_a + rec_b)
-        out.append(ContrastRow(cell, rounds, tuple(a), tuple(b), policy.judge(b, a, cls), cls, _notes(rec_a + rec_b)))
+        cmp = policy.judge(b, a, cls, unresolved(rec_a + rec_b, rounds))
+        out.append(ContrastRow(cell, rounds, tuple(a), tuple(b), cmp, cls, _notes(rec_a + rec_b)))
     return out
+
+
+def unresolved(records: tuple[CellRecord, ...], rounds: tuple[int, ...]) -> int:
+    """How many of ``records`` in ``rounds`` (the paired rounds that are judged) timed blocks below the
+    timer's resolution (:attr:`harness.bench.timer.Measurement.below_resolution`, from the raw samples):
+    the one rule every judged time takes (cells, contrasts across configs, the merge of several machines,
+    which evaluates each machine's contrasts here)."""
+    return sum(1 for r in records if r.round in rounds and r.below_resolution)
 
 
 def geomean(found: list[ContrastRow], policy: Policy = POLICY) -> stats.GeoMean:
     """The contrast's summary over its cells (:func:`harness.stats.geomean_by_process`, the kernel-bound
     band): each round's process of each side becomes its geometric-mean time over the cells, paired by
-    round like the cells (a round in which a side did not measure every cell is left out and counted)."""
+    round like the cells (a round in which a side did not measure every cell is left out and counted).
+    Cells below the timer's resolution (``Cause.BELOW_RESOLUTION``) are left out and counted too."""
+    below = [r for r in found if r.below_resolution]
+    found = [r for r in found if not r.below_resolution]
     keep = [r for r in found if r.rounds]
     rounds = sorted({n for r in keep for n in r.rounds})
     index = {n: i for i, n in enumerate(rounds)}
@@ -152,7 +176,9 @@ def geomean(found: list[ContrastRow], policy: Policy = POLICY) -> stats.GeoMean:
     for j, r in enumerate(keep):
         for n, va, vb in zip(r.rounds, r.a, r.b):
             a[index[n], j], b[index[n], j] = va, vb
-    return stats.geomean_by_process(b, a, threshold=policy.kernel_bound.band, confidence=policy.confidence)
+    return stats.geomean_by_process(
+        b, a, threshold=policy.kernel_bound.band, confidence=policy.confidence, unresolved=len(below)
+    )
 
 
 def claim_outcome(claim: str, verdicts: list[str]) -> str:
@@ -226,5 +252,5 @@ def evaluate(run: RunDocument, contrast: Contrast, policy: Policy = POLICY) -> C
         why = f"faster beyond {_band(thresholds)} {outcome}: {tally} of {cells}{span}"
     else:
         why = f"{tally} of {cells}{span}"
-    summary = geomean([r for r in found if math.isfinite(r.cmp.ratio)], policy)
+    summary = geomean([r for r in found if math.isfinite(r.cmp.ratio) or r.below_resolution], policy)
     return ContrastResult(contrast, tuple(found), outcome, why, tuple(sorted(set(thresholds))), summary)
