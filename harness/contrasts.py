@@ -43,6 +43,8 @@ from harness.policy import POLICY, CellClass, Policy, classify
 #: a claim's outcome
 SHOWN, NOT_SHOWN, CONTRADICTED = "shown", "not shown", "contradicted"
 NO_CLAIM, NOT_MEASURED = "no claim", "not measured"
+#: a cell not judged (:attr:`ContrastRow.below_resolution`), as the tallies and tables name it
+BELOW_RESOLUTION = "below timer resolution"
 
 
 @dataclass(frozen=True)
@@ -233,7 +235,8 @@ def evaluate(run: RunDocument, contrast: Contrast, policy: Policy = POLICY) -> C
     verdicts = [r.cmp.verdict for r in found]
     thresholds = [r.cmp.threshold for r in found]
     outcome = claim_outcome(contrast.claim, verdicts)
-    counts = {v: verdicts.count(v) for v in stats.VERDICTS if verdicts.count(v)}
+    labels = [BELOW_RESOLUTION if r.below_resolution else r.cmp.verdict for r in found]
+    counts = {v: labels.count(v) for v in (*stats.VERDICTS, BELOW_RESOLUTION) if labels.count(v)}
     tally = ", ".join(f"{n} {v}" for v, n in counts.items())
     ratios = [r.cmp.speedup for r in found if math.isfinite(r.cmp.speedup)]
     span = (

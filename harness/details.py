@@ -420,7 +420,7 @@ def _verdict_text(cmp: stats.Comparison) -> str:
     """A cell's verdict column: bold when it is a change; ``below timer resolution`` for a cell that was
     not judged because a process timed blocks the clock cannot resolve."""
     if cmp.cause == stats.Cause.BELOW_RESOLUTION:
-        return "below timer resolution"
+        return con.BELOW_RESOLUTION
     return f"**{cmp.verdict}**" if cmp.verdict in (stats.FASTER, stats.SLOWER) else cmp.verdict
 
 

@@ -121,6 +121,7 @@ def test_a_cell_below_timer_resolution_gets_no_verdict_and_leaves_the_geomean(tm
         assert "1467.7" not in text and "**slower**" not in summary
         # said once in the PR block; not among the undetermined cells whose remedy is more processes
         assert "**Below timer resolution: 1 cell, not judged**" in text
+        assert "(7 undetermined, 1 below timer resolution of 8 cells;" in text
         assert "`patched/default vs stock/default` mm M512 N512 K512 float32." in text
         assert "| patched/default vs stock/default | mm M512 N512 K512 | float32 | kernel-bound |" not in text
 
