@@ -141,3 +141,42 @@ def test_a_contrast_across_configs_takes_the_same_rule():
     assert row.cmp.verdict == stats.UNDETERMINED and row.cmp.cause == stats.Cause.BELOW_RESOLUTION
     assert not math.isfinite(row.cmp.ratio) and faster.outcome == contrasts.NOT_SHOWN
     assert faster.geomean.n_unresolved == 1 and faster.geomean.n_cells == 0
+
+
+def test_the_drift_series_leaves_out_a_record_below_timer_resolution():
+    """A process's time below the timer's resolution is not a time: the drift check reads the other records,
+    as if that one had not measured the cell (its round's ratio for that cell was ~1e-6 before)."""
+    import copy
+
+    from harness import document as doc
+
+    data = _example("cpu-ab")
+    proc = next(p for p in data["processes"] if (p["build"], p["config"], p["round"]) == ("stock", "default", 0))
+    failed = copy.deepcopy(data)
+    m = proc["cells"]["mm/512x512x512/float32"]["measurement"]
+    m.update(samples=[1e-9] * len(m["samples"]), median=1e-9)
+    for p in failed["processes"]:
+        if p["name"] == proc["name"]:
+            p["cells"]["mm/512x512x512/float32"].update(status="failed", reason="planted")
+    series = report.round_series(doc.from_json(data), "default", "stock")
+    assert series == report.round_series(doc.from_json(failed), "default", "stock")
+    assert series != report.round_series(doc.from_json(_example("cpu-ab")), "default", "stock")
+
+
+def test_the_noise_floor_leaves_out_a_cell_below_timer_resolution():
+    """The noise floor (what one more process buys back) is read from judged cells only: a cell below the
+    timer's resolution counts as one that measured nothing (its constant stock side pulled the floor down)."""
+    from harness import contrasts, undetermined
+    from harness import document as doc
+
+    def floors(data):
+        return [
+            (f.config, f.sd, f.cells) for f in undetermined.noise_floors(contrasts.evaluate_all(doc.from_json(data)))
+        ]
+
+    data, failed = _example("cpu-ab"), _example("cpu-ab")
+    _blocks_of(data, "stock", "default", "mm/512x512x512/float32", 1e-9)
+    for p in failed["processes"]:
+        if (p["build"], p["config"]) == ("stock", "default"):
+            p["cells"]["mm/512x512x512/float32"].update(status="failed", reason="planted")
+    assert floors(data) == floors(failed) != floors(_example("cpu-ab"))
