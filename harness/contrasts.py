@@ -35,6 +35,7 @@ import numpy as np
 
 from harness import document as doc
 from harness import stats
+from harness.bench.timer import below_resolution
 from harness.bench.workloads import Cell
 from harness.document import CellRecord, RunDocument
 from harness.evidence import EQUIVALENCE_CLAIMS, Contrast, Side
@@ -43,6 +44,8 @@ from harness.policy import POLICY, CellClass, Policy, classify
 #: a claim's outcome
 SHOWN, NOT_SHOWN, CONTRADICTED = "shown", "not shown", "contradicted"
 NO_CLAIM, NOT_MEASURED = "no claim", "not measured"
+#: a cell not judged (:attr:`ContrastRow.below_resolution`), as the tallies and tables name it
+BELOW_RESOLUTION = "below timer resolution"
 
 
 #: which time a row's medians are and its verdict judged: the host-timed blocks, or the device's own time
@@ -91,6 +94,11 @@ class ContrastRow:
         return CellClass.KERNEL_BOUND if self.time == DEVICE else self.cls
 
     @property
+    def below_resolution(self) -> bool:
+        """Not judged: a process of the paired rounds timed blocks below the timer's resolution (:func:`unresolved`)."""
+        return self.cmp.cause == stats.Cause.BELOW_RESOLUTION
+
+    @property
     def a_median(self) -> float | None:
         return stats.process_median(self.a) if self.a else None
 
@@ -129,7 +137,14 @@ class ContrastResult:
 
     @property
     def undetermined(self) -> tuple[ContrastRow, ...]:
-        return tuple(r for r in self.rows if r.cmp.verdict == stats.UNDETERMINED)
+        """The undetermined cells more processes could decide: not those below the timer's resolution
+        (:attr:`below_resolution`), which no number of processes resolves."""
+        return tuple(r for r in self.rows if r.cmp.verdict == stats.UNDETERMINED and not r.below_resolution)
+
+    @property
+    def below_resolution(self) -> tuple[ContrastRow, ...]:
+        """The cells not judged because a process timed them below the timer's resolution."""
+        return tuple(r for r in self.rows if r.below_resolution)
 
 
 def _paired(
@@ -176,11 +191,11 @@ def rows(run: RunDocument, contrast: Contrast, policy: Policy = POLICY) -> list[
             continue
         rounds, a, b = _paired(rec_a, rec_b)
         cls = classify(rec_a + rec_b)
-        host = policy.judge(b, a, cls)
+        host = policy.judge(b, a, cls, unresolved(rec_a + rec_b, rounds))
         notes = _notes(rec_a + rec_b)
         d_rounds, da, db = _paired_device(rec_a, rec_b) if cls == CellClass.LAUNCH_BOUND else ((), [], [])
         if d_rounds:  # kernel time decides; the host time is the dispatch verdict beside it
-            kernel = policy.judge(db, da, CellClass.KERNEL_BOUND)
+            kernel = policy.judge(db, da, CellClass.KERNEL_BOUND, unresolved_device(rec_a + rec_b, d_rounds))
             dispatch = Dispatch(rounds, tuple(a), tuple(b), host)
             out.append(ContrastRow(cell, d_rounds, tuple(da), tuple(db), kernel, cls, notes, DEVICE, dispatch))
         else:
@@ -188,10 +203,34 @@ def rows(run: RunDocument, contrast: Contrast, policy: Policy = POLICY) -> list[
     return out
 
 
+def unresolved(records: tuple[CellRecord, ...], rounds: tuple[int, ...]) -> int:
+    """How many of ``records`` in ``rounds`` (the paired rounds that are judged) timed blocks below the
+    timer's resolution (:attr:`harness.bench.timer.Measurement.below_resolution`, from the raw samples):
+    the one rule every judged time takes (cells, contrasts across configs, the merge of several machines,
+    which evaluates each machine's contrasts here)."""
+    return sum(1 for r in records if r.round in rounds and r.below_resolution)
+
+
+def unresolved_device(records: tuple[CellRecord, ...], rounds: tuple[int, ...]) -> int:
+    """:func:`unresolved` for device time: records in ``rounds`` whose replayed unit (device seconds per call x
+    ``device_calls``) lasts under the resolution floor of its clock (``device_method``:
+    :func:`harness.bench.timer.below_resolution`)."""
+    return sum(
+        1
+        for r in records
+        if r.round in rounds
+        and r.device_median() is not None
+        and below_resolution(r.device_median(), r.measurement.get("device_calls") or 1, r.measurement["device_method"])
+    )
+
+
 def geomean(found: list[ContrastRow], policy: Policy = POLICY) -> stats.GeoMean:
     """The contrast's summary over its cells (:func:`harness.stats.geomean_by_process`, the kernel-bound
     band): each round's process of each side becomes its geometric-mean time over the cells, paired by
-    round like the cells (a round in which a side did not measure every cell is left out and counted)."""
+    round like the cells (a round in which a side did not measure every cell is left out and counted).
+    Cells below the timer's resolution (``Cause.BELOW_RESOLUTION``) are left out and counted too."""
+    below = [r for r in found if r.below_resolution]
+    found = [r for r in found if not r.below_resolution]
     keep = [r for r in found if r.rounds]
     rounds = sorted({n for r in keep for n in r.rounds})
     index = {n: i for i, n in enumerate(rounds)}
@@ -200,7 +239,9 @@ def geomean(found: list[ContrastRow], policy: Policy = POLICY) -> stats.GeoMean:
     for j, r in enumerate(keep):
         for n, va, vb in zip(r.rounds, r.a, r.b):
             a[index[n], j], b[index[n], j] = va, vb
-    return stats.geomean_by_process(b, a, threshold=policy.kernel_bound.band, confidence=policy.confidence)
+    return stats.geomean_by_process(
+        b, a, threshold=policy.kernel_bound.band, confidence=policy.confidence, unresolved=len(below)
+    )
 
 
 def claim_outcome(claim: str, verdicts: list[str]) -> str:
@@ -255,7 +296,8 @@ def evaluate(run: RunDocument, contrast: Contrast, policy: Policy = POLICY) -> C
     verdicts = [r.cmp.verdict for r in found]
     thresholds = [r.cmp.threshold for r in found]
     outcome = claim_outcome(contrast.claim, verdicts)
-    counts = {v: verdicts.count(v) for v in stats.VERDICTS if verdicts.count(v)}
+    labels = [BELOW_RESOLUTION if r.below_resolution else r.cmp.verdict for r in found]
+    counts = {v: labels.count(v) for v in (*stats.VERDICTS, BELOW_RESOLUTION) if labels.count(v)}
     tally = ", ".join(f"{n} {v}" for v, n in counts.items())
     ratios = [r.cmp.speedup for r in found if math.isfinite(r.cmp.speedup)]
     span = (
@@ -274,5 +316,5 @@ def evaluate(run: RunDocument, contrast: Contrast, policy: Policy = POLICY) -> C
         why = f"faster beyond {_band(thresholds)} {outcome}: {tally} of {cells}{span}"
     else:
         why = f"{tally} of {cells}{span}"
-    summary = geomean([r for r in found if math.isfinite(r.cmp.ratio)], policy)
+    summary = geomean([r for r in found if math.isfinite(r.cmp.ratio) or r.below_resolution], policy)
     return ContrastResult(contrast, tuple(found), outcome, why, tuple(sorted(set(thresholds))), summary)

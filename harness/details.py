@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from harness import contrasts as con
 from harness import macos, stats
 from harness import undetermined as und
+from harness.bench import timer
 from harness.bench.accuracy import FAILED, UNINFORMATIVE, status_of
 from harness.bench.workloads import Cell
 from harness.document import BuildConsistency, Consistency, Header, RunDocument
@@ -83,6 +84,8 @@ def cause_words(cause: stats.Cause, threshold: float, confidence: float, floor: 
         stats.Cause.NO_PROCESSES: "no process on one side",
         stats.Cause.BAD_VALUES: "a per-process median is NaN/inf or ≤ 0 s",
         stats.Cause.ZERO_SPREAD: "zero spread on both sides (timer resolution?)",
+        stats.Cause.BELOW_RESOLUTION: f"a process's blocks lasted under {timer.RESOLVED_TICKS} ticks of its clock "
+        f"({timer.resolution_floor_s('perf_counter') * 1e6:.2f} µs on the host clock): not judged",
     }[cause]
 
 
@@ -423,6 +426,14 @@ def _notes_of(run: RunDocument, row: con.ContrastRow, config: str | None) -> lis
     return notes + list(row.notes)
 
 
+def _verdict_text(cmp: stats.Comparison) -> str:
+    """A cell's verdict column: bold when it is a change; ``below timer resolution`` for a cell that was
+    not judged because a process timed blocks the clock cannot resolve."""
+    if cmp.cause == stats.Cause.BELOW_RESOLUTION:
+        return con.BELOW_RESOLUTION
+    return f"**{cmp.verdict}**" if cmp.verdict in (stats.FASTER, stats.SLOWER) else cmp.verdict
+
+
 def contrast_table(
     run: RunDocument, result: con.ContrastResult, unit: str, scale: float, config: str | None = None
 ) -> list[str]:
@@ -455,7 +466,7 @@ def contrast_table(
             _throughput(cell, mid_a, scale) + ("" if peak == "–" else f" ({peak})"),
             _ratio_ci(cmp.ratio, cmp.ci_low, cmp.ci_high),
             f"{cmp.p_value:.2g}" if math.isfinite(cmp.p_value) else "–",
-            f"**{cmp.verdict}**" if cmp.verdict in (stats.FASTER, stats.SLOWER) else cmp.verdict,
+            _verdict_text(cmp),
             "; ".join(_notes_of(run, r, config)),
         ]
         lines.append("| " + " | ".join(cols) + " |")
@@ -494,9 +505,10 @@ def config_sections(run: RunDocument, analysis: Analysis, unit: str, scale: floa
             if gm is None or not math.isfinite(gm.gm):
                 summaries.append(f"- **{config}** ({env_text}): no geometric mean ({gm.reason if gm else 'no cell'})")
             else:
+                left_out = f" ({gm.unresolved_text})" if gm.n_unresolved else ""
                 summaries.append(
                     f"- **{config}** ({env_text}): geometric-mean speedup over "
-                    f"{plural(gm.n_cells, 'cell')} **{_ratio_ci(gm.gm, gm.lo, gm.hi)}**: {_in_words(gm)}"
+                    f"{plural(gm.n_cells, 'cell')}{left_out} **{_ratio_ci(gm.gm, gm.lo, gm.hi)}**: {_in_words(gm)}"
                 )
             table, n = contrast_table(run, result, unit, scale, config), len(result.rows)
         else:

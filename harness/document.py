@@ -30,6 +30,7 @@ from types import MappingProxyType
 
 from harness import configs as cfg
 from harness import results as res
+from harness.bench import timer
 from harness.bench.timer import Measurement
 from harness.errors import ResultsError
 from harness.evidence import Contrast, Evidence, default_contrasts
@@ -129,6 +130,13 @@ class CellRecord:
     @property
     def method(self) -> str | None:
         return self.measurement.get("method") if self.measurement else None
+
+    @property
+    def below_resolution(self) -> bool:
+        """A measured record whose blocks lasted under the timer's resolution
+        (:func:`harness.bench.timer.below_resolution` of its recomputed :meth:`median`); False when not measured."""
+        m = self.measurement
+        return self.measured and timer.below_resolution(self.median(), m.get("number", 1), m.get("method", ""))
 
     @property
     def problem(self) -> str | None:
@@ -643,7 +651,9 @@ def _finite(x) -> float | None:
 class CellResult:
     """A vs B on one cell (or, with ``key`` None, over a contrast's cells as one geometric mean of whole
     processes): the A/B time ratio and its exact 95 % CI (None where not computable), the verdict, the band
-    it was judged by, the processes per side and whether the cell is launch-bound."""
+    it was judged by, the processes per side and whether the cell is launch-bound; ``below_resolution``: not
+    judged, a process timed it below the timer's resolution (:attr:`harness.contrasts.ContrastRow.below_resolution`;
+    written to JSON only when true, so merged documents from before it read the same)."""
 
     key: str | None
     ratio: float | None
@@ -655,10 +665,19 @@ class CellResult:
     n_b: int
     launch_bound: bool = False
     cells: int = 1
+    below_resolution: bool = False
+
+    @property
+    def verdict_text(self) -> str:
+        """The verdict in a table: bold when it is a change; ``below timer resolution`` when not judged."""
+        if self.below_resolution:
+            return "below timer resolution"
+        return f"**{self.verdict}**" if self.verdict in ("faster", "slower") else self.verdict
 
     def speedup_ci(self) -> str:
-        """B time / A time with its CI, ``1.018× [1.010, 1.025]`` (> 1: A faster)."""
-        if not self.ratio or self.ratio <= 0:
+        """B time / A time with its CI, ``1.018× [1.010, 1.025]`` (> 1: A faster); "–" without a ratio (None, or
+        NaN as :func:`harness.merge.evaluate` gives it before the document is written)."""
+        if self.ratio is None or not math.isfinite(self.ratio) or self.ratio <= 0:
             return "–"
         if self.ci_low and self.ci_high and self.ci_low > 0:
             return f"{1 / self.ratio:.3f}× [{1 / self.ci_high:.3f}, {1 / self.ci_low:.3f}]"
@@ -676,6 +695,7 @@ class CellResult:
             "n_b": self.n_b,
             "launch_bound": self.launch_bound,
             "cells": self.cells,
+            **({"below_resolution": True} if self.below_resolution else {}),
         }
 
     @classmethod
@@ -691,6 +711,7 @@ class CellResult:
             int(d["n_b"]),
             bool(d["launch_bound"]),
             int(d["cells"]),
+            d.get("below_resolution") is True,
         )
 
 

@@ -329,6 +329,7 @@ def _cell(row: con.ContrastRow) -> doc.CellResult:
         len(row.a),
         len(row.b),
         row.launch_bound,
+        below_resolution=row.below_resolution,
     )
 
 
@@ -716,7 +717,7 @@ def _cell_tables(merged: doc.MergeDocument) -> list[str]:
         out += ["| cell | " + " | ".join(map(cell, labels)) + " |", "|---|" + "---|" * len(labels)]
         for key in keys:
             found = [next((c for c in s.contrasts[i].cells if c.key == key), None) for s in merged.sources]
-            entries = ["not measured" if c is None else f"{c.speedup_ci()} {_verdict(c.verdict)}" for c in found]
+            entries = ["not measured" if c is None else f"{c.speedup_ci()} {c.verdict_text}" for c in found]
             out.append(f"| {code(key)} | " + " | ".join(entries) + " |")
         whys = "; ".join(f"{s.label}: {s.contrasts[i].why}" for s in merged.sources)
         out += ["", f"Each machine's own outcome: {whys}.", "", "</details>", ""]

@@ -86,15 +86,19 @@ class Policy:
             launch_bound=replace(self.launch_bound, target=launch_target or self.launch_bound.target),
         )
 
-    def judge(self, b: Sequence[float], a: Sequence[float], cls: CellClass) -> stats.Comparison:
+    def judge(self, b: Sequence[float], a: Sequence[float], cls: CellClass, unresolved: int = 0) -> stats.Comparison:
         """A vs B for one cell of class ``cls``: :func:`harness.stats.compare` with B in the role of
         "stock" (time ratio A/B, speedup = B time / A time), at the class's band and floor.
 
         Args:
             b, a: per-process medians of each side, seconds, paired by round (the caller pairs them).
+            unresolved: processes of those rounds timed below the timer's resolution
+                (:attr:`harness.bench.timer.Measurement.below_resolution`): > 0, the cell is not judged.
         """
         rule = self.rule(cls)
-        return stats.compare(b, a, threshold=rule.band, confidence=self.confidence, floor=rule.floor)
+        return stats.compare(
+            b, a, threshold=rule.band, confidence=self.confidence, floor=rule.floor, unresolved=unresolved
+        )
 
 
 #: the policy of every report and run (a run's --target-ci values replace its targets: Policy.with_targets)

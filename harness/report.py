@@ -28,6 +28,7 @@ from harness import contrasts as con
 from harness import document as doc
 from harness import macos, observed, plots, prbody, stats
 from harness import undetermined as und
+from harness.bench import timer
 from harness.bench.accuracy import UNINFORMATIVE, UNKNOWN, status_of
 from harness.details import (
     THRESHOLD,
@@ -95,10 +96,11 @@ def latency_png_name(family: str) -> str:
 def round_series(run: RunDocument, config: str, build: str) -> list[float]:
     """One number per round for the drift check of one (build, config): the median over cells of each
     cell's per-process median divided by that cell's median over all rounds (1.0 = typical); adaptive
-    rounds count with the cells they measured. Dimensionless, in round order."""
+    rounds count with the cells they measured; records below the timer's resolution do not count
+    (:attr:`harness.document.CellRecord.below_resolution`). Dimensionless, in round order."""
     per_round: dict[int, list[float]] = {}
     for key in run.keys_of(config):
-        records = [r for r in run.records(config, key, build) if r.measured]
+        records = [r for r in run.records(config, key, build) if r.measured and not r.below_resolution]
         if not records:
             continue
         typical = statistics.median(r.median() for r in records)
@@ -420,6 +422,21 @@ def _resume_text(resume: und.Resume) -> str:
     )
 
 
+def below_resolution_line(analysis: Analysis) -> list[str]:
+    """The PR block's one line on cells not judged because a process timed them below the timer's resolution
+    (:func:`harness.bench.timer.below_resolution`), in every contrast; empty when none (a healthy run)."""
+    found = [(result, r) for result in analysis.contrasts for r in result.below_resolution]
+    if not found:
+        return []
+    cells = ", ".join(f"`{result.contrast.label}` {r.cell.op} {r.cell.label} {r.cell.dtype}" for result, r in found)
+    return [
+        f"**Below timer resolution: {plural(len(found), 'cell')}, not judged** (a process timed blocks under "
+        f"{timer.RESOLVED_TICKS} ticks of its clock, {timer.resolution_floor_s('perf_counter') * 1e6:.2f} µs on the "
+        f"host clock; no real block is that short: check the results.json): {cells}.",
+        "",
+    ]
+
+
 def undetermined_lines(run: RunDocument, analysis: Analysis) -> list[str]:
     """The PR block's few lines on undetermined cells (:mod:`harness.undetermined`): how many, the noise
     floor per config, the MDE range, the processes a verdict needs, what the resume command runs (processes,
@@ -494,7 +511,7 @@ def render(run: RunDocument, analysis: Analysis | None = None) -> str:
     errors = [line for note in observed.error_notes(run) for line in (note, "")]
     if drifted:
         errors += [f"> **Drift:** {', '.join(drifted)} changed over the run (see Drift in the details).", ""]
-    tail = launch_bound_line(run, analysis) + undetermined_lines(run, analysis)
+    tail = below_resolution_line(analysis) + launch_bound_line(run, analysis) + undetermined_lines(run, analysis)
     out += prbody.render_block(run, analysis.contrasts, errors + _what_was_compared(run) + check_notes(run), tail)
     out += [
         "<details><summary><b>Details</b>: per-config summary, every cell, undetermined cells, correctness, "

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from harness import __version__, options
-from harness.bench import kernels
+from harness.bench import kernels, timer
 from harness.bench.timer import Measurement
 from harness.errors import ResultsError
 from harness.fsutil import atomic_write_json
@@ -38,11 +38,22 @@ class DamagedResults(ResultsError):
     malformed): ``compare``/``bench`` keep it aside and rebuild it from raw/ (see :func:`set_aside`)."""
 
 
-#: the remedy of every damaged results.json: true because the runner rebuilds it from raw/
+#: the remedy of a damaged results.json in a run's own folder: true because the runner rebuilds it from raw/
 REBUILD = (
     "re-run the compare (or bench) command that wrote it: it rebuilds results.json from raw/, "
     "keeping the damaged file as results.json.damaged-<UTC time>"
 )
+#: the remedy of a damaged results.json in a folder without the run's raw records (a copy, an example)
+RESTORE = (
+    "restore the results.json this one was copied or edited from, or measure again: "
+    "`python -m harness compare ... --out NEW_DIR`"
+)
+
+
+def remedy(path: Path) -> str:
+    """The remedy for a damaged ``path`` (a results.json): :data:`REBUILD` where its folder holds the run's
+    ``raw/`` records, else :data:`RESTORE` (there is nothing to rebuild it from)."""
+    return REBUILD if (Path(path).parent / "raw").is_dir() else RESTORE
 
 
 def is_run(directory: Path) -> bool:
@@ -79,11 +90,11 @@ def load(directory: Path) -> dict:
     try:
         data = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise DamagedResults(f"{path} is not readable JSON ({exc})", REBUILD) from None
+        raise DamagedResults(f"{path} is not readable JSON ({exc})", remedy(path)) from None
     if not isinstance(data, dict):
-        raise DamagedResults(f"{path} is not a results.json object (a JSON {_kind(data)}): damaged", REBUILD)
+        raise DamagedResults(f"{path} is not a results.json object (a JSON {_kind(data)}): damaged", remedy(path))
     if "schema_version" not in data:
-        raise DamagedResults(f"{path} has no schema_version: damaged, or not a results.json", REBUILD)
+        raise DamagedResults(f"{path} has no schema_version: damaged, or not a results.json", remedy(path))
     if data["schema_version"] != SCHEMA_VERSION:
         raise ResultsError(
             f"{path} has schema version {data['schema_version']!r}; this harness reads version {SCHEMA_VERSION}",
@@ -92,11 +103,11 @@ def load(directory: Path) -> dict:
     missing = [k for k in REQUIRED if k not in data]
     if missing:
         raise DamagedResults(
-            f"{path} lacks {', '.join(missing)} (schema version {SCHEMA_VERSION} requires them)", REBUILD
+            f"{path} lacks {', '.join(missing)} (schema version {SCHEMA_VERSION} requires them)", remedy(path)
         )
     found = problem(data)
     if found:
-        raise DamagedResults(f"{path} is malformed: {found}", REBUILD)
+        raise DamagedResults(f"{path} is malformed: {found}", remedy(path))
     return data
 
 
@@ -110,21 +121,36 @@ def _number(value) -> bool:
     return type(value) in (int, float)
 
 
-#: no call takes less than a picosecond: a smaller time is a damaged or forged number, not a measurement
-MIN_SECONDS = 1e-12
-
-
 #: no timed block lasts a day (a whole run's default budget is minutes: harness.options.BUDGET_S); a larger
 #: time is a damaged or forged number, and one near the float maximum overflows the statistics
 MAX_SECONDS = 86400.0
 
 
-SECONDS_RANGE = f"not a finite number of seconds from {MIN_SECONDS:g} to {MAX_SECONDS:g}"
+SECONDS_RANGE = f"not a finite number of seconds > 0 and <= {MAX_SECONDS:g}"
 
 
 def _seconds(value) -> bool:
-    """A finite time from :data:`MIN_SECONDS` to :data:`MAX_SECONDS` (NaN, infinities, 0 and negatives are not)."""
-    return _number(value) and math.isfinite(value) and MIN_SECONDS <= value <= MAX_SECONDS
+    """A finite time > 0 and <= :data:`MAX_SECONDS` (NaN, infinities, 0 and negatives are not)."""
+    return _number(value) and math.isfinite(value) and 0 < value <= MAX_SECONDS
+
+
+def sample_problem(value: float, number: int) -> str | None:
+    """What is wrong with one per-call sample (seconds) of a block of ``number`` calls (the tail of a message:
+    ``, <range>`` or ``: <block>``), or None: it must be a
+    time (:data:`SECONDS_RANGE`) and its block (``value * number``) a reading of the host clock, which counts
+    whole nanoseconds (:data:`harness.bench.timer.CLOCK_UNIT_S`; a block of 0 ns is refused as a time <= 0).
+    A block above that floor but under the timer's resolution is a measurement the report does not judge
+    (:func:`harness.bench.timer.below_resolution`)."""
+    if not _seconds(value):
+        return f", {SECONDS_RANGE}"
+    block = value * number
+    if block < timer.CLOCK_UNIT_S * (1 - 1e-9):  # a block of whole ns divided by ``number`` rounds to ~1e-16
+        calls = "1 call per block makes" if number == 1 else f"{number} calls per block make"
+        return (
+            f": {calls} a block of {block:.3g} s, under the host clock's 1 ns unit "
+            "(time.perf_counter_ns counts whole nanoseconds): no reading of the timer"
+        )
+    return None
 
 
 def verdict_problem(record, at: str, error_key: str = "rel_error") -> str | None:
@@ -246,13 +272,15 @@ def _stopped_problem(stopped) -> str | None:
     return None
 
 
-def cells_problem(cells, where: str) -> str | None:
-    """What is wrong with one process's ``cells`` (``{key: record}``) at JSON path ``where``, or None.
+def cells_problem(cells, where: str, process: str | None = None) -> str | None:
+    """What is wrong with one process's ``cells`` (``{key: record}``) at JSON path ``where``, or None;
+    ``process``: its name, given in the message of a bad sample.
 
     Checked: a dict of dicts, each with a string ``status`` and, when it has one, a ``check`` verdict
-    (:func:`verdict_problem`); an ``ok`` record has a ``measurement`` with a ``median`` and a ``samples``
-    list of times (seconds, :data:`MIN_SECONDS` to :data:`MAX_SECONDS`; the median within the samples) and,
-    optionally, ``deferred``: true, false or null (the timer's deferral probe; null: not probed)."""
+    (:func:`verdict_problem`); an ``ok`` record has a ``measurement`` with ``number`` (calls per block, an
+    integer >= 1; absent: 1), a ``samples`` list of times (:func:`sample_problem`: seconds > 0 and <=
+    :data:`MAX_SECONDS`, each block at least the host clock's 1 ns unit), a ``median`` within the samples
+    and, optionally, ``deferred``: true, false or null (the timer's deferral probe; null: not probed)."""
     if not isinstance(cells, dict):
         return f"{where} is {_kind(cells)}, not an object of cell records"
     for key, rec in cells.items():
@@ -268,18 +296,22 @@ def cells_problem(cells, where: str) -> str | None:
             m = rec.get("measurement")
             if not isinstance(m, dict):
                 return f"{at}.measurement is {_kind(m)} in an ok record"
-            if not (_number(m.get("median")) and m["median"] > 0):
-                return f"{at}.measurement.median is {m.get('median')!r}, not a positive number of seconds"
-            if not _seconds(m["median"]):
-                return f"{at}.measurement.median is {m['median']!r}, {SECONDS_RANGE}"
+            number = m.get("number", 1)
+            if type(number) is not int or number < 1:
+                return f"{at}.measurement.number is {number!r}, not a number of calls >= 1"
             samples = m.get("samples")
             if not isinstance(samples, list) or not all(map(_number, samples)):
                 return f"{at}.measurement.samples is not a list of numbers"
             if not samples:
                 return f"{at}.measurement.samples is an empty list in an ok record"
-            bad = next((x for x in samples if not _seconds(x)), None)
-            if bad is not None:
-                return f"{at}.measurement.samples holds {bad!r}, {SECONDS_RANGE}"
+            for j, x in enumerate(samples):  # before the median: a bad median follows from bad samples
+                if found := sample_problem(x, number):
+                    of = f" (process {process})" if process else ""
+                    return f"{at}.measurement.samples[{j}] is {x!r}{of}{found}"
+            if not (_number(m.get("median")) and m["median"] > 0):
+                return f"{at}.measurement.median is {m.get('median')!r}, not a positive number of seconds"
+            if not _seconds(m["median"]):
+                return f"{at}.measurement.median is {m['median']!r}, {SECONDS_RANGE}"
             layouts = m.get("layouts", [])
             if not (
                 isinstance(layouts, list)
@@ -410,7 +442,8 @@ def problem(data: dict) -> str | None:
         for key in ("build", "config"):
             if proc[key] not in run[f"{key}s"]:
                 return f"{at}.{key} is {proc[key]!r}, which is not in run.{key}s (the plan)"
-        found = cells_problem(proc.get("cells"), f"{at}.cells")
+        name = proc.get("name")
+        found = cells_problem(proc.get("cells"), f"{at}.cells", name if isinstance(name, str) else None)
         if found:
             return found
         stray = [key for key in proc["cells"] if key not in planned]

@@ -259,6 +259,8 @@ class Cause(str, enum.Enum):
     NO_PROCESSES = "no_processes"  #: a side has no process (or the summary no usable cell)
     BAD_VALUES = "bad_values"  #: a per-process median is NaN/inf or <= 0 s
     ZERO_SPREAD = "zero_spread"  #: every process on both sides has the same median (timer resolution?)
+    #: a process timed blocks shorter than the timer resolves (harness.bench.timer.resolution_floor_s)
+    BELOW_RESOLUTION = "below_resolution"
 
 
 def judge(
@@ -292,7 +294,7 @@ def judge(
         ci_low, ci_high: CI of the patched/stock time ratio (NaN: none).
         n_stock, n_patched: processes per side.
         threshold: band half-width, fraction (0.02 = 2 %).
-        problem: a cause found before any CI (NO_PROCESSES, BAD_VALUES, ZERO_SPREAD).
+        problem: a cause found before any CI (NO_PROCESSES, BAD_VALUES, BELOW_RESOLUTION, ZERO_SPREAD).
     Returns:
         ``(verdict, cause)``, verdict one of :data:`VERDICTS`.
     """
@@ -310,8 +312,15 @@ def judge(
 
 
 # --------------------------------------------------------------------------- A/B comparison
-def _input_problem(s: np.ndarray, p: np.ndarray) -> tuple[Cause, str] | None:
-    """(cause, reason) when a side has no process or a non-finite / non-positive median, else None."""
+def _input_problem(s: np.ndarray, p: np.ndarray, unresolved: int = 0) -> tuple[Cause, str] | None:
+    """(cause, reason) when a side has no process or a non-finite / non-positive median, or ``unresolved``
+    processes timed blocks below the timer's resolution (:func:`compare`), else None.
+
+    Raises:
+        ValueError: ``unresolved`` < 0.
+    """
+    if unresolved < 0:
+        raise ValueError(f"unresolved must be >= 0 processes, got {unresolved!r}")
     for name, a in (("stock", s), ("patched", p)):
         if a.size == 0:
             return Cause.NO_PROCESSES, f"no {name} processes"
@@ -320,6 +329,11 @@ def _input_problem(s: np.ndarray, p: np.ndarray) -> tuple[Cause, str] | None:
             return Cause.BAD_VALUES, f"{bad} {name} per-process median(s) are NaN/inf"
         if np.any(a <= 0):
             return Cause.BAD_VALUES, f"{name} has a per-process median <= 0 s"
+    if unresolved:
+        return (
+            Cause.BELOW_RESOLUTION,
+            f"{_plural(unresolved, 'process', 'processes')} timed blocks below the timer's resolution: not judged",
+        )
     return None
 
 
@@ -538,6 +552,7 @@ def compare(
     threshold: float = 0.02,
     confidence: float = 0.95,
     floor: int = MIN_PROCESSES,
+    unresolved: int = 0,
 ) -> Comparison:
     """Compare per-process medians of the patched build with the stock build for one cell.
 
@@ -568,10 +583,14 @@ def compare(
         floor: processes per side a verdict needs (:data:`MIN_PROCESSES`, or
             :data:`MIN_PROCESSES_LAUNCH_BOUND` for a launch-bound cell); raised to what an exact CI
             at ``confidence`` needs (:func:`min_processes`).
+        unresolved: processes (both sides) whose blocks lasted under the timer's resolution
+            (:attr:`harness.bench.timer.Measurement.below_resolution`, which the caller reads off the raw
+            samples): > 0 and the cell is not judged (``undetermined``, ``BELOW_RESOLUTION``; no ratio,
+            CI or p: their times are the clock's ticks, not the calls').
     Returns:
         A :class:`Comparison`; never raises for bad *data* (it becomes ``undetermined``).
     Raises:
-        ValueError: invalid *parameters* (threshold < 0, confidence outside (0, 1)).
+        ValueError: invalid *parameters* (threshold < 0, confidence outside (0, 1), unresolved < 0).
     """
     if not threshold >= 0:
         raise ValueError(f"threshold must be >= 0, got {threshold!r}")
@@ -602,7 +621,7 @@ def compare(
         )
         return Comparison(**base, verdict=verdict, cause=cause, reason=reason, notes=tuple(notes))
 
-    problem = _input_problem(s, p)
+    problem = _input_problem(s, p, unresolved)
     if problem is not None:
         return done(*problem)
 
@@ -652,14 +671,16 @@ class GeoMean:
 
     ``comparison``: the :func:`compare` of each process's geometric-mean time over the cells (the
     verdict, cause, CI, p-value); ``n_cells``: cells used; ``n_dropped``: processes left out because
-    they did not measure every cell. ``gm``/``lo``/``hi``/``p_value``/``verdict``/``cause``/
-    ``reason``/``threshold``/``confidence`` read through to the comparison (time ratio; NaN when
-    not computable).
+    they did not measure every cell; ``n_unresolved``: cells left out (by the caller) because a process
+    timed them below the timer's resolution (:attr:`Cause.BELOW_RESOLUTION`).
+    ``gm``/``lo``/``hi``/``p_value``/``verdict``/``cause``/``reason``/``threshold``/``confidence`` read
+    through to the comparison (time ratio; NaN when not computable).
     """
 
     comparison: Comparison
     n_cells: int
     n_dropped: int = 0
+    n_unresolved: int = 0
 
     gm = property(lambda self: self.comparison.ratio)
     lo = property(lambda self: self.comparison.ci_low)
@@ -673,15 +694,21 @@ class GeoMean:
     n_patched = property(lambda self: self.comparison.n_patched)
 
     @property
+    def unresolved_text(self) -> str:
+        """``N cell(s) below timer resolution left out``, or "" when none was."""
+        return f"{_plural(self.n_unresolved, 'cell')} below timer resolution left out" if self.n_unresolved else ""
+
+    @property
     def reason(self) -> str:
+        unresolved = f"; {self.unresolved_text}" if self.n_unresolved else ""
         if not self.n_cells:
-            return "no cell with processes on both sides"
+            return f"no cell with processes on both sides{unresolved}"
         dropped = f"; {self.n_dropped} process(es) without every cell left out" if self.n_dropped else ""
-        return f"{self.comparison.reason} over {_plural(self.n_cells, 'cell')}{dropped}"
+        return f"{self.comparison.reason} over {_plural(self.n_cells, 'cell')}{dropped}{unresolved}"
 
 
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+def _plural(n: int, word: str, words: str | None = None) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {words or word + 's'}"
 
 
 def geomean_by_process(
@@ -690,6 +717,7 @@ def geomean_by_process(
     *,
     threshold: float = 0.02,
     confidence: float = 0.95,
+    unresolved: int = 0,
 ) -> GeoMean:
     """Geometric mean over the cells of one config of the patched/stock time ratio, with an exact CI
     that treats the **process** as the unit of independence.
@@ -707,6 +735,8 @@ def geomean_by_process(
         stock, patched: (processes, cells) per-process medians in seconds, the same cells in the
             same column order; NaN where a process did not measure the cell. Rows without any
             value are ignored; rows missing some cells are left out and counted (``n_dropped``).
+        unresolved: cells the caller left out of the columns because a process timed them below the
+            timer's resolution (:attr:`Cause.BELOW_RESOLUTION`), said in the reason (``n_unresolved``).
     Returns:
         :class:`GeoMean`.
     Raises:
@@ -731,7 +761,7 @@ def geomean_by_process(
     dropped = len(S) - len(full_s) + len(P) - len(full_p)
     g_s = np.exp(np.mean(np.log(full_s), axis=1)) if cells else np.empty(0)
     g_p = np.exp(np.mean(np.log(full_p), axis=1)) if cells else np.empty(0)
-    return GeoMean(compare(g_s, g_p, threshold=threshold, confidence=confidence), cells, dropped)
+    return GeoMean(compare(g_s, g_p, threshold=threshold, confidence=confidence), cells, dropped, int(unresolved))
 
 
 # --------------------------------------------------------------------------- adaptive sampling
@@ -768,7 +798,8 @@ def unconverged(
     at most ``max_step``) with n the smaller side. A cell
     without a CI gets what it takes to reach :func:`min_processes` at its confidence, or 2
     when even that is met (zero spread, non-finite data: more rounds may or may not help; the
-    runner's time budget decides). Converged cells are absent from the result.
+    runner's time budget decides). Converged cells are absent from the result, and so are cells below the
+    timer's resolution (:attr:`Cause.BELOW_RESOLUTION`): more processes cannot resolve what the clock cannot.
 
     Returns:
         ``{key: extra processes per side}``, for unconverged cells only.
@@ -776,7 +807,7 @@ def unconverged(
     out: dict[K, int] = {}
     for key, c in comparisons.items():
         target = target_half_width[key] if isinstance(target_half_width, Mapping) else target_half_width
-        if converged(c, target):
+        if converged(c, target) or c.cause == Cause.BELOW_RESOLUTION:
             continue
         n = min(c.n_stock, c.n_patched)
         hw = c.half_width

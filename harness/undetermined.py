@@ -109,11 +109,14 @@ def spread(row: ContrastRow) -> float:
 
 def noise_floors(results: list[ContrastResult]) -> list[NoiseFloor]:
     """One :class:`NoiseFloor` per (config, class) of the run's ``patched/C`` vs ``stock/C`` contrasts (or,
-    for a run without them, of every contrast's A side config), in run order."""
+    for a run without them, of every contrast's A side config), in run order; cells below the timer's
+    resolution (no judged times) do not count."""
     per: dict[tuple[str, CellClass], list[float]] = {}
     same = [r for r in results if r.contrast.a.config == r.contrast.b.config] or results
     for result in same:
         for row in result.rows:
+            if row.below_resolution:
+                continue
             sd = spread(row)
             if math.isfinite(sd):
                 per.setdefault((result.contrast.a.config, row.judged), []).append(sd)

@@ -724,3 +724,29 @@ def test_pipes_keep_the_tables_and_the_command_exact_and_paths_are_anchored(tmp_
     merged = merge.merge([runs / "a|b", runs / "b"], out=tmp_path / "elsewhere" / "deep" / "m")
     assert [s.path for s in merged.sources] == [str((runs / "a|b").resolve()), str((runs / "b").resolve())]
     assert merge.code("a `b` c") == "`` a `b` c ``"
+
+
+def test_a_machine_whose_cell_is_below_timer_resolution_shows_it_unjudged(tmp_path, example):
+    """The merge takes each machine's contrasts as that run's own report judges them, so a cell one machine
+    timed below the timer's resolution (stock/default sdpa blocks a hair under 100 ticks of the host clock)
+    is not judged there: it used to read 'faster' on that machine (C1's claim shown at ~5000x); now the
+    merged cell says 'below timer resolution' and the merged document keeps that, re-read the same."""
+    from harness import cli
+
+    here = save(tmp_path / "here", as_machine(example, "AMD EPYC", 2, 2))
+    other = as_machine(example, "Intel(R) Xeon(R) Processor", 16, 16)
+    floor = 100 * 125 / 3 * 1e-9
+    for p in other["processes"]:
+        rec = p["cells"].get("sdpa/1x8x512x64/float32")
+        if p["build"] == "stock" and p["config"] == "default" and rec and rec["status"] == "ok":
+            m = rec["measurement"]
+            m.update(samples=[floor * (1 - 1e-6) / m["number"]] * len(m["samples"]), median=floor * (1 - 1e-6))
+    there = save(tmp_path / "there", other)
+    assert cli.main(["merge", str(here), str(there), "--out", str(tmp_path / "merged")]) == 0
+    text = (tmp_path / "merged" / "report.md").read_text()
+    row = next(line for line in text.splitlines() if line.startswith("| `sdpa/1x8x512x64/float32` |"))
+    assert row.endswith("| – below timer resolution |") and "**faster** |" in row, row  # here judged, there not
+    merged = json.loads((tmp_path / "merged" / "results.json").read_text())
+    flagged = [c for s in merged["sources"] for r in s["contrasts"] for c in r["cells"] if c.get("below_resolution")]
+    assert flagged and all(c["verdict"] == "undetermined" and c["ratio"] is None for c in flagged)
+    assert doc.MergeDocument.from_json(merged).to_json() == merged

@@ -13,7 +13,7 @@ from harness import cli, report
 from harness import results as res
 
 #: the range of a time, as the message gives it
-RANGE = "not a finite number of seconds from 1e-12 to 86400"
+RANGE = "not a finite number of seconds > 0 and <= 86400"
 EXAMPLE = Path(__file__).resolve().parent.parent / "docs" / "examples" / "cpu-ab" / "results.json"
 
 
@@ -48,13 +48,20 @@ def _set_patched_samples(data: dict, value: float) -> None:
                     rec["measurement"]["samples"] = [value] * len(rec["measurement"]["samples"])
 
 
-@pytest.mark.parametrize("value, shown", [(math.nan, "holds nan"), (-1e-3, "holds -0.001"), (1e-300, "holds 1e-300")])
+@pytest.mark.parametrize(
+    "value, shown",
+    [
+        (math.nan, f"is nan (process r00-patched-default), {RANGE}"),
+        (-1e-3, f"is -0.001 (process r00-patched-default), {RANGE}"),
+        (1e-300, "is 1e-300 (process r00-patched-default): 1 call per block makes a block of 1e-300 s, under"),
+    ],
+)
 def test_patched_samples_nan_negative_or_absurd_are_refused(good, tmp_path, capsys, value, shown):
     """item 5: NaN or negative samples rendered the same report as the original, exit 0."""
     data = copy.deepcopy(good)
     _set_patched_samples(data, value)
     rc, out, folder = _report_line(tmp_path, data, capsys)
-    assert rc == 2 and out.count("\n") == 1 and "measurement.samples " + shown in out, out
+    assert rc == 2 and out.count("\n") == 1 and "measurement.samples[0] " + shown in out, out
     assert not (folder / "report.md").exists()
 
 
@@ -64,7 +71,7 @@ def test_median_of_1e300_is_not_a_speedup(good, tmp_path, capsys):
     i, key = _ok_cell(data, "patched")
     data["processes"][i]["cells"][key]["measurement"]["median"] = 1e-300
     rc, out, _ = _report_line(tmp_path, data, capsys)
-    assert rc == 2 and f"processes[{i}].cells['{key}'].measurement.median is 1e-300, {RANGE}" in out, out
+    assert rc == 2 and f"processes[{i}].cells['{key}'].measurement.median is 1e-300, outside its samples" in out, out
 
 
 def _drop(path: str):
@@ -203,7 +210,8 @@ def test_samples_of_1e308_are_damage_not_an_overflow(good, tmp_path, capsys):
     rc, out, folder = _report_line(tmp_path, data, capsys)
     i, key = _ok_cell(data, "patched")
     line = _one_line(rc, out)
-    assert f"processes[{i}].cells['{key}'].measurement.median is 1e+308, {RANGE}" in line
+    name = data["processes"][i]["name"]  # the samples come first: a bad median follows from bad samples
+    assert f"processes[{i}].cells['{key}'].measurement.samples[0] is 1e+308 (process {name}), {RANGE}" in line
     assert not (folder / "report.md").exists()
     _set_patched_samples(data, 86400.5)  # just over a day, a median in range: the samples are named
     for proc in data["processes"]:
@@ -212,7 +220,7 @@ def test_samples_of_1e308_are_damage_not_an_overflow(good, tmp_path, capsys):
                 rec["measurement"]["median"] = 86400.0
                 rec["measurement"]["samples"][0] = 86400.0
     rc, out, _ = _report_line(tmp_path, data, capsys)
-    assert "measurement.samples holds 86400.5, not a finite number of seconds from 1e-12 to 86400" in _one_line(rc, out)
+    assert f"measurement.samples[1] is 86400.5 (process {name}), {RANGE}" in _one_line(rc, out)
 
 
 @pytest.mark.parametrize(
@@ -281,3 +289,83 @@ def test_a_damaged_adaptive_stop_reason_is_refused(good, stopped, shown):
     assert shown in res.problem(data)
     data["run"]["adaptive"]["stopped"] = {"why": "budget", "next_round_s": 4.0, "left_s": 1.5}
     assert res.problem(data) is None
+
+
+# ----------------------------------------------------------------- times under the clock's unit or resolution
+
+#: the cell the issue's case edited: 1 call per block in every process of the cpu example
+SUB_CELL = "mm/512x512x512/float32"
+
+
+def _set_block(data: dict, build: str, config: str, block_s: float, key: str = SUB_CELL) -> str:
+    """Every process of (build, config) gets blocks of ``block_s`` seconds for ``key``: its samples (per call)
+    and median become ``block_s / number``. Returns the name of the first such process."""
+    names = []
+    for proc in data["processes"]:
+        rec = proc["cells"].get(key)
+        if proc["build"] == build and proc["config"] == config and rec and rec["status"] == "ok":
+            m = rec["measurement"]
+            per_call = block_s / m["number"]
+            m.update(samples=[per_call] * len(m["samples"]), median=per_call)
+            names.append(proc["name"])
+    assert names, "no process measured the cell"
+    return names[0]
+
+
+@pytest.mark.parametrize("per_call", [1e-12, 1e-10])
+def test_the_issues_sub_nanosecond_samples_are_refused_naming_the_sample(good, tmp_path, capsys, per_call):
+    """The issue's case: stock samples of one cell set to 1e-12 s or 1e-10 s (1 call per block: a block far
+    under the host clock's 1 ns unit) passed validation (its floor was 1e-12 s) and rendered
+    ``0.000x [0.000, 0.000] | **slower**`` and a geometric mean 'patched 941.1% slower'. Now refused: one
+    line naming the sample, its process and cell, and a remedy that exists (this folder has no raw/)."""
+    data = copy.deepcopy(good)
+    name = _set_block(data, "stock", "default", per_call)
+    rc, out, folder = _report_line(tmp_path, data, capsys)
+    i = next(j for j, p in enumerate(data["processes"]) if p["name"] == name)
+    assert rc == 2 and out.count("\n") == 1, out
+    assert f"processes[{i}].cells['{SUB_CELL}'].measurement.samples[0] is {per_call!r} (process {name})" in out
+    assert "under the host clock's 1 ns unit" in out and "raw/" not in out, out
+    assert not (folder / "report.md").exists()
+
+
+def test_the_validator_floor_is_one_clock_unit_per_block(good, tmp_path, capsys):
+    """The edge: a block of exactly 1 ns (the unit of time.perf_counter_ns) is a reading of the clock and
+    passes validation; a block a millionth shorter is not one and is refused. 10 calls per block: the
+    floor is on the block, not the per-call sample (1e-10 s per call is then a 1 ns block)."""
+    data = copy.deepcopy(good)
+    i, key = _ok_cell(data, "stock")
+    m = data["processes"][i]["cells"][key]["measurement"]
+    m.update(number=10, samples=[1e-10] * len(m["samples"]), median=1e-10)
+    assert res.problem(data) is None
+    m.update(samples=[1e-10 * (1 - 1e-6)] * len(m["samples"]), median=1e-10 * (1 - 1e-6))
+    found = res.problem(data)
+    assert found is not None and found.startswith(f"processes[{i}].cells['{key}'].measurement.samples[0] is 9.99")
+    assert "10 calls per block make a block of 1e-09 s, under the host clock's 1 ns unit" in found, found
+
+
+@pytest.mark.parametrize("value", [0.0, -0.0, -1e-6])
+def test_a_zero_or_negative_sample_names_the_sample_not_the_median(good, tmp_path, capsys, value):
+    """Exactly 0 (with its median 0 too) was refused as 'measurement.median is 0.0, not a positive number of
+    seconds' and the remedy said to rebuild results.json from a raw/ the folder did not have."""
+    data = copy.deepcopy(good)
+    i, key = _ok_cell(data, "stock")
+    m = data["processes"][i]["cells"][key]["measurement"]
+    m["samples"][2] = value
+    m["median"] = value
+    rc, out, folder = _report_line(tmp_path, data, capsys)
+    name = data["processes"][i]["name"]
+    assert rc == 2 and f".cells['{key}'].measurement.samples[2] is {value!r} (process {name})" in out, out
+    assert "median" not in out and "raw/" not in out and "python -m harness compare" in out, out
+    (folder / "raw").mkdir()  # a run's own folder: the runner can rebuild results.json from raw/
+    rc, out, _ = _report_line(tmp_path, data, capsys)
+    assert rc == 2 and "rebuilds results.json from raw/" in out, out
+
+
+@pytest.mark.parametrize("number", [0, -1, 1.5, True, "10"])
+def test_a_block_size_that_is_not_a_count_of_calls_is_damage(good, number):
+    data = copy.deepcopy(good)
+    i, key = _ok_cell(data, "stock")
+    data["processes"][i]["cells"][key]["measurement"]["number"] = number
+    assert res.problem(data) == (
+        f"processes[{i}].cells['{key}'].measurement.number is {number!r}, not a number of calls >= 1"
+    )

@@ -501,3 +501,62 @@ def test_the_kept_mann_whitney_p_is_scipys_for_every_sample_and_order():
     with pytest.raises(ValueError, match="finite"):
         stats.mann_whitney_p(np.array([1.0, math.nan]), np.array([2.0, 3.0]))
     assert stats._P_BY_U == kept
+
+
+# ----------------------------------------------------------------- below the timer's resolution
+
+
+def test_resolution_floor_is_100_ticks_of_the_clock_the_method_names():
+    """The floor each recorded clock gets: 100 ticks of the coarsest host clock (mach_absolute_time on Apple
+    silicon, 125/3 ns) for the host-clock timers, 100 x 0.5 µs for CUDA events of older runs."""
+    from harness.bench import timer
+
+    assert timer.resolution_floor_s("perf_counter") == pytest.approx(4.1667e-6, rel=1e-4)
+    assert timer.resolution_floor_s("synchronize+perf_counter") == timer.resolution_floor_s("perf_counter")
+    assert timer.resolution_floor_s("cuda-events") == pytest.approx(50e-6)
+    assert timer.resolution_floor_s("mps-events") == timer.resolution_floor_s("perf_counter")
+    assert timer.resolution_floor_s("") == timer.resolution_floor_s("perf_counter")
+
+
+@pytest.mark.parametrize("method", ["perf_counter", "synchronize+perf_counter", "cuda-events"])
+@pytest.mark.parametrize("number", [1, 7, 1024])
+def test_a_process_is_below_resolution_just_under_its_floor_per_block(method, number):
+    """The edge is on the block (median x calls per block), just inside and just outside."""
+    from harness.bench import timer
+
+    floor = timer.resolution_floor_s(method)
+    at = timer.Measurement(samples=[floor / number * (1 + 1e-9)] * 5, number=number, method=method)
+    under = timer.Measurement(samples=[floor / number * (1 - 1e-6)] * 5, number=number, method=method)
+    assert not at.below_resolution and under.below_resolution
+    assert not timer.Measurement().below_resolution  # nothing measured: nothing to judge, nothing flagged
+
+
+def test_compare_does_not_judge_a_cell_below_resolution():
+    """A cell with a process below the timer's resolution is never judged: it was 'slower' at a 0.000x ratio
+    (the issue's report); now undetermined with its own cause, no ratio, no CI, no p."""
+    s = np.full(6, 1e-12) * np.exp(np.linspace(-0.01, 0.01, 6))
+    p = np.full(6, 4.3e-3) * np.exp(np.linspace(-0.01, 0.01, 6))
+    assert compare(s, p).verdict == stats.SLOWER  # the old behaviour: a verdict from sub-resolution times
+    c = compare(s, p, unresolved=6)
+    assert (c.verdict, c.cause) == (stats.UNDETERMINED, Cause.BELOW_RESOLUTION)
+    assert all(math.isnan(v) for v in (c.ratio, c.ci_low, c.ci_high, c.p_value))
+    assert c.reason == "6 processes timed blocks below the timer's resolution: not judged"
+    assert compare(s, p, unresolved=1).reason.startswith("1 process timed blocks")
+    assert compare(s, p, unresolved=0).verdict == stats.SLOWER  # just inside: no such process, judged
+    with pytest.raises(ValueError):
+        compare(s, p, unresolved=-1)
+
+
+def test_geomean_says_how_many_cells_below_resolution_it_left_out():
+    rng = np.random.default_rng(5)
+    s = lognormal(rng, 8, 0.01)[:, None] * np.ones((1, 3))
+    g = stats.geomean_by_process(s, s * 1.1, unresolved=2)
+    assert g.n_unresolved == 2 and g.reason.endswith("over 3 cells; 2 cells below timer resolution left out")
+    assert "resolution" not in stats.geomean_by_process(s, s * 1.1).reason
+
+
+def test_more_processes_are_not_asked_for_a_cell_below_resolution():
+    """More rounds cannot resolve what the clock cannot: the adaptive rule leaves such a cell out."""
+    s, p = np.full(4, 1e-9), np.full(4, 2e-9)
+    assert unconverged({"a": compare(s, p, unresolved=4)}) == {}
+    assert unconverged({"a": compare(s, p)}) == {"a": 2}  # zero spread: more rounds asked for, as before

@@ -121,6 +121,44 @@ MAX_TRANSIENT_SHARE = 0.5
 #: a leading run of blocks is a transient only when its mean lies this many standard deviations of
 #: the rest away from the rest's mean
 TRANSIENT_SDS = 3.0
+#: the host clock's unit, seconds: ``time.perf_counter_ns`` counts whole nanoseconds, so a block (two
+#: reads apart) lasts 0 or at least 1 ns; a shorter one is no reading of the timer (harness.results refuses it)
+CLOCK_UNIT_S = 1e-9
+#: the host clock's tick, seconds: the coarsest among the hosts the harness runs on. ``time.perf_counter``
+#: is ``clock_gettime(CLOCK_MONOTONIC)`` on Linux (1 ns, ``clock_getres``) and ``mach_absolute_time`` on
+#: macOS, whose timebase on Apple silicon is 125/3 ns (24 MHz; ``time.get_clock_info("perf_counter")``
+#: reports its resolution there as 4.2e-08). results.json does not record the host, only the clock
+#: (:attr:`Measurement.method`), so every host-clock measurement gets the coarser tick.
+HOST_TICK_S = 125 / 3 * 1e-9
+#: the tick of the CUDA events that runs of schema version 1 timed GPUs with: ``cudaEventElapsedTime``
+#: "has a resolution of around 0.5 microseconds" (CUDA Runtime API, Event Management). Their MPS events
+#: were host times taken in completion callbacks: :data:`HOST_TICK_S`.
+EVENT_TICK_S = 0.5e-6
+#: tick of each recorded clock (:attr:`Measurement.method`); another or none: :data:`HOST_TICK_S`
+CLOCK_TICKS = {
+    "perf_counter": HOST_TICK_S,
+    "synchronize+perf_counter": HOST_TICK_S,
+    "cuda-events": EVENT_TICK_S,
+    "cuda-graph+events": EVENT_TICK_S,
+    "mps-events": HOST_TICK_S,
+}
+#: a process's time is judged only when its block (median x ``number``) lasts at least this many ticks:
+#: a block read as k ticks is off by up to one tick, 1/k of it, so at 100 ticks by at most 1 %, half the
+#: narrowest verdict band (harness.policy: ±2 %). The timer's own blocks last >= ``min_block_s`` (1 ms) or
+#: :data:`MAX_BLOCK_CALLS` calls, far above it; only an edited or broken record falls under it.
+RESOLVED_TICKS = 100
+
+
+def resolution_floor_s(method: str) -> float:
+    """Shortest block, seconds, whose time is judged: :data:`RESOLVED_TICKS` ticks of the clock ``method``
+    names (:data:`CLOCK_TICKS`; 4.17 µs for the host clock, 50 µs for CUDA events)."""
+    return RESOLVED_TICKS * CLOCK_TICKS.get(method, HOST_TICK_S)
+
+
+def below_resolution(median: float, number: int, method: str) -> bool:
+    """The one rule for a time the timer cannot resolve: a process whose time per call ``median`` (seconds)
+    times its calls per block ``number`` lasts under :func:`resolution_floor_s` of its clock ``method``."""
+    return median * number < resolution_floor_s(method)
 
 
 def steady_start(samples: list[float]) -> int:
@@ -236,6 +274,13 @@ class Measurement:
         if len(self.layouts) > 1:
             return statistics.geometric_mean(layout_medians(self.samples, self.layouts))
         return steady_median(self.samples)
+
+    @property
+    def below_resolution(self) -> bool:
+        """True when the process's time per block (:attr:`median` x ``number``, seconds) is under
+        :func:`resolution_floor_s` of its clock: a time the timer cannot resolve, never judged (harness.policy,
+        harness.contrasts). False when nothing was measured."""
+        return bool(self.samples) and below_resolution(self.median, self.number, self.method)
 
     def add_layout(self, other: Measurement) -> None:
         """Append ``other``'s blocks (the same cell on freshly allocated inputs) as a new layout."""
