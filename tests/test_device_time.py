@@ -16,7 +16,7 @@ from harness import document as doc
 from harness import report, stats
 from harness import results as res
 from harness.bench import devices
-from harness.bench.timer import DEVICE_REPLAY_S, MAX_BLOCK_CALLS, Measurement, measure_device
+from harness.bench.timer import DEVICE_REPLAY_S, DEVICE_REPLAYS, MAX_BLOCK_CALLS, Measurement, measure_device
 from harness.policy import CellClass
 
 LAUNCH = ["mm/512x512x512/float16", "sdpa/1x8x512x64/float16"]
@@ -140,7 +140,7 @@ def test_measure_device_sizes_the_replay_from_the_host_median_and_records_why_no
     m = Measurement(samples=[20e-6] * 5, enqueue=[19e-6] * 5, number=512, method="synchronize+perf_counter")
     seen = []
     measure_device(_Fake(lambda fn, calls, replays: seen.append((calls, replays)) or [3e-6] * replays), None, m)
-    assert seen == [(math.ceil(DEVICE_REPLAY_S / 20e-6), 10)] and m.device_calls == 100
+    assert seen == [(math.ceil(DEVICE_REPLAY_S / 20e-6), DEVICE_REPLAYS)] and m.device_calls == seen[0][0]
     assert m.device_median == pytest.approx(3e-6) and m.device_method == "fake-clock" and not m.device_note
     big = Measurement(samples=[1e-9] * 5, enqueue=[1e-9] * 5, number=4096)
     measure_device(_Fake(lambda fn, calls, replays: [1e-9] * replays), None, big)

@@ -103,7 +103,7 @@ def _cpu(torch) -> DeviceProfile:
 CUDA_GRAPH_CLOCK = "cuda-graph+events"
 #: untimed calls on a side stream before capture (as ``torch.cuda.graphs.make_graphed_callables`` warms
 #: up: library handles and workspaces are made outside the capture)
-GRAPH_WARMUP_CALLS = 3
+GRAPH_WARMUP_CALLS = 2
 
 
 def cuda_graph_time(torch) -> Callable[[Callable[[], object], int, int], list[float]]:
@@ -122,8 +122,12 @@ def cuda_graph_time(torch) -> Callable[[Callable[[], object], int, int], list[fl
     the call, a CPU fallback): :func:`harness.bench.timer.measure_device` records it as the cell's
     ``device_note``."""
 
+    streams: list = []  # one side stream for the process: a new stream per cell would set up its libraries again
+
     def time_calls(fn: Callable[[], object], calls: int, replays: int) -> list[float]:
-        side = torch.cuda.Stream()
+        if not streams:
+            streams.append(torch.cuda.Stream())
+        side = streams[0]
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
             for _ in range(GRAPH_WARMUP_CALLS):

@@ -335,12 +335,15 @@ class Measurement:
 
 #: device seconds one timed replay aims at: the captured unit holds ``DEVICE_REPLAY_S / host median`` calls
 #: (the host median per call is at least the device time per call, so a replay lasts at most this long),
-#: at most the block's ``number`` and :data:`MAX_BLOCK_CALLS`. On an H100 the smallest cells (mm 512³ fp16,
-#: 3.3 µs of device time per call, ~15 µs of host time) then replay ~130 calls, ~0.4 ms: CUDA events
-#: resolve about 0.5 µs (CUDA Runtime API, ``cudaEventElapsedTime``), 0.1 % of it.
-DEVICE_REPLAY_S = 2e-3
-#: timed replays per cell and process (their median is the process's device time)
-DEVICE_REPLAYS = 10
+#: at most the block's ``number`` and :data:`MAX_BLOCK_CALLS`. On an H200 the smallest cells (mm 512³ fp16,
+#: 3.2 µs of device time per call, ~15 µs of host time) then replay ~65 calls, ~0.2 ms: CUDA events resolve
+#: about 0.5 µs (CUDA Runtime API, ``cudaEventElapsedTime``), 0.25 % of it, and the resolution floor
+#: (:func:`resolution_floor_s`, 100 ticks) is 50 µs. At 2 ms and 10 replays device time added 4-6 s to a
+#: default-matrix worker process of 51 cells there (15.8-17.6 s, from 10.8 s); at 1 ms and 5 replays about 1 s.
+DEVICE_REPLAY_S = 1e-3
+#: timed replays per cell and process (their median is the process's device time): on an H200 the replays of
+#: one process differ by < 0.3 % where processes differ by 0.5-0.8 % (docs/timing.md, "Device time")
+DEVICE_REPLAYS = 5
 
 
 def measure_device(device, fn: Callable[[], object], m: Measurement, replays: int = DEVICE_REPLAYS) -> None:
