@@ -9,7 +9,7 @@ picks the Metal GEMM route, read once per process), announces each measurement o
 SPEC::
 
     {"device": "mps", "cell": "mm/1024x1024x1024/float16", "small_cell": "mm/1x1024x1024/float16",
-     "rows": ["fresh", "sync", "duty", "slowest", "accuracy"],
+     "rows": ["fresh", "fresh_again", "sync", "duty", "slowest", "accuracy"],
      "min_block_s": 0.005, "blocks": 5, "slowest": {"candidates": [...], "probes": {...}, "direct_s": 2.0,
      "budget_s": 10.0}, "accuracy": ["mm/256x256x256/float16", ...], "accumulator": "float32",
      "threads": 1, "emulate": null}
@@ -17,6 +17,8 @@ SPEC::
 Measurements (seconds per call unless said):
 
 - ``fresh``: the cell's median in this fresh process, measured first (before any other kernel ran).
+- ``fresh_again``: the cell's median again in the same process, warmed (``fresh_again_s``): a process that
+  was cold at first is back at its level; one whose kernel differs stays where it was.
 - ``sync``: blocks of the cell timed two ways, alternating: ``sync_s`` ends the block with the device's
   synchronize alone (what the timer does); ``read_s`` reads the last output's last element to the host
   before that synchronize (a blocking copy: on MPS ``copy_and_sync`` commits and waits,
@@ -57,6 +59,7 @@ IMPORT_STEP = "importing torch"
 #: row -> the step it announces (the deadline's message names it)
 STEPS = {
     "fresh": "timing the cell first in a fresh process",
+    "fresh_again": "timing the cell again, warmed, in the same process",
     "sync": "timing synchronize against a host read",
     "duty": "timing duty 1 against duty 1/3",
     "slowest": "timing one call of the slowest cells",
@@ -64,6 +67,8 @@ STEPS = {
 }
 
 
+#: seconds of calls before the ``fresh_again`` repeat: a cold start (clock, caches, page faults) is over
+FRESH_WARMUP_S = 0.2
 #: the stall row runs a candidate directly only when its predicted call is at least this share of the largest
 RELEVANT = 0.25
 
@@ -194,6 +199,10 @@ def measure(torch, device, spec: dict, channel: Channel) -> dict:
         if row == "fresh":
             answer["fresh_s"] = timer.measure(
                 fn, warmup_s=0.0, warmup_calls=3, measure_s=0.0, min_block_s=min_block, min_samples=3
+            ).median
+        elif row == "fresh_again":
+            answer["fresh_again_s"] = timer.measure(
+                fn, warmup_s=FRESH_WARMUP_S, warmup_calls=10_000, measure_s=0.0, min_block_s=min_block, min_samples=5
             ).median
         elif row == "sync":
             sized = timer.measure(fn, warmup_s=0.0, warmup_calls=3, measure_s=0.0, min_block_s=min_block)
