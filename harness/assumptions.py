@@ -35,11 +35,12 @@ The rows (the same code on cpu, cuda and mps; under ``--device mps`` in CI throu
    :data:`harness.supervise.STALL_MAX_S` (no stall timeout the harness allows holds the cell).
 5. ``fresh-process kernel choice``: the cell's time in :data:`FRESH` fresh processes is one level
    (pytorch issue 182815). Levels: the times sorted, split where neighbours differ by over
-   :data:`FRESH_SPREAD`. A level of two or more processes is a mode; a level of one process is a mode only
-   when that process's warmed repeat of the cell (``fresh_again``) stays off the other processes' band
-   (their first and repeated times, widened by :data:`FRESH_SPREAD`); back on it, the process was cold.
-   Two modes or more: did not hold. One mode with a spread over :data:`FRESH_SPREAD` (a cold process, or
-   one at a level of its own with no repeat to tell): held, as a warning that the machine is noisy.
+   :data:`FRESH_SPREAD`; the main level is the largest (the faster on a tie). Each process repeats the
+   cell warmed (``fresh_again``). Another level is cold, not a mode, when every process of it has a
+   repeat back in the main level's band (its first and repeated times, widened by :data:`FRESH_SPREAD`);
+   else it is a mode when it holds two or more processes or one whose repeat stayed off. Two modes or
+   more: did not hold. One mode with a spread over :data:`FRESH_SPREAD` (a cold process, or one alone at
+   its level with no repeat to tell): held, as a warning that the machine is noisy.
 6. ``accuracy``: GEMM and SDPA errors per route within their bounds (:mod:`harness.bench.accuracy`).
 """
 
@@ -321,21 +322,23 @@ def judge_fresh(m: Measured) -> Verdict:
     found = levels(m.fresh)
     main = found[0]
     band = [m.fresh[i] for i in main] + [again[i] for i in main if again[i] is not None]
-    modes, cold, kept, unknown = sum(len(lv) > 1 for lv in found), [], [], []
-    for (i,) in (lv for lv in found if len(lv) == 1):
-        if len(main) == 1 or again[i] is None:
-            unknown.append(i)
-        elif _near(again[i], band):
-            cold.append(i)
+    modes, cold, kept, unknown = 1, [], [], []
+    for lv in found[1:]:
+        back = [i for i in lv if again[i] is not None and _near(again[i], band)]
+        if len(main) == 1 or (len(lv) == 1 and again[lv[0]] is None):
+            unknown += lv  # no level of two to be cold against, or one process with no repeat
+        elif len(back) == len(lv):
+            cold += lv  # every process of the level came back to the main one: they were cold
         else:
-            kept.append(i)
-    modes = max(1, modes + len(kept))
+            modes += 1  # two processes at a level, or a repeat that stayed off: a level of its own
+            kept += [i for i in lv if i not in back and again[i] is not None]
     spread = max(m.fresh) / min(m.fresh) - 1
     shown = ", ".join(f"{v * 1e3:.3g}" for v in m.fresh)
     label = next(iter(m.labels.values()))
+    repeats = ", ".join("-" if v is None else f"{v * 1e3:.3g}" for v in again)
     detail = (
-        f"{m.cell()} under {label} in {len(m.fresh)} fresh processes: {shown} ms; {modes} mode(s), "
-        f"slowest {spread:.0%} above the fastest"
+        f"{m.cell()} under {label} in {len(m.fresh)} fresh processes: {shown} ms (warmed repeats {repeats} ms); "
+        f"{modes} mode(s), slowest {spread:.0%} above the fastest"
     )
     detail += "".join(f"; process {i + 1} stayed at {again[i] * 1e3:.3g} ms on a warmed repeat" for i in kept)
     held = modes == 1

@@ -308,7 +308,8 @@ def test_a_bimodal_fresh_process_sample_is_caught():
     from harness import assumptions as asm
 
     v = asm.judge_fresh(_measured(fresh=(1.00e-3, 1.01e-3, 2.00e-3, 2.02e-3)))
-    assert v.held is False and v.data["modes"] == 2 and "1, 1.01, 2, 2.02 ms; 2 mode(s)" in v.detail
+    assert v.held is False and v.data["modes"] == 2
+    assert "1, 1.01, 2, 2.02 ms (warmed repeats -, -, -, - ms); 2 mode(s)" in v.detail
     calm = asm.judge_fresh(_measured(fresh=(1.00e-3, 1.01e-3, 1.02e-3, 1.005e-3)))
     assert calm.held is True and calm.noisy is False
     short = asm.judge_fresh(_measured(fresh=(1e-3,)))
@@ -332,9 +333,17 @@ def test_one_cold_process_is_a_noisy_machine_and_one_whose_repeat_stays_off_is_a
     assert asm.row_text(asm.ASSUMPTIONS[4], kept)[0] == "failed"
     unknown = asm.judge_fresh(_measured(fresh=fresh))  # no repeat answered: one process at a level cannot tell
     assert unknown.held is True and unknown.noisy is True and "cannot tell" in unknown.detail
-    # two processes at each level: two modes, whatever the repeats say (a second process is its own evidence)
-    two = asm.judge_fresh(_measured(fresh=(1.1e-3, 0.41e-3, 0.43e-3, 1.12e-3), again=(0.42e-3,) * 4))
-    assert two.held is False and two.data["modes"] == 2
+    # two processes at each level: two modes (planted kernel choice: each process keeps its level on a repeat),
+    # also with no repeat to tell; two cold processes whose repeats both came back are a warning
+    two = (1.1e-3, 0.41e-3, 0.43e-3, 1.12e-3)
+    for again in ((1.09e-3, 0.41e-3, 0.43e-3, 1.1e-3), ()):
+        planted = asm.judge_fresh(_measured(fresh=two, again=again))
+        assert planted.held is False and planted.data["modes"] == 2, again
+        assert asm.row_text(asm.ASSUMPTIONS[4], planted)[0] == "failed"
+    both = asm.judge_fresh(_measured(fresh=two, again=(0.42e-3,) * 4))
+    assert both.held is True and both.noisy is True and both.data["cold"] == [0, 3]
+    half = asm.judge_fresh(_measured(fresh=two, again=(1.09e-3, 0.41e-3, 0.43e-3, 0.42e-3)))
+    assert half.held is False and "process 1 stayed at 1.09 ms" in half.detail
     # the edge of a level: FRESH_SPREAD above the others' median is the same level, a little more is off it
     s = asm.FRESH_SPREAD
     same = asm.judge_fresh(_measured(fresh=(1e-3, 1e-3, 1e-3, 1e-3 * (1 + s) * 0.9999), again=(1e-3,) * 4))
