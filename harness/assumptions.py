@@ -36,8 +36,9 @@ The rows (the same code on cpu, cuda and mps; under ``--device mps`` in CI throu
 5. ``fresh-process kernel choice``: the cell's time in :data:`FRESH` fresh processes is one level
    (pytorch issue 182815). Levels: the times sorted, split where neighbours differ by over
    :data:`FRESH_SPREAD`; the main level is the largest (the faster on a tie). Each process repeats the
-   cell warmed (``fresh_again``). Another level is cold, not a mode, when every process of it has a
-   repeat back in the main level's band (its first and repeated times, widened by :data:`FRESH_SPREAD`);
+   cell warmed (``fresh_again``; on the cpu in CPU seconds, which a busy host does not add to). Another
+   level is cold, not a mode, when every process of it has a repeat back in the main level's band (the
+   main level's repeats, or its first times where it has none, widened by :data:`FRESH_SPREAD`);
    else it is a mode when it holds two or more processes or one whose repeat stayed off. Two modes or
    more: did not hold. One mode with a spread over :data:`FRESH_SPREAD` (a cold process, or one alone at
    its level with no repeat to tell): held, as a warning that the machine is noisy.
@@ -112,7 +113,8 @@ def small_cell(device: str) -> str:
 class Measured:
     """What the processes answered: ``routes``: config -> answer dict (or ``{"error": why}``); ``fresh``:
     the first route's cell time in each fresh process (seconds); ``fresh_again``: each of those processes'
-    warmed repeat of the cell (seconds, None where it did not answer one); ``labels``: config -> route name;
+    warmed repeat of the cell (seconds per call; on the cpu device CPU seconds, else wall; None where it did
+    not answer one); ``labels``: config -> route name;
     the runner's ``stall_s`` (the ``--stall-timeout`` default, the floor of what compare sets) and
     ``timing`` the stall row judges against."""
 
@@ -321,7 +323,8 @@ def judge_fresh(m: Measured) -> Verdict:
     again = list(m.fresh_again) + [None] * (len(m.fresh) - len(m.fresh_again))
     found = levels(m.fresh)
     main = found[0]
-    band = [m.fresh[i] for i in main] + [again[i] for i in main if again[i] is not None]
+    # the repeats are compared with the repeats of the main level (on the cpu they are CPU seconds, not wall)
+    band = [again[i] for i in main if again[i] is not None] or [m.fresh[i] for i in main]
     modes, cold, kept, unknown = 1, [], [], []
     for lv in found[1:]:
         back = [i for i in lv if again[i] is not None and _near(again[i], band)]
@@ -519,7 +522,8 @@ def measure(
     def keep_fresh(answer: dict) -> None:
         if "fresh_s" in answer:
             fresh.append(answer["fresh_s"])
-            again.append(answer.get("fresh_again_s"))
+            # on the cpu the repeat in CPU seconds: a busy host adds wall time to a process, not CPU time
+            again.append(answer.get("fresh_again_cpu_s" if device == "cpu" else "fresh_again_s"))
         else:
             fresh_errors.append(answer.get("error"))
 

@@ -485,3 +485,30 @@ def test_a_warning_row_exits_0_and_a_failed_one_1(monkeypatch, tmp_path, capsys)
         monkeypatch.setattr(doctor, "run", lambda *a, rows=rows, **k: rows)
         assert cli.main(["doctor", "--device", "cpu", "--out", str(tmp_path / "d")]) == code
         assert "warning  noisy machine" in capsys.readouterr().out or code == 1
+
+
+def test_compare_sets_the_stall_timeout_per_cell_only_when_none_is_given(tmp_path):
+    from harness import plan as planning
+
+    def plan(**kw):
+        inputs = {"stock": f"python:{sys.executable}", "patched": f"python:{sys.executable}"}
+        return planning.plan(planning.RunRequest(inputs=inputs, out=tmp_path / "o", cells=("mm/8x8x8/float32",), **kw))
+
+    default = plan(device="cpu")
+    assert default.stall_derived is True and default.stall == 180.0  # the floor of what it sets per cell
+    given = plan(device="cpu", stall_timeout=100.0)
+    assert given.stall_derived is False and given.stall == 100.0  # a user's number is used as given
+
+
+def test_the_cpu_repeat_counts_this_processs_cpu_seconds_not_a_busy_hosts_wall_time():
+    """A call that waits 2 ms without working (what other processes on a busy host add) costs no CPU seconds:
+    the repeat is back at its level; timed by the wall clock (planted back) it reads 2 ms."""
+    import time
+
+    from harness.bench.assumptions import cpu_per_call
+
+    def wait():
+        time.sleep(2e-3)
+
+    assert cpu_per_call(wait, lambda: None, 2, 3) < 0.5e-3
+    assert cpu_per_call(wait, lambda: None, 2, 3, clock=time.perf_counter) >= 2e-3
