@@ -34,14 +34,14 @@ The rows (the same code on cpu, cuda and mps; under ``--device mps`` in CI throu
    least the default); the row says what it sets for this cell and fails only when that would pass
    :data:`harness.supervise.STALL_MAX_S` (no stall timeout the harness allows holds the cell).
 5. ``fresh-process kernel choice``: the cell's time in :data:`FRESH` fresh processes is one level
-   (pytorch issue 182815). Levels: the times sorted, split where neighbours differ by over
-   :data:`FRESH_SPREAD`; the main level is the largest (the faster on a tie). Each process repeats the
-   cell warmed (``fresh_again``; on the cpu in CPU seconds, which a busy host does not add to). Another
-   level is cold, not a mode, when every process of it has a repeat back in the main level's band (the
-   main level's repeats, or its first times where it has none, widened by :data:`FRESH_SPREAD`);
-   else it is a mode when it holds two or more processes or one whose repeat stayed off. Two modes or
-   more: did not hold. One mode with a spread over :data:`FRESH_SPREAD` (a cold process, or one alone at
-   its level with no repeat to tell): held, as a warning that the machine is noisy.
+   (pytorch issue 182815). Each process times the cell first, then again warmed (``fresh_again``; on the
+   cpu in CPU seconds, which a busy host does not add to): a kernel choice lasts the process, a cold start
+   does not. Levels (:func:`levels`): the warmed repeats (the first times where a repeat is missing)
+   sorted, split where neighbours differ by over :data:`FRESH_SPREAD`; the main level is the largest. Another
+   level is a mode when it holds two processes or more, or one whose repeat is off the main level's and
+   whose first time does not say the opposite; a level of one with no repeat cannot tell. Two modes or more:
+   did not hold. One mode with first times spread over :data:`FRESH_SPREAD` (cold processes, or one that
+   cannot tell): held, as a warning that the machine is noisy.
 6. ``accuracy``: GEMM and SDPA errors per route within their bounds (:mod:`harness.bench.accuracy`).
 """
 
@@ -298,11 +298,6 @@ def judge_stall(m: Measured) -> Verdict:
 FRESH_SPREAD = 0.10
 
 
-def _near(value: float, band: list[float]) -> bool:
-    """``value`` within :data:`FRESH_SPREAD` of the band ``[min(band), max(band)]``."""
-    return min(band) / (1 + FRESH_SPREAD) <= value <= max(band) * (1 + FRESH_SPREAD)
-
-
 def levels(times: list[float]) -> list[list[int]]:
     """Indices of ``times`` grouped into levels: sorted, split where a time is over :data:`FRESH_SPREAD`
     above its neighbour below; largest level first (the earlier on a tie)."""
@@ -321,24 +316,28 @@ def judge_fresh(m: Measured) -> Verdict:
         why = "; ".join(m.fresh_errors) or m.errors() or "too few processes answered"
         return Verdict(None, f"not measured: {len(m.fresh)} of {FRESH} fresh processes answered ({why})")
     again = list(m.fresh_again) + [None] * (len(m.fresh) - len(m.fresh_again))
-    found = levels(m.fresh)
+    repeated = all(v is not None for v in again)
+    # a process's level: its warmed repeat where every process has one (a kernel choice lasts the process,
+    # a cold start does not), else its first time
+    by = [v for v in again] if repeated else list(m.fresh)
+    found = levels(by)
     main = found[0]
-    # the repeats are compared with the repeats of the main level (on the cpu they are CPU seconds, not wall)
-    band = [again[i] for i in main if again[i] is not None] or [m.fresh[i] for i in main]
-    modes, cold, kept, unknown = 1, [], [], []
+    modes, kept, unknown = 1, [], []
     for lv in found[1:]:
-        back = [i for i in lv if again[i] is not None and _near(again[i], band)]
-        if len(main) == 1 or (len(lv) == 1 and again[lv[0]] is None):
-            unknown += lv  # no level of two to be cold against, or one process with no repeat
-        elif len(back) == len(lv):
-            cold += lv  # every process of the level came back to the main one: they were cold
+        if len(lv) > 1:
+            modes += 1  # two processes at a level of their own
+            kept += lv if repeated else []
+        elif not repeated or len(main) == 1:
+            unknown += lv  # one process at a level, with no repeat (or no level of two) to tell
+        elif _off_alike(m.fresh, again, lv[0], main):
+            modes += 1  # its warmed repeat off the main level: a level it keeps
+            kept += lv
         else:
-            modes += 1  # two processes at a level, or a repeat that stayed off: a level of its own
-            kept += [i for i in lv if i not in back and again[i] is not None]
+            unknown += lv
     spread = max(m.fresh) / min(m.fresh) - 1
     shown = ", ".join(f"{v * 1e3:.3g}" for v in m.fresh)
-    label = next(iter(m.labels.values()))
     repeats = ", ".join("-" if v is None else f"{v * 1e3:.3g}" for v in again)
+    label = next(iter(m.labels.values()))
     detail = (
         f"{m.cell()} under {label} in {len(m.fresh)} fresh processes: {shown} ms (warmed repeats {repeats} ms); "
         f"{modes} mode(s), slowest {spread:.0%} above the fastest"
@@ -346,18 +345,31 @@ def judge_fresh(m: Measured) -> Verdict:
     detail += "".join(f"; process {i + 1} stayed at {again[i] * 1e3:.3g} ms on a warmed repeat" for i in kept)
     held = modes == 1
     noisy = held and spread > FRESH_SPREAD
+    cold = [i for i in range(len(m.fresh)) if repeated and m.fresh[i] > min(m.fresh) * (1 + FRESH_SPREAD)]
     if noisy:
         why = [f"process {i + 1} was cold ({m.fresh[i] * 1e3:.3g} ms, again {again[i] * 1e3:.3g} ms)" for i in cold]
         if unknown:
             why.append(
-                "no two processes at one level: cannot tell a cold process from a second mode"
-                if len(main) == 1
-                else f"process {', '.join(str(i + 1) for i in unknown)} alone at its level with no repeat: "
-                "cannot tell a cold process from a second mode"
+                f"process {', '.join(str(i + 1) for i in unknown)} alone at its level"
+                + ("" if repeated else " with no repeat")
+                + ": cannot tell a cold process from a second mode"
             )
         detail += f"; noisy machine, spread {spread * 100:.0f} %" + (f": {'; '.join(why)}" if why else "")
-    data = {"times_s": m.fresh, "again_s": again, "modes": modes, "spread": spread, "cold": cold}
+    data = {"times_s": m.fresh, "again_s": again, "modes": modes, "spread": spread, "cold": cold if held else []}
     return Verdict(held, detail, data, noisy=noisy)
+
+
+def _off_alike(first: list[float], again: list[float], i: int, main: list[int]) -> bool:
+    """Process ``i``'s warmed repeat off the ``main`` level's repeats (widened by :data:`FRESH_SPREAD`), and its
+    first time not off the main level's first times the other way (a repeat that says slower, a first time
+    that says faster, is noise)."""
+    side = _side(again[i], [again[j] for j in main])
+    return side != 0 and _side(first[i], [first[j] for j in main]) in (0, side)
+
+
+def _side(value: float, band: list[float]) -> int:
+    """-1 below ``band`` (widened by :data:`FRESH_SPREAD`), 0 within it, 1 above."""
+    return -1 if value < min(band) / (1 + FRESH_SPREAD) else (1 if value > max(band) * (1 + FRESH_SPREAD) else 0)
 
 
 def judge_accuracy(m: Measured) -> Verdict:

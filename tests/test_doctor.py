@@ -344,6 +344,15 @@ def test_one_cold_process_is_a_noisy_machine_and_one_whose_repeat_stays_off_is_a
     assert both.held is True and both.noisy is True and both.data["cold"] == [0, 3]
     half = asm.judge_fresh(_measured(fresh=two, again=(1.09e-3, 0.41e-3, 0.43e-3, 0.42e-3)))
     assert half.held is False and "process 1 stayed at 1.09 ms" in half.detail
+    # this machine, busy: first times 1.7, 0.939, 1.37, 0.341 ms, warmed repeats (CPU seconds) 0.33-0.34 ms: one
+    # level, three cold processes; a repeat off one way with a first time off the other way cannot tell
+    busy = asm.judge_fresh(
+        _measured(fresh=(1.7e-3, 0.939e-3, 1.37e-3, 0.341e-3), again=(0.34e-3, 0.33e-3, 0.339e-3, 0.331e-3))
+    )
+    assert busy.held is True and busy.noisy is True and busy.data["cold"] == [0, 1, 2], busy.detail
+    assert "cannot tell" not in busy.detail
+    odd = asm.judge_fresh(_measured(fresh=(1e-3, 1e-3, 1e-3, 0.5e-3), again=(1e-3, 1e-3, 1e-3, 1.5e-3)))
+    assert odd.held is True and odd.noisy is True and "process 4 alone at its level: cannot tell" in odd.detail
     # the edge of a level: FRESH_SPREAD above the others' median is the same level, a little more is off it
     s = asm.FRESH_SPREAD
     same = asm.judge_fresh(_measured(fresh=(1e-3, 1e-3, 1e-3, 1e-3 * (1 + s) * 0.9999), again=(1e-3,) * 4))
