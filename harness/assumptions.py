@@ -11,7 +11,8 @@ The rows (the same code on cpu, cuda and mps; under ``--device mps`` in CI throu
 :mod:`harness.bench.conformance`):
 
 1. ``synchronize waits``: a block ended by the synchronize alone lasts as long as one that first reads the
-   last output to the host (at least :data:`SYNC_RATIO` of it).
+   last output to the host (at least :data:`SYNC_RATIO` of it). On the cpu, whose ops end within the call,
+   a lower ratio cannot be an under-count: it is a busy host's time, a warning.
 2. ``host encode``: the share of a block's time the host spends enqueuing, per route, on :data:`CELL` and
    on the device's smallest default GEMM cell (:func:`small_cell`: host encode per call is fixed while
    device time grows with FLOP, so the small cell carries the largest share). Whether a route's work is
@@ -179,7 +180,11 @@ def judge_sync(m: Measured) -> Verdict:
     ratios = {r: s["sync_s"] / s["read_s"] for r, s in got.items() if s["read_s"] > 0}
     held = all(v >= SYNC_RATIO for v in ratios.values())
     shown = ", ".join(f"{r} {v:.2f}x" for r, v in ratios.items())
-    return Verdict(held, f"synchronize-only block / host-read block: {shown}", {"ratio": ratios})
+    detail = f"synchronize-only block / host-read block: {shown}"
+    if not held and m.device == "cpu":  # torch's cpu ops end within the call: a block cannot under-count
+        why = f"on the cpu each call's work ends within the call, so under {SYNC_RATIO:g}x is other processes' time"
+        return Verdict(True, f"{detail}; noisy machine: {why}", {"ratio": ratios}, noisy=True)
+    return Verdict(held, detail, {"ratio": ratios})
 
 
 def _share(enqueue_s: float, block_s: float) -> float:

@@ -143,6 +143,21 @@ def test_a_synchronize_that_does_not_wait_is_caught_and_one_that_does_holds():
     assert "MPSStream.mm @ fba75098" in detail
 
 
+def test_a_short_synchronize_block_on_the_cpu_is_a_busy_host_and_on_mps_an_under_count():
+    """This machine, busy: ATen without vectors 0.44x (the host-read blocks took the other processes' time). A
+    cpu op ends within its call, so that is a warning; the same numbers on MPS fail the row."""
+    from harness import assumptions as asm
+
+    short, level = {"sync_s": 0.44, "read_s": 1.0}, {"sync_s": 0.99, "read_s": 1.0}
+    cpu = asm.judge_sync(_measured({"default": {"sync": level}, "no_vec": {"sync": short}}, device="cpu"))
+    assert cpu.held is True and cpu.noisy is True and "ATen without vectors 0.44x; noisy machine" in cpu.detail
+    assert asm.row_text(asm.ASSUMPTIONS[0], cpu)[0] == "warning"
+    mps = asm.judge_sync(_measured({"vanilla": {"sync": level}, "prefer_metal": {"sync": short}}))
+    assert mps.held is False and asm.row_text(asm.ASSUMPTIONS[0], mps)[0] == "failed"
+    edge = {"sync_s": asm.SYNC_RATIO, "read_s": 1.0}
+    assert asm.judge_sync(_measured({"default": {"sync": edge}}, device="cpu")).noisy is False
+
+
 def test_a_route_whose_host_encoding_adds_to_its_blocks_is_named_next_to_the_contrast():
     """Row 2 takes each route's deferral from the timer's probe (the answer's ``deferred``), never from a
     table: the same numbers with the Metal route measured as submitted as issued carry no bias."""
