@@ -11,7 +11,8 @@ The rows (the same code on cpu, cuda and mps; under ``--device mps`` in CI throu
 :mod:`harness.bench.conformance`):
 
 1. ``synchronize waits``: a block ended by the synchronize alone lasts as long as one that first reads the
-   last output to the host (at least :data:`SYNC_RATIO` of it).
+   last output to the host (at least :data:`SYNC_RATIO` of it). On the cpu, whose ops end within the call,
+   a lower ratio cannot be an under-count: it is a busy host's time, a warning.
 2. ``host encode``: the share of a block's time the host spends enqueuing, per route, on :data:`CELL` and
    on the device's smallest default GEMM cell (:func:`small_cell`: host encode per call is fixed while
    device time grows with FLOP, so the small cell carries the largest share). Whether a route's work is
@@ -29,10 +30,19 @@ The rows (the same code on cpu, cuda and mps; under ``--device mps`` in CI throu
 3. ``duty``: duty 1/3 is not slower than back to back by more than :data:`DUTY_TOLERANCE` (resting does
    not clock the device down); picks the duty for this device (``doctor.json``: ``recommend.duty``).
 4. ``stall timeout``: the slowest cell of the default matrix (largest per op family and dtype), with
-   :func:`cell_calls` calls per cell, finishes within 1/:data:`STALL_MARGIN` of the stall timeout; else the
-   timeout to pass.
-5. ``fresh-process kernel choice``: the cell's time in :data:`FRESH` fresh processes is one mode
-   (:func:`harness.stats.modes`; pytorch issue 182815).
+   :func:`cell_calls` calls per cell: compare without ``--stall-timeout`` sets each cell's stall timeout to
+   :data:`harness.supervise.STALL_MARGIN` times its estimate (:func:`harness.supervise.derived_stall`, at
+   least the default); the row says what it sets for this cell and fails only when that would pass
+   :data:`harness.supervise.STALL_MAX_S` (no stall timeout the harness allows holds the cell).
+5. ``fresh-process kernel choice``: the cell's time in :data:`FRESH` fresh processes is one level
+   (pytorch issue 182815). Each process times the cell first, then again warmed (``fresh_again``; on the
+   cpu in CPU seconds, which a busy host does not add to): a kernel choice lasts the process, a cold start
+   does not. Levels (:func:`levels`): the warmed repeats (the first times where a repeat is missing)
+   sorted, split where neighbours differ by over :data:`FRESH_SPREAD`; the main level is the largest. Another
+   level is a mode when it holds two processes or more, or one whose repeat is off the main level's and
+   whose first time does not say the opposite; a level of one with no repeat cannot tell. Two modes or more:
+   did not hold. One mode with first times spread over :data:`FRESH_SPREAD` (cold processes, or one that
+   cannot tell): held, as a warning that the machine is noisy.
 6. ``accuracy``: GEMM and SDPA errors per route within their bounds (:mod:`harness.bench.accuracy`).
 """
 
@@ -45,13 +55,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness import children, stats
+from harness import children
 from harness import configs as cfg
 from harness.bench import assumptions as child
 from harness.bench.worker import LAYOUT_BLOCKS
 from harness.bench.workloads import DTYPES, Cell, default_cells
 from harness.errors import HarnessError
-from harness.supervise import SOURCE_ROOT
+from harness.supervise import SOURCE_ROOT, STALL_MARGIN, STALL_MAX_S
 
 #: device -> route config -> how the report names its GEMM route (the first config is the fresh-process one)
 ROUTES = {
@@ -81,7 +91,7 @@ PROBES = {"gemm": ("mm", (256, 256, 256)), "sdpa": ("sdpa", (1, 8, 256, 64))}
 ACCURACY = ("mm/256x256x256", "sdpa/1x8x256x64")
 #: a candidate predicted to take longer than this per call is scaled from its probe, not run
 DIRECT_S = 2.0
-#: fresh processes of the first route config for row 5 (stats.modes needs 4 to split)
+#: fresh processes of the first route config for row 5 (two levels of two processes each at the least)
 FRESH = 4
 #: row 1: the synchronize-only block is at least this share of the host-read block
 SYNC_RATIO = 0.9
@@ -89,8 +99,6 @@ SYNC_RATIO = 0.9
 ENCODE_BIAS = 0.01
 #: row 3: duty 1/3 may be this much slower than duty 1 before the device counts as clocking down
 DUTY_TOLERANCE = 0.03
-#: row 4: the slowest cell must finish within stall timeout / this
-STALL_MARGIN = 2.0
 #: seconds each step of an assumption process may take (tests shorten them)
 STEP_S = {child.IMPORT_STEP: children.IMPORT_TORCH_S, **{s: 120.0 for s in child.STEPS.values()}}
 
@@ -105,8 +113,11 @@ def small_cell(device: str) -> str:
 @dataclass(frozen=True)
 class Measured:
     """What the processes answered: ``routes``: config -> answer dict (or ``{"error": why}``); ``fresh``:
-    the first route's cell time in each fresh process (seconds); ``labels``: config -> route name; the
-    runner's ``stall_s`` and ``timing`` the stall row judges against."""
+    the first route's cell time in each fresh process (seconds); ``fresh_again``: each of those processes'
+    warmed repeat of the cell (seconds per call; on the cpu device CPU seconds, else wall; None where it did
+    not answer one); ``labels``: config -> route name;
+    the runner's ``stall_s`` (the ``--stall-timeout`` default, the floor of what compare sets) and
+    ``timing`` the stall row judges against."""
 
     device: str
     routes: dict[str, dict]
@@ -115,6 +126,7 @@ class Measured:
     stall_s: float
     timing: dict
     fresh_errors: list[str] = field(default_factory=list)
+    fresh_again: list[float | None] = field(default_factory=list)
 
     def ok(self, key: str) -> dict[str, dict]:
         """Label -> that route's ``key`` record, for the routes that answered it."""
@@ -138,6 +150,8 @@ class Verdict:
     data: dict = field(default_factory=dict)
     #: False: the assumption does not concern this device (the row is ``skipped``, never ``failed``)
     applies: bool = True
+    #: True: held, but the numbers were noisy (the row is a ``warning``, never ``failed``)
+    noisy: bool = False
 
 
 @dataclass(frozen=True)
@@ -166,7 +180,11 @@ def judge_sync(m: Measured) -> Verdict:
     ratios = {r: s["sync_s"] / s["read_s"] for r, s in got.items() if s["read_s"] > 0}
     held = all(v >= SYNC_RATIO for v in ratios.values())
     shown = ", ".join(f"{r} {v:.2f}x" for r, v in ratios.items())
-    return Verdict(held, f"synchronize-only block / host-read block: {shown}", {"ratio": ratios})
+    detail = f"synchronize-only block / host-read block: {shown}"
+    if not held and m.device == "cpu":  # torch's cpu ops end within the call: a block cannot under-count
+        why = f"on the cpu each call's work ends within the call, so under {SYNC_RATIO:g}x is other processes' time"
+        return Verdict(True, f"{detail}; noisy machine: {why}", {"ratio": ratios}, noisy=True)
+    return Verdict(held, detail, {"ratio": ratios})
 
 
 def _share(enqueue_s: float, block_s: float) -> float:
@@ -263,36 +281,100 @@ def judge_stall(m: Measured) -> Verdict:
     )
     route, c = worst
     cell_s = c["first_s"] + (calls - 1) * c["call_s"]
-    held = cell_s * STALL_MARGIN <= m.stall_s
+    held = cell_s * STALL_MARGIN <= STALL_MAX_S
+    sets = max(m.stall_s, cell_s * STALL_MARGIN) if held else None
     how = "scaled by FLOP from a small probe" if c["extrapolated"] else "measured"
-    need = math.ceil(cell_s * STALL_MARGIN / 10) * 10
     detail = (
         f"slowest: {c['key']} under {route}, {c['call_s']:.3g} s a call ({how}), first call {c['first_s']:.3g} s, "
-        f"about {cell_s:.3g} s a cell ({calls} calls); stall timeout {m.stall_s:g} s"
-        + ("" if held else f": pass --stall-timeout {need} (or leave the cell out: --cells / --dtypes)")
+        f"about {cell_s:.3g} s a cell ({calls} calls); "
+        + (
+            f"compare sets its stall timeout to {sets:.0f} s ({STALL_MARGIN:g}x its estimate from the cells "
+            f"before it, at least the default {m.stall_s:g} s; a --stall-timeout given is used as given)"
+            if held
+            else f"{STALL_MARGIN:g}x that is over the most a stall timeout may be ({STALL_MAX_S:g} s): "
+            "leave the cell out (--cells / --dtypes)"
+        )
     )
-    return Verdict(held, detail, {"cell": c["key"], "route": route, "cell_s": cell_s, "stall_timeout_s": need})
+    return Verdict(held, detail, {"cell": c["key"], "route": route, "cell_s": cell_s, "stall_timeout_s": sets})
 
 
-#: row 5: fresh processes whose slowest is more than this much slower than the fastest are not "one level"
-#: even when :func:`harness.stats.modes` cannot split them (4 values rarely make two modes)
+#: row 5: neighbouring fresh-process times more than this far apart (relative) are two levels; a spread over
+#: it is a noisy machine (a warning); a repeat within it of the other processes' band is back at their level
 FRESH_SPREAD = 0.10
+
+
+def levels(times: list[float]) -> list[list[int]]:
+    """Indices of ``times`` grouped into levels: sorted, split where a time is over :data:`FRESH_SPREAD`
+    above its neighbour below; largest level first (the earlier on a tie)."""
+    order = sorted(range(len(times)), key=lambda i: times[i])
+    out: list[list[int]] = []
+    for i in order:
+        if out and times[i] <= times[out[-1][-1]] * (1 + FRESH_SPREAD):
+            out[-1].append(i)
+        else:
+            out.append([i])
+    return sorted(out, key=len, reverse=True)
 
 
 def judge_fresh(m: Measured) -> Verdict:
     if len(m.fresh) < FRESH:
         why = "; ".join(m.fresh_errors) or m.errors() or "too few processes answered"
         return Verdict(None, f"not measured: {len(m.fresh)} of {FRESH} fresh processes answered ({why})")
-    found = stats.modes(m.fresh)
+    again = list(m.fresh_again) + [None] * (len(m.fresh) - len(m.fresh_again))
+    repeated = all(v is not None for v in again)
+    # a process's level: its warmed repeat where every process has one (a kernel choice lasts the process,
+    # a cold start does not), else its first time
+    by = [v for v in again] if repeated else list(m.fresh)
+    found = levels(by)
+    main = found[0]
+    modes, kept, unknown = 1, [], []
+    for lv in found[1:]:
+        if len(lv) > 1:
+            modes += 1  # two processes at a level of their own
+            kept += lv if repeated else []
+        elif not repeated or len(main) == 1:
+            unknown += lv  # one process at a level, with no repeat (or no level of two) to tell
+        elif _off_alike(m.fresh, again, lv[0], main):
+            modes += 1  # its warmed repeat off the main level: a level it keeps
+            kept += lv
+        else:
+            unknown += lv
     spread = max(m.fresh) / min(m.fresh) - 1
     shown = ", ".join(f"{v * 1e3:.3g}" for v in m.fresh)
+    repeats = ", ".join("-" if v is None else f"{v * 1e3:.3g}" for v in again)
     label = next(iter(m.labels.values()))
     detail = (
-        f"{m.cell()} under {label} in {len(m.fresh)} fresh processes: {shown} ms; {len(found)} mode(s), "
-        f"slowest {spread:.0%} above the fastest"
+        f"{m.cell()} under {label} in {len(m.fresh)} fresh processes: {shown} ms (warmed repeats {repeats} ms); "
+        f"{modes} mode(s), slowest {spread:.0%} above the fastest"
     )
-    held = len(found) == 1 and spread <= FRESH_SPREAD
-    return Verdict(held, detail, {"times_s": m.fresh, "modes": len(found), "spread": spread})
+    detail += "".join(f"; process {i + 1} stayed at {again[i] * 1e3:.3g} ms on a warmed repeat" for i in kept)
+    held = modes == 1
+    noisy = held and spread > FRESH_SPREAD
+    cold = [i for i in range(len(m.fresh)) if repeated and m.fresh[i] > min(m.fresh) * (1 + FRESH_SPREAD)]
+    if noisy:
+        why = [f"process {i + 1} was cold ({m.fresh[i] * 1e3:.3g} ms, again {again[i] * 1e3:.3g} ms)" for i in cold]
+        if unknown:
+            why.append(
+                f"process {', '.join(str(i + 1) for i in unknown)} alone at its level"
+                + ("" if repeated else " with no repeat")
+                + ": cannot tell a cold process from a second mode"
+            )
+        detail += f"; noisy machine, spread {spread * 100:.0f} %" + (f": {'; '.join(why)}" if why else "")
+    data = {"times_s": m.fresh, "again_s": again, "modes": modes, "spread": spread, "cold": cold if held else []}
+    return Verdict(held, detail, data, noisy=noisy)
+
+
+def _off_alike(first: list[float], again: list[float], i: int, main: list[int]) -> bool:
+    """Process ``i``'s warmed repeat off the ``main`` level's repeats (widened by :data:`FRESH_SPREAD`), and its
+    first time not off the main level's first times the other way (a repeat that says slower, a first time
+    that says faster, is noise)."""
+    side = _side(again[i], [again[j] for j in main])
+    return side != 0 and _side(first[i], [first[j] for j in main]) in (0, side)
+
+
+def _side(value: float, band: list[float]) -> int:
+    """-1 below ``band`` (widened by :data:`FRESH_SPREAD`), 0 within it, 1 above."""
+    return -1 if value < min(band) / (1 + FRESH_SPREAD) else (1 if value > max(band) * (1 + FRESH_SPREAD) else 0)
 
 
 def judge_accuracy(m: Measured) -> Verdict:
@@ -452,18 +534,26 @@ def measure(
     by_name = {c.name: c for c in cfg.PROFILES[device]}
     labels = dict(ROUTES[device])
     routes, fresh, fresh_errors = {}, [], []
+    again: list[float | None] = []
+
+    def keep_fresh(answer: dict) -> None:
+        if "fresh_s" in answer:
+            fresh.append(answer["fresh_s"])
+            # on the cpu the repeat in CPU seconds: a busy host adds wall time to a process, not CPU time
+            again.append(answer.get("fresh_again_cpu_s" if device == "cpu" else "fresh_again_s"))
+        else:
+            fresh_errors.append(answer.get("error"))
+
     for i, name in enumerate(labels):
-        rows = (["fresh"] if i == 0 else []) + ["sync", "duty", "slowest", "accuracy"]
+        rows = (["fresh", "fresh_again"] if i == 0 else []) + ["sync", "duty", "slowest", "accuracy"]
         routes[name] = run_child(python, by_name[name], spec(device, rows, emulate), raw, f"assumptions-{name}", keep)
         if i == 0:
-            (fresh if "fresh_s" in routes[name] else fresh_errors).append(
-                routes[name].get("fresh_s", routes[name].get("error"))
-            )
+            keep_fresh(routes[name])
     first = by_name[next(iter(labels))]
     for i in range(1, FRESH):
-        answer = run_child(python, first, spec(device, ["fresh"], emulate), raw, f"assumptions-fresh-{i}", keep)
-        (fresh if "fresh_s" in answer else fresh_errors).append(answer.get("fresh_s", answer.get("error")))
-    return Measured(device, routes, fresh, labels, stall_s, timing, fresh_errors)
+        rows = ["fresh", "fresh_again"]
+        keep_fresh(run_child(python, first, spec(device, rows, emulate), raw, f"assumptions-fresh-{i}", keep))
+    return Measured(device, routes, fresh, labels, stall_s, timing, fresh_errors, again)
 
 
 def judge(m: Measured) -> list[tuple[Assumption, Verdict]]:
@@ -472,12 +562,14 @@ def judge(m: Measured) -> list[tuple[Assumption, Verdict]]:
 
 
 def row_text(a: Assumption, v: Verdict) -> tuple[str, str]:
-    """(status, detail) of the doctor row: ``ok`` / ``failed``, "assumption held" or "did not hold", the
-    numbers, what it means, and the source."""
+    """(status, detail) of the doctor row: ``ok`` / ``warning`` (held, on noisy numbers) / ``failed``,
+    "assumption held" or "did not hold", the numbers, what it means, and the source."""
     if not v.applies:
         return "skipped", f"not applicable: {v.detail}"
     if v.held is None:
         return "failed", f"{v.detail} [{a.source}]"
+    if v.held and v.noisy:
+        return "warning", f"assumption held, noisy machine: {v.detail}; {a.means[0]} [{a.source}]"
     word, means = ("assumption held", a.means[0]) if v.held else ("did not hold", a.means[1])
     return ("ok" if v.held else "failed"), f"{word}: {v.detail}; {means} [{a.source}]"
 
@@ -494,7 +586,7 @@ def to_json(m: Measured, verdicts: list[tuple[Assumption, Verdict]]) -> dict:
         "rows": rows,
         "recommend": {
             "duty": duty.data.get("duty"),
-            "stall_timeout_s": stall.data.get("stall_timeout_s") if stall.held is False else None,
+            "stall_timeout_s": stall.data.get("stall_timeout_s"),
         },
         "encode_bias": encode.data.get("bias"),
         "encode_bias_range": encode.data.get("bias_range"),

@@ -14,15 +14,17 @@ On any machine, with the torch the user already has (``--build``, default this i
    (:meth:`harness.bench.timer.BlockTimer.sanity`);
 4. **assumptions**: every assumption the evidence makes about the device, measured on it
    (:mod:`harness.assumptions`: synchronize waits, host-encode bias per GEMM route, idle clock-down and the
-   duty to use, the slowest cell against the stall timeout, fresh-process kernel choice, accuracy per
-   route), each "assumption held" or "did not hold" with what that means and the upstream source;
+   duty to use, the slowest cell against the stall timeout compare sets for it, fresh-process kernel
+   choice, accuracy per route), each "assumption held" or "did not hold" with what that means and the
+   upstream source; held on noisy numbers (one cold process among equal ones) is a warning;
 5. **build toolchain**: compiler, CMake against the base, the Metal toolchain on macOS, free disk
    (:func:`harness.build.preflight.toolchain_checks`).
 
-It prints one table (ok / failed / skipped, each with a one-line detail) and writes a pasteable
+It prints one table (ok / warning / failed / skipped, each with a one-line detail) and writes a pasteable
 ``doctor.md`` in ``--out``, and ``doctor.json`` with the assumption rows' numbers and what they
-recommend (``assumptions.recommend``: the duty cycle, a stall timeout) for the report and the user.
-Exit status 0 when nothing failed, 1 otherwise, 2 for bad input.
+recommend (``assumptions.recommend``: the duty cycle, the stall timeout compare sets for the slowest cell)
+for the report and the user. Exit status 0 when nothing failed (warnings included: red means a run would
+break or lie), 1 otherwise, 2 for bad input.
 """
 
 from __future__ import annotations
@@ -58,7 +60,7 @@ TIMING = {"warmup_s": 0.005, "warmup_calls": 3, "measure_s": 0.01, "min_block_s"
 
 @dataclass(frozen=True)
 class Row:
-    """One line of the doctor's table: ``status`` is ``ok`` | ``failed`` | ``skipped``."""
+    """One line of the doctor's table: ``status`` is ``ok`` | ``warning`` | ``failed`` | ``skipped``."""
 
     step: str
     status: str
@@ -138,7 +140,8 @@ def assumption_rows(
 ) -> tuple[list[Row], dict]:
     """The assumption rows (:mod:`harness.assumptions`) measured with ``python`` on ``device`` (``emulate``:
     the MPS conformance mode's settings, for CI), and their ``doctor.json`` part. Judged against the
-    runner's full-run timing and stall timeout, the defaults of ``compare``."""
+    runner's full-run timing and stall timeout (the floor of the one compare sets per cell), the defaults of
+    ``compare``."""
     timing = RUN_TIMING["full"]["cpu" if device == "cpu" else "gpu"]
     note("doctor: assumptions")
     measured = asm.measure(
@@ -153,7 +156,9 @@ def render(rows: list[Row], header: str) -> str:
     lines = [TITLE, "", header, "", "| check | result | detail |", "|---|---|---|"]
     lines += [f"| {r.step} | {r.status} | {r.detail.replace('|', '/')} |" for r in rows]
     failed = sum(r.status == "failed" for r in rows)
-    lines += ["", f"{len(rows) - failed} ok or skipped, {failed} failed."]
+    warned = sum(r.status == "warning" for r in rows)
+    lines += ["", f"{len(rows) - failed - warned} ok or skipped, " + (f"{warned} warning(s), " if warned else "")]
+    lines[-1] += f"{failed} failed."
     return "\n".join(lines) + "\n"
 
 

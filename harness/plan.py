@@ -222,6 +222,8 @@ class Plan:
     launch_target: float | None = None
     budget: float = 0.0
     plant_k: float | None = None
+    #: no --stall-timeout given: ``stall`` is the floor of a stall timeout set per cell (supervise.derived_stall)
+    stall_derived: bool = False
     evidence: ev.Evidence = field(default_factory=ev.Evidence)
     tests_source: Path | None = None
     command: tuple[str, ...] = ()
@@ -310,6 +312,7 @@ def plan(request: RunRequest) -> Plan:
         launch_target=value["target_ci_launch_bound"],
         budget=value["budget_s"],
         plant_k=value["plant_k"],
+        stall_derived=request.stall_timeout is None,
         evidence=evidence,
         tests_source=request.tests_source,
         command=tuple(request.command),

@@ -374,6 +374,7 @@ class Recorder:
                 self.plan.keep_env,
                 dict(self.plan.extra_env),
                 self.plan.stall,
+                self.plan.stall_derived,
             )
             verb = "ran"
         processes = self.data["processes"]

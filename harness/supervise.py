@@ -4,7 +4,8 @@ what they wrote (pyperf's ``_manager``, asv's ``Spawner``); what to run next is 
 Every process runs a module of :mod:`harness.bench` (the in-interpreter package) in a build's
 interpreter: the provenance probe (:func:`probe_build`), one fresh worker per (round, build, config)
 (:func:`run_worker`: its own process group, killed with the driver, stopped after ``--timeout`` or
-``--stall-timeout``, its unfinished cells marked failed with the reason), the config consistency check
+``--stall-timeout``, or, without one, a stall timeout set per cell from its estimate, :func:`derived_stall`;
+its unfinished cells marked failed with the reason), the config consistency check
 (:func:`run_consistency`) and the series' upstream tests (:func:`run_series_tests`). Workers die with
 the driver (:func:`die_with_parent`); a killed driver's workers are killed by the next run on the same
 ``--out`` (:func:`reap_orphans`).
@@ -26,12 +27,17 @@ from harness import children, seriestests
 from harness import configs as cfg
 from harness import evidence as ev
 from harness.bench import consistency, provenance
+from harness.bench.workloads import Cell
 from harness.errors import HarnessError, ResultsError
 from harness.fsutil import atomic_write_json, open_write
 from harness.progress import note
 
 #: the folder that holds the ``harness`` package: every child gets it as ``PYTHONPATH``
 SOURCE_ROOT = str(Path(harness.__file__).resolve().parent.parent)
+#: a stall timeout the harness sets (no ``--stall-timeout`` given): a cell may take this many times its estimate
+STALL_MARGIN = 2.0
+#: the most a stall timeout the harness sets may be, seconds: a day (the ``--stall-timeout`` bound)
+STALL_MAX_S = 86400.0
 
 
 def probe_build(
@@ -178,12 +184,39 @@ def last_step(path: Path) -> tuple[str, str] | None:
     return last if last and last[0] not in finished else None
 
 
-def _wait(proc: subprocess.Popen, out_path: Path, timeout: float, stall: float) -> tuple[str, bool]:
+def derived_stall(key: str, took: dict[str, float], floor: float) -> float:
+    """Seconds cell ``key`` may run before its worker counts as stalled, when the harness sets the stall
+    timeout: :data:`STALL_MARGIN` times its estimate, at least ``floor`` (the ``--stall-timeout`` default)
+    and at most :data:`STALL_MAX_S`. The estimate: the wall seconds (``took``: cell key -> seconds) of the
+    largest cell by FLOP of the same dtype and op family that this worker finished before it, scaled by
+    FLOP (workers run their cells in the plan's order, small before large: ``default_cells``). With no
+    such cell, or a key that does not parse, nothing is known: ``floor``."""
+    try:
+        cell = Cell.from_key(key)
+        done = [(Cell.from_key(k), s) for k, s in took.items()]
+    except (ValueError, TypeError):
+        return floor
+    alike = [(c, s) for c, s in done if c.dtype == cell.dtype and c.family == cell.family and c.flop > 0]
+    if not alike:
+        return floor
+    ref, seconds = max(alike, key=lambda cs: cs[0].flop)
+    return min(STALL_MAX_S, max(floor, STALL_MARGIN * seconds * cell.flop / ref.flop))
+
+
+def _wait(
+    proc: subprocess.Popen, out_path: Path, timeout: float, stall: float, derive: bool = False
+) -> tuple[str, bool]:
     """Wait for a worker; stop it (SIGKILL) after ``timeout`` seconds in all, or after ``stall``
     seconds in which its jsonl gained no ``cell`` record (counted from its ``start`` record, so
-    importing torch is not a stall). Returns (the reason it was stopped or "", whether it stalled)."""
+    importing torch is not a stall). ``derive`` (no ``--stall-timeout`` given): the cell in progress (its
+    ``step`` records) may take :func:`derived_stall` seconds instead, and ``timeout`` grows by what that
+    adds over ``stall``. Returns (the reason it was stopped or "", whether it stalled)."""
     started = time.monotonic()
     progress_at, cells_seen, size = started, 0, -1
+    began: dict[str, float] = {}  # cell key -> when its first step record was seen
+    took: dict[str, float] = {}  # finished cell key -> seconds from its first step record to its cell record
+    limits: dict[str, float] = {}  # cell key -> its derived stall timeout, set once when it begins
+    limit = stall
     while True:
         try:
             proc.wait(timeout=0.2)
@@ -194,13 +227,42 @@ def _wait(proc: subprocess.Popen, out_path: Path, timeout: float, stall: float) 
         grown = out_path.stat().st_size if out_path.is_file() else 0
         if grown != size:  # parse only when the worker wrote something
             size = grown
-            seen = sum(1 for r in read_jsonl(out_path) if r.get("type") in ("start", "cell"))
+            records = read_jsonl(out_path)
+            seen = sum(1 for r in records if r.get("type") in ("start", "cell"))
             if seen != cells_seen:
                 progress_at, cells_seen = now, seen
-        if now - started >= timeout:
-            return f"worker timed out after {timeout:g} s", False  # run_worker kills it
-        if cells_seen and now - progress_at >= stall:  # from the start record on
-            return f"worker made no progress for {stall:g} s", True
+            if derive:
+                limit = _derive(records, now, began, took, limits, stall)
+        deadline = timeout + sum(limits.values()) - stall * len(limits)
+        if now - started >= deadline:
+            return f"worker timed out after {deadline:g} s", False  # run_worker kills it
+        if cells_seen and now - progress_at >= limit:  # from the start record on
+            return f"worker made no progress for {limit:g} s", True
+
+
+def _derive(
+    records: list[dict], now: float, began: dict[str, float], took: dict[str, float], limits: dict, stall: float
+) -> float:
+    """:func:`_wait`'s bookkeeping of a derived stall timeout: the begin and finish of each cell seen in
+    ``records`` (times of ``now``, the driver's clock), the limit of the cell in progress set once when it
+    begins (``limits``); returns that limit, or ``stall`` between cells."""
+    current = None
+    for r in records:
+        key = r.get("key")
+        if not isinstance(key, str):
+            continue
+        if r.get("type") == "step":
+            began.setdefault(key, now)
+            current = key
+        elif r.get("type") == "cell":
+            if key in began:
+                took.setdefault(key, now - began[key])
+            current = None if current == key else current
+    if current is None:
+        return stall
+    if current not in limits:
+        limits[current] = derived_stall(current, took, stall)
+    return limits[current]
 
 
 def _describe_exit(returncode: int) -> str:
@@ -278,11 +340,13 @@ def run_worker(
     keep: tuple[str, ...] = (),
     extra: dict[str, str] | None = None,
     stall: float | None = None,
+    derive: bool = False,
 ) -> dict:
     """Run one worker process to completion; return its process record (cells included).
     ``keep``: inherited variables passed through despite their prefix (see --keep-env);
     ``extra``: variables set on top of the config's (see --env; the worker records them);
-    ``stall``: seconds without a finished cell after which the worker is stopped (default: ``timeout``)."""
+    ``stall``: seconds without a finished cell after which the worker is stopped (default: ``timeout``);
+    ``derive``: ``stall`` is the floor of a stall timeout set per cell from its estimate (:func:`derived_stall`)."""
     spec_path, out_path = raw / f"{name}.spec.json", raw / f"{name}.jsonl"
     out_path.unlink(missing_ok=True)  # an interrupted earlier attempt is redone whole
     atomic_write_json(spec_path, spec)
@@ -292,7 +356,9 @@ def run_worker(
     started = time.time()
     err_path = raw / f"{name}.stderr"
     cmd = [str(python), "-m", "harness.bench.worker", str(spec_path), str(out_path)]
-    reason, returncode, stalled = _supervised(cmd, env, err_path, _worker_path(raw, name), timeout, stall or timeout)
+    reason, returncode, stalled = _supervised(
+        cmd, env, err_path, _worker_path(raw, name), timeout, stall or timeout, derive
+    )
     start, cells, ended, seen = read_worker_records(out_path)
     probe = spec.get("observe") == "only"  # a probe process's cells are its kernels records
     unfinished = [key for key in spec["cells"] if key not in (seen if probe else cells)]
@@ -327,7 +393,13 @@ def run_worker(
 
 
 def _supervised(
-    cmd: list[str], env: dict[str, str], err_path: Path, pid_path: Path, timeout: float, stall: float
+    cmd: list[str],
+    env: dict[str, str],
+    err_path: Path,
+    pid_path: Path,
+    timeout: float,
+    stall: float,
+    derive: bool = False,
 ) -> tuple[str, int | None, bool]:
     """Run the worker ``cmd`` (its stderr to ``err_path``, its pid kept in ``pid_path`` while it runs) until
     it ends or :func:`_wait` stops it, then kill its process group. Returns (why it failed or "", its exit
@@ -346,7 +418,7 @@ def _supervised(
         )
     atomic_write_json(pid_path, {"pid": proc.pid})
     try:
-        reason, stalled = _wait(proc, Path(cmd[-1]), timeout, stall)
+        reason, stalled = _wait(proc, Path(cmd[-1]), timeout, stall, derive)
         if not reason:
             returncode = proc.returncode
             if returncode != 0:

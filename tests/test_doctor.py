@@ -3,6 +3,7 @@ run of the real workers per env config) and refused in one line for a device it 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 
@@ -37,12 +38,13 @@ def test_doctor_on_cpu_runs_every_op_under_every_config_and_writes_doctor_md(doc
         if a.judge is asm.judge_duty:  # the cpu is never rested: skipped, with the reason
             assert "| skipped | not applicable: the cpu is timed back to back" in line, line
             continue
-        assert "| assumption held: " in line or "| did not hold: " in line, line
+        assert any(f"| {word}" in line for word in ("assumption held: ", "assumption held, noisy", "did not hold: "))
         assert line.endswith(f"[{a.source.replace('|', '/')}] |"), line
     assumed = json.loads((out / "doctor.json").read_text())["assumptions"]
     assert assumed["routes"] == {"default": "vectorised ATen", "no_vec": "ATen without vectors"}
     assert set(assumed["rows"]) == {a.name for a in ASSUMPTIONS} and assumed["recommend"]["duty"] in (1.0, 1 / 3)
-    assert len(assumed["rows"][ASSUMPTIONS[4].name]["data"]["times_s"]) == 4  # four fresh processes
+    fresh = assumed["rows"][ASSUMPTIONS[4].name]["data"]
+    assert len(fresh["times_s"]) == 4 and all(t > 0 for t in fresh["again_s"])  # four processes, each repeated
     # exit 0 only when no row failed (a toolchain row may fail on a machine without a compiler)
     assert (code == 0) == ("| failed |" not in text)
 
@@ -81,6 +83,8 @@ def test_a_failed_cell_and_a_missing_timer_record_are_failed_rows():
     assert rows[1] == Row("timer under default", "failed", "the worker wrote no timer-sanity record")
     assert "worst error 10% of its bound" in rows[0].detail
     assert render(rows, "h").endswith("1 ok or skipped, 1 failed.\n")
+    noisy = [Row("a", "warning", "noisy"), Row("b", "ok", "x")]
+    assert render(noisy, "h").endswith("1 ok or skipped, 1 warning(s), 0 failed.\n")
     assert len(cells()) == 18
 
 
@@ -88,13 +92,14 @@ def test_a_failed_cell_and_a_missing_timer_record_are_failed_rows():
 # the failure it exists to catch, in-process; the numbers are what harness.bench.assumptions answers
 
 
-def _measured(routes=None, fresh=(1e-3,) * 4, device="mps", timing=None, stall_s=180.0):
+def _measured(routes=None, fresh=(1e-3,) * 4, device="mps", timing=None, stall_s=180.0, again=()):
     from harness import assumptions as asm
     from harness.plan import TIMING
 
     routes = routes or {}
     labels = {c: asm.ROUTES[device][c] for c in asm.ROUTES[device]}
-    return asm.Measured(device, routes, list(fresh), labels, stall_s, timing or TIMING["full"]["gpu"])
+    m = asm.Measured(device, routes, list(fresh), labels, stall_s, timing or TIMING["full"]["gpu"])
+    return dataclasses.replace(m, fresh_again=list(again) or [None] * len(fresh))
 
 
 class _LazyDevice:
@@ -136,6 +141,21 @@ def test_a_synchronize_that_does_not_wait_is_caught_and_one_that_does_holds():
     status, detail = asm.row_text(asm.ASSUMPTIONS[0], verdict)
     assert status == "ok" and detail.startswith("assumption held: synchronize-only block / host-read block: MPSGraph")
     assert "MPSStream.mm @ fba75098" in detail
+
+
+def test_a_short_synchronize_block_on_the_cpu_is_a_busy_host_and_on_mps_an_under_count():
+    """This machine, busy: ATen without vectors 0.44x (the host-read blocks took the other processes' time). A
+    cpu op ends within its call, so that is a warning; the same numbers on MPS fail the row."""
+    from harness import assumptions as asm
+
+    short, level = {"sync_s": 0.44, "read_s": 1.0}, {"sync_s": 0.99, "read_s": 1.0}
+    cpu = asm.judge_sync(_measured({"default": {"sync": level}, "no_vec": {"sync": short}}, device="cpu"))
+    assert cpu.held is True and cpu.noisy is True and "ATen without vectors 0.44x; noisy machine" in cpu.detail
+    assert asm.row_text(asm.ASSUMPTIONS[0], cpu)[0] == "warning"
+    mps = asm.judge_sync(_measured({"vanilla": {"sync": level}, "prefer_metal": {"sync": short}}))
+    assert mps.held is False and asm.row_text(asm.ASSUMPTIONS[0], mps)[0] == "failed"
+    edge = {"sync_s": asm.SYNC_RATIO, "read_s": 1.0}
+    assert asm.judge_sync(_measured({"default": {"sync": edge}}, device="cpu")).noisy is False
 
 
 def test_a_route_whose_host_encoding_adds_to_its_blocks_is_named_next_to_the_contrast():
@@ -249,19 +269,51 @@ def test_a_device_that_clocks_down_while_it_rests_gets_duty_1_and_one_that_does_
     assert cpu.applies is False and asm.row_text(asm.ASSUMPTIONS[2], cpu)[0] == "skipped"
 
 
-def test_a_slowest_cell_past_half_the_stall_timeout_says_which_cell_route_and_timeout():
+def test_the_stall_row_says_the_stall_timeout_compare_sets_and_fails_only_past_the_most_it_allows():
+    """This 2-core machine's slowest cell (float16 4096³ under ATen without vectors, 189 s a call scaled from a
+    probe) is held: compare sets that cell's stall timeout from its estimate (the row says what it set); a cell
+    whose estimate needs more than the most a stall timeout may be (a day) fails, just past that edge."""
     from harness import assumptions as asm
     from harness.plan import TIMING
+    from harness.supervise import STALL_MARGIN, STALL_MAX_S
 
     assert asm.cell_calls(TIMING["full"]["gpu"]) == 49 and asm.cell_calls(TIMING["full"]["cpu"]) == 8
-    slow = [{"key": "mm/4096x4096x4096/float32", "first_s": 5.0, "call_s": 2.0, "extrapolated": False}]
-    fast = [{"key": "mm/4096x4096x4096/float16", "first_s": 0.1, "call_s": 0.05, "extrapolated": False}]
-    v = asm.judge_stall(_measured({"vanilla": {"slowest": fast}, "prefer_metal": {"slowest": slow}}))
-    assert v.held is False and v.data["cell_s"] == pytest.approx(5 + 48 * 2.0)
-    assert v.detail.startswith("slowest: mm/4096x4096x4096/float32 under Metal, 2 s a call (measured)")
-    assert v.detail.endswith("pass --stall-timeout 210 (or leave the cell out: --cells / --dtypes)")
-    ok = asm.judge_stall(_measured({"vanilla": {"slowest": fast}}))
-    assert ok.held is True and "stall-timeout" not in ok.detail.split("stall timeout 180 s")[1]
+    cpu = TIMING["full"]["cpu"]
+
+    def judge(call_s, first_s=None, extrapolated=True):
+        fast = [{"key": "mm/4096x4096x4096/float32", "first_s": 1.5, "call_s": 1.5, "extrapolated": False}]
+        slow = [
+            {
+                "key": "mm/4096x4096x4096/float16",
+                "first_s": first_s or call_s,
+                "call_s": call_s,
+                "extrapolated": extrapolated,
+            }
+        ]
+        return asm.judge_stall(
+            _measured({"default": {"slowest": fast}, "no_vec": {"slowest": slow}}, device="cpu", timing=cpu)
+        )
+
+    here = judge(189.0)
+    assert here.held is True and here.data["cell_s"] == pytest.approx(8 * 189.0)
+    assert here.data["stall_timeout_s"] == pytest.approx(STALL_MARGIN * 8 * 189.0)
+    assert here.detail.startswith(
+        "slowest: mm/4096x4096x4096/float16 under ATen without vectors, 189 s a call (scaled by FLOP from a small "
+        "probe), first call 189 s, about 1.51e+03 s a cell (8 calls); compare sets its stall timeout to 3024 s"
+    ), here.detail
+    assert "pass --stall-timeout" not in here.detail
+    # the edge: an estimate of exactly STALL_MAX_S / STALL_MARGIN holds, a hair more does not
+    edge = STALL_MAX_S / STALL_MARGIN / 8
+    inside, outside = judge(edge), judge(edge * 1.0001)
+    assert inside.held is True and inside.data["stall_timeout_s"] == pytest.approx(STALL_MAX_S)
+    assert outside.held is False and outside.data["stall_timeout_s"] is None
+    assert outside.detail.endswith(
+        f"over the most a stall timeout may be ({STALL_MAX_S:g} s): leave the cell out (--cells / --dtypes)"
+    ), outside.detail
+    # a fast slowest cell: the floor (the --stall-timeout default) is what compare sets
+    floor = judge(1.0, extrapolated=False)
+    assert floor.held is True and floor.data["stall_timeout_s"] == 180.0 and "to 180 s" in floor.detail
+    assert asm.to_json(_measured(), [(asm.ASSUMPTIONS[3], outside)])["recommend"]["stall_timeout_s"] is None
     for device, routes in asm.ROUTES.items():  # every route is an upstream config of the device, every cell parses
         assert set(routes) <= {c.name for c in PROFILES[device]} and Cell.from_key(asm.CELL[device])
     assert list(asm.candidates()) == [f"{c}/{dt}" for dt in DTYPES for c in ("mm/4096x4096x4096", "sdpa/2x16x1024x64")]
@@ -271,13 +323,65 @@ def test_a_bimodal_fresh_process_sample_is_caught():
     from harness import assumptions as asm
 
     v = asm.judge_fresh(_measured(fresh=(1.00e-3, 1.01e-3, 2.00e-3, 2.02e-3)))
-    assert v.held is False and v.data["modes"] == 2 and "1, 1.01, 2, 2.02 ms; 2 mode(s)" in v.detail
-    assert asm.judge_fresh(_measured(fresh=(1.00e-3, 1.01e-3, 1.02e-3, 1.005e-3))).held is True
-    # one process 3x the others is one "mode" to stats.modes with 4 values, but not one level (hostile review)
-    outlier = asm.judge_fresh(_measured(fresh=(0.35e-3, 1.18e-3, 0.36e-3, 0.41e-3)))
-    assert outlier.held is False and "slowest 237% above the fastest" in outlier.detail
+    assert v.held is False and v.data["modes"] == 2
+    assert "1, 1.01, 2, 2.02 ms (warmed repeats -, -, -, - ms); 2 mode(s)" in v.detail
+    calm = asm.judge_fresh(_measured(fresh=(1.00e-3, 1.01e-3, 1.02e-3, 1.005e-3)))
+    assert calm.held is True and calm.noisy is False
     short = asm.judge_fresh(_measured(fresh=(1e-3,)))
     assert short.held is None and "1 of 4 fresh processes answered" in short.detail
+
+
+def test_one_cold_process_is_a_noisy_machine_and_one_whose_repeat_stays_off_is_a_second_level():
+    """This machine's numbers: the first of 4 processes 1.1 ms, the others 0.41-0.45 ms. Its warmed repeat is
+    back at the others' level: a cold process, a warning (exit 0) with the spread, not a kernel change. A repeat
+    that stays off (a second level the process keeps) fails; one process at a level with no repeat cannot tell."""
+    from harness import assumptions as asm
+
+    fresh = (1.1e-3, 0.41e-3, 0.43e-3, 0.45e-3)
+    cold = asm.judge_fresh(_measured(fresh=fresh, again=(0.42e-3, 0.41e-3, 0.44e-3, 0.43e-3), device="cpu"))
+    assert cold.held is True and cold.noisy is True and cold.data["modes"] == 1 and cold.data["cold"] == [0]
+    assert "noisy machine, spread 168 %" in cold.detail and "process 1 was cold (1.1 ms, again 0.42 ms)" in cold.detail
+    status, text = asm.row_text(asm.ASSUMPTIONS[4], cold)
+    assert status == "warning" and text.startswith("assumption held, noisy machine: mm/256x256x256/float32 under")
+    kept = asm.judge_fresh(_measured(fresh=fresh, again=(1.08e-3, 0.41e-3, 0.44e-3, 0.43e-3), device="cpu"))
+    assert kept.held is False and kept.data["modes"] == 2 and "process 1 stayed at 1.08 ms" in kept.detail
+    assert asm.row_text(asm.ASSUMPTIONS[4], kept)[0] == "failed"
+    unknown = asm.judge_fresh(_measured(fresh=fresh))  # no repeat answered: one process at a level cannot tell
+    assert unknown.held is True and unknown.noisy is True and "cannot tell" in unknown.detail
+    # two processes at each level: two modes (planted kernel choice: each process keeps its level on a repeat),
+    # also with no repeat to tell; two cold processes whose repeats both came back are a warning
+    two = (1.1e-3, 0.41e-3, 0.43e-3, 1.12e-3)
+    for again in ((1.09e-3, 0.41e-3, 0.43e-3, 1.1e-3), ()):
+        planted = asm.judge_fresh(_measured(fresh=two, again=again))
+        assert planted.held is False and planted.data["modes"] == 2, again
+        assert asm.row_text(asm.ASSUMPTIONS[4], planted)[0] == "failed"
+    both = asm.judge_fresh(_measured(fresh=two, again=(0.42e-3,) * 4))
+    assert both.held is True and both.noisy is True and both.data["cold"] == [0, 3]
+    half = asm.judge_fresh(_measured(fresh=two, again=(1.09e-3, 0.41e-3, 0.43e-3, 0.42e-3)))
+    assert half.held is False and "process 1 stayed at 1.09 ms" in half.detail
+    # this machine, busy: first times 1.7, 0.939, 1.37, 0.341 ms, warmed repeats (CPU seconds) 0.33-0.34 ms: one
+    # level, three cold processes; a repeat off one way with a first time off the other way cannot tell
+    busy = asm.judge_fresh(
+        _measured(fresh=(1.7e-3, 0.939e-3, 1.37e-3, 0.341e-3), again=(0.34e-3, 0.33e-3, 0.339e-3, 0.331e-3))
+    )
+    assert busy.held is True and busy.noisy is True and busy.data["cold"] == [0, 1, 2], busy.detail
+    assert "cannot tell" not in busy.detail
+    odd = asm.judge_fresh(_measured(fresh=(1e-3, 1e-3, 1e-3, 0.5e-3), again=(1e-3, 1e-3, 1e-3, 1.5e-3)))
+    assert odd.held is True and odd.noisy is True and "process 4 alone at its level: cannot tell" in odd.detail
+    # the edge of a level: FRESH_SPREAD above the others' median is the same level, a little more is off it
+    s = asm.FRESH_SPREAD
+    same = asm.judge_fresh(_measured(fresh=(1e-3, 1e-3, 1e-3, 1e-3 * (1 + s) * 0.9999), again=(1e-3,) * 4))
+    assert same.held is True and same.noisy is False
+    off = asm.judge_fresh(_measured(fresh=(1e-3, 1e-3, 1e-3, 1e-3 * (1 + s) * 1.0001), again=(1e-3,) * 4))
+    assert off.held is True and off.noisy is True and off.data["cold"] == [3]
+    stays = asm.judge_fresh(
+        _measured(fresh=(1e-3, 1e-3, 1e-3, 1.5e-3), again=(1e-3, 1e-3, 1e-3, 1e-3 * (1 + s) * 1.0001))
+    )
+    assert stays.held is False
+    back = asm.judge_fresh(
+        _measured(fresh=(1e-3, 1e-3, 1e-3, 1.5e-3), again=(1e-3, 1e-3, 1e-3, 1e-3 * (1 + s) * 0.9999))
+    )
+    assert back.held is True and back.noisy is True
 
 
 def test_an_error_over_its_bound_or_a_cell_that_did_not_run_fails_the_accuracy_row():
@@ -347,3 +451,88 @@ def test_the_duty_doctor_picks_reaches_the_plan_through_compare_duty(tmp_path):
     assert "duty" not in plan(device="cpu", duty=1.0).timing  # cpu timing never rests
     with pytest.raises(UsageError, match="--duty 0.0: out of range"):
         plan(device="cuda", duty=0.0)
+
+
+# ------------------------------------------------------------------ compare's stall timeout, set per cell
+
+
+def test_the_stall_timeout_compare_sets_is_twice_the_estimate_from_the_largest_earlier_cell_of_its_kind():
+    from harness.supervise import STALL_MAX_S, derived_stall
+
+    done = {"mm/512x512x512/float16": 3.0, "mm/1024x1024x1024/float16": 24.0, "mm/2048x2048x2048/float32": 1.0}
+    # 4096³ is 64x the FLOP of 1024³ (the largest finished float16 GEMM): 2 x 24 s x 64
+    assert derived_stall("mm/4096x4096x4096/float16", done, 180.0) == pytest.approx(2 * 24.0 * 64)
+    assert derived_stall("mm/512x512x512/float16", done, 180.0) == 180.0  # never below the floor
+    assert derived_stall("sdpa/2x16x1024x64/float16", done, 180.0) == 180.0  # no SDPA cell before it: the floor
+    assert derived_stall("mm/4096x4096x4096/bfloat16", done, 180.0) == 180.0  # nor one of its dtype
+    assert derived_stall("mm/4096x4096x4096/float16", {"mm/8x8x8/float16": 1.0}, 180.0) == STALL_MAX_S  # a day at most
+    assert derived_stall("not a cell", done, 180.0) == 180.0
+
+
+def test_compare_without_a_stall_timeout_lets_a_slow_cell_finish_that_the_fixed_one_stops(tmp_path):
+    """A fake worker: a small cell of 0.4 s, then one of 8x its FLOP that takes 1.6 s. A fixed 1 s stall timeout
+    stops it in the big cell (the old behaviour, planted back with derive=False); the derived one (2 x 8 x 0.4 s)
+    lets it finish, its process deadline moved by as much (a fixed 1.5 s one would have stopped it)."""
+    import subprocess
+
+    from harness.supervise import _wait
+
+    out = tmp_path / "w.jsonl"
+    script = (
+        "import json, sys, time\n"
+        "def say(r):\n"
+        "    with open(sys.argv[1], 'a') as fh: fh.write(json.dumps(r) + '\\n')\n"
+        "say({'type': 'start'})\n"
+        "for key, secs in (('mm/64x64x64/float32', 0.4), ('mm/128x128x128/float32', 1.6)):\n"
+        "    say({'type': 'step', 'key': key, 'step': 'inputs'})\n"
+        "    time.sleep(secs)\n"
+        "    say({'type': 'cell', 'key': key, 'status': 'ok'})\n"
+    )
+
+    def wait(derive):
+        out.unlink(missing_ok=True)
+        proc = subprocess.Popen([sys.executable, "-c", script, str(out)])
+        try:
+            return _wait(proc, out, 30.0 if not derive else 1.5, 1.0, derive=derive)
+        finally:
+            proc.kill()
+            proc.wait(timeout=30)
+
+    assert wait(False) == ("worker made no progress for 1 s", True)
+    assert wait(True) == ("", False)
+
+
+def test_a_warning_row_exits_0_and_a_failed_one_1(monkeypatch, tmp_path, capsys):
+    from harness import doctor
+
+    for rows, code in (([Row("a", "warning", "noisy machine")], 0), ([Row("a", "failed", "x")], 1)):
+        monkeypatch.setattr(doctor, "run", lambda *a, rows=rows, **k: rows)
+        assert cli.main(["doctor", "--device", "cpu", "--out", str(tmp_path / "d")]) == code
+        assert "warning  noisy machine" in capsys.readouterr().out or code == 1
+
+
+def test_compare_sets_the_stall_timeout_per_cell_only_when_none_is_given(tmp_path):
+    from harness import plan as planning
+
+    def plan(**kw):
+        inputs = {"stock": f"python:{sys.executable}", "patched": f"python:{sys.executable}"}
+        return planning.plan(planning.RunRequest(inputs=inputs, out=tmp_path / "o", cells=("mm/8x8x8/float32",), **kw))
+
+    default = plan(device="cpu")
+    assert default.stall_derived is True and default.stall == 180.0  # the floor of what it sets per cell
+    given = plan(device="cpu", stall_timeout=100.0)
+    assert given.stall_derived is False and given.stall == 100.0  # a user's number is used as given
+
+
+def test_the_cpu_repeat_counts_this_processs_cpu_seconds_not_a_busy_hosts_wall_time():
+    """A call that waits 2 ms without working (what other processes on a busy host add) costs no CPU seconds:
+    the repeat is back at its level; timed by the wall clock (planted back) it reads 2 ms."""
+    import time
+
+    from harness.bench.assumptions import cpu_per_call
+
+    def wait():
+        time.sleep(2e-3)
+
+    assert cpu_per_call(wait, lambda: None, 2, 3) < 0.5e-3
+    assert cpu_per_call(wait, lambda: None, 2, 3, clock=time.perf_counter) >= 2e-3

@@ -9,7 +9,7 @@ picks the Metal GEMM route, read once per process), announces each measurement o
 SPEC::
 
     {"device": "mps", "cell": "mm/1024x1024x1024/float16", "small_cell": "mm/1x1024x1024/float16",
-     "rows": ["fresh", "sync", "duty", "slowest", "accuracy"],
+     "rows": ["fresh", "fresh_again", "sync", "duty", "slowest", "accuracy"],
      "min_block_s": 0.005, "blocks": 5, "slowest": {"candidates": [...], "probes": {...}, "direct_s": 2.0,
      "budget_s": 10.0}, "accuracy": ["mm/256x256x256/float16", ...], "accumulator": "float32",
      "threads": 1, "emulate": null}
@@ -17,6 +17,11 @@ SPEC::
 Measurements (seconds per call unless said):
 
 - ``fresh``: the cell's median in this fresh process, measured first (before any other kernel ran).
+- ``fresh_again``: the cell again in the same process, warmed (:data:`FRESH_WARMUP_S` of calls), its fastest
+  of 10 blocks (``fresh_again_s``; other processes on a busy host only add time), and the fastest of 10
+  more in this process's CPU seconds per call (``fresh_again_cpu_s``, :func:`cpu_per_call`: on the cpu
+  device the kernel's work without the busy host's share): a process that was cold at first is back at
+  its level; one whose kernel differs stays where it was.
 - ``sync``: blocks of the cell timed two ways, alternating: ``sync_s`` ends the block with the device's
   synchronize alone (what the timer does); ``read_s`` reads the last output's last element to the host
   before that synchronize (a blocking copy: on MPS ``copy_and_sync`` commits and waits,
@@ -57,6 +62,7 @@ IMPORT_STEP = "importing torch"
 #: row -> the step it announces (the deadline's message names it)
 STEPS = {
     "fresh": "timing the cell first in a fresh process",
+    "fresh_again": "timing the cell again, warmed, in the same process",
     "sync": "timing synchronize against a host read",
     "duty": "timing duty 1 against duty 1/3",
     "slowest": "timing one call of the slowest cells",
@@ -64,6 +70,8 @@ STEPS = {
 }
 
 
+#: seconds of calls before the ``fresh_again`` repeat: a cold start (clock, caches, page faults) is over
+FRESH_WARMUP_S = 0.2
 #: the stall row runs a candidate directly only when its predicted call is at least this share of the largest
 RELEVANT = 0.25
 
@@ -122,6 +130,20 @@ def duty_pair(timer, fn, min_block_s: float, measure_s: float) -> dict:
     for duty in (1.0, 1 / 3, 1.0, 1 / 3):  # interleaved: a drift of the host's load reaches both alike
         best[duty] = min(best[duty], *timer.measure(fn, measure_s=measure_s / 2, duty=duty, **common).samples)
     return {"duty_1": best[1.0], "duty_third": best[1 / 3]}
+
+
+def cpu_per_call(fn, sync, number: int, blocks: int, clock=time.process_time) -> float:
+    """The fastest of ``blocks`` blocks of ``number`` calls (each block synchronized) in this process's CPU
+    seconds per call: on the cpu device the kernel's own work, which other processes on a busy host do not
+    add to (they take wall time, not this process's CPU time)."""
+    best = math.inf
+    for _ in range(blocks):
+        start = clock()
+        for _ in range(number):
+            fn()
+        sync()
+        best = min(best, (clock() - start) / number)
+    return best
 
 
 def one_call(fn, sync, clock=time.perf_counter) -> float:
@@ -195,6 +217,12 @@ def measure(torch, device, spec: dict, channel: Channel) -> dict:
             answer["fresh_s"] = timer.measure(
                 fn, warmup_s=0.0, warmup_calls=3, measure_s=0.0, min_block_s=min_block, min_samples=3
             ).median
+        elif row == "fresh_again":
+            again = timer.measure(
+                fn, warmup_s=FRESH_WARMUP_S, warmup_calls=10_000, measure_s=0.0, min_block_s=min_block, min_samples=10
+            )
+            answer["fresh_again_s"] = min(again.samples)  # what this process's kernel does, less a busy host's share
+            answer["fresh_again_cpu_s"] = cpu_per_call(fn, device.sync, again.number, 10)
         elif row == "sync":
             sized = timer.measure(fn, warmup_s=0.0, warmup_calls=3, measure_s=0.0, min_block_s=min_block)
             # blocks of min_block_s by the median call (a slow first block must not leave one call per block);
