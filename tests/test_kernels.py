@@ -17,7 +17,7 @@ from documents import run_of
 from harness import observed
 from harness import results as res
 from harness.bench import kernels
-from harness.bench.kernels import classify, observation, parse_cpu, parse_cuda, parse_mps
+from harness.bench.kernels import classify, observation, parse_cpu, parse_cuda, parse_mps, parse_mps_gpu
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -131,6 +131,16 @@ def test_mps_profiler_lines_tell_metal_kernels_from_graphs():
     ]
     # a kernel whose name merely starts like a Metal GEMM is not one
     assert classify("mps", ["Kernel:matmul_backward:MPS:Half[2]"]) == ("kernel", "default")
+
+
+def test_mps_profiler_lines_give_their_gpu_time_and_only_operation_lines_count():
+    """The device-time probe reads ``gpu=`` of operation lines only (BaseInfo::toString: ``, gpu={:.3f} ms``
+    then ``, cpu={:.3f} ms``, the scheduling time); a line without it is None, never 0. Planted: the
+    ``cpu=`` field read instead gives 0.036 for the graph line, and a copy line's time would count."""
+    assert parse_mps_gpu(MPS_LINES) == [None, 0.324, 0.310, None, None, None, None]
+    assert parse_mps_gpu(["BlitCopy: MPS:Float[2] --> MPS:Float[2] (len=8 bytes, gpu=1.000 ms)"]) == []
+    key = "aten::linear:MPS:Float[4, 32] (id=G6, run=2, gpu=0.101 ms, cpu=0.100 ms)"  # a key with ", "
+    assert parse_mps_gpu([key]) == [0.101]
 
 
 def test_capture_fd_reads_what_c_code_writes_and_restores_the_descriptor(capfd):
