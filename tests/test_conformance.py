@@ -661,13 +661,16 @@ def test_every_doctor_assumption_row_runs_its_mps_path_and_prints_a_verdict(monk
     fresh = [routes["vanilla"]["fresh_s"]] * asm.FRESH
     m = asm.Measured("mps", routes, fresh, dict(asm.ROUTES["mps"]), STALL_TIMEOUT["full"], TIMING["full"]["gpu"])
     verdicts = asm.judge(m)
-    assert [a.name for a, _ in verdicts] == [a.name for a in asm.ASSUMPTIONS] and len(verdicts) == 6
+    assert [a.name for a, _ in verdicts] == [a.name for a in asm.ASSUMPTIONS] and len(verdicts) == 7
     encode = dict(verdicts)[asm.ASSUMPTIONS[1]]
     graph = {None: "(deferral not measured)", False: "(submitted as issued)"}[routes["vanilla"]["sync"]["deferred"]]
     assert "MPSGraph " in encode.detail and graph in encode.detail
     assert "(deferred until the synchronize)" in encode.detail and encode.data["bias"] > 0
     for a, v in verdicts:
         status, detail = asm.row_text(a, v)
+        if a.judge is asm.judge_device:  # its own processes, with the probe's variables: tests/test_doctor.py
+            assert v.held is None and "MPSGraph: no answer; Metal: no answer" in v.detail, v.detail
+            continue
         assert v.held is not None and detail.startswith(("assumption held: ", "did not hold: ")), (a.name, detail)
         assert "MPSGraph" in detail or a.judge in (asm.judge_fresh, asm.judge_stall), detail
 
