@@ -48,7 +48,17 @@ untagged copy. Each rule cites the upstream file it emulates:
    ``"mm_out_mps_impl" + getTensorsStringKey(...)`` such as ``mm_out_mps_impl:f16[64,32]:f16[32,16]``)
    is not emulated exactly: the parser (:func:`harness.bench.kernels.parse_mps`) reads only the line's
    frame and the ``G``/``K`` mark. The emulation is of stock upstream: a series' own variable does not
-   change its routing.
+   change its routing. With ``INCLUDE_GPU_TIME`` (``1 << 7``) or ``INCLUDE_KERNEL_TIME`` (``1 << 8``) a line
+   is printed when its command buffer completes instead (``endProfileExecution``, from the handler
+   ``addProfilerCompletedHandler`` adds), here when rule 6 commits it, and a call that encodes nothing
+   (a view) prints none: every operation of the buffer prints the buffer's GPU span, ``gpu=`` (the sum of
+   its operations' emulated device seconds: rule 6's for a Metal GEMM, the call's host time for an
+   MPSGraph call), plus :data:`KRNL_S` of scheduling time unless ``INCLUDE_KERNEL_TIME`` prints that apart
+   as ``cpu=``. ``PYTORCH_MPS_TRACE_SIGNPOSTS`` with ``WAIT_UNTIL_COMPLETED`` (``4``, ``ProfileOptions``)
+   commits and waits after every profiled call (the handler's ``synchronize(COMMIT_AND_WAIT)``), so each
+   has a buffer of its own. (``MPSProfiler.mm`` @ ``458fd422`` and ``05b8ccb7``, ``MPSProfiler.h`` @
+   ``21887b14``; the bits and format strings are the same in every macOS wheel 2.6.0-2.14.1: docs/timing.md,
+   "Device time".)
 
 6. **Command buffers.** Which device work is committed to the GPU when: a Metal GEMM that
    ``PYTORCH_MPS_PREFER_METAL`` routes (rule 5's :data:`METAL_GEMM`) is encoded into the stream's command
@@ -94,8 +104,15 @@ untagged copy. Each rule cites the upstream file it emulates:
    are at the :data:`DEVICE_MIN_S` floor, as float32 ones were, and the deferral probe's decision rests
    on that floor.
 
+8. **No host timing with the profiler's log on.** Every :meth:`harness.bench.timer.BlockTimer.time_block`
+   (the one place a block is host-timed) raises :class:`ConformanceError` in a process whose
+   ``PYTORCH_MPS_LOG_PROFILE_INFO`` or ``PYTORCH_MPS_TRACE_SIGNPOSTS`` is set: the log builds and prints
+   a line and adds a completion handler per call, and ``WAIT_UNTIL_COMPLETED`` serialises host and
+   device, so such a block would time the log. Only probe processes (:mod:`harness.bench.kernels`) set
+   them, and they time nothing on the host.
+
 Rules 1-2 and 5-6 emulate upstream behaviour (the harness must cope with it: skip the dtype, convert in
-two steps); rules 3-4 are constraints on the harness's own code. ``trace`` records every
+two steps); rules 3-4 and 8 are constraints on the harness's own code. ``trace`` records every
 synchronize and device call, for tests. Standard library + torch only.
 """
 

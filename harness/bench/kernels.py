@@ -54,6 +54,12 @@ timed region. Each device has one :class:`Trace` in :data:`TRACES` (a registry, 
   "other kernel", the default route. Copy lines (``BlitCopy…``/``MemCopy…``), ``CPU Fallback::…`` lines,
   the exit tables and any warning text do not match and are left out.
 
+**Device time** (mps): the same log read for time, in a probe process of its own after each timed
+process (:data:`MPS_DEVICE_ENV`: ``PYTORCH_MPS_LOG_PROFILE_INFO=385``, ``PYTORCH_MPS_TRACE_SIGNPOSTS=4``):
+:func:`mps_group_time` sums the ``gpu=`` of a group of calls (:func:`parse_mps_gpu`). What each bit forces
+on the stream and the versions read: docs/timing.md, "Device time". :attr:`Trace.device_env` marks a device
+whose time is read that way; the runner and the doctor take it from there, not from the device's name.
+
 Classification is a per-device table of rules (:data:`RULES`: pattern, path, accuracy route): the first
 rule matching a name classifies it; names a rule marks ``None`` (memsets, split-K reductions) are kept
 but do not classify. A name no rule matches is path ``unclassified``. The path is a kernel *family*
