@@ -7,6 +7,10 @@ first round also runs the correctness checks. Each process gets exactly its conf
 (:func:`harness.configs.worker_environment`) plus the run's ``--env KEY=VALUE`` variables (the same
 in every process; recorded in the plan and in each process's ``env``).
 
+Device time: where the device's trace reads it in a process of its own (mps: the profiler's log, which
+costs host time per call; :attr:`harness.bench.kernels.Trace.device_env`), each timed process is followed
+by a device probe process ``dev-<round>-<build>-<config>`` (:meth:`Recorder.device_probe`).
+
 Resumable: a process whose ``raw/<proc>.status.json`` exists is not run again; a process that was
 interrupted (no status file) is redone. ``--fresh`` discards earlier results of the same out dir.
 A worker that crashes, is killed by a signal or exceeds ``--timeout`` has its unfinished cells
