@@ -335,3 +335,42 @@ def test_the_h200_planted_route_example_names_the_mismatch_on_the_first_screen()
     for path, dtype in (("xmma", "float32"), ("nvjet", "float16")):
         line = f"> **Error:** declared metal, observed {path} for mm {dtype} under `default` on stock, patched"
         assert line in first_screen
+
+
+def test_the_mps_group_time_is_the_gpu_sum_over_the_calls_and_a_group_it_cannot_split_is_refused(monkeypatch):
+    """kernels.mps_group_time on lines written to fd 2 as the profiler's completion handlers would: 4 calls of
+    two operations each (0.250 + 0.750 ms) are 1 ms a call; a line lost or another operation's line (9 for
+    4 calls: not a whole multiple), a line without gpu=, or a process without WAIT_UNTIL_COMPLETED gives no
+    time, said why. Planted: without the multiple check the 9-line group read 1.1875 ms a call."""
+    import pytest
+
+    from harness.bench import kernels
+
+    monkeypatch.setattr(kernels, "SETTLE_S", 0.0)
+    for k, v in kernels.MPS_DEVICE_ENV.items():
+        monkeypatch.setenv(k, v)
+
+    def calls(*gpu: str):
+        def fn():
+            for g in gpu:
+                os.write(2, f"aten::mm:MPS:Float[2, 2] (id=G1, run=1{g}, cpu=0.010 ms)\n".encode())
+
+        return fn
+
+    assert kernels.mps_group_time(None, calls(", gpu=0.250 ms", ", gpu=0.750 ms"), 4, lambda: None) == pytest.approx(
+        1e-3
+    )
+    extra = iter([True])
+
+    def one_more():
+        calls(", gpu=0.250 ms", ", gpu=0.750 ms")()
+        if next(extra, False):
+            calls(", gpu=0.750 ms")()
+
+    with pytest.raises(kernels.NoDeviceTime, match="9 operation lines for 4 calls, not a whole multiple"):
+        kernels.mps_group_time(None, one_more, 4, lambda: None)
+    with pytest.raises(kernels.NoDeviceTime, match="4 of 8 operation lines carry no gpu= time"):
+        kernels.mps_group_time(None, calls(", gpu=0.250 ms", ""), 4, lambda: None)
+    monkeypatch.setenv("PYTORCH_MPS_TRACE_SIGNPOSTS", "1")
+    with pytest.raises(kernels.NoDeviceTime, match="lacks PYTORCH_MPS_TRACE_SIGNPOSTS bit 4"):
+        kernels.mps_group_time(None, calls(", gpu=0.250 ms"), 4, lambda: None)
