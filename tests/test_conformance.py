@@ -831,3 +831,33 @@ def test_rule8_a_host_timed_process_with_the_profiler_log_on_is_refused(monkeypa
     with emulate(torch) as (device, _):
         record = _timed(device)
     assert record["status"] == "ok" and record["measurement"]["device_note"].startswith("mps: device time is read")
+
+
+def test_a_device_probe_worker_writes_one_device_record_per_cell_and_the_driver_reads_them(monkeypatch, tmp_path):
+    """The worker's ``device_probe`` mode end to end (harness.bench.worker.main, in-process, under the
+    conformance mode with the probe's variables): no cell is host-timed (rule 8 would refuse it), one
+    ``device`` record per cell, an unsupported dtype's record says why it has none; the driver's reader
+    (supervise.read_worker_records) keys them by cell, and run_worker stores them as the record's ``device``."""
+    from harness import supervise
+    from harness.bench import worker
+
+    _probe_env(monkeypatch, PROBE_ENV)
+    keys = ["mm/16x16x16/float32", "sdpa/1x2x16x8/float32", "mm/16x16x16/bfloat16"]
+    # macOS 13.5: no bfloat16 on the device (rule 2), so the worker's own dtype probe leaves that cell out
+    spec = {"device": "mps", "cells": keys, "device_probe": True, "emulate": {"macos": [13, 5]}}
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    assert worker.main([str(tmp_path / "spec.json"), str(tmp_path / "out.jsonl")]) == 0
+    start, cells, ended, found = supervise.read_worker_records(tmp_path / "out.jsonl")
+    assert ended and cells == {} and list(found) == keys, found
+    for key in keys[:2]:
+        assert len(found[key]["device"]) == 10 and found[key]["device_method"] == "mps-profiler-gpu-time"
+        assert found[key]["device_calls"] >= 1 and found[key]["device_note"] == ""
+    assert (
+        found[keys[2]]["device"] == [] and "not probed: TypeError: " + BFLOAT16_ERROR in found[keys[2]]["device_note"]
+    )
+    # the driver's run_worker: a real process of this interpreter with the probe's variables on top of the config
+    record = supervise.run_worker(
+        Path(sys.executable), spec, cfg.EnvConfig("vanilla"), tmp_path, "dev-r00-stock-vanilla", 120.0, extra=PROBE_ENV
+    )
+    assert record["status"] == "ok" and record["cells"] == {} and list(record["device"]) == keys, record
+    assert len(record["device"][keys[0]]["device"]) == 10 and "kernels" not in record
