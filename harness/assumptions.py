@@ -44,6 +44,14 @@ The rows (the same code on cpu, cuda and mps; under ``--device mps`` in CI throu
    did not hold. One mode with first times spread over :data:`FRESH_SPREAD` (cold processes, or one that
    cannot tell): held, as a warning that the machine is noisy.
 6. ``accuracy``: GEMM and SDPA errors per route within their bounds (:mod:`harness.bench.accuracy`).
+7. ``device time``: where the device's time is read in a process of its own
+   (:attr:`harness.bench.kernels.Trace.device_env`; mps: the profiler's ``gpu=`` under
+   ``PYTORCH_MPS_LOG_PROFILE_INFO=385`` and ``PYTORCH_MPS_TRACE_SIGNPOSTS=4``), one more process per route
+   reads :data:`CELL`'s device time per call, and on every route whose row-1 block is kernel-bound (encode
+   share under :func:`harness.bench.timer.launch_ratio`) it agrees with the host time per call of that
+   block within :data:`DEVICE_AGREE`. A kernel-bound block lasts its calls' device time plus a synchronize,
+   so the two agree unless the trace misreads (a whole command buffer's time given to each operation in
+   it, the scheduling time added) or the probe's variables change the kernel. Not applicable elsewhere.
 """
 
 from __future__ import annotations
@@ -58,6 +66,8 @@ from pathlib import Path
 from harness import children
 from harness import configs as cfg
 from harness.bench import assumptions as child
+from harness.bench import kernels
+from harness.bench.timer import launch_ratio
 from harness.bench.worker import LAYOUT_BLOCKS
 from harness.bench.workloads import DTYPES, Cell, default_cells
 from harness.errors import HarnessError
@@ -99,6 +109,10 @@ SYNC_RATIO = 0.9
 ENCODE_BIAS = 0.01
 #: row 3: duty 1/3 may be this much slower than duty 1 before the device counts as clocking down
 DUTY_TOLERANCE = 0.03
+#: row 7: device time per call may differ from a kernel-bound block's host time per call by this share (a
+#: stated tolerance, not a measurement: the block adds one synchronize, tens of µs on a block of ms; a trace
+#: that gives each operation its whole command buffer's time, or reads another field, misses by far more)
+DEVICE_AGREE = 0.10
 #: seconds each step of an assumption process may take (tests shorten them)
 STEP_S = {child.IMPORT_STEP: children.IMPORT_TORCH_S, **{s: 120.0 for s in child.STEPS.values()}}
 
@@ -127,6 +141,8 @@ class Measured:
     timing: dict
     fresh_errors: list[str] = field(default_factory=list)
     fresh_again: list[float | None] = field(default_factory=list)
+    #: config -> the ``device`` row's answer of that route's device-time process (row 7), or ``{"error"}``
+    device_time: dict[str, dict] = field(default_factory=dict)
 
     def ok(self, key: str) -> dict[str, dict]:
         """Label -> that route's ``key`` record, for the routes that answered it."""
@@ -397,6 +413,35 @@ def judge_accuracy(m: Measured) -> Verdict:
     return Verdict(held, detail, {"worst": worst})
 
 
+def judge_device(m: Measured) -> Verdict:
+    trace = kernels.TRACES.get(m.device)
+    if trace is None or not trace.device_env:
+        how = "in the timed process (CUDA graph replay)" if m.device == "cuda" else "host time is device time"
+        return Verdict(None, f"no device-time probe process on {m.device}: {how}", applies=False)
+    host = m.ok("sync")
+    judged, skipped = {}, []
+    for config, label in m.labels.items():
+        answer, block = m.device_time.get(config, {}).get("device", {}), host.get(label)
+        if not block or "device_s" not in answer:
+            skipped.append(
+                f"{label}: {answer.get('error') or m.device_time.get(config, {}).get('error') or 'no answer'}"
+            )
+        elif _share(block["enqueue_s"], block["sync_s"]) >= launch_ratio(block.get("deferred")):
+            skipped.append(f"{label}: launch-bound block, its host time is not the device's")
+        else:
+            judged[label] = answer["device_s"] / block["sync_s"]
+    if not judged:
+        return Verdict(None, f"not measured ({'; '.join(skipped) or m.errors() or 'no route answered'})")
+    held = all(abs(r - 1) <= DEVICE_AGREE for r in judged.values())
+    shown = ", ".join(f"{r} {v:.3f}x" for r, v in judged.items())
+    method = next((a["device"].get("method") for a in m.device_time.values() if "device_s" in a.get("device", {})), "")
+    detail = (
+        f"device time ({method}) / host time per call of a kernel-bound block on {m.cell()}: {shown} "
+        f"(agree within ±{DEVICE_AGREE:.0%})" + (f"; {'; '.join(skipped)}" if skipped else "")
+    )
+    return Verdict(held, detail, {"ratio": judged, "tolerance": DEVICE_AGREE})
+
+
 _MPS = "aten/src/ATen/mps/MPSStream.mm @ fba75098"
 ASSUMPTIONS: list[Assumption] = [
     Assumption(
@@ -458,6 +503,17 @@ ASSUMPTIONS: list[Assumption] = [
         ),
         judge_accuracy,
     ),
+    Assumption(
+        "assumption: device time from the MPS profiler agrees with host time on a kernel-bound cell",
+        "aten/src/ATen/mps/MPSProfiler.mm @ 05b8ccb7 and 458fd422 (addProfilerCompletedHandler: gpu= is the "
+        "command buffer's GPUEndTime - GPUStartTime; WAIT_UNTIL_COMPLETED commits and waits after each op); "
+        "MPSProfiler.h LogOptions/ProfileOptions, the same in every wheel 2.6.0-2.14.1",
+        (
+            "a launch-bound cell's device time (its kernel verdict) is read right",
+            "the profiler's gpu= is misread or not this kernel's time: do not trust mps device time here",
+        ),
+        judge_device,
+    ),
 ]
 
 
@@ -502,12 +558,15 @@ def spec(device: str, rows: list[str], emulate: dict | None) -> dict:
     }
 
 
-def run_child(python: Path, config: cfg.EnvConfig, spec_: dict, raw: Path, name: str, keep=()) -> dict:
-    """One assumption process under ``config``: its answer, or ``{"error": why}`` (it failed or ran past a
-    step's deadline, named)."""
+def run_child(
+    python: Path, config: cfg.EnvConfig, spec_: dict, raw: Path, name: str, keep=(), extra: dict | None = None
+) -> dict:
+    """One assumption process under ``config`` (plus ``extra`` variables): its answer, or ``{"error": why}``
+    (it failed or ran past a step's deadline, named)."""
     path = raw / f"{name}.spec.json"
     path.write_text(json.dumps(spec_))
     env = cfg.worker_environment(config, keep=keep)
+    env.update(extra or {})
     env["PYTHONPATH"] = SOURCE_ROOT
     what = f"doctor assumptions under {config.name} ({python})"
     try:
@@ -553,7 +612,14 @@ def measure(
     for i in range(1, FRESH):
         rows = ["fresh", "fresh_again"]
         keep_fresh(run_child(python, first, spec(device, rows, emulate), raw, f"assumptions-fresh-{i}", keep))
-    return Measured(device, routes, fresh, labels, stall_s, timing, fresh_errors, again)
+    device_time = {}
+    trace = kernels.TRACES[device]
+    if trace.device_env:  # row 7: its own process per route, the trace's variables on (nothing host-timed)
+        for name in labels:
+            name_ = f"assumptions-device-{name}"
+            device_spec = spec(device, ["device"], emulate)
+            device_time[name] = run_child(python, by_name[name], device_spec, raw, name_, keep, dict(trace.device_env))
+    return Measured(device, routes, fresh, labels, stall_s, timing, fresh_errors, again, device_time)
 
 
 def judge(m: Measured) -> list[tuple[Assumption, Verdict]]:

@@ -60,7 +60,10 @@ INHERITED_PREFIXES = ("LC_",)
 #: variables no worker may be given by ``--env``, a series' ``[evidence.<device>.env.<config>]`` or a
 #: ``[[evidence.test]]``'s ``env``: the harness sets them for its own processes (a worker's
 #: PYTHONPATH points at the harness source; a series test's is removed so that the build's torch is imported)
-RESERVED_ENV = ("PYTHONPATH",)
+#: variables only the harness's probe processes set (harness.bench.kernels.MPS_DEVICE_ENV): the MPS profiler's
+#: log costs host time per call and WAIT_UNTIL_COMPLETED serialises host and device (docs/timing.md, "Device time")
+PROBE_ONLY_ENV = ("PYTORCH_MPS_LOG_PROFILE_INFO", "PYTORCH_MPS_TRACE_SIGNPOSTS")
+RESERVED_ENV = ("PYTHONPATH", *PROBE_ONLY_ENV)
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -71,6 +74,8 @@ def env_name_problem(key: str) -> str | None:
     which ``os.environ`` refuses with a ValueError or drops), and not one of :data:`RESERVED_ENV`."""
     if not _ENV_NAME.fullmatch(key):
         return f"{key!r} is not an environment variable name (letters, digits and _, not starting with a digit)"
+    if key in PROBE_ONLY_ENV:
+        return f"the harness sets {key} in its probe processes only: it would slow every timed call"
     if key in RESERVED_ENV:
         return f"the harness sets {key} for its workers"
     return None

@@ -15,8 +15,9 @@ On any machine, with the torch the user already has (``--build``, default this i
 4. **assumptions**: every assumption the evidence makes about the device, measured on it
    (:mod:`harness.assumptions`: synchronize waits, host-encode bias per GEMM route, idle clock-down and the
    duty to use, the slowest cell against the stall timeout compare sets for it, fresh-process kernel
-   choice, accuracy per route), each "assumption held" or "did not hold" with what that means and the
-   upstream source; held on noisy numbers (one cold process among equal ones) is a warning;
+   choice, accuracy per route, and on mps the profiler's device time against a kernel-bound block's host
+   time), each "assumption held" or "did not hold" with what that means and the upstream source; held on
+   noisy numbers (one cold process among equal ones) is a warning;
 5. **build toolchain**: compiler, CMake against the base, the Metal toolchain on macOS, free disk
    (:func:`harness.build.preflight.toolchain_checks`).
 

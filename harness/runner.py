@@ -7,6 +7,10 @@ first round also runs the correctness checks. Each process gets exactly its conf
 (:func:`harness.configs.worker_environment`) plus the run's ``--env KEY=VALUE`` variables (the same
 in every process; recorded in the plan and in each process's ``env``).
 
+Device time: where the device's trace reads it in a process of its own (mps: the profiler's log, which
+costs host time per call; :attr:`harness.bench.kernels.Trace.device_env`), each timed process is followed
+by a device probe process ``dev-<round>-<build>-<config>`` (:meth:`Recorder.device_probe`).
+
 Resumable: a process whose ``raw/<proc>.status.json`` exists is not run again; a process that was
 interrupted (no status file) is redone. ``--fresh`` discards earlier results of the same out dir.
 A worker that crashes, is killed by a signal or exceeds ``--timeout`` has its unfinished cells
@@ -354,6 +358,47 @@ class Recorder:
     def _keep_kernels(self, build: str, config: str, seen: dict) -> None:
         self.data.setdefault("kernels", {}).setdefault(build, {}).setdefault(config, {}).update(seen)
 
+    def device_probe(self, rnd: int, build: str, config: str, record: dict) -> None:
+        """Where the device's time is read in a process of its own (:attr:`harness.bench.kernels.Trace.device_env`:
+        on mps the profiler's log, which costs host time per call), run (or keep, when finished earlier) the
+        probe process ``dev-<round>-<build>-<config>`` after the timed one, with the config's variables plus
+        the trace's, on the cells ``record`` measured ok, and put its device fields (``device``,
+        ``device_method``, ``device_calls``, ``device_note``) into their measurements. A cell the probe gave
+        no device time keeps none, its ``device_note`` the probe's reason."""
+        trace = kernels.TRACES[self.plan.device]
+        ok = [k for k, v in record["cells"].items() if v.get("status") == "ok" and v.get("measurement")]
+        if not trace.device_env or not ok:
+            return
+        name = "dev-" + _proc_name(rnd, build, config)
+        probe = kept_record(_status_path(self.raw, name), self.plan.retry_failed)
+        if probe is None:
+            spec = {**self.spec(rnd, build, config, ok, name), "check": False, "save_outputs": None}
+            spec = {**spec, "observe": None, "device_probe": True}
+            python = Path(self.data["builds"][build]["interpreter"])
+            extra = {**self.plan.extra_env, **trace.device_env}
+            probe = run_worker(
+                python, spec, self.by_config[config], self.raw, name, self.plan.timeout, self.plan.keep_env, extra
+            )
+        found = probe.get("device") or {}
+        for key in ok:
+            got = found.get(key) or {}
+            fields = {
+                "device": list(got.get("device") or []),
+                "device_method": got.get("device_method", ""),
+                "device_calls": got.get("device_calls", 0),
+                "device_note": got.get("device_note", ""),
+            }
+            bad = res.device_problem(fields, f"{name} {key}")
+            if bad or not fields["device"]:
+                why = bad or fields["device_note"] or probe["cells"].get(key, {}).get("reason") or probe.get("reason")
+                fields = {"device": [], "device_method": "", "device_calls": 0}
+                fields["device_note"] = why or "probe ended early"
+            measurement = record["cells"][key]["measurement"]
+            measurement.update(fields)
+            measurement["device_median"] = statistics.median(fields["device"]) if fields["device"] else None
+        got = sum(bool(record["cells"][k]["measurement"]["device"]) for k in ok)
+        note(f"{name}: device time of {got} of {len(ok)} cells ({trace.device_method})")
+
     def process(self, rnd: int, build: str, config: str, keys: list[str], measure: dict | None = None) -> None:
         """Run (or keep, when finished earlier) one worker process and record it."""
         name = _proc_name(rnd, build, config)
@@ -377,6 +422,7 @@ class Recorder:
                 self.plan.stall_derived,
             )
             verb = "ran"
+        self.device_probe(rnd, build, config, record)
         processes = self.data["processes"]
         if record.get("kernels"):  # observed inline (first round): kept once, in data["kernels"]
             self._keep_kernels(build, config, record["kernels"])

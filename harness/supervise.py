@@ -143,7 +143,8 @@ def status_path(raw: Path, name: str) -> Path:
 
 def read_worker_records(path: Path) -> tuple[dict, dict, bool, dict]:
     """Parse a worker's jsonl: (start record, {cell key: record}, saw the end record, {cell key: observed
-    kernels} from ``kernels`` records and the cell records' ``kernels``: harness.bench.kernels)."""
+    kernels} from ``kernels`` records and the cell records' ``kernels``: harness.bench.kernels, or {cell key:
+    device fields} from a device probe's ``device`` records: harness.bench.worker.probe_device_cell)."""
     start, cells, ended, seen = {}, {}, False, {}
     for rec in read_jsonl(path):
         if rec.get("type") == "start":
@@ -152,7 +153,7 @@ def read_worker_records(path: Path) -> tuple[dict, dict, bool, dict]:
             cells[rec["key"]] = {k: v for k, v in rec.items() if k not in ("type", "key", "kernels")}
             if isinstance(rec.get("kernels"), dict):
                 seen[rec["key"]] = rec["kernels"]
-        elif rec.get("type") == "kernels":
+        elif rec.get("type") in ("kernels", "device"):  # a probe process's records (one kind per process)
             seen[rec["key"]] = {k: v for k, v in rec.items() if k not in ("type", "key")}
         elif rec.get("type") == "end":
             ended = True
@@ -360,7 +361,8 @@ def run_worker(
         cmd, env, err_path, _worker_path(raw, name), timeout, stall or timeout, derive
     )
     start, cells, ended, seen = read_worker_records(out_path)
-    probe = spec.get("observe") == "only"  # a probe process's cells are its kernels records
+    # a probe process's cells are its kernels records (observe: only) or its device records (device_probe)
+    probe = spec.get("observe") == "only" or bool(spec.get("device_probe"))
     unfinished = [key for key in spec["cells"] if key not in (seen if probe else cells)]
     where = last_step(out_path) if stalled else None
     if not start and reason:  # it never wrote its start record: no cell was begun
@@ -386,7 +388,7 @@ def run_worker(
         "worker_started": start.get("started"),
         "finished": time.time(),
         "cells": cells,
-        **({"kernels": seen} if seen or probe else {}),
+        **({("device" if spec.get("device_probe") else "kernels"): seen} if seen or probe else {}),
     }
     atomic_write_json(status_path(raw, name), record)
     return record

@@ -661,13 +661,16 @@ def test_every_doctor_assumption_row_runs_its_mps_path_and_prints_a_verdict(monk
     fresh = [routes["vanilla"]["fresh_s"]] * asm.FRESH
     m = asm.Measured("mps", routes, fresh, dict(asm.ROUTES["mps"]), STALL_TIMEOUT["full"], TIMING["full"]["gpu"])
     verdicts = asm.judge(m)
-    assert [a.name for a, _ in verdicts] == [a.name for a in asm.ASSUMPTIONS] and len(verdicts) == 6
+    assert [a.name for a, _ in verdicts] == [a.name for a in asm.ASSUMPTIONS] and len(verdicts) == 7
     encode = dict(verdicts)[asm.ASSUMPTIONS[1]]
     graph = {None: "(deferral not measured)", False: "(submitted as issued)"}[routes["vanilla"]["sync"]["deferred"]]
     assert "MPSGraph " in encode.detail and graph in encode.detail
     assert "(deferred until the synchronize)" in encode.detail and encode.data["bias"] > 0
     for a, v in verdicts:
         status, detail = asm.row_text(a, v)
+        if a.judge is asm.judge_device:  # its own processes, with the probe's variables: tests/test_doctor.py
+            assert v.held is None and "MPSGraph: no answer; Metal: no answer" in v.detail, v.detail
+            continue
         assert v.held is not None and detail.startswith(("assumption held: ", "did not hold: ")), (a.name, detail)
         assert "MPSGraph" in detail or a.judge in (asm.judge_fresh, asm.judge_stall), detail
 
@@ -717,3 +720,144 @@ def test_rule6_a_tiny_metal_gemm_still_keeps_the_device_busy_for_the_floor(monke
             device.sync()
             waits[prefer] = time.perf_counter() - started
     assert waits[True] >= DEVICE_MIN_S and waits[False] < DEVICE_MIN_S / 2, waits
+
+
+# ------------------------------------------------------------------ device time from the profiler's gpu= (rule 5, 8)
+#: the mps device-time probe's variables (harness.bench.kernels.MPS_DEVICE_ENV)
+PROBE_ENV = {"PYTORCH_MPS_LOG_PROFILE_INFO": "385", "PYTORCH_MPS_TRACE_SIGNPOSTS": "4"}
+
+
+def _probe_env(monkeypatch, env: dict, prefer_metal: bool = True) -> None:
+    for name in ("PYTORCH_MPS_LOG_PROFILE_INFO", "PYTORCH_MPS_TRACE_SIGNPOSTS"):
+        monkeypatch.delenv(name, raising=False)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    _prefer_metal(monkeypatch, prefer_metal)
+
+
+def _groups_agree(record: dict, emu) -> bool:
+    """Each group's device time per call is the emulated gpu= seconds of that group's lines (the last
+    ``groups x calls`` lines: one operation per call of these cells) over its calls, to the log's 1 µs."""
+    calls, values = record["device_calls"], record["device"]
+    tail = emu.printed_gpu_s[-len(values) * calls :]
+    want = [sum(tail[i * calls : (i + 1) * calls]) / calls for i in range(len(values))]
+    return len(values) == 10 and all(abs(v - w) <= 1e-6 for v, w in zip(values, want))
+
+
+def test_the_device_probe_reads_each_operations_own_gpu_time_under_wait_until_completed(monkeypatch):
+    """The device probe (harness.bench.worker.probe_device_cell) under PYTORCH_MPS_LOG_PROFILE_INFO=385 and
+    PYTORCH_MPS_TRACE_SIGNPOSTS=4: every profiled operation is committed and waited for (its own command
+    buffer), so each group's device time per call is its operations' emulated GPU time: a Metal GEMM's
+    DEVICE_MIN_S floor (without the KRNL time: bit 256 prints it apart), an MPSGraph call's host time.
+    Planted: a parser that counts each buffer's time twice, or reads the cpu= (KRNL) field, is caught."""
+    from harness.bench import kernels
+    from harness.bench.worker import probe_device_cell
+
+    _probe_env(monkeypatch, PROBE_ENV)
+    records = {}
+    with emulate(torch) as (device, emu):
+        for key in ("mm/16x16x16/float32", "sdpa/1x2x16x8/float32"):
+            records[key] = probe_device_cell(torch, device, Cell.from_key(key), {}, {})
+            assert records[key]["device_method"] == "mps-profiler-gpu-time" and records[key]["device_note"] == ""
+            assert _groups_agree(records[key], emu), (key, records[key])
+        assert emu.most_uncommitted <= 1  # every operation committed at once (WAIT_UNTIL_COMPLETED)
+        metal = records["mm/16x16x16/float32"]["device"]
+        assert min(metal) >= DEVICE_MIN_S - 1e-6  # a Metal GEMM's emulated device time: at least the floor
+        real = kernels.parse_mps_gpu
+        planted = {
+            "twice": lambda lines: [2 * v for v in real(lines)],
+            "cpu= field": lambda lines: [
+                float(line.split("cpu=")[1].split(" ms")[0]) for line in lines if "cpu=" in line and "aten::" in line
+            ],
+        }
+        for name, parser in planted.items():
+            monkeypatch.setattr(kernels, "parse_mps_gpu", parser)
+            bad = probe_device_cell(torch, device, Cell.from_key("mm/16x16x16/float32"), {}, {})
+            assert bad["device"] and not _groups_agree(bad, emu), name
+        monkeypatch.setattr(kernels, "parse_mps_gpu", real)
+
+
+def test_without_wait_until_completed_each_op_reports_its_whole_buffer_and_the_probe_refuses(monkeypatch):
+    """Without PYTORCH_MPS_TRACE_SIGNPOSTS=4 the Metal GEMMs of one command buffer each print the whole
+    buffer's span (addProfilerCompletedHandler reads cb.GPUEndTime - cb.GPUStartTime): summed they over-count
+    three times here. Without INCLUDE_KERNEL_TIME (256) gpu= has the scheduling time in it. The probe refuses
+    both (no device time, the lacking bit named) rather than sum them."""
+    from harness.bench.worker import probe_device_cell
+
+    _probe_env(monkeypatch, {"PYTORCH_MPS_LOG_PROFILE_INFO": "385"})
+    with emulate(torch) as (device, emu):
+        a = torch.ones(4, 4, device="mps")
+        device.sync()
+        before = len(emu.printed_gpu_s)
+        for _ in range(3):
+            torch.mm(a, a)
+        device.sync()
+        batch = emu.printed_gpu_s[before:]
+        assert len(batch) == 3 and len(set(batch)) == 1 and batch[0] >= 3 * DEVICE_MIN_S
+        record = probe_device_cell(torch, device, Cell.from_key("mm/16x16x16/float32"), {}, {})
+    assert record["device"] == [] and "PYTORCH_MPS_TRACE_SIGNPOSTS bit 4" in record["device_note"], record
+    _probe_env(monkeypatch, {"PYTORCH_MPS_LOG_PROFILE_INFO": "129", "PYTORCH_MPS_TRACE_SIGNPOSTS": "4"})
+    with emulate(torch) as (device, emu):
+        a = torch.ones(4, 4, device="mps")
+        torch.mm(a, a)
+        assert emu.printed_gpu_s[-1] == pytest.approx(DEVICE_MIN_S + conformance.KRNL_S)
+        record = probe_device_cell(torch, device, Cell.from_key("mm/16x16x16/float32"), {}, {})
+    assert record["device"] == [] and "PYTORCH_MPS_LOG_PROFILE_INFO bit 256" in record["device_note"], record
+
+
+def _timed(device) -> dict:
+    return run_cell(torch, BlockTimer(device), device, Cell.from_key("mm/8x8x8/float32"), {"timing": TINY}, {})
+
+
+def test_rule8_a_host_timed_process_with_the_profiler_log_on_is_refused(monkeypatch):
+    """Rule 8: the profiler's log costs host time per call, so a host-timed block in a process that has it
+    on (as the kernel probe's =1 or the device probe's =385 and signposts) is refused; with it off the same
+    cell is timed. Planted: the rule switched off, the logged process times the cell without a word."""
+    from harness.bench.conformance import Emulation
+
+    original = BlockTimer.time_block
+    for env in ({"PYTORCH_MPS_LOG_PROFILE_INFO": "1"}, PROBE_ENV, {"PYTORCH_MPS_TRACE_SIGNPOSTS": "4"}):
+        _probe_env(monkeypatch, env, prefer_metal=False)
+        with emulate(torch) as (device, _):
+            record = _timed(device)
+        assert record["status"] == "failed" and "host-timed block with PYTORCH_MPS_LOG" in record["reason"]
+        assert BlockTimer.time_block is original  # restored when the emulation ends
+    monkeypatch.setattr(Emulation, "refuse_host_timing", lambda self: None)
+    with emulate(torch) as (device, _):
+        planted = _timed(device)
+    assert planted["status"] == "ok"
+    monkeypatch.undo()
+    _probe_env(monkeypatch, {}, prefer_metal=False)
+    with emulate(torch) as (device, _):
+        record = _timed(device)
+    assert record["status"] == "ok" and record["measurement"]["device_note"].startswith("mps: device time is read")
+
+
+def test_a_device_probe_worker_writes_one_device_record_per_cell_and_the_driver_reads_them(monkeypatch, tmp_path):
+    """The worker's ``device_probe`` mode end to end (harness.bench.worker.main, in-process, under the
+    conformance mode with the probe's variables): no cell is host-timed (rule 8 would refuse it), one
+    ``device`` record per cell, an unsupported dtype's record says why it has none; the driver's reader
+    (supervise.read_worker_records) keys them by cell, and run_worker stores them as the record's ``device``."""
+    from harness import supervise
+    from harness.bench import worker
+
+    _probe_env(monkeypatch, PROBE_ENV)
+    keys = ["mm/16x16x16/float32", "sdpa/1x2x16x8/float32", "mm/16x16x16/bfloat16"]
+    # macOS 13.5: no bfloat16 on the device (rule 2), so the worker's own dtype probe leaves that cell out
+    spec = {"device": "mps", "cells": keys, "device_probe": True, "emulate": {"macos": [13, 5]}}
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    assert worker.main([str(tmp_path / "spec.json"), str(tmp_path / "out.jsonl")]) == 0
+    start, cells, ended, found = supervise.read_worker_records(tmp_path / "out.jsonl")
+    assert ended and cells == {} and list(found) == keys, found
+    for key in keys[:2]:
+        assert len(found[key]["device"]) == 10 and found[key]["device_method"] == "mps-profiler-gpu-time"
+        assert found[key]["device_calls"] >= 1 and found[key]["device_note"] == ""
+    assert (
+        found[keys[2]]["device"] == [] and "not probed: TypeError: " + BFLOAT16_ERROR in found[keys[2]]["device_note"]
+    )
+    # the driver's run_worker: a real process of this interpreter with the probe's variables on top of the config
+    record = supervise.run_worker(
+        Path(sys.executable), spec, cfg.EnvConfig("vanilla"), tmp_path, "dev-r00-stock-vanilla", 120.0, extra=PROBE_ENV
+    )
+    assert record["status"] == "ok" and record["cells"] == {} and list(record["device"]) == keys, record
+    assert len(record["device"][keys[0]]["device"]) == 10 and "kernels" not in record

@@ -38,6 +38,9 @@ def test_doctor_on_cpu_runs_every_op_under_every_config_and_writes_doctor_md(doc
         if a.judge is asm.judge_duty:  # the cpu is never rested: skipped, with the reason
             assert "| skipped | not applicable: the cpu is timed back to back" in line, line
             continue
+        if a.judge is asm.judge_device:  # no device-time probe process on the cpu: skipped, with the reason
+            assert "| skipped | not applicable: no device-time probe process on cpu" in line, line
+            continue
         assert any(f"| {word}" in line for word in ("assumption held: ", "assumption held, noisy", "did not hold: "))
         assert line.endswith(f"[{a.source.replace('|', '/')}] |"), line
     assumed = json.loads((out / "doctor.json").read_text())["assumptions"]
@@ -536,3 +539,102 @@ def test_the_cpu_repeat_counts_this_processs_cpu_seconds_not_a_busy_hosts_wall_t
 
     assert cpu_per_call(wait, lambda: None, 2, 3) < 0.5e-3
     assert cpu_per_call(wait, lambda: None, 2, 3, clock=time.perf_counter) >= 2e-3
+
+
+# ------------------------------------------------------------------ row 7: device time from the MPS profiler
+def _device_measured(ratios: dict, enqueue: float = 0.01, answers: dict | None = None, device: str = "mps"):
+    """Both mps routes' row-1 blocks (1 ms a call, ``enqueue`` of it encoding; the Metal one deferred) and
+    device-time answers at ``ratios`` (route label -> device / host)."""
+    from harness import assumptions as asm
+
+    routes = {
+        "vanilla": {
+            "cell": "mm/2048x2048x2048/float16",
+            "sync": {"sync_s": 1e-3, "enqueue_s": enqueue * 1e-3, "deferred": False},
+        },
+        "prefer_metal": {"sync": {"sync_s": 1e-3, "enqueue_s": enqueue * 1e-3, "deferred": True}},
+    }
+    labels = asm.ROUTES["mps"]
+    device_time = answers or {
+        c: {"device": {"device_s": ratios[label] * 1e-3, "calls": 2, "method": "mps-profiler-gpu-time"}}
+        for c, label in labels.items()
+        if label in ratios
+    }
+    m = _measured(routes, device=device)
+    return asm.Measured(m.device, routes, m.fresh, m.labels, m.stall_s, m.timing, [], device_time=device_time)
+
+
+def test_device_time_that_disagrees_with_a_kernel_bound_blocks_host_time_fails_the_row():
+    """Row 7 at its edges: within DEVICE_AGREE (10 %) of the host time per call on each kernel-bound route
+    holds, just outside does not (a profiler line that carries its whole command buffer's time, twice the
+    op's, is far outside); a launch-bound block is not judged (its host time is not the device's); a route
+    whose probe gave no device time is named; cpu and cuda have no probe process (skipped)."""
+    from harness import assumptions as asm
+
+    for low, high, held in ((0.905, 1.095, True), (0.895, 1.0, False), (1.0, 1.105, False), (1.0, 2.0, False)):
+        v = asm.judge_device(_device_measured({"MPSGraph": low, "Metal": high}))
+        assert v.held is held and v.data["ratio"] == pytest.approx({"MPSGraph": low, "Metal": high}), (low, high)
+    v = asm.judge_device(_device_measured({"MPSGraph": 1.0, "Metal": 1.0}))
+    status, detail = asm.row_text(asm.ASSUMPTIONS[6], v)
+    assert status == "ok" and detail.startswith(
+        "assumption held: device time (mps-profiler-gpu-time) / host time per call of a kernel-bound block on "
+        "mm/2048x2048x2048/float16: MPSGraph 1.000x, Metal 1.000x (agree within ±10%)"
+    )
+    # encode share 0.95: launch-bound on both routes (0.9 submitted as issued, 0.5 deferred): nothing judged
+    v = asm.judge_device(_device_measured({"MPSGraph": 3.0, "Metal": 3.0}, enqueue=0.95))
+    assert v.held is None and "MPSGraph: launch-bound block" in v.detail and "Metal: launch-bound block" in v.detail
+    # 0.6: launch-bound only where deferred (0.5), so MPSGraph is judged and Metal is not
+    v = asm.judge_device(_device_measured({"MPSGraph": 1.0, "Metal": 3.0}, enqueue=0.6))
+    assert v.held is True and v.data["ratio"] == {"MPSGraph": 1.0} and "Metal: launch-bound block" in v.detail
+    none = {"vanilla": {"device": {"error": "NoDeviceTime: 3 operation lines for 2 calls"}}, "prefer_metal": {}}
+    v = asm.judge_device(_device_measured({}, answers=none))
+    assert v.held is None and "MPSGraph: NoDeviceTime: 3 operation lines for 2 calls" in v.detail
+    for device in ("cpu", "cuda"):
+        assert asm.judge_device(_device_measured({}, device=device)).applies is False
+
+
+def test_the_device_time_row_runs_under_the_conformance_mode_and_catches_a_misread_gpu_time(monkeypatch):
+    """Row 7's mps path in CI: the Metal route's host-timed block (PYTORCH_MPS_PREFER_METAL, log off) and its
+    device-time process (the probe's variables on: rule 8 would refuse a host-timed block there) run
+    in-process under the conformance mode; the emulated GEMM's device time is the floor of its block, so the
+    two agree. Planted: a probe that reads the cpu= (scheduling) field instead of gpu= is caught."""
+    import torch
+
+    from harness import assumptions as asm
+    from harness.bench import assumptions as child
+    from harness.bench import kernels
+    from harness.bench.channel import Channel
+    from harness.bench.conformance import emulate
+
+    emulated = {"macos": [14, 0]}
+    # the small cell: its emulated host call (~0.2 ms) stays far below the Metal GEMM's device floor
+    # (DEVICE_MIN_S) on a loaded CI host, where the 64³ cell's enqueue reached 20 ms a call
+    spec = {**asm.spec("mps", [], emulated), "cell": asm.EMULATED["small_cell"], "small_cell": None}
+    monkeypatch.setenv("PYTORCH_MPS_PREFER_METAL", "1")
+    with emulate(torch) as (prof, _):
+        metal = child.measure(torch, prof, {**spec, "rows": ["sync"]}, Channel(None))
+
+    def device_row():
+        for k, v in kernels.MPS_DEVICE_ENV.items():
+            monkeypatch.setenv(k, v)
+        with emulate(torch) as (prof, _):
+            answer = child.measure(torch, prof, {**spec, "rows": ["device"]}, Channel(None))
+        for k in kernels.MPS_DEVICE_ENV:
+            monkeypatch.delenv(k)
+        m = _measured({"prefer_metal": metal})
+        return asm.judge_device(
+            asm.Measured(
+                m.device, m.routes, m.fresh, m.labels, m.stall_s, m.timing, [], device_time={"prefer_metal": answer}
+            )
+        )
+
+    honest = device_row()
+    assert honest.held is True and set(honest.data["ratio"]) == {"Metal"}, honest.detail
+    assert "MPSGraph: no answer" in honest.detail
+    monkeypatch.setattr(
+        kernels,
+        "parse_mps_gpu",
+        lambda lines: [float(x.split("cpu=")[1].split(" ms")[0]) for x in lines if "aten::" in x and "cpu=" in x],
+    )
+    misread = device_row()
+    assert misread.held is False and misread.data["ratio"]["Metal"] < 0.1, misread.detail

@@ -17,7 +17,7 @@ from documents import run_of
 from harness import observed
 from harness import results as res
 from harness.bench import kernels
-from harness.bench.kernels import classify, observation, parse_cpu, parse_cuda, parse_mps
+from harness.bench.kernels import classify, observation, parse_cpu, parse_cuda, parse_mps, parse_mps_gpu
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -131,6 +131,16 @@ def test_mps_profiler_lines_tell_metal_kernels_from_graphs():
     ]
     # a kernel whose name merely starts like a Metal GEMM is not one
     assert classify("mps", ["Kernel:matmul_backward:MPS:Half[2]"]) == ("kernel", "default")
+
+
+def test_mps_profiler_lines_give_their_gpu_time_and_only_operation_lines_count():
+    """The device-time probe reads ``gpu=`` of operation lines only (BaseInfo::toString: ``, gpu={:.3f} ms``
+    then ``, cpu={:.3f} ms``, the scheduling time); a line without it is None, never 0. Planted: the
+    ``cpu=`` field read instead gives 0.036 for the graph line, and a copy line's time would count."""
+    assert parse_mps_gpu(MPS_LINES) == [None, 0.324, 0.310, None, None, None, None]
+    assert parse_mps_gpu(["BlitCopy: MPS:Float[2] --> MPS:Float[2] (len=8 bytes, gpu=1.000 ms)"]) == []
+    key = "aten::linear:MPS:Float[4, 32] (id=G6, run=2, gpu=0.101 ms, cpu=0.100 ms)"  # a key with ", "
+    assert parse_mps_gpu([key]) == [0.101]
 
 
 def test_capture_fd_reads_what_c_code_writes_and_restores_the_descriptor(capfd):
@@ -325,3 +335,42 @@ def test_the_h200_planted_route_example_names_the_mismatch_on_the_first_screen()
     for path, dtype in (("xmma", "float32"), ("nvjet", "float16")):
         line = f"> **Error:** declared metal, observed {path} for mm {dtype} under `default` on stock, patched"
         assert line in first_screen
+
+
+def test_the_mps_group_time_is_the_gpu_sum_over_the_calls_and_a_group_it_cannot_split_is_refused(monkeypatch):
+    """kernels.mps_group_time on lines written to fd 2 as the profiler's completion handlers would: 4 calls of
+    two operations each (0.250 + 0.750 ms) are 1 ms a call; a line lost or another operation's line (9 for
+    4 calls: not a whole multiple), a line without gpu=, or a process without WAIT_UNTIL_COMPLETED gives no
+    time, said why. Planted: without the multiple check the 9-line group read 1.1875 ms a call."""
+    import pytest
+
+    from harness.bench import kernels
+
+    monkeypatch.setattr(kernels, "SETTLE_S", 0.0)
+    for k, v in kernels.MPS_DEVICE_ENV.items():
+        monkeypatch.setenv(k, v)
+
+    def calls(*gpu: str):
+        def fn():
+            for g in gpu:
+                os.write(2, f"aten::mm:MPS:Float[2, 2] (id=G1, run=1{g}, cpu=0.010 ms)\n".encode())
+
+        return fn
+
+    assert kernels.mps_group_time(None, calls(", gpu=0.250 ms", ", gpu=0.750 ms"), 4, lambda: None) == pytest.approx(
+        1e-3
+    )
+    extra = iter([True])
+
+    def one_more():
+        calls(", gpu=0.250 ms", ", gpu=0.750 ms")()
+        if next(extra, False):
+            calls(", gpu=0.750 ms")()
+
+    with pytest.raises(kernels.NoDeviceTime, match="9 operation lines for 4 calls, not a whole multiple"):
+        kernels.mps_group_time(None, one_more, 4, lambda: None)
+    with pytest.raises(kernels.NoDeviceTime, match="4 of 8 operation lines carry no gpu= time"):
+        kernels.mps_group_time(None, calls(", gpu=0.250 ms", ""), 4, lambda: None)
+    monkeypatch.setenv("PYTORCH_MPS_TRACE_SIGNPOSTS", "1")
+    with pytest.raises(kernels.NoDeviceTime, match="lacks PYTORCH_MPS_TRACE_SIGNPOSTS bit 4"):
+        kernels.mps_group_time(None, calls(", gpu=0.250 ms"), 4, lambda: None)

@@ -238,6 +238,11 @@ def test_env_reaches_every_worker_is_recorded_and_fingerprinted(tmp_path, this_p
         (["X=1", "X=2"], "--env X is given twice ('1' and '2')"),
         (["PYTHONPATH=/tmp"], "--env PYTHONPATH: the harness sets PYTHONPATH for its workers"),
         (
+            ["PYTORCH_MPS_LOG_PROFILE_INFO=385"],
+            "--env PYTORCH_MPS_LOG_PROFILE_INFO: the harness sets PYTORCH_MPS_LOG_PROFILE_INFO in its probe processes "
+            "only: it would slow every timed call",
+        ),
+        (
             ["ATEN_CPU_CAPABILITY=avx2"],
             "--env ATEN_CPU_CAPABILITY conflicts with the cpu env configs, which set it "
             "themselves (no_vec) -- drop ATEN_CPU_CAPABILITY from --env",
@@ -860,6 +865,8 @@ def test_keep_env_refuses_a_variable_the_harness_sets_itself():
         check_keep_env(["PYTHONPATH"])
     with pytest.raises(UsageError, match="'A=B' is not an environment variable name"):
         check_keep_env(["A=B"])
+    with pytest.raises(UsageError, match="--keep-env PYTORCH_MPS_TRACE_SIGNPOSTS: .* in its probe processes only"):
+        check_keep_env(["PYTORCH_MPS_TRACE_SIGNPOSTS"])  # the MPS profiler: probe processes only
     check_keep_env(["NVIDIA_TF32_OVERRIDE"])  # a name the workers would not inherit: fine
 
 

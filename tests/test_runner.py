@@ -431,3 +431,74 @@ def test_the_first_round_records_each_cells_kernel_and_a_planted_route_is_an_err
     assert (
         "> **Error:** declared metal, observed MKL for mm float32 under `default` on stock, patched (1 cell)" in first
     )
+
+
+def test_a_device_probe_process_follows_each_timed_one_and_its_device_time_reaches_the_cells(
+    tmp_path, this_python, monkeypatch
+):
+    """Where the device's trace reads device time in a process of its own (mps: the profiler's log,
+    harness.bench.kernels.Trace.device_env; here the cpu trace marked so), each timed process is followed by
+    dev-<round>-<build>-<config> with the config's variables plus the trace's, on the cells measured ok; its
+    device fields land in those cells' measurements, a cell it gave none keeps its note, a failed probe
+    leaves its reason; a resumed run keeps the probe (not run again)."""
+    from dataclasses import replace
+
+    from harness import runner, supervise
+    from harness.bench import kernels
+
+    env = {"PYTORCH_MPS_LOG_PROFILE_INFO": "385", "PYTORCH_MPS_TRACE_SIGNPOSTS": "4"}
+    monkeypatch.setitem(kernels.TRACES, "cpu", replace(kernels.TRACES["cpu"], device_env=env, device_method="probe"))
+    seen = []
+
+    def fake_worker(python, spec, config, raw, name, timeout, keep=(), extra=None, stall=None):
+        if not name.startswith("dev-"):
+            return supervise.run_worker(python, spec, config, raw, name, timeout, keep, extra, stall)
+        seen.append((name, spec, dict(extra)))
+        mm, sdpa = spec["cells"]
+        if "patched" in name:  # a probe that crashed before its first cell
+            why = "worker killed by SIGABRT before it started (no cell was begun)"
+            record = {
+                "status": "failed",
+                "reason": why,
+                "cells": {k: {"status": "failed", "reason": why} for k in spec["cells"]},
+                "device": {},
+            }
+        else:
+            found = {"device": [2e-6, 3e-6, 4e-6], "device_method": "probe", "device_calls": 7, "device_note": ""}
+            none = {
+                "device": [],
+                "device_method": "",
+                "device_calls": 0,
+                "device_note": "no device time (probe): 3 lines",
+            }
+            record = {"status": "ok", "reason": "", "cells": {}, "device": {mm: found, sdpa: none}}
+        supervise.atomic_write_json(supervise.status_path(raw, name), record)
+        return record
+
+    monkeypatch.setattr(runner, "run_worker", fake_worker)
+    args = ["compare", "--stock", this_python, "--patched", this_python, "--device", "cpu", "--configs", "default"]
+    args += ["--cells", CELLS, "--rounds", "1", "--out", str(tmp_path / "out")]
+    assert harness(*args).returncode == 0
+    assert sorted(n for n, _, _ in seen) == ["dev-r00-patched-default", "dev-r00-stock-default"]
+    for _, spec, extra in seen:
+        assert spec["device_probe"] is True and spec["check"] is False and spec["observe"] is None
+        assert spec["cells"] == CELLS.split(",") and {k: extra[k] for k in env} == env
+    data = json.loads((tmp_path / "out" / "results.json").read_text())
+    cells = {p["build"]: p["cells"] for p in data["processes"]}
+    mm, sdpa = (cells["stock"][k]["measurement"] for k in CELLS.split(","))
+    assert (mm["device"], mm["device_method"], mm["device_calls"], mm["device_median"]) == (
+        [2e-6, 3e-6, 4e-6],
+        "probe",
+        7,
+        3e-6,
+    )
+    assert sdpa["device"] == [] and sdpa["device_note"] == "no device time (probe): 3 lines"
+    crashed = cells["patched"]["mm/64x64x64/float32"]["measurement"]
+    assert crashed["device"] == [] and crashed["device_note"].startswith("worker killed by SIGABRT")
+    seen.clear()
+    assert harness(*args).returncode == 0  # resumed: every process kept, the probes too
+    assert seen == []
+    again = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert {p["build"]: p["cells"] for p in again["processes"]}["stock"]["mm/64x64x64/float32"]["measurement"][
+        "device"
+    ] == [2e-6, 3e-6, 4e-6]

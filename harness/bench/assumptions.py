@@ -40,6 +40,10 @@ Measurements (seconds per call unless said):
   by FLOP predicts at most ``direct_s``, at least :data:`RELEVANT` of the largest prediction (it may be the
   slowest) and the row's ``budget_s`` allows; else the scaled prediction (``extrapolated``).
 - ``accuracy``: relative error and bound (:func:`harness.bench.accuracy.check`) of each cell given.
+- ``device``: the cell's device seconds per call from the device's own trace
+  (:func:`harness.bench.kernels.device_times`; mps: the profiler's ``gpu=``, in a process whose variables
+  :attr:`harness.bench.kernels.Trace.device_env` set, and which times nothing on the host):
+  ``{"device_s"`` (median of the groups), ``"calls"``, ``"method"}`` or ``{"error"}``.
 """
 
 from __future__ import annotations
@@ -51,11 +55,11 @@ import sys
 import time
 from contextlib import ExitStack
 
-from harness.bench import devices
+from harness.bench import devices, kernels
 from harness.bench.accuracy import check
 from harness.bench.channel import Channel
 from harness.bench.conformance import emulate
-from harness.bench.timer import MAX_BLOCK_CALLS, BlockTimer
+from harness.bench.timer import DEVICE_REPLAY_S, DEVICE_REPLAYS, MAX_BLOCK_CALLS, BlockTimer
 from harness.bench.workloads import Cell, make_inputs, op_callable, reference
 
 IMPORT_STEP = "importing torch"
@@ -67,6 +71,7 @@ STEPS = {
     "duty": "timing duty 1 against duty 1/3",
     "slowest": "timing one call of the slowest cells",
     "accuracy": "checking GEMM and SDPA accuracy",
+    "device": "reading the cell's device time from the device's trace",
 }
 
 
@@ -200,6 +205,19 @@ def accuracy(device, keys: list[str], accumulator: str) -> dict:
     return out
 
 
+def device_time(torch, device, fn) -> dict:
+    """The ``device`` row (module docstring): ``{"device_s", "calls", "method"}``, or ``{"error"}`` where the
+    trace gave no device time or the call failed."""
+    trace = kernels.TRACES[device.name]
+    try:
+        found, calls = kernels.device_times(
+            trace, torch, fn, device.sync, DEVICE_REPLAYS, DEVICE_REPLAY_S, MAX_BLOCK_CALLS
+        )
+    except Exception as exc:  # no device time (kernels.NoDeviceTime) or the op's own failure: said
+        return {"error": _words(exc)}
+    return {"device_s": statistics.median(found), "calls": calls, "method": trace.device_method}
+
+
 def _words(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
 
@@ -238,6 +256,8 @@ def measure(torch, device, spec: dict, channel: Channel) -> dict:
             answer["slowest"] = slowest(torch, device, spec["slowest"])
         elif row == "accuracy":
             answer["accuracy"] = accuracy(device, spec["accuracy"], spec.get("accumulator", "float32"))
+        elif row == "device":
+            answer["device"] = device_time(torch, device, fn)
     return answer
 
 

@@ -48,7 +48,17 @@ untagged copy. Each rule cites the upstream file it emulates:
    ``"mm_out_mps_impl" + getTensorsStringKey(...)`` such as ``mm_out_mps_impl:f16[64,32]:f16[32,16]``)
    is not emulated exactly: the parser (:func:`harness.bench.kernels.parse_mps`) reads only the line's
    frame and the ``G``/``K`` mark. The emulation is of stock upstream: a series' own variable does not
-   change its routing.
+   change its routing. With ``INCLUDE_GPU_TIME`` (``1 << 7``) or ``INCLUDE_KERNEL_TIME`` (``1 << 8``) a line
+   is printed when its command buffer completes instead (``endProfileExecution``, from the handler
+   ``addProfilerCompletedHandler`` adds), here when rule 6 commits it, and a call that encodes nothing
+   (a view) prints none: every operation of the buffer prints the buffer's GPU span, ``gpu=`` (the sum of
+   its operations' emulated device seconds: rule 6's for a Metal GEMM, the call's host time for an
+   MPSGraph call), plus :data:`KRNL_S` of scheduling time unless ``INCLUDE_KERNEL_TIME`` prints that apart
+   as ``cpu=``. ``PYTORCH_MPS_TRACE_SIGNPOSTS`` with ``WAIT_UNTIL_COMPLETED`` (``4``, ``ProfileOptions``)
+   commits and waits after every profiled call (the handler's ``synchronize(COMMIT_AND_WAIT)``), so each
+   has a buffer of its own. (``MPSProfiler.mm`` @ ``458fd422`` and ``05b8ccb7``, ``MPSProfiler.h`` @
+   ``21887b14``; the bits and format strings are the same in every macOS wheel 2.6.0-2.14.1: docs/timing.md,
+   "Device time".)
 
 6. **Command buffers.** Which device work is committed to the GPU when: a Metal GEMM that
    ``PYTORCH_MPS_PREFER_METAL`` routes (rule 5's :data:`METAL_GEMM`) is encoded into the stream's command
@@ -94,8 +104,15 @@ untagged copy. Each rule cites the upstream file it emulates:
    are at the :data:`DEVICE_MIN_S` floor, as float32 ones were, and the deferral probe's decision rests
    on that floor.
 
+8. **No host timing with the profiler's log on.** Every :meth:`harness.bench.timer.BlockTimer.time_block`
+   (the one place a block is host-timed) raises :class:`ConformanceError` in a process whose
+   ``PYTORCH_MPS_LOG_PROFILE_INFO`` or ``PYTORCH_MPS_TRACE_SIGNPOSTS`` is set: the log builds and prints
+   a line and adds a completion handler per call, and ``WAIT_UNTIL_COMPLETED`` serialises host and
+   device, so such a block would time the log. Only probe processes (:mod:`harness.bench.kernels`) set
+   them, and they time nothing on the host.
+
 Rules 1-2 and 5-6 emulate upstream behaviour (the harness must cope with it: skip the dtype, convert in
-two steps); rules 3-4 are constraints on the harness's own code. ``trace`` records every
+two steps); rules 3-4 and 8 are constraints on the harness's own code. ``trace`` records every
 synchronize and device call, for tests. Standard library + torch only.
 """
 
@@ -107,7 +124,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from harness.bench.devices import MPS_BFLOAT16_MACOS, profile
-from harness.bench.timer import MAX_BLOCK_CALLS
+from harness.bench.timer import MAX_BLOCK_CALLS, BlockTimer
 
 _TAG = "_harness_mps"
 DOUBLE_ERROR = (
@@ -124,6 +141,13 @@ DEVICE_FACTOR = 3.0
 #: waits of 20 ms or more, beyond the scheduling delays of a loaded CI host (a few ms per runnable
 #: process competing for a core), which a tiny GEMM's 3 x tens of microseconds are not
 DEVICE_MIN_S = 0.02
+#: rule 5: the emulated scheduling ("KRNL", ``kernelEndTime - kernelStartTime``) seconds of each command
+#: buffer: printed as ``cpu=`` with INCLUDE_KERNEL_TIME, else added to ``gpu=`` (``endProfileExecution``)
+KRNL_S = 1e-4
+#: rule 5: LogOptions bits (MPSProfiler.h): OPERATION_INFO, INCLUDE_GPU_TIME, INCLUDE_KERNEL_TIME
+OPERATION_INFO, INCLUDE_GPU_TIME, INCLUDE_KERNEL_TIME = 1, 128, 256
+#: rule 5: ProfileOptions::WAIT_UNTIL_COMPLETED (MPSProfiler.h), from PYTORCH_MPS_TRACE_SIGNPOSTS
+WAIT_UNTIL_COMPLETED = 4
 
 
 class ConformanceError(AssertionError):
@@ -188,8 +212,14 @@ class Emulation:
         self.trace: list[str] = []
         self.calls_since_sync = 0
         self.most_calls_between_syncs = 0
-        log = os.environ.get("PYTORCH_MPS_LOG_PROFILE_INFO")  # read once, as the profiler's constructor does
-        self.log_operations = bool(log) and bool(int(log, 0) & 1)  # LogOptions::OPERATION_INFO
+        # read once, as the profiler's constructor does (strtol(.., 0))
+        self.log = int(os.environ.get("PYTORCH_MPS_LOG_PROFILE_INFO") or "0", 0)
+        self.signposts = int(os.environ.get("PYTORCH_MPS_TRACE_SIGNPOSTS") or "0", 0)
+        self.log_operations = bool(self.log & OPERATION_INFO)
+        self.log_times = bool(self.log & (INCLUDE_GPU_TIME | INCLUDE_KERNEL_TIME))  # lines at completion
+        self.wait_each = bool(self.signposts & WAIT_UNTIL_COMPLETED)
+        self.buffer: list[tuple[str, float]] = []  # rule 5: (line, device s) of the ops in the command buffer
+        self.printed_gpu_s: list[float] = []  # rule 5: the gpu= seconds of every completion line, for tests
         self.prefer_metal = "PYTORCH_MPS_PREFER_METAL" in os.environ
         self.handles: dict[tuple[str, str], list[int]] = {}  # (kind, key) -> [profile id, run count]
         self.counters = {"G": 0, "K": 0}  # m_graph_counter, m_kernel_counter
@@ -198,10 +228,12 @@ class Emulation:
         self.pending_s = 0.0  # rule 6: device seconds of the encoded, uncommitted work
         self.busy_until = 0.0  # rule 6: host clock (perf_counter) at which the committed work ends
 
-    def profile(self, name: str, tensors: list) -> None:
+    def profile(self, name: str, tensors: list, device_s: float | None = None) -> None:
         """Print the profiler's operation line of one device call ``name`` on ``tensors`` (rule 5), when the
-        log is on."""
-        if not self.log_operations:
+        log is on: at once, or, with GPU or kernel time logged, when its command buffer completes (a call
+        that encodes nothing, ``device_s`` None, then prints none); with WAIT_UNTIL_COMPLETED the call's
+        buffer is committed and waited for at once."""
+        if not self.log_operations or (self.log_times and device_s is None):
             return
         operands = [t for t in tensors if isinstance(t, self.torch.Tensor)]
         op = _GEMM_NAMES.get(name, name)
@@ -217,7 +249,36 @@ class Emulation:
             self.handles[(kind, key)] = [self.counters[kind], 0]
         handle = self.handles[(kind, key)]
         handle[1] += 1
-        os.write(2, f"aten::{key} (id={kind}{handle[0]}, run={handle[1]})\n".encode())
+        line = f"aten::{key} (id={kind}{handle[0]}, run={handle[1]}"
+        if not self.log_times:
+            os.write(2, f"{line})\n".encode())
+            return
+        self.buffer.append((line, device_s))
+        if self.wait_each:  # addProfilerCompletedHandler: synchronize(COMMIT_AND_WAIT)
+            self.commit_and_wait()
+
+    def complete(self) -> None:
+        """Rule 5: the completion handlers of the committed buffer's operations, each printing the whole
+        buffer's GPU span (``cb.GPUEndTime - cb.GPUStartTime``: the emulated device seconds of every
+        operation in it), plus :data:`KRNL_S` unless INCLUDE_KERNEL_TIME prints that apart as ``cpu=``."""
+        span, lines = sum(s for _, s in self.buffer), [line for line, _ in self.buffer]
+        self.buffer = []
+        apart = bool(self.log & INCLUDE_KERNEL_TIME)
+        gpu = span if apart else span + KRNL_S
+        for line in lines:
+            self.printed_gpu_s.append(gpu)
+            tail = f", gpu={gpu * 1e3:.3f} ms" + (f", cpu={KRNL_S * 1e3:.3f} ms" if apart else "")
+            os.write(2, f"{line}{tail})\n".encode())
+
+    def refuse_host_timing(self) -> None:
+        """Rule 8: a host-timed block in a process whose profiler log or signposts are on (their cost per call
+        is in every block, and WAIT_UNTIL_COMPLETED serialises host and device) raises."""
+        if self.log or self.signposts:
+            raise ConformanceError(
+                f"a host-timed block with PYTORCH_MPS_LOG_PROFILE_INFO={self.log} / PYTORCH_MPS_TRACE_SIGNPOSTS="
+                f"{self.signposts}: the profiler's log costs host time per call (MPSProfiler.mm), only a device "
+                "probe process may have it on"
+            )
 
     def synchronize(self) -> None:
         self.trace.append("sync")
@@ -229,6 +290,8 @@ class Emulation:
         self.busy_until = max(self.busy_until, time.perf_counter()) + self.pending_s
         self.pending_s = 0.0
         self.uncommitted = 0
+        if self.buffer:
+            self.complete()
 
     def commit_and_wait(self) -> None:
         """Rule 6: synchronize or a blocking host copy commits what was encoded and waits for it."""
@@ -243,17 +306,20 @@ class Emulation:
         self.trace.append("read")
         self.commit_and_wait()
 
-    def encode(self, name: str, tensors: list, host_s: float = 0.0) -> None:
+    def encode(self, name: str, tensors: list, host_s: float = 0.0) -> float:
         """Rule 6: a Metal GEMM is encoded without a commit (its work, :data:`DEVICE_FACTOR` x ``host_s``
         device seconds and at least :data:`DEVICE_MIN_S`, waits for one); any other call commits (MPSGraph,
-        taken as submitted as issued)."""
+        taken as submitted as issued; its work, ``host_s``, is done within the call). Returns the call's
+        emulated device seconds."""
         floating = all(t.dtype.is_floating_point for t in tensors if isinstance(t, self.torch.Tensor))
         metal = self.prefer_metal and floating and _GEMM_NAMES.get(name, name) in self.metal_gemm
         if metal:
             self.uncommitted += 1
-            self.pending_s += max(DEVICE_FACTOR * host_s, DEVICE_MIN_S)
-        else:
-            self.commit()
+            device_s = max(DEVICE_FACTOR * host_s, DEVICE_MIN_S)
+            self.pending_s += device_s
+            return device_s
+        self.commit()
+        return host_s
 
     def device_call(self, name: str) -> None:
         self.trace.append(name)
@@ -341,9 +407,10 @@ def _make_mode(emu: Emulation):
             if tensors:
                 operands = list(_flatten((args, kwargs)))
                 emu.device_call(name)
+                device_s = None
                 if not all(t._is_view() for t in tensors):  # a view encodes nothing
-                    emu.encode(name, operands, time.perf_counter() - started)
-                emu.profile(name, operands)
+                    device_s = emu.encode(name, operands, time.perf_counter() - started)
+                emu.profile(name, operands, device_s)
             for t in tensors:
                 setattr(t, _TAG, True)
             return out
@@ -391,8 +458,16 @@ def emulate(torch, macos: tuple[int, int] = (14, 0), max_calls: int = MAX_BLOCK_
         (torch.mps, "Event"): torch.mps.Event,
         (torch.mps.event, "Event"): torch.mps.event.Event,
     }
+    saved[(BlockTimer, "time_block")] = BlockTimer.time_block
+    host_timed = BlockTimer.time_block
+
+    def time_block(timer, fn, number):  # rule 8: every host-timed block passes here
+        emu.refuse_host_timing()
+        return host_timed(timer, fn, number)
+
     torch.mps.synchronize = emu.synchronize
     torch.mps.Event = torch.mps.event.Event = _Event
+    BlockTimer.time_block = time_block
     try:
         # the real mps profile (harness.bench.devices), whose torch.mps.synchronize is now the
         # emulation's; its memory and name queries find no MPS in a CPU build and answer None

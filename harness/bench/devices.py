@@ -219,6 +219,11 @@ def mps_gpu_name(torch) -> str | None:
     return name
 
 
+#: why an mps timed process has no device time of its own: the profiler's log that gives it costs host time
+#: per call, so it is read in a probe process (harness.bench.kernels.mps_group_time, harness.runner)
+MPS_DEVICE_NOTE = "mps: device time is read in a probe process of its own (the MPS profiler's log)"
+
+
 def _mps(torch) -> DeviceProfile:
     return DeviceProfile(
         "mps",
@@ -227,6 +232,7 @@ def _mps(torch) -> DeviceProfile:
         _guarded(lambda: torch.mps.recommended_max_memory() - torch.mps.driver_allocated_memory()),
         lambda: mps_gpu_name(torch),
         "synchronize+perf_counter",
+        device_note=MPS_DEVICE_NOTE,
     )
 
 

@@ -54,6 +54,12 @@ timed region. Each device has one :class:`Trace` in :data:`TRACES` (a registry, 
   "other kernel", the default route. Copy lines (``BlitCopy…``/``MemCopy…``), ``CPU Fallback::…`` lines,
   the exit tables and any warning text do not match and are left out.
 
+**Device time** (mps): the same log read for time, in a probe process of its own after each timed
+process (:data:`MPS_DEVICE_ENV`: ``PYTORCH_MPS_LOG_PROFILE_INFO=385``, ``PYTORCH_MPS_TRACE_SIGNPOSTS=4``):
+:func:`mps_group_time` sums the ``gpu=`` of a group of calls (:func:`parse_mps_gpu`). What each bit forces
+on the stream and the versions read: docs/timing.md, "Device time". :attr:`Trace.device_env` marks a device
+whose time is read that way; the runner and the doctor take it from there, not from the device's name.
+
 Classification is a per-device table of rules (:data:`RULES`: pattern, path, accuracy route): the first
 rule matching a name classifies it; names a rule marks ``None`` (memsets, split-K reductions) are kept
 but do not classify. A name no rule matches is path ``unclassified``. The path is a kernel *family*
@@ -70,6 +76,7 @@ import os
 import re
 import sys
 import threading
+import time
 from collections.abc import Callable, Mapping
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -161,6 +168,9 @@ def classify(device: str, names: list[str]) -> tuple[str | None, str | None]:
 # ------------------------------------------------------------------------------------ parsers
 _MKL = re.compile(r"^MKL_VERBOSE\s+([A-Za-z][A-Za-z0-9_]*)\(([^)]*)\)")
 _MPS = re.compile(r"^aten::(?P<key>.*) \(id=(?P<kind>[GK])\d+, run=\d+[^()]*\)\s*$")
+#: an operation line's time suffix (``BaseInfo::toString``: ``, gpu={:.3f} ms`` and ``, cpu={:.3f} ms``, each
+#: only when above 0; ``cpu=`` is the scheduling ("KRNL") time, printed apart only with INCLUDE_KERNEL_TIME)
+_MPS_TIMES = re.compile(r", run=\d+(?:, gpu=(?P<gpu>\d+(?:\.\d+)?) ms)?(?:, cpu=(?P<krnl>\d+(?:\.\d+)?) ms)?\)\s*$")
 
 
 def parse_cpu(lines: list[str]) -> list[str]:
@@ -198,6 +208,19 @@ def parse_mps(lines: list[str]) -> list[str]:
         if m:
             names.append(("MPSGraph:" if m.group("kind") == "G" else "Kernel:") + m.group("key"))
     return names
+
+
+def parse_mps_gpu(lines: list[str]) -> list[float | None]:
+    """The ``gpu=`` milliseconds of each MPS profiler operation line (module docstring; None for a line
+    without ``gpu=``), in order; copy, CPU-fallback and statistics lines are left out. The value is the
+    line's command buffer's ``GPUEndTime - GPUStartTime`` (``addProfilerCompletedHandler``), plus its
+    scheduling time unless ``INCLUDE_KERNEL_TIME`` is set (``endProfileExecution``)."""
+    out: list[float | None] = []
+    for line in lines:
+        if _MPS.match(line.strip()):
+            m = _MPS_TIMES.search(line.strip())
+            out.append(float(m.group("gpu")) if m and m.group("gpu") else None)
+    return out
 
 
 def parse_cuda(lines: list[str]) -> list[str]:
@@ -276,6 +299,89 @@ def _mps_capture(torch, call: Callable[[], object], sync: Callable[[], None]) ->
     return capture_fd(2, traced)
 
 
+# --------------------------------------------------------------------------------- device time
+#: the mps device-time probe's variables (``LogOptions`` / ``ProfileOptions`` in ``MPSProfiler.h``, the same in
+#: every wheel 2.6.0-2.14.1 and at pytorch ``21887b14``): ``OPERATION_INFO`` (1) | ``INCLUDE_GPU_TIME`` (128)
+#: | ``INCLUDE_KERNEL_TIME`` (256) = 385: one line per operation at its completion, ``gpu=`` the command
+#: buffer's GPU span alone (without 256 the scheduling time is added to it); ``WAIT_UNTIL_COMPLETED`` (4):
+#: ``addProfilerCompletedHandler`` then synchronizes with ``COMMIT_AND_WAIT`` after every profiled operation,
+#: so each one has a command buffer of its own and its ``gpu=`` is its own GPU time, not a batch's
+MPS_DEVICE_ENV = {"PYTORCH_MPS_LOG_PROFILE_INFO": "385", "PYTORCH_MPS_TRACE_SIGNPOSTS": "4"}
+#: the bits the probe needs of each variable (what MPS_DEVICE_ENV sets)
+_MPS_NEEDS = {"PYTORCH_MPS_LOG_PROFILE_INFO": 1 | 128 | 256, "PYTORCH_MPS_TRACE_SIGNPOSTS": 4}
+#: how the mps probe measures (``measurement.device_method``)
+MPS_GPU_METHOD = "mps-profiler-gpu-time"
+#: seconds a group waits after its synchronize before its lines are read: the lines are printed by each
+#: command buffer's completion handler on Metal's own thread, which may still run when the wait returns
+SETTLE_S = 0.02
+
+
+class NoDeviceTime(Exception):
+    """The probe's trace gave no device time it can stand behind; the message says why."""
+
+
+def _bits(name: str) -> int:
+    try:
+        return int(os.environ.get(name) or "0", 0)  # strtol(.., 0), as the profiler parses it
+    except ValueError:
+        return 0
+
+
+def mps_group_time(torch, fn: Callable[[], object], calls: int, sync: Callable[[], None]) -> float:
+    """Device seconds per call of ``calls`` calls of ``fn`` on mps, from the profiler's operation log
+    (:data:`MPS_DEVICE_ENV` set in this process before torch used the device): the calls, the synchronize,
+    :data:`SETTLE_S`, with fd 2 captured (:func:`capture_fd`); the sum of the lines' ``gpu=`` / ``calls``.
+
+    Raises:
+        NoDeviceTime: the process lacks a bit of :data:`MPS_DEVICE_ENV` (without ``WAIT_UNTIL_COMPLETED``
+            the operations of one command buffer each report the whole buffer's span, and summing them
+            over-counts); the operation lines are not a whole multiple of ``calls`` (a line lost or
+            another operation's); a line carries no ``gpu=``.
+    """
+    lacking = [f"{k} bit {v & ~_bits(k)}" for k, v in _MPS_NEEDS.items() if v & ~_bits(k)]
+    if lacking:
+        raise NoDeviceTime(f"the probe process lacks {', '.join(lacking)} (needs {MPS_DEVICE_ENV})")
+
+    def group():
+        for _ in range(calls):
+            fn()
+        sync()
+        time.sleep(SETTLE_S)
+
+    _, lines = capture_fd(2, group)
+    gpu = parse_mps_gpu(lines)
+    if not gpu or len(gpu) % calls:
+        raise NoDeviceTime(f"{len(gpu)} operation lines for {calls} calls, not a whole multiple of them")
+    if None in gpu:
+        raise NoDeviceTime(f"{gpu.count(None)} of {len(gpu)} operation lines carry no gpu= time")
+    return sum(gpu) * 1e-3 / calls
+
+
+def device_times(
+    trace: Trace, torch, fn: Callable[[], object], sync: Callable[[], None], replays: int, group_s: float, most: int
+) -> tuple[list[float], int]:
+    """(device seconds per call of ``replays`` groups, calls per group) of ``fn`` under ``trace``'s device-time
+    probe (:attr:`Trace.device_time`): three untimed calls, a host estimate of one call (three more, each
+    synchronized; the log is on, so it is only a size: nothing host-timed here is evidence), then groups of
+    ``ceil(group_s / estimate)`` calls (1 to ``most``).
+
+    Raises:
+        NoDeviceTime: the trace has no probe, or a group gave no device time (its reason).
+    """
+    if trace.device_time is None:
+        raise NoDeviceTime(f"{trace.device}: no device-time probe")
+    for _ in range(3):
+        fn()
+    sync()
+    started = time.perf_counter()
+    for _ in range(3):
+        fn()
+        sync()
+    estimate = (time.perf_counter() - started) / 3
+    calls = max(1, min(most, -int(-group_s // max(estimate, 1e-9))))
+    return [trace.device_time(torch, fn, calls, sync) for _ in range(replays)], calls
+
+
 @dataclass(frozen=True)
 class Trace:
     """How one device's kernels are observed.
@@ -288,6 +394,12 @@ class Trace:
         env: variables that process gets on top of its config's.
         capture: ``(torch, call, sync) -> (call's result, raw lines)``.
         parse: raw lines -> kernel names.
+        device_env: variables of the device-time probe process (``dev-<round>-<build>-<config>``,
+            :meth:`harness.runner.Recorder.device_probe`) on top of its config's; empty: no such process
+            (the device's time, if any, is taken in the timed process: :func:`harness.bench.timer.measure_device`).
+        device_time: ``(torch, fn, calls, sync) -> device seconds per call`` of one group of calls in that
+            process (raises :class:`NoDeviceTime`); None without one.
+        device_method: how ``device_time`` measures (``measurement.device_method``).
     """
 
     device: str
@@ -296,6 +408,9 @@ class Trace:
     capture: Callable
     parse: Callable[[list[str]], list[str]]
     env: Mapping[str, str] = field(default_factory=dict)
+    device_env: Mapping[str, str] = field(default_factory=dict)
+    device_time: Callable | None = None
+    device_method: str = ""
 
 
 TRACES: dict[str, Trace] = {
@@ -308,6 +423,9 @@ TRACES: dict[str, Trace] = {
         _mps_capture,
         parse_mps,
         {"PYTORCH_MPS_LOG_PROFILE_INFO": "1"},
+        MPS_DEVICE_ENV,
+        mps_group_time,
+        MPS_GPU_METHOD,
     ),
 }
 

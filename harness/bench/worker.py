@@ -14,7 +14,8 @@ SPEC (written by :mod:`harness.runner`)::
      "timing": {"warmup_s": 0.05, "measure_s": 0.5, "min_block_s": 0.001},
      "measure_s": {"mm/512x512x512/float32": 0.8},              # optional: per-cell measure_s (adaptive rounds)
      "plant_k": null,                                        # or 0.05: GEMMs run with K grown (compare --plant-k)
-     "observe": null}                                        # "inline" | "only": harness.bench.kernels
+     "observe": null,                                        # "inline" | "only": harness.bench.kernels
+     "device_probe": false}                                  # true: device records only (probe_device_cell)
 
 OUT gets one JSON object per line, flushed and fsynced as each is written, so a crash keeps every
 finished cell: an ``importing`` record before ``import torch`` (so that a driver that stops a worker
@@ -27,8 +28,10 @@ per cell (``status`` ``ok`` | ``skipped`` | ``failed``, ``reason``, ``measuremen
 and an ``end`` record. With ``observe: "inline"`` a cell record also has ``kernels``: the kernels its
 untimed first call ran (:func:`harness.bench.kernels.observe`); with ``observe: "only"`` (a probe
 process, for devices whose trace would slow timing) the worker times nothing and writes one
-``kernels`` record per cell (:func:`observe_cell`). With ``save_outputs`` (a path), every GEMM output is saved there for
-:mod:`harness.bench.consistency`, whether or not the cell is checked.
+``kernels`` record per cell (:func:`observe_cell`); with ``device_probe`` (a process of the device's
+device-time probe variables, :attr:`harness.bench.kernels.Trace.device_env`) it times nothing on the host
+and writes one ``device`` record per cell (:func:`probe_device_cell`). With ``save_outputs`` (a path),
+every GEMM output is saved there for :mod:`harness.bench.consistency`, whether or not the cell is checked.
 
 The same code runs on every device; what differs is :mod:`harness.bench.devices`. With
 ``emulate``, the MPS profile runs on CPU tensors under upstream's MPS rules
@@ -51,7 +54,7 @@ from harness.bench.conformance import emulate
 from harness.bench.files import open_nofollow
 from harness.bench.provenance import dtype_support, unsupported_reason
 from harness.bench.recorded import snapshot
-from harness.bench.timer import BlockTimer, measure_device
+from harness.bench.timer import DEVICE_REPLAY_S, DEVICE_REPLAYS, MAX_BLOCK_CALLS, BlockTimer, measure_device
 from harness.bench.workloads import Cell, make_inputs, op_callable, planted, reference
 
 
@@ -218,6 +221,38 @@ def observe_cell(torch, device: devices.DeviceProfile, cell: Cell, spec: dict, u
     return {**record, **seen}
 
 
+def probe_device_cell(torch, device: devices.DeviceProfile, cell: Cell, spec: dict, unsupported: dict) -> dict:
+    """A device probe process's ``device`` record of one cell (``device_probe: true``): ``device`` (device
+    seconds per call, one per group of :data:`harness.bench.timer.DEVICE_REPLAYS`), ``device_method``,
+    ``device_calls`` (calls per group) and ``device_note`` (why ``device`` is empty), from
+    :func:`harness.bench.kernels.device_times` under the device's trace (mps: the profiler's ``gpu=``,
+    :func:`harness.bench.kernels.mps_group_time`); groups last about
+    :data:`harness.bench.timer.DEVICE_REPLAY_S` each, at most :data:`harness.bench.timer.MAX_BLOCK_CALLS`
+    calls. Nothing is host-timed. Never raises for the cell's own failures: an unsupported dtype, too
+    little memory, the op's exception or a trace that gave no device time is the record's ``device_note``."""
+    trace = kernels.TRACES[device.name]
+    record = {"type": "device", "key": cell.key, "device": [], "device_method": "", "device_calls": 0}
+    why = unsupported_reason(unsupported, cell.dtype, cell.op)
+    free = device.free_bytes()
+    if not why and free is not None and cell.peak_bytes() > 0.8 * free:
+        why = f"needs about {cell.peak_bytes() / 2**30:.2f} GiB, {free / 2**30:.2f} GiB free"
+    if why:
+        return {**record, "device_note": f"no device time ({trace.device_method}): not probed: {why}"}
+    try:
+        fn = op_callable(cell, make_inputs(cell, device.torch_device, seed=spec.get("seed", 0)))
+        found, calls = kernels.device_times(
+            trace, torch, fn, device.sync, DEVICE_REPLAYS, DEVICE_REPLAY_S, MAX_BLOCK_CALLS
+        )
+    except kernels.NoDeviceTime as exc:  # the trace gave none: its reason
+        return {**record, "device_note": f"no device time ({trace.device_method}): {exc}"}
+    except Exception as exc:  # the op's own failure, in its words
+        return {**record, "device_note": f"no device time ({trace.device_method}): {_words(exc)}"}
+    if not all(math.isfinite(v) and v > 0 for v in found):
+        note = f"no device time ({trace.device_method}): {len(found)} values, not all finite positive seconds"
+        return {**record, "device_note": note}
+    return {**record, "device": found, "device_method": trace.device_method, "device_calls": calls, "device_note": ""}
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     spec_path, out_path = argv
@@ -256,6 +291,11 @@ def main(argv: list[str] | None = None) -> int:
         if spec.get("observe") == "only":  # a probe process: kernels records, no timing
             for key in spec["cells"]:
                 _emit(out, observe_cell(torch, device, Cell.from_key(key), spec, unsupported))
+            _emit(out, {"type": "end", "finished": time.time()})
+            return 0
+        if spec.get("device_probe"):  # a device probe process: device records, no host timing
+            for key in spec["cells"]:
+                _emit(out, probe_device_cell(torch, device, Cell.from_key(key), spec, unsupported))
             _emit(out, {"type": "end", "finished": time.time()})
             return 0
         for key in spec["cells"]:
