@@ -55,7 +55,10 @@ def _loop_ns(fn, n: int, repeats: int = 7) -> float:
 
 
 def _cpu_facts() -> dict:
-    cpu = os.sched_getcpu() if hasattr(os, "sched_getcpu") else -1
+    try:  # field 39 of /proc/self/stat: the CPU the process last ran on
+        cpu = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[36])
+    except (OSError, IndexError, ValueError):
+        cpu = -1
     node = None
     for entry in Path(f"/sys/devices/system/cpu/cpu{cpu}").glob("node*"):
         node = int(entry.name[4:])
@@ -159,6 +162,50 @@ def child() -> int:
     return 0
 
 
+def pure_child() -> int:
+    """``--pure``: no torch. The pure-Python loop in this process's main thread, in a new thread, after 256 MiB
+    of new memory was touched, and in a forked child (its pages shared with this process until written):
+    where the level lives (the thread's stack, the heap's pages, or the process as a whole)."""
+    import threading
+
+    class Box:
+        value = 1
+
+    box = Box()
+
+    def tiny():
+        return box.value + 1
+
+    facts = {"pid": os.getpid(), "main_ns": _loop_ns(tiny, 20000)}
+    found = {}
+    worker = threading.Thread(target=lambda: found.update(ns=_loop_ns(tiny, 20000)))
+    worker.start()
+    worker.join()
+    facts["thread_ns"] = found["ns"]
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: measure, report through the pipe, leave at once
+        os.write(write, str(_loop_ns(tiny, 20000)).encode())
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as fh:
+        facts["fork_ns"] = float(fh.read())
+    os.waitpid(pid, 0)
+    ballast = bytearray(256 << 20)
+    for i in range(0, len(ballast), 4096):
+        ballast[i] = 1
+    fresh_objects = [Box() for _ in range(100000)]
+    box = fresh_objects[-1]
+    facts["after_alloc_ns"] = _loop_ns(tiny, 20000)
+    facts["main_again_ns"] = _loop_ns(tiny, 20000)
+    try:
+        facts["cpu"] = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[36])
+    except (OSError, IndexError, ValueError):
+        facts["cpu"] = -1
+    print(json.dumps(facts))
+    return 0
+
+
 def _sd_log(values: list[float]) -> float:
     logs = [math.log(v) for v in values]
     return statistics.stdev(logs) if len(logs) > 1 else 0.0
@@ -185,9 +232,10 @@ def main() -> int:
     ap.add_argument("--processes", type=int, default=12)
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--pure", action="store_true", help="no torch: where the pure-Python level lives")
     args = ap.parse_args()
     if args.child:
-        return child()
+        return pure_child() if args.pure else child()
     if not 2 <= args.processes <= 100:
         sys.exit("--processes must be 2-100")
     args.out.mkdir(parents=True, exist_ok=True)
@@ -195,7 +243,7 @@ def main() -> int:
     for i in range(args.processes):
         try:
             done = subprocess.run(
-                [sys.executable, __file__, "--child", "--out", str(args.out)],
+                [sys.executable, __file__, "--child", "--out", str(args.out), *(["--pure"] if args.pure else [])],
                 capture_output=True,
                 text=True,
                 timeout=CHILD_DEADLINE_S,
@@ -209,6 +257,16 @@ def main() -> int:
         rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
         print(json.dumps(rows[-1]), flush=True)
     (args.out / "host_levels.json").write_text(json.dumps(rows, indent=1) + "\n")
+    if args.pure:
+        lines = ["| measure | median ns | sd (log) | corr. with main | levels |", "|---|---|---|---|---|"]
+        ref = [r["main_ns"] for r in rows]
+        for k in ("main_ns", "thread_ns", "fork_ns", "after_alloc_ns", "main_again_ns"):
+            v = [r[k] for r in rows]
+            med, sd, corr = statistics.median(v), _sd_log(v), _corr(v, ref)
+            lines.append(f"| {k} | {med:.1f} | {sd:.1%} | {corr:+.2f} | {_levels(v)} |")
+        (args.out / "host_levels_pure.md").write_text("\n".join(lines) + "\n")
+        print("\n".join(lines))
+        return 0
     measures = [k for k in rows[0] if k.endswith("_ns")] if rows else []
     ref = [r["host_sdpa512_ns"] for r in rows]
     lines = [
