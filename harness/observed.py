@@ -178,6 +178,12 @@ def short(name: str) -> str:
     return name if len(name) <= SHOWN_CHARS else name[: SHOWN_CHARS - 1] + "…"
 
 
+def short_line(text: str, limit: int = 200) -> str:
+    """A line of a process's output for the report: printable, no backquote, at most ``limit`` characters."""
+    text = "".join(c if c.isprintable() else " " for c in text).replace("`", "'")
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 def describe(obs: dict | None) -> str:
     """One observation in words: ``<path> `<first kernel>```, ``no trace``, or ``not observed: <why>``."""
     if obs is None:

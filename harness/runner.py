@@ -275,12 +275,14 @@ def probe_builds(plan: Plan) -> dict[str, dict]:
 # ------------------------------------------------------------------------------------- record
 class Recorder:
     """Runs (or keeps) one worker process at a time and records it in the results document, saved
-    after each; counts failed cells."""
+    after each; counts failed cells, and processes that failed although their cells did not (a build's
+    interpreter that exited non-zero after the worker finished: ``after_cells``)."""
 
     def __init__(self, plan: Plan, data: dict, raw: Path) -> None:
         self.plan, self.data, self.raw = plan, data, raw
         self.by_config = plan.by_config()
         self.failed = 0
+        self.after_cells = 0
         self.saved = False  # results.json written by this run (a Ctrl-C re-renders the report from it)
 
     # The recorder is the writer of the results document: it alone indexes ``self.data`` by key. Readers
@@ -384,10 +386,13 @@ class Recorder:
         processes.append(record)
         bad = [k for k, v in record["cells"].items() if v["status"] == "failed"]
         self.failed += len(bad)
+        after = record.get("status") == "failed" and not bad  # its cells stand; the process did not
+        self.after_cells += after
         note(
             f"[{len(processes)}/{len(self.data['run']['order'])}] {verb} {name}: "
             f"{len(record['cells']) - len(bad)} cells ok"
             + (f", {len(bad)} failed ({record.get('reason') or record['cells'][bad[0]].get('reason')})" if bad else "")
+            + (f", but the worker failed: {record.get('reason') or 'no reason recorded'}" if after else "")
         )
         res.save(self.plan.out, self.data)
         self.saved = True
@@ -506,8 +511,9 @@ def adaptive_rounds(
 # -------------------------------------------------------------------------------------- execute
 def execute(request: RunRequest) -> int:
     """Run a compare (two builds) or bench (one build): plan -> schedule -> record; write results.json
-    and report.md. Returns 0, or 1 when cells failed or the config consistency check failed or could
-    not run (the reasons are in the report).
+    and report.md. Returns 0, or 1 when cells failed, a worker process failed after its cells (its
+    interpreter exited non-zero), or the config consistency check failed or could not run (the reasons
+    are in the report).
 
     Raises:
         UsageError, ResultsError, HarnessError: see :func:`plan`, :func:`open_out`, :func:`probe_builds`,
@@ -535,15 +541,18 @@ def execute(request: RunRequest) -> int:
         data["consistency"] = run_consistency(data["builds"], run.device, recorder.by_config, raw, run.evidence)
         data["series_tests"] = run_series_tests(run.evidence, data["builds"], run.tests_source, run.keep_env, raw)
         failed, inconsistent = recorder.failed, consistency_failures(data["consistency"])
+        after_cells = recorder.after_cells
         data["run"]["finished"] = _now()
         res.save(out, data)
         written = report.write(out, doc.load(out))  # exactly what `report` re-renders
         note(f"wrote {out / res.RESULTS}, " + ", ".join(p.name for p in written))
     if failed:
         note(f"{failed} cell measurements failed; see report.md")
+    if after_cells:
+        note(f"{after_cells} worker processes failed after their cells; see report.md")
     if inconsistent:
         note(f"config consistency: {inconsistent} GEMM output(s) disagree or a check could not run; see report.md")
-    return 1 if failed or inconsistent else 0
+    return 1 if failed or inconsistent or after_cells else 0
 
 
 def consistency_failures(consistency: dict) -> int:
