@@ -188,13 +188,13 @@ def test_a_worker_that_exits_non_zero_after_its_cells_is_failed_in_words_not_its
     the reason says what happened and the stderr lines are kept as context."""
     raw = tmp_path / "raw"
     raw.mkdir()
-    cells = "".join(f"echo '{{\"type\": \"cell\", \"key\": \"{k}\", \"status\": \"ok\"}}' >> \"$out\"\n" for k in CELLS)
+    cells = "".join(f'echo \'{{"type": "cell", "key": "{k}", "status": "ok"}}\' >> "$out"\n' for k in CELLS)
     python = _fake_python(
         tmp_path,
-        "echo \"torch/_subclasses/functional_tensor.py:279: UserWarning: Failed to initialize NumPy\" >&2\n"
-        "echo '{\"type\": \"start\", \"pid\": 1, \"env\": {}}' >> \"$out\"\n"
+        'echo "torch/_subclasses/functional_tensor.py:279: UserWarning: Failed to initialize NumPy" >&2\n'
+        'echo \'{"type": "start", "pid": 1, "env": {}}\' >> "$out"\n'
         + cells
-        + "echo '{\"type\": \"end\"}' >> \"$out\"\nexit 3\n",
+        + 'echo \'{"type": "end"}\' >> "$out"\nexit 3\n',
     )
     record = supervise.run_worker(python, {"cells": CELLS}, cfg.EnvConfig("default"), raw, "r00-stock-default", 30)
     assert record["status"] == "failed" and record["returncode"] == 3

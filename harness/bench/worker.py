@@ -26,10 +26,10 @@ per cell (``status`` ``ok`` | ``skipped`` | ``failed``, ``reason``, ``measuremen
 :class:`harness.bench.timer.Measurement`, ``check`` = :class:`harness.bench.accuracy.CheckResult`),
 and an ``end`` record; a worker stopped by an exception outside a cell writes an ``error`` record
 (``reason``) instead of the ``end`` record (:func:`main`). With ``observe: "inline"`` a cell record
-also has ``kernels``: the kernels its untimed first call ran (:func:`harness.bench.kernels.observe`); with ``observe: "only"`` (a probe
-process, for devices whose trace would slow timing) the worker times nothing and writes one
-``kernels`` record per cell (:func:`observe_cell`). With ``save_outputs`` (a path), every GEMM output is saved there for
-:mod:`harness.bench.consistency`, whether or not the cell is checked.
+also has ``kernels``: the kernels its untimed first call ran (:func:`harness.bench.kernels.observe`);
+with ``observe: "only"`` (a probe process, for devices whose trace would slow timing) the worker times
+nothing and writes one ``kernels`` record per cell (:func:`observe_cell`). With ``save_outputs`` (a path),
+every GEMM output is saved there for :mod:`harness.bench.consistency`, whether or not the cell is checked.
 
 The same code runs on every device; what differs is :mod:`harness.bench.devices`. With
 ``emulate``, the MPS profile runs on CPU tensors under upstream's MPS rules
