@@ -141,7 +141,12 @@ def analyse(run: RunDocument) -> Analysis:
         and not r.contrast.dtypes
     }
     floors = und.noise_floors(results)
-    found = und.needs(results, floors)
+    never = observed.never_started(run)  # nothing measured: no verdict to wait for, no round to add
+    found = [
+        f
+        for f in und.needs(results, floors)
+        if not {f.result.contrast.a.config, f.result.contrast.b.config} & set(never)
+    ]
     resume = und.resume(run, results, found) if found else None
     return Analysis(builds, ab, rows, results, per_config, drifts, families, floors, found, resume)
 
@@ -310,7 +315,7 @@ def stderr_note(run: RunDocument) -> list[str]:
     """One first-screen note with what the builds wrote to stderr outside any worker's failure (warnings at
     start-up: torch's NumPy warning, a deprecation), each distinct line once however many processes wrote
     it, at most :data:`STDERR_SHOWN` of them; [] when no process wrote any. Processes whose interpreter did
-    not start are left out (:func:`never_started` says why)."""
+    not start are left out (:func:`harness.observed.never_started` says why)."""
     procs = [p for p in run.processes if not p.did_not_start]
     wrote = [p for p in procs if _startup_lines(p)]
     if not wrote:
@@ -326,23 +331,12 @@ def stderr_note(run: RunDocument) -> list[str]:
     ]
 
 
-def never_started(run: RunDocument) -> dict[str, str]:
-    """Config -> why, for each config none of whose processes started: the build's interpreter stopped
-    before running any code under the config's environment (``PYTHONHOME=/nonexistent`` in series.toml), in
-    every process the run has of it. Such a config has no measurement and no observed kernel."""
-    out = {}
-    for config in run.header.configs:
-        procs = [p for p in run.processes if p.config == config]
-        if procs and all(p.did_not_start for p in procs):
-            out[config] = procs[0].did_not_start
-    return out
-
-
 def never_started_lines(run: RunDocument) -> list[str]:
-    """The first lines of the report and the PR block: one per config that never started (:func:`never_started`)."""
+    """The first lines of the report and the PR block: one per config that never started
+    (:func:`harness.observed.never_started`)."""
     return [
         line
-        for config, why in never_started(run).items()
+        for config, why in observed.never_started(run).items()
         for line in (f"> **Error:** config `{config}` never started: {why}.", "")
     ]
 

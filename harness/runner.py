@@ -30,7 +30,7 @@ from pathlib import Path
 from harness import configs as cfg
 from harness import document as doc
 from harness import evidence as ev
-from harness import macos, stats, supervise
+from harness import macos, observed, stats, supervise
 from harness import results as res
 from harness import undetermined as und
 from harness.bench import kernels
@@ -540,19 +540,34 @@ def execute(request: RunRequest) -> int:
             raise
         data["consistency"] = run_consistency(data["builds"], run.device, recorder.by_config, raw, run.evidence)
         data["series_tests"] = run_series_tests(run.evidence, data["builds"], run.tests_source, run.keep_env, raw)
-        failed, inconsistent = recorder.failed, consistency_failures(data["consistency"])
-        after_cells = recorder.after_cells
+        inconsistent = consistency_failures(data["consistency"])
+        closing = closing_notes(recorder.document())
         data["run"]["finished"] = _now()
         res.save(out, data)
         written = report.write(out, doc.load(out))  # exactly what `report` re-renders
         note(f"wrote {out / res.RESULTS}, " + ", ".join(p.name for p in written))
-    if failed:
-        note(f"{failed} cell measurements failed; see report.md")
-    if after_cells:
-        note(f"{after_cells} worker processes failed after their cells; see report.md")
+    for line in closing:
+        note(line)
     if inconsistent:
         note(f"config consistency: {inconsistent} GEMM output(s) disagree or a check could not run; see report.md")
-    return 1 if failed or inconsistent or after_cells else 0
+    return 1 if closing or inconsistent else 0
+
+
+def closing_notes(run: RunDocument) -> list[str]:
+    """The run's last lines on what failed (each a reason to exit 1): one per config that never started
+    (:func:`harness.observed.never_started`: its cells are not counted again), the failed cells of the
+    others, and the processes that failed although their cells did not (their interpreter exited non-zero
+    after the worker finished). [] when nothing failed."""
+    never = observed.never_started(run)
+    lines = [f"config {config} never started: {why}" for config, why in never.items()]
+    rest = [p for p in run.processes if p.config not in never]
+    failed = sum(1 for p in rest for c in p.cells if c.status == "failed")
+    after = sum(1 for p in rest if p.status == "failed" and not any(c.status == "failed" for c in p.cells))
+    if failed:
+        lines.append(f"{failed} cell measurements failed; see report.md")
+    if after:
+        lines.append(f"{after} worker processes failed after their cells; see report.md")
+    return lines
 
 
 def consistency_failures(consistency: dict) -> int:
