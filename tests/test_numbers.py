@@ -275,7 +275,8 @@ def test_a_timeout_below_what_one_worker_needs_is_refused_with_the_minimum(
         rc = cli.main([*PREFIX["compare"], "--cells", "mm/8x8x8/float32", option, value])
         err = capsys.readouterr().err
         assert rc == 2 and err.count("\n") == 1, err
-        assert err.startswith(f"error: {option} {value}: out of range -- give {option} a number of seconds in [{low:g}, ")
+        wanted = f"error: {option} {value}: out of range -- give {option} a number of seconds in [{low:g}, 86400]"
+        assert err.startswith(wanted)
     assert list(tmp_path.iterdir()) == []
 
 
