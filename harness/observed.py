@@ -249,18 +249,15 @@ def contrast_line(run: RunDocument, contrast) -> str:
         and all(o["names"] and not o.get("error") for o in (a, b))
     ]
     same = sum(1 for a, b in both if a == b)
+    part = f" observed on both sides ({len(both)} of {len(keys)})" if len(both) < len(keys) else ""
     if not both:
         verdict = "no cell has a kernel observed on both sides"
     elif same == len(both):
-        verdict = "the same kernel in every cell" + (
-            f" observed on both sides ({len(both)} of {len(keys)})" if len(both) < len(keys) else ""
-        )
+        verdict = "the same kernel in every cell" + part
     elif same:
-        verdict = f"the same kernel in {same} of the {len(both)} cells observed on both sides"
+        verdict = f"the same kernel in {same} of {len(both)} cells" + part
     else:
-        verdict = "a different kernel in every cell" + (
-            f" observed on both sides ({len(both)} of {len(keys)})" if len(both) < len(keys) else ""
-        )
+        verdict = "a different kernel in every cell" + part
     return f"Kernels: A {_side_words(run, contrast.a, keys)}; B {_side_words(run, contrast.b, keys)}; {verdict}."
 
 
