@@ -166,17 +166,17 @@ def stderr_lines(path: Path) -> list[str]:
     return lines if len(lines) <= STDERR_LINES else lines[:half] + lines[-half:]
 
 
-def exit_reason(returncode: int, own: str, ended: bool, lines: list[str]) -> str:
+def exit_reason(returncode: int, own: str, ended: bool) -> str:
     """Why a worker that ended by itself with ``returncode`` != 0 failed: the worker's own words (``own``,
     its ``error`` record) after the exit; for a worker that wrote its ``end`` record, that it exited after
-    its cells finished (its cells stand; the build's interpreter failed at exit); else the exit and,
-    labelled as such, its last stderr line (``lines``), never presented as the worker's words."""
+    its cells finished (its cells stand; the build's interpreter failed at exit); else the exit alone
+    (:func:`run_worker` adds its last stderr line, labelled as context, never as the worker's words)."""
     exit_text = _describe_exit(returncode)
     if own:
         return f"{exit_text}: {own}"
     if ended:
         return f"{exit_text} after its cells finished"
-    return exit_text + (f" (its last stderr line: {lines[-1]})" if lines and returncode > 0 else "")
+    return exit_text
 
 
 def read_jsonl(path: Path) -> list[dict]:
@@ -322,7 +322,12 @@ def run_worker(
     start, cells, ended, seen = read_worker_records(out_path)
     lines = stderr_lines(err_path)
     if not reason and returncode:  # it ended by itself, and not with 0: a failure, whatever its cells say
-        reason = exit_reason(returncode, worker_error(out_path), ended, lines)
+        own = worker_error(out_path)
+        reason = exit_reason(returncode, own, ended)
+        silent = not own and not ended and returncode > 0 and lines  # it said nothing: quote stderr's end
+        context = f" (its last stderr line: {lines[-1]})" if silent else ""
+    else:
+        context = ""
     probe = spec.get("observe") == "only"  # a probe process's cells are its kernels records
     unfinished = [key for key in spec["cells"] if key not in (seen if probe else cells)]
     where = last_step(out_path) if stalled else None
@@ -330,10 +335,12 @@ def run_worker(
     if not start and reason:  # it never wrote its start record: no cell was begun
         reason = unstarted_reason(reason, returncode, err_path, out_path, timeout)
         never = reason if reason.startswith(NOT_STARTED) else ""
+        context = "" if never else context  # the Fatal Python error line is the reason itself
     elif where:
         reason = f"{reason} (stalled in cell {where[0]}, step {where[1]})"
     elif unfinished and reason:
         reason = f"{reason} while measuring {unfinished[0]}"  # a worker runs its cells in order
+    reason += context if reason else ""
     for key in unfinished:
         cells[key] = {
             "status": "failed",

@@ -223,6 +223,24 @@ def test_a_worker_error_record_is_the_reason_of_its_exit(tmp_path):
     )
 
 
+def test_a_worker_that_said_nothing_quotes_its_last_stderr_line_as_context_not_as_the_cause(tmp_path):
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    python = _fake_python(
+        tmp_path,
+        f"""
+        echo '{{"type": "start", "pid": 1, "env": {{}}}}' >> "$out"
+        echo '{{"type": "cell", "key": "{CELLS[0]}", "status": "ok"}}' >> "$out"
+        echo "UserWarning: Failed to initialize NumPy" >&2
+        exit 2
+    """,
+    )
+    record = supervise.run_worker(python, {"cells": CELLS}, cfg.EnvConfig("default"), raw, "r00-stock-default", 30)
+    context = "(its last stderr line: UserWarning: Failed to initialize NumPy)"
+    why = f"worker exited with status 2 while measuring {CELLS[1]} {context}"
+    assert record["reason"] == why and record["cells"][CELLS[1]]["reason"] == why
+
+
 def test_the_worker_writes_its_own_words_before_it_fails(tmp_path):
     """harness.bench.worker records an exception outside a cell as an ``error`` record, then fails."""
     from harness.bench import worker
