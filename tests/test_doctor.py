@@ -347,3 +347,18 @@ def test_the_duty_doctor_picks_reaches_the_plan_through_compare_duty(tmp_path):
     assert "duty" not in plan(device="cpu", duty=1.0).timing  # cpu timing never rests
     with pytest.raises(UsageError, match="--duty 0.0: out of range"):
         plan(device="cuda", duty=0.0)
+
+
+def test_a_worker_that_failed_after_its_cells_is_a_failed_row_not_ok():
+    """doctor read only the cells: a build whose interpreter exits non-zero after the worker finished was ok."""
+    record = {
+        "status": "failed",
+        "reason": "worker exited with status 3 after its cells finished",
+        "cells": {"mm/16x16x16/float32": {"status": "ok"}},
+    }
+    rows = config_row(PROFILES["cpu"][0], record, None)
+    assert rows[0] == Row(
+        "ops under default",
+        "failed",
+        "1 cells ok, but the worker failed: worker exited with status 3 after its cells finished",
+    )
