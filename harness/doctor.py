@@ -111,6 +111,9 @@ def config_row(config: cfg.EnvConfig, record: dict, sanity: dict | None) -> list
     if failed:
         key, why = next(iter(failed.items()))
         rows = [Row(f"ops under {config.name}", "failed", f"{len(failed)} of {len(cells_)} cells failed; {key}: {why}")]
+    elif record.get("status") == "failed":  # its cells stand, the process did not (it exited non-zero after them)
+        why = record.get("reason") or "no reason recorded"
+        rows = [Row(f"ops under {config.name}", "failed", f"{ok} cells ok, but the worker failed: {why}")]
     else:
         worst = max(
             (

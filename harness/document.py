@@ -172,6 +172,14 @@ class Process:
     started: float | None = None
     worker_started: float | None = None
     finished: float | None = None
+    #: the process's own outcome (:func:`harness.supervise.run_worker`): ``ok`` | ``failed`` and why; a process
+    #: can fail after cells that stand (its interpreter exited non-zero after the worker finished)
+    status: str = "ok"
+    reason: str = ""
+    #: the non-empty lines of its stderr (:func:`harness.supervise.stderr_lines`), () when none were recorded
+    stderr: tuple[str, ...] = ()
+    #: the reason, when the build's interpreter did not start under the config's environment; "" otherwise
+    did_not_start: str = ""
 
     @property
     def startup(self) -> float | None:
@@ -574,6 +582,12 @@ def from_json(data: Mapping, where: str = "results.json", validated: bool = Fals
                 _time(proc.get("started")),
                 _time(proc.get("worker_started")),
                 _time(proc.get("finished")),
+                str(proc.get("status", "ok")),
+                str(proc.get("reason") or ""),
+                tuple(str(x) for x in proc.get("stderr", ()) if isinstance(x, str))
+                if isinstance(proc.get("stderr"), list)
+                else (),
+                str(proc.get("did_not_start") or ""),
             )
         )
         for r in records:

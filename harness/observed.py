@@ -178,6 +178,24 @@ def short(name: str) -> str:
     return name if len(name) <= SHOWN_CHARS else name[: SHOWN_CHARS - 1] + "…"
 
 
+def never_started(run: RunDocument) -> dict[str, str]:
+    """Config -> why, for each config none of whose processes started: the build's interpreter stopped
+    before running any code under the config's environment (``PYTHONHOME=/nonexistent`` in series.toml), in
+    every process the run has of it. Such a config has no measurement and no observed kernel."""
+    out = {}
+    for config in run.header.configs:
+        procs = [p for p in run.processes if p.config == config]
+        if procs and all(p.did_not_start for p in procs):
+            out[config] = procs[0].did_not_start
+    return out
+
+
+def short_line(text: str, limit: int = 200) -> str:
+    """A line of a process's output for the report: printable, no backquote, at most ``limit`` characters."""
+    text = "".join(c if c.isprintable() else " " for c in text).replace("`", "'")
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 def describe(obs: dict | None) -> str:
     """One observation in words: ``<path> `<first kernel>```, ``no trace``, or ``not observed: <why>``."""
     if obs is None:
@@ -217,26 +235,29 @@ NOT_OBSERVED = "Kernels: not observed (this run's results.json predates kernel o
 
 def contrast_line(run: RunDocument, contrast) -> str:
     """One line for a contrast's PR block: which kernel ran on each side over its covered cells, and
-    whether it was the same kernel."""
+    whether it was the same kernel, said only of cells with a kernel observed on both sides."""
     keys = [k for k in run.header.cells if contrast.covers(Cell.from_key(k).op, Cell.from_key(k).dtype)]
     if not run.kernels:
         return NOT_OBSERVED
     if not keys:
         return "Kernels: no cell of this run is covered."
-    same = sum(
-        1
+    both = [  # cells with a kernel observed on both sides: only those can be the same or different
+        (a["names"], b["names"])
         for k in keys
         if (a := seen(run, contrast.a.build, contrast.a.config, k))
         and (b := seen(run, contrast.b.build, contrast.b.config, k))
-        and a["names"]
-        and not a.get("error")
-        and a["names"] == b["names"]
-    )
-    verdict = (
-        "the same kernel in every cell"
-        if same == len(keys)
-        else (f"the same kernel in {same} of {len(keys)} cells" if same else "a different kernel in every cell")
-    )
+        and all(o["names"] and not o.get("error") for o in (a, b))
+    ]
+    same = sum(1 for a, b in both if a == b)
+    part = f" observed on both sides ({len(both)} of {len(keys)})" if len(both) < len(keys) else ""
+    if not both:
+        verdict = "no cell has a kernel observed on both sides"
+    elif same == len(both):
+        verdict = "the same kernel in every cell" + part
+    elif same:
+        verdict = f"the same kernel in {same} of {len(both)} cells" + part
+    else:
+        verdict = "a different kernel in every cell" + part
     return f"Kernels: A {_side_words(run, contrast.a, keys)}; B {_side_words(run, contrast.b, keys)}; {verdict}."
 
 

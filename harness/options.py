@@ -49,6 +49,13 @@ ROUNDS_FIXED = 6
 TIMEOUT = {"full": 900.0, "quick": 300.0}
 #: --stall-timeout defaults: seconds a worker may go without finishing a cell
 STALL_TIMEOUT = {"full": 180.0, "quick": 60.0}
+#: the smallest --timeout / --stall-timeout, seconds: below it no worker can do what the option lets it.
+#: ``timeout``: a worker starts the interpreter and imports torch before its first cell; that took 1.1-1.6 s
+#: on a 2-core cpu VM (tests/test_runner.py's processes, ``worker_started - started``) and 1.6 s on an H200
+#: host (docs/methodology.md), so under 1 s every process fails. ``stall_timeout``: counted from the start
+#: record to each finished cell, so it must hold one cell's warm-up and timed blocks, 0.25 s at the longest
+#: plan (harness.plan.TIMING, cpu full: warmup_s 0.05 + measure_s 0.2), with its inputs and check: 0.5 s.
+MIN_SECONDS = {"timeout": 1.0, "stall_timeout": 0.5}
 #: --threads defaults: 1 on cpu, where OpenMP threads that share cores with other processes add ms of
 #: spin-wait noise; 0 (torch's own default) elsewhere
 THREADS = {"cpu": 1, "gpu": 0}
@@ -269,7 +276,7 @@ OPTIONS: tuple[Option, ...] = (
         "seconds one worker process may take (default {full:g}, --quick {quick:g})",
         kind=NUMBER,
         defaults=TIMEOUT,
-        bound=Bound(0, 86400, low_open=True, unit="seconds"),
+        bound=Bound(MIN_SECONDS["timeout"], 86400, unit="seconds"),
         kept=Kept("timeout_s", (float, int), operator.attrgetter("timeout")),
     ),
     Option(
@@ -279,7 +286,7 @@ OPTIONS: tuple[Option, ...] = (
         "stalled in is named (default {full:g}, --quick {quick:g})",
         kind=NUMBER,
         defaults=STALL_TIMEOUT,
-        bound=Bound(0, 86400, low_open=True, unit="seconds"),
+        bound=Bound(MIN_SECONDS["stall_timeout"], 86400, unit="seconds"),
         kept=Kept("stall_timeout_s", (float, int), operator.attrgetter("stall")),
     ),
     Option(

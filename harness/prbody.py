@@ -129,11 +129,13 @@ def _heading(result: con.ContrastResult) -> str:
 
 def contrast_block(result: con.ContrastResult, run: RunDocument, limit: int = DECIDING_ROWS) -> list[str]:
     """One contrast in the PR block: a bullet with its heading and consequence, the kernels line when
-    observed, then the table of the cells that decide or contradict it (at most ``limit`` rows)."""
+    observed (not for a config that never started: :func:`harness.observed.never_started`), then the table
+    of the cells that decide or contradict it (at most ``limit`` rows)."""
     line = f"- {_heading(result)}"
     said = meaning(result) if result.contrast.claim != "none" else ""
     out = [line + (f" {said}" if said else "")]
-    if run.kernels:
+    never = observed.never_started(run)
+    if run.kernels and not {result.contrast.a.config, result.contrast.b.config} & set(never):
         out.append(f"  - {observed.contrast_line(run, result.contrast)}")
     table = deciding_table(result, limit)
     return out + (table + [""] if table else [])

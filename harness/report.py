@@ -145,7 +145,12 @@ def analyse(run: RunDocument) -> Analysis:
         and not r.contrast.dtypes
     }
     floors = und.noise_floors(results)
-    found = und.needs(results, floors)
+    never = observed.never_started(run)  # nothing measured: no verdict to wait for, no round to add
+    found = [
+        f
+        for f in und.needs(results, floors)
+        if not {f.result.contrast.a.config, f.result.contrast.b.config} & set(never)
+    ]
     resume = und.resume(run, results, found) if found else None
     return Analysis(builds, ab, rows, results, per_config, drifts, families, floors, found, resume)
 
@@ -295,6 +300,68 @@ def same_identity(run: RunDocument, a: str, b: str) -> bool:
     if (ba.torch_version, ba.git_version) != (bb.torch_version, bb.git_version):
         return False
     return ba.tree is None or bb.tree is None or ba.tree == bb.tree
+
+
+#: distinct stderr lines the first-screen note quotes before it says "and N more"
+STDERR_SHOWN = 4
+#: where a worker's own failure begins on its stderr (Python's traceback header): lines from it on are the
+#: failure's (its record's reason), not the build's start-up output
+TRACEBACK = "Traceback (most recent call last):"
+
+
+def _startup_lines(proc: doc.Process) -> list[str]:
+    """A process's stderr lines up to its traceback: what the build printed besides the worker's failure."""
+    lines = list(proc.stderr)
+    return lines[: lines.index(TRACEBACK)] if TRACEBACK in lines else lines
+
+
+def stderr_note(run: RunDocument) -> list[str]:
+    """One first-screen note with what the builds wrote to stderr outside any worker's failure (warnings at
+    start-up: torch's NumPy warning, a deprecation), each distinct line once however many processes wrote
+    it, at most :data:`STDERR_SHOWN` of them; [] when no process wrote any. Processes whose interpreter did
+    not start are left out (:func:`harness.observed.never_started` says why)."""
+    procs = [p for p in run.processes if not p.did_not_start]
+    wrote = [p for p in procs if _startup_lines(p)]
+    if not wrote:
+        return []
+    lines = list(dict.fromkeys(line for p in wrote for line in _startup_lines(p)))
+    builds = ", ".join(dict.fromkeys(p.build for p in wrote))
+    shown = "; ".join(f"`{observed.short_line(line)}`" for line in lines[:STDERR_SHOWN])
+    more = f" and {len(lines) - STDERR_SHOWN} more line(s)" if len(lines) > STDERR_SHOWN else ""
+    return [
+        f"> **Note:** the builds ({builds}) wrote to stderr in {len(wrote)} of {len(procs)} worker processes, "
+        f"outside any measurement (each line once; all of them in raw/<process>.stderr): {shown}{more}.",
+        "",
+    ]
+
+
+def never_started_lines(run: RunDocument) -> list[str]:
+    """The first lines of the report and the PR block: one per config that never started
+    (:func:`harness.observed.never_started`)."""
+    return [
+        line
+        for config, why in observed.never_started(run).items()
+        for line in (f"> **Error:** config `{config}` never started: {why}.", "")
+    ]
+
+
+def process_failures(run: RunDocument) -> list[str]:
+    """Failures and skips lines of the processes that failed although none of their cells did (the build's
+    interpreter exited non-zero after the worker finished): the process, its reason and, as context, its
+    last stderr lines that the stderr note does not already quote."""
+    noted = {line for p in run.processes if not p.did_not_start for line in _startup_lines(p)}
+    out = []
+    for p in run.processes:
+        if p.status != "failed" or any(c.status == "failed" for c in p.cells):
+            continue
+        rest = [line for line in p.stderr if line not in noted][-3:]
+        context = (
+            "; its last stderr lines: " + " / ".join(f"`{observed.short_line(x)}`" for x in rest)
+            if rest
+            else ("; its stderr holds only the lines of the note at the top" if p.stderr else "; no stderr")
+        )
+        out.append(f"- process `{p.name}` ({p.build}, `{p.config}`): {p.reason or 'no reason recorded'}{context}")
+    return out
 
 
 def launch_bound_line(run: RunDocument, analysis: Analysis) -> list[str]:
@@ -508,11 +575,12 @@ def render(run: RunDocument, analysis: Analysis | None = None) -> str:
     out += macos.release_flag_lines({b: {"build": build.manifest} for b, build in run.builds.items()})
     summaries, sections, problems = config_sections(run, analysis, unit, scale)
     drifted = [f"`{c}` {b}" for (b, c), d in analysis.drifts.items() if d.verdict == "drift"]
-    errors = [line for note in observed.error_notes(run) for line in (note, "")]
+    errors = never_started_lines(run) + [line for note in observed.error_notes(run) for line in (note, "")]
     if drifted:
         errors += [f"> **Drift:** {', '.join(drifted)} changed over the run (see Drift in the details).", ""]
     tail = below_resolution_line(analysis) + launch_bound_line(run, analysis) + undetermined_lines(run, analysis)
-    out += prbody.render_block(run, analysis.contrasts, errors + _what_was_compared(run) + check_notes(run), tail)
+    notes = errors + _what_was_compared(run) + check_notes(run) + stderr_note(run)
+    out += prbody.render_block(run, analysis.contrasts, notes, tail)
     out += [
         "<details><summary><b>Details</b>: per-config summary, every cell, undetermined cells, correctness, "
         "consistency, drift, failures, provenance</summary>",
@@ -548,6 +616,7 @@ def render(run: RunDocument, analysis: Analysis | None = None) -> str:
     out += consistency_section(run.consistency, analysis.builds)
     out += observed.details(run)
     out += drift_section(analysis, list(head.configs))
+    problems = process_failures(run) + problems
     out += ["## Failures and skips", ""] + (problems or ["None."]) + [""]
     out += ["## Provenance", ""] + provenance_section(run) + [""] + prbody.collect_env_lines(run)
     out += ["</details>", ""]

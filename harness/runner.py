@@ -34,7 +34,7 @@ from pathlib import Path
 from harness import configs as cfg
 from harness import document as doc
 from harness import evidence as ev
-from harness import macos, stats, supervise
+from harness import macos, observed, stats, supervise
 from harness import results as res
 from harness import undetermined as und
 from harness.bench import kernels
@@ -279,12 +279,14 @@ def probe_builds(plan: Plan) -> dict[str, dict]:
 # ------------------------------------------------------------------------------------- record
 class Recorder:
     """Runs (or keeps) one worker process at a time and records it in the results document, saved
-    after each; counts failed cells."""
+    after each; counts failed cells, and processes that failed although their cells did not (a build's
+    interpreter that exited non-zero after the worker finished: ``after_cells``)."""
 
     def __init__(self, plan: Plan, data: dict, raw: Path) -> None:
         self.plan, self.data, self.raw = plan, data, raw
         self.by_config = plan.by_config()
         self.failed = 0
+        self.after_cells = 0
         self.saved = False  # results.json written by this run (a Ctrl-C re-renders the report from it)
 
     # The recorder is the writer of the results document: it alone indexes ``self.data`` by key. Readers
@@ -431,10 +433,13 @@ class Recorder:
         processes.append(record)
         bad = [k for k, v in record["cells"].items() if v["status"] == "failed"]
         self.failed += len(bad)
+        after = record.get("status") == "failed" and not bad  # its cells stand; the process did not
+        self.after_cells += after
         note(
             f"[{len(processes)}/{len(self.data['run']['order'])}] {verb} {name}: "
             f"{len(record['cells']) - len(bad)} cells ok"
             + (f", {len(bad)} failed ({record.get('reason') or record['cells'][bad[0]].get('reason')})" if bad else "")
+            + (f", but the worker failed: {record.get('reason') or 'no reason recorded'}" if after else "")
         )
         res.save(self.plan.out, self.data)
         self.saved = True
@@ -553,8 +558,9 @@ def adaptive_rounds(
 # -------------------------------------------------------------------------------------- execute
 def execute(request: RunRequest) -> int:
     """Run a compare (two builds) or bench (one build): plan -> schedule -> record; write results.json
-    and report.md. Returns 0, or 1 when cells failed or the config consistency check failed or could
-    not run (the reasons are in the report).
+    and report.md. Returns 0, or 1 when cells failed, a worker process failed after its cells (its
+    interpreter exited non-zero), or the config consistency check failed or could not run (the reasons
+    are in the report).
 
     Raises:
         UsageError, ResultsError, HarnessError: see :func:`plan`, :func:`open_out`, :func:`probe_builds`,
@@ -581,16 +587,34 @@ def execute(request: RunRequest) -> int:
             raise
         data["consistency"] = run_consistency(data["builds"], run.device, recorder.by_config, raw, run.evidence)
         data["series_tests"] = run_series_tests(run.evidence, data["builds"], run.tests_source, run.keep_env, raw)
-        failed, inconsistent = recorder.failed, consistency_failures(data["consistency"])
+        inconsistent = consistency_failures(data["consistency"])
+        closing = closing_notes(recorder.document())
         data["run"]["finished"] = _now()
         res.save(out, data)
         written = report.write(out, doc.load(out))  # exactly what `report` re-renders
         note(f"wrote {out / res.RESULTS}, " + ", ".join(p.name for p in written))
-    if failed:
-        note(f"{failed} cell measurements failed; see report.md")
+    for line in closing:
+        note(line)
     if inconsistent:
         note(f"config consistency: {inconsistent} GEMM output(s) disagree or a check could not run; see report.md")
-    return 1 if failed or inconsistent else 0
+    return 1 if closing or inconsistent else 0
+
+
+def closing_notes(run: RunDocument) -> list[str]:
+    """The run's last lines on what failed (each a reason to exit 1): one per config that never started
+    (:func:`harness.observed.never_started`: its cells are not counted again), the failed cells of the
+    others, and the processes that failed although their cells did not (their interpreter exited non-zero
+    after the worker finished). [] when nothing failed."""
+    never = observed.never_started(run)
+    lines = [f"config {config} never started: {why}" for config, why in never.items()]
+    rest = [p for p in run.processes if p.config not in never]
+    failed = sum(1 for p in rest for c in p.cells if c.status == "failed")
+    after = sum(1 for p in rest if p.status == "failed" and not any(c.status == "failed" for c in p.cells))
+    if failed:
+        lines.append(f"{failed} cell measurements failed; see report.md")
+    if after:
+        lines.append(f"{after} worker processes failed after their cells; see report.md")
+    return lines
 
 
 def consistency_failures(consistency: dict) -> int:

@@ -160,6 +160,38 @@ def read_worker_records(path: Path) -> tuple[dict, dict, bool, dict]:
     return start, cells, ended, seen
 
 
+def worker_error(path: Path) -> str:
+    """The worker's own words for its failure: the ``reason`` of its ``error`` record
+    (:func:`harness.bench.worker.main`), or "" when it wrote none."""
+    return next((str(r.get("reason", ""))[:300] for r in read_jsonl(path) if r.get("type") == "error"), "")
+
+
+#: stderr lines kept in a process record (``stderr``): the first and the last half of them when there are more
+STDERR_LINES = 10
+
+
+def stderr_lines(path: Path) -> list[str]:
+    """The non-empty lines of a worker's stderr file, each stripped and cut to 300 characters: all of them
+    up to :data:`STDERR_LINES`, else the first and the last ``STDERR_LINES // 2``."""
+    text = path.read_text(errors="replace") if path.is_file() else ""
+    lines = [ln.strip()[:300] for ln in text.splitlines() if ln.strip()]
+    half = STDERR_LINES // 2
+    return lines if len(lines) <= STDERR_LINES else lines[:half] + lines[-half:]
+
+
+def exit_reason(returncode: int, own: str, ended: bool) -> str:
+    """Why a worker that ended by itself with ``returncode`` != 0 failed: the worker's own words (``own``,
+    its ``error`` record) after the exit; for a worker that wrote its ``end`` record, that it exited after
+    its cells finished (its cells stand; the build's interpreter failed at exit); else the exit alone
+    (:func:`run_worker` adds its last stderr line, labelled as context, never as the worker's words)."""
+    exit_text = _describe_exit(returncode)
+    if own:
+        return f"{exit_text}: {own}"
+    if ended:
+        return f"{exit_text} after its cells finished"
+    return exit_text
+
+
 def read_jsonl(path: Path) -> list[dict]:
     """The JSON objects of a worker's jsonl, in order (torn or non-object lines left out)."""
     out = []
@@ -361,16 +393,28 @@ def run_worker(
         cmd, env, err_path, _worker_path(raw, name), timeout, stall or timeout, derive
     )
     start, cells, ended, seen = read_worker_records(out_path)
+    lines = stderr_lines(err_path)
+    if not reason and returncode:  # it ended by itself, and not with 0: a failure, whatever its cells say
+        own = worker_error(out_path)
+        reason = exit_reason(returncode, own, ended)
+        silent = not own and not ended and returncode > 0 and lines  # it said nothing: quote stderr's end
+        context = f" (its last stderr line: {lines[-1]})" if silent else ""
+    else:
+        context = ""
     # a probe process's cells are its kernels records (observe: only) or its device records (device_probe)
     probe = spec.get("observe") == "only" or bool(spec.get("device_probe"))
     unfinished = [key for key in spec["cells"] if key not in (seen if probe else cells)]
     where = last_step(out_path) if stalled else None
+    never = ""
     if not start and reason:  # it never wrote its start record: no cell was begun
         reason = unstarted_reason(reason, returncode, err_path, out_path, timeout)
+        never = reason if reason.startswith(NOT_STARTED) else ""
+        context = "" if never else context  # the Fatal Python error line is the reason itself
     elif where:
         reason = f"{reason} (stalled in cell {where[0]}, step {where[1]})"
     elif unfinished and reason:
         reason = f"{reason} while measuring {unfinished[0]}"  # a worker runs its cells in order
+    reason += context if reason else ""
     for key in unfinished:
         cells[key] = {
             "status": "failed",
@@ -379,9 +423,11 @@ def run_worker(
             else "worker ended without measuring this cell",
         }
     record = {
-        "status": "ok" if (ended and not reason) else "failed",
+        "status": "ok" if (ended and not reason and returncode == 0) else "failed",
         "reason": reason,
         "returncode": returncode,
+        **({"did_not_start": never} if never else {}),
+        **({"stderr": lines} if lines else {}),
         "pid": start.get("pid"),
         "env": start.get("env", {}),
         "started": started,
@@ -422,10 +468,7 @@ def _supervised(
     try:
         reason, stalled = _wait(proc, Path(cmd[-1]), timeout, stall, derive)
         if not reason:
-            returncode = proc.returncode
-            if returncode != 0:
-                tail = (err_path.read_text(errors="replace").strip().splitlines() or [""])[-1][:300]
-                reason = _describe_exit(returncode) + (f": {tail}" if tail and returncode > 0 else "")
+            returncode = proc.returncode  # run_worker words a non-zero one (exit_reason)
     finally:
         try:
             os.killpg(proc.pid, signal.SIGKILL)  # the worker and anything it started; no-op when all ended
@@ -436,6 +479,10 @@ def _supervised(
     return reason, returncode, stalled
 
 
+#: how the reason of a worker whose interpreter did not start begins (its record's ``did_not_start``)
+NOT_STARTED = "the build's interpreter did not start under this environment"
+
+
 def unstarted_reason(reason: str, returncode: int | None, err_path: Path, out_path: Path, timeout: float) -> str:
     """Why a worker that never wrote its ``start`` record (written once torch is imported) failed: its
     interpreter did not start (a "Fatal Python error" on stderr, e.g. ``--env PYTHONHOME=/nonexistent``),
@@ -443,7 +490,7 @@ def unstarted_reason(reason: str, returncode: int | None, err_path: Path, out_pa
     ``reason``, said to be before any cell. Every cell of the worker gets this reason."""
     fatal = children.fatal_line(err_path.read_text(errors="replace")) if err_path.is_file() else None
     if fatal and returncode:
-        return f"the build's interpreter did not start under this environment: {fatal}"
+        return f"{NOT_STARTED}: {fatal}"
     if returncode is None:  # stopped at the deadline
         importing = any(r.get("type") == "importing" for r in read_jsonl(out_path))
         step = "importing torch" if importing else "starting the interpreter"

@@ -168,7 +168,7 @@ INNER_IMPORTS = {
     ("harness.bench.kernels", "profiler_names"): _TORCH,
     ("harness.bench.provenance", "collect_env.run"): _TORCH,
     ("harness.bench.provenance", "probe"): _TORCH + "; the probe announces the import as a step first",
-    ("harness.bench.worker", "main"): _TORCH + "; the worker records that it is importing it first",
+    ("harness.bench.worker", "_run"): _TORCH + "; the worker records that it is importing it first",
     ("harness.preview", "render_html"): "cmarkgfm: optional (the preview extra)",
     ("harness.progress", "task"): "rich: its progress bar only on a terminal",
     ("harness.runner", "execute"): "report imports matplotlib (plots): compare and bench start without it",

@@ -159,7 +159,7 @@ def test_results_of_another_schema_version_or_incomplete_are_refused_and_kept(tm
     [
         (["--rounds", "0"], "--rounds 0: out of range -- give --rounds a whole number of rounds in [1, 1000]"),
         (["--threads", "-1"], "--threads -1: out of range -- give --threads a whole number of threads in [0, 4096]"),
-        (["--timeout", "0"], "--timeout 0: out of range -- give --timeout a number of seconds in (0, 86400]"),
+        (["--timeout", "0"], "--timeout 0: out of range -- give --timeout a number of seconds in [1, 86400]"),
         (["--keep-env", "PATH"], "--keep-env PATH: every worker inherits it anyway"),
     ],
 )

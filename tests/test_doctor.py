@@ -638,3 +638,18 @@ def test_the_device_time_row_runs_under_the_conformance_mode_and_catches_a_misre
     )
     misread = device_row()
     assert misread.held is False and misread.data["ratio"]["Metal"] < 0.1, misread.detail
+
+
+def test_a_worker_that_failed_after_its_cells_is_a_failed_row_not_ok():
+    """doctor read only the cells: a build whose interpreter exits non-zero after the worker finished was ok."""
+    record = {
+        "status": "failed",
+        "reason": "worker exited with status 3 after its cells finished",
+        "cells": {"mm/16x16x16/float32": {"status": "ok"}},
+    }
+    rows = config_row(PROFILES["cpu"][0], record, None)
+    assert rows[0] == Row(
+        "ops under default",
+        "failed",
+        "1 cells ok, but the worker failed: worker exited with status 3 after its cells finished",
+    )

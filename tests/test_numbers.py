@@ -116,7 +116,7 @@ def no_run_writes(monkeypatch):
 @pytest.mark.parametrize(
     "option, value, line",
     [
-        ("--timeout", "nan", "--timeout nan: not a finite number -- give --timeout a number of seconds in (0, 86400]"),
+        ("--timeout", "nan", "--timeout nan: not a finite number -- give --timeout a number of seconds in [1, 86400]"),
         ("--stall-timeout", "nan", "--stall-timeout nan: not a finite number -- give --stall-timeout a number of "),
         ("--budget-s", "nan", "--budget-s nan: not a finite number -- give --budget-s a number of seconds in (0, "),
         ("--rounds", "9" * 20, f"--rounds {'9' * 20}: out of range -- give --rounds a whole number of rounds in [1, "),
@@ -259,3 +259,31 @@ def test_any_bad_manifest_env_field_is_one_line_rc_2_and_nothing_written(
     assert rc == 2 and captured.out == "", captured
     assert captured.err.count("\n") == 1 and captured.err.startswith("error: "), captured.err
     assert tree_digest(tmp_path) == before
+
+
+@pytest.mark.parametrize("option, name", [("--timeout", "timeout"), ("--stall-timeout", "stall_timeout")])
+def test_a_timeout_below_what_one_worker_needs_is_refused_with_the_minimum(
+    tmp_path, monkeypatch, capsys, no_run_writes, option, name
+):
+    """``--timeout 1e-300`` was accepted: every process failed and the report's resume command repeated it.
+    The minimum is named in the message; just inside it parses, just outside it does not."""
+    low = options.MIN_SECONDS[name]
+    assert 0.1 <= low <= 2.0  # a floor for "can never work", not a guess at a good value
+    assert number(repr(low), option, options.BOUNDS[name]) == low  # just inside
+    monkeypatch.chdir(tmp_path)
+    for value in ("1e-300", repr(low * (1 - 1e-9))):  # far and just outside
+        rc = cli.main([*PREFIX["compare"], "--cells", "mm/8x8x8/float32", option, value])
+        err = capsys.readouterr().err
+        assert rc == 2 and err.count("\n") == 1, err
+        wanted = f"error: {option} {value}: out of range -- give {option} a number of seconds in [{low:g}, 86400]"
+        assert err.startswith(wanted)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_stall_minimum_covers_one_cells_timed_blocks_under_every_plan():
+    """--stall-timeout counts from the start record to each finished cell: its minimum is at least one cell's
+    warm-up and timed blocks under every plan (harness.plan.TIMING), so a cell can finish within it."""
+    from harness.plan import TIMING
+
+    one_cell = max(t["warmup_s"] + t["measure_s"] for per in TIMING.values() for t in per.values())
+    assert options.MIN_SECONDS["stall_timeout"] >= one_cell

@@ -180,3 +180,90 @@ def test_the_noise_floor_leaves_out_a_cell_below_timer_resolution():
         if (p["build"], p["config"]) == ("stock", "default"):
             p["cells"]["mm/512x512x512/float32"].update(status="failed", reason="planted")
     assert floors(data) == floors(failed) != floors(_example("cpu-ab"))
+
+
+def _never_started_run():
+    """Two configs over 4 rounds: ``default`` measured (patched 20 % faster: decided), ``broken``
+    (``PYTHONHOME=/nonexistent`` in series.toml) whose interpreter never started in any process."""
+    import math
+    import random
+
+    from test_evidence import synthetic
+
+    def time_of(build, config, key, rnd):
+        return (
+            1e-3 * (0.8 if build == "patched" else 1.0) * math.exp(random.Random(f"{build}{key}{rnd}").gauss(0, 1e-3))
+        )
+
+    cells = ["mm/512x512x512/float32"]
+    data = synthetic("cpu", {"default": {}, "broken": {"PYTHONHOME": "/nonexistent"}}, cells, 4, time_of)
+    why = (
+        "the build's interpreter did not start under this environment: Fatal Python error: init_fs_encoding: "
+        "failed to get the Python codec of the filesystem encoding"
+    )
+    for proc in data["processes"]:
+        if proc["config"] == "broken":
+            proc.update(status="failed", reason=why, did_not_start=why, returncode=1, worker_started=None)
+            proc["cells"] = {k: {"status": "failed", "reason": why} for k in cells}
+    seen = {"names": ["mkl:SGEMM(N,N,512,512,512)"], "path": "mkl", "route": "default", "trace": "MKL_VERBOSE"}
+    data["kernels"] = {
+        b: {
+            "default": {k: seen for k in cells},
+            "broken": {k: {**seen, "names": [], "path": None, "route": None, "error": why} for k in cells},
+        }
+        for b in ("stock", "patched")
+    }
+    data["run"]["command"] = ["python", "-m", "harness", "compare", "--rounds", "4", "--out", "x"]
+    return data, why
+
+
+def test_a_config_that_never_started_is_one_line_on_top_and_no_resume_or_kernel_comparison():
+    """A series.toml config with ``PYTHONHOME=/nonexistent``: the report proposed more rounds of it and its
+    Kernels line said "a different kernel in every cell" although no kernel was observed on either side."""
+    from harness import results as res
+
+    data, why = _never_started_run()
+    assert res.problem(data) is None
+    analysis = report.analyse(data)
+    assert [f.row.cell.key for f in analysis.needs] == [] and analysis.resume is None
+    text = report.render(data, analysis)
+    first_screen = text.split("<details>")[0]
+    assert f"> **Error:** config `broken` never started: {why}." in first_screen
+    assert first_screen.index("never started") < first_screen.index("Speedup = ")  # the first of the notes
+    assert "different kernel" not in text and "Resume the run" not in text and "--rounds" not in first_screen
+    assert "Kernels: A `patched/default`" in text  # the config that ran keeps its line
+
+
+def test_different_kernel_is_said_only_of_kernels_observed_on_both_sides():
+    """The Kernels line counted a cell with nothing observed as "a different kernel"."""
+    from harness import observed
+    from harness.contrasts import Contrast, Side
+
+    data, _ = _never_started_run()
+    data["kernels"]["stock"]["broken"] = data["kernels"]["stock"]["default"]  # one side observed, one not
+    line = observed.contrast_line(report.doc.of(data), Contrast(Side("patched", "broken"), Side("stock", "broken")))
+    assert "different kernel" not in line and line.endswith("no cell has a kernel observed on both sides.")
+    data["kernels"]["patched"]["broken"] = {
+        "mm/512x512x512/float32": {
+            **data["kernels"]["stock"]["default"]["mm/512x512x512/float32"],
+            "names": ["mkl:SGEMM(N,T,512,512,512)"],
+        }
+    }
+    line = observed.contrast_line(report.doc.of(data), Contrast(Side("patched", "broken"), Side("stock", "broken")))
+    assert line.endswith("a different kernel in every cell.")
+
+
+def test_the_run_ends_naming_a_config_that_never_started_not_its_cells():
+    """The run ended "N cell measurements failed; see report.md" for a config whose interpreter never started."""
+    from harness import document as doc
+    from harness.runner import closing_notes
+
+    data, why = _never_started_run()
+    assert closing_notes(doc.from_json(data)) == [f"config broken never started: {why}"]
+    ran = [p for p in data["processes"] if p["config"] == "default"]
+    ran[0]["cells"]["mm/512x512x512/float32"] = {"status": "failed", "reason": "RuntimeError: x"}
+    ran[1].update(status="failed", reason="worker exited with status 3 after its cells finished")
+    assert closing_notes(doc.from_json(data))[1:] == [
+        "1 cell measurements failed; see report.md",
+        "1 worker processes failed after their cells; see report.md",
+    ]

@@ -502,3 +502,47 @@ def test_a_device_probe_process_follows_each_timed_one_and_its_device_time_reach
     assert {p["build"]: p["cells"] for p in again["processes"]}["stock"]["mm/64x64x64/float32"]["measurement"][
         "device"
     ] == [2e-6, 3e-6, 4e-6]
+
+
+def _wrapper(tmp_path: Path, name: str, before: str, after: str) -> str:
+    """An interpreter that runs the real worker between ``before`` and ``after`` (shell lines)."""
+    script = tmp_path / name
+    script.write_text(
+        "#!/bin/sh\n"
+        f'if [ "$2" = harness.bench.worker ]; then {before}; {sys.executable} "$@"; {after}; fi\n'
+        f'exec {sys.executable} "$@"\n'
+    )
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    probes_as(script)
+    return f"python:{script}"
+
+
+def test_a_build_that_fails_after_its_cells_fails_the_run_and_start_up_stderr_is_a_note(tmp_path, this_python):
+    """A build whose interpreter exits with status 3 after the worker finished (a sitecustomize calling
+    ``os._exit(3)`` at exit) was reported as fine: compare exited 0, progress said "1 cells ok", the
+    report's Failures and skips said "None."; a build that only warns on stderr ran fine but its warning
+    appeared nowhere. Now the run fails and says why, and the warning is one note (not one per process)."""
+    warning = "functional_tensor.py:279: UserWarning: Failed to initialize NumPy: _ARRAY_API not found"
+    warns = _wrapper(tmp_path, "warns", f"echo '{warning}' >&2", "exit $?")
+    exits = _wrapper(tmp_path, "exits", f"echo '{warning}' >&2", "exit 3")
+    out = tmp_path / "out"
+    cell = CELLS.split(",")[0]
+    proc = harness(
+        "compare", "--stock", warns, "--patched", exits, "--device", "cpu", "--configs", "default",
+        "--cells", cell, "--rounds", "2", "--out", str(out),
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stderr
+    data = json.loads((out / "results.json").read_text())
+    patched = [p for p in data["processes"] if p["build"] == "patched"]
+    assert {p["reason"] for p in patched} == {"worker exited with status 3 after its cells finished"}
+    assert all(p["status"] == "failed" and p["cells"][cell]["status"] == "ok" for p in patched)
+    assert "1 cells ok, but the worker failed: worker exited with status 3 after its cells finished" in proc.stderr
+    assert "2 worker processes failed after their cells; see report.md" in proc.stderr
+    text = (out / "report.md").read_text()
+    failures = text.split("## Failures and skips")[1].split("##")[0]
+    assert "None." not in failures
+    assert (
+        "- process `r00-patched-default` (patched, `default`): worker exited with status 3 after its cells "
+        "finished; its stderr holds only the lines of the note at the top"
+    ) in failures
+    assert text.count(warning) == 1 and "wrote to stderr in 4 of 4 worker processes" in text

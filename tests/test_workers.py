@@ -60,7 +60,8 @@ def test_signal_kill_names_the_signal_and_the_cell_not_a_warning(tmp_path):
     assert record["cells"][CELLS[0]] == {"status": "ok"}
     assert record["cells"][CELLS[1]]["reason"] == record["reason"]
     assert record["cells"][CELLS[2]]["reason"] == f"not measured: worker killed by SIGKILL while measuring {CELLS[1]}"
-    assert "NumPy" not in json.dumps(record)
+    assert "NumPy" not in json.dumps({k: v for k, v in record.items() if k != "stderr"})  # kept as context only
+    assert record["stderr"] == ["UserWarning: Failed to initialize NumPy: _ARRAY_API not found"]
 
 
 def test_retry_failed_runs_failed_processes_again_and_keeps_their_records(tmp_path):
@@ -179,3 +180,74 @@ def test_a_ready_environment_is_used_while_another_is_being_created(tmp_path):
     with exclusive_lock(envs / ".locks" / "torch_2.14.1-xxxxxxxx", "creating torch_2.14.1"):
         python, reused = ensure_interpreter(build, envs_dir=envs)
     assert reused and python == (root / "bin" / "python").resolve()
+
+
+def test_a_worker_that_exits_non_zero_after_its_cells_is_failed_in_words_not_its_last_stderr_line(tmp_path):
+    """A build whose interpreter exits with status 3 after the worker finished (a sitecustomize calling
+    ``os._exit(3)`` at exit) was recorded with the last stderr line, torch's NumPy warning, as its reason;
+    the reason says what happened and the stderr lines are kept as context."""
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    cells = "".join(f'echo \'{{"type": "cell", "key": "{k}", "status": "ok"}}\' >> "$out"\n' for k in CELLS)
+    python = _fake_python(
+        tmp_path,
+        'echo "torch/_subclasses/functional_tensor.py:279: UserWarning: Failed to initialize NumPy" >&2\n'
+        'echo \'{"type": "start", "pid": 1, "env": {}}\' >> "$out"\n'
+        + cells
+        + 'echo \'{"type": "end"}\' >> "$out"\nexit 3\n',
+    )
+    record = supervise.run_worker(python, {"cells": CELLS}, cfg.EnvConfig("default"), raw, "r00-stock-default", 30)
+    assert record["status"] == "failed" and record["returncode"] == 3
+    assert record["reason"] == "worker exited with status 3 after its cells finished"
+    assert record["stderr"] == ["torch/_subclasses/functional_tensor.py:279: UserWarning: Failed to initialize NumPy"]
+    assert all(c == {"status": "ok"} for c in record["cells"].values())
+
+
+def test_a_worker_error_record_is_the_reason_of_its_exit(tmp_path):
+    """The worker's own words (its ``error`` record) name the failure, not a stderr line printed after it."""
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    python = _fake_python(
+        tmp_path,
+        """
+        echo '{"type": "start", "pid": 1, "env": {}}' >> "$out"
+        echo '{"type": "error", "reason": "OSError: [Errno 28] No space left on device"}' >> "$out"
+        echo "Exception ignored in atexit callback" >&2
+        exit 1
+    """,
+    )
+    record = supervise.run_worker(python, {"cells": CELLS}, cfg.EnvConfig("default"), raw, "r00-stock-default", 30)
+    assert record["status"] == "failed"
+    assert record["reason"] == (
+        f"worker exited with status 1: OSError: [Errno 28] No space left on device while measuring {CELLS[0]}"
+    )
+
+
+def test_a_worker_that_said_nothing_quotes_its_last_stderr_line_as_context_not_as_the_cause(tmp_path):
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    python = _fake_python(
+        tmp_path,
+        f"""
+        echo '{{"type": "start", "pid": 1, "env": {{}}}}' >> "$out"
+        echo '{{"type": "cell", "key": "{CELLS[0]}", "status": "ok"}}' >> "$out"
+        echo "UserWarning: Failed to initialize NumPy" >&2
+        exit 2
+    """,
+    )
+    record = supervise.run_worker(python, {"cells": CELLS}, cfg.EnvConfig("default"), raw, "r00-stock-default", 30)
+    context = "(its last stderr line: UserWarning: Failed to initialize NumPy)"
+    why = f"worker exited with status 2 while measuring {CELLS[1]} {context}"
+    assert record["reason"] == why and record["cells"][CELLS[1]]["reason"] == why
+
+
+def test_the_worker_writes_its_own_words_before_it_fails(tmp_path):
+    """harness.bench.worker records an exception outside a cell as an ``error`` record, then fails."""
+    from harness.bench import worker
+
+    spec, out = tmp_path / "spec.json", tmp_path / "out.jsonl"
+    spec.write_text(json.dumps({"device": "nope", "cells": CELLS}))
+    with pytest.raises(ValueError, match="unknown device 'nope'"):
+        worker.main([str(spec), str(out)])
+    error = [json.loads(line) for line in out.read_text().splitlines() if '"error"' in line]
+    assert error == [{"type": "error", "reason": "ValueError: unknown device 'nope'; choose one of cpu, cuda, mps"}]

@@ -25,12 +25,14 @@ stage of a cell a ``step`` record (``key``, ``step``: ``inputs`` | ``check`` | `
 driver that stops a stalled worker can name the cell and the step it stalled in, one ``cell`` record
 per cell (``status`` ``ok`` | ``skipped`` | ``failed``, ``reason``, ``measurement`` =
 :class:`harness.bench.timer.Measurement`, ``check`` = :class:`harness.bench.accuracy.CheckResult`),
-and an ``end`` record. With ``observe: "inline"`` a cell record also has ``kernels``: the kernels its
-untimed first call ran (:func:`harness.bench.kernels.observe`); with ``observe: "only"`` (a probe
-process, for devices whose trace would slow timing) the worker times nothing and writes one
-``kernels`` record per cell (:func:`observe_cell`); with ``device_probe`` (a process of the device's
-device-time probe variables, :attr:`harness.bench.kernels.Trace.device_env`) it times nothing on the host
-and writes one ``device`` record per cell (:func:`probe_device_cell`). With ``save_outputs`` (a path),
+and an ``end`` record; a worker stopped by an exception outside a cell writes an ``error`` record
+(``reason``) instead of the ``end`` record (:func:`main`). With ``observe: "inline"`` a cell record
+also has ``kernels``: the kernels its untimed first call ran (:func:`harness.bench.kernels.observe`);
+with ``observe: "only"`` (a probe process, for devices whose trace would slow timing) the worker times
+nothing and writes one ``kernels`` record per cell (:func:`observe_cell`); with ``device_probe`` (a
+process of the device's device-time probe variables, :attr:`harness.bench.kernels.Trace.device_env`) it
+times nothing on the host and writes one ``device`` record per cell (:func:`probe_device_cell`). With
+``save_outputs`` (a path),
 every GEMM output is saved there for :mod:`harness.bench.consistency`, whether or not the cell is checked.
 
 The same code runs on every device; what differs is :mod:`harness.bench.devices`. With
@@ -254,8 +256,26 @@ def probe_device_cell(torch, device: devices.DeviceProfile, cell: Cell, spec: di
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the worker (module docstring). An exception outside a cell's own measurement (importing torch,
+    the device, saving outputs) is recorded first as an ``error`` record (``reason``: ``Type: message``),
+    the worker's own words for its failure, then raised (Python prints it and exits with status 1).
+
+    Raises:
+        Exception: whatever stopped the worker, after its ``error`` record."""
     argv = sys.argv[1:] if argv is None else argv
     spec_path, out_path = argv
+    try:
+        return _run(spec_path, out_path)
+    except Exception as exc:
+        try:
+            with open_nofollow(out_path, append=True) as out:
+                _emit(out, {"type": "error", "reason": _words(exc)})
+        except OSError:
+            pass  # nowhere to write: the driver quotes stderr instead
+        raise
+
+
+def _run(spec_path: str, out_path: str) -> int:
     with open(spec_path) as fh:
         spec = json.load(fh)
     with open_nofollow(out_path, append=True) as out:  # never through a link (bench.files.open_nofollow)
