@@ -149,8 +149,8 @@ def open_out(out: Path, fresh: bool) -> Path:
     claimed (:func:`claimed`).
 
     ``--fresh`` removes the files the folder's marker lists (:func:`harness.outdir.clear`: the harness wrote
-    them), sets aside by name what it did not write and a fresh run would resume or be refused by
-    (results.json, ``raw/plan.json``, ``raw/*.status.json``), keeps everything else and says so.
+    them), sets aside by name what it did not write and a fresh run would resume, be refused by or
+    overwrite (results.json and the names of :data:`_RUN_FILE` in ``raw/``), keeps everything else and says so.
 
     Raises:
         ResultsError: ``raw`` is a symbolic link; ``--fresh`` cannot remove a file; results.json is of
@@ -175,6 +175,14 @@ def open_out(out: Path, fresh: bool) -> Path:
     return raw
 
 
+#: names in raw/ that a run writes (and a later one resumes from or overwrites): a process's files, the kept
+#: consistency results, the plan, the series tests' junit XML (harness.supervise, harness.seriestests)
+_RUN_FILE = re.compile(
+    r"r\d+-.+\.(status\.json|spec\.json|stderr|jsonl|outputs\.pt|worker\.json)"
+    r"|consistency-.+\.(json|jsonl|stderr|pt)|plan\.json|tests/\d+-.+\.xml"
+)
+
+
 def _fresh(out: Path, raw: Path) -> None:
     """``--fresh`` (:func:`open_out`): remove what the marker lists, set aside what would resume, say what stayed."""
     legacy = outdir.is_legacy(out)
@@ -185,9 +193,11 @@ def _fresh(out: Path, raw: Path) -> None:
             f"--fresh: {out / MARKER} is of an older harness (it lists names, not files): nothing in {out} is "
             "provably the harness's, so nothing was removed"
         )
-    found = [out / res.RESULTS, raw / "plan.json", *(sorted(raw.glob("*.status.json")) if raw.is_dir() else [])]
+    found = [out / res.RESULTS] + [
+        p for p in sorted(raw.rglob("*")) if _RUN_FILE.fullmatch(p.relative_to(raw).as_posix())
+    ]
     for path in found:
-        if path.is_file():
+        if path.is_file() and not path.is_symlink():
             kept = set_aside(path, "earlier")
             note(f"{path} was not written by the harness: kept it as {kept.name}")
     kept = sorted(outdir._snapshot(out))

@@ -405,3 +405,29 @@ def test_a_marker_of_an_older_harness_lists_names_and_fresh_removes_nothing_then
     removed, kept = outdir.clear(out)
     assert removed == [] and kept == ["latency-old.png", "raw/mine.txt", "results.json"]
     assert tree_digest(out) == before
+
+
+def test_fresh_under_a_marker_of_an_older_harness_removes_and_overwrites_nothing(small_ab, tmp_path, capsys):
+    """Its marker lists names (``raw``, ``latency-*.png``): --fresh removed whatever matched them."""
+    out = tmp_path / "F"
+    shutil.copytree(small_ab, out)
+    (out / outdir.MARKER).write_text(json.dumps({"tool": outdir.TOOL, "writes": list(outdir.RESULTS_WRITES)}))
+    (out / "latency-old.png").write_bytes(b"mine, or an old render's")
+    earlier = {p.relative_to(out).as_posix(): _sha(p) for p in out.rglob("*") if p.is_file()}
+    assert cli.main(_ab(out, "--fresh")) == 0
+    err = capsys.readouterr().err
+    assert (
+        f"--fresh: {out / outdir.MARKER} is of an older harness (it lists names, not files): nothing in {out} is "
+        "provably the harness's, so nothing was removed" in err
+    )
+    now = {p.relative_to(out).as_posix(): _sha(p) for p in out.rglob("*") if p.is_file()}
+    for name, digest in earlier.items():  # every earlier file is there, as it was, or set aside by name
+        if name == outdir.MARKER:
+            continue
+        aside = [n for n in now if n.startswith((f"{name}.earlier-", f"{name}.kept-"))]
+        assert now.get(name) == digest or [now[n] for n in aside] == [digest], name
+    assert (
+        "raw/r00-stock-default.status.json.earlier-" in " ".join(now)
+        and now["latency-old.png"] == earlier["latency-old.png"]
+    )
+    assert "latency-old.png" not in json.loads((out / outdir.MARKER).read_text())["files"]
