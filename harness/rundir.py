@@ -196,10 +196,15 @@ def _fresh(out: Path, raw: Path) -> None:
     found = [out / res.RESULTS] + [
         p for p in sorted(raw.rglob("*")) if _RUN_FILE.fullmatch(p.relative_to(raw).as_posix())
     ]
-    for path in found:
-        if path.is_file() and not path.is_symlink():
-            kept = set_aside(path, "earlier")
-            note(f"{path} was not written by the harness: kept it as {kept.name}")
+    aside = [set_aside(p, "earlier") for p in found if p.is_file() and not p.is_symlink()]
+    for kept in aside[:1] if aside and aside[0].parent == out else []:
+        note(f"{out / res.RESULTS} was not written by the harness: kept it as {kept.name}")
+    if in_raw := [p.relative_to(raw).as_posix() for p in aside if p.parent != out]:
+        shown = ", ".join(in_raw[:4]) + (", ..." if len(in_raw) > 4 else "")
+        note(
+            f"{raw}: {len(in_raw)} file(s) of a run that the harness did not write (a fresh run would resume or "
+            f"overwrite them) set aside by name: {shown}"
+        )
     kept = sorted(outdir._snapshot(out))
     if kept:
         shown = ", ".join(kept[:8]) + (", ..." if len(kept) > 8 else "")
