@@ -284,7 +284,7 @@ def is_ours(folder: Path, rel: str) -> bool:
     did not find it there (written since)."""
     folder = Path(folder).resolve()
     claimed_ = _CLAIMS.get(folder)
-    if claimed_ is not None and rel not in claimed_.before and (folder / rel).exists():
+    if claimed_ is not None and rel not in claimed_.before and rel not in claimed_.aside and (folder / rel).exists():
         return True
     try:
         return rel in (read_marker(folder) or [])
