@@ -91,6 +91,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv[0] == "--version":
         print(__version__)
         return 0
+    rc = 2
+    try:
+        rc = _main(argv)
+    finally:
+        outdir = sys.modules.get("harness.outdir")  # imported by every command that claims an output folder
+        if outdir is not None:
+            outdir.finish(failed=rc != 0)  # each claimed folder's marker lists what this command wrote there
+    return rc
+
+
+def _main(argv: list[str]) -> int:
+    """:func:`main` of a command line past ``--help``/``--version``: the exit code, errors as one line."""
     try:
         parser = build_parser(argv[0])
         args = parser.parse_args(argv[1:])

@@ -44,7 +44,7 @@ from harness import results as res
 from harness import stats
 from harness.errors import ResultsError
 from harness.fsutil import atomic_write_json, atomic_write_text, sha256_file
-from harness.outdir import marked_kind
+from harness.outdir import make_room, marked_kind
 from harness.policy import POLICY
 
 #: what a merge writes into its --out folder (harness.outdir kind "merge")
@@ -509,14 +509,18 @@ def load_merged(directory: Path) -> doc.MergeDocument | None:
 
 
 def write(out: Path, merged: doc.MergeDocument) -> list[Path]:
-    """Write the merged ``results.json`` and ``report.md`` (rendered from it alone) into ``out``."""
+    """Write the merged ``results.json`` and ``report.md`` (rendered from it alone) into ``out``; a file of
+    those names the harness did not write is set aside by name first (:func:`harness.outdir.make_room`)."""
     out = Path(out)
+    make_room(out, res.RESULTS)
     atomic_write_json(out / res.RESULTS, merged.to_json())
     return [out / res.RESULTS, write_report(out, merged)]
 
 
 def write_report(out: Path, merged: doc.MergeDocument) -> Path:
-    """``report.md`` of a merged document into ``out`` (``report DIR`` re-renders it byte-identically)."""
+    """``report.md`` of a merged document into ``out`` (``report DIR`` re-renders it byte-identically); a
+    report.md the harness did not write is set aside by name first (:func:`harness.outdir.make_room`)."""
+    make_room(Path(out), REPORT)
     atomic_write_text(Path(out) / REPORT, render(merged))
     return Path(out) / REPORT
 

@@ -12,32 +12,37 @@ DIR``, ``doctor --out``, ``build --dist``) claims it first through :func:`claim`
 
 The marker is written *first*, before anything else of the run, and records the folder's kind
 (:data:`KINDS`: ``run`` for compare/bench/report/preview, ``doctor``, ``dist`` for ``build --dist``,
-``merge`` for ``merge --out``)
-and lists (as ``fnmatch`` patterns of the folder's top-level names) what the harness writes there;
-every later command of the same kind that writes into the folder adds its own patterns, and a
-command of another kind is refused (``compare --fresh --out`` on a ``--dist`` folder would delete its
-wheels). ``--fresh`` removes only the entries the marker lists *and* the command writes
-(:func:`clear`), never anything else in the folder, and only patterns of :data:`KNOWN` (a marker
-edited to list ``*`` removes nothing more than the harness's own names).
+``merge`` for ``merge --out``; a command of another kind is refused: ``compare --fresh --out`` on a
+``--dist`` folder would delete its wheels) and lists, file by file (paths relative to the folder), every
+file the harness wrote there: what a command finds at its claim is left out, what it writes or rewrites
+is added when it ends (:func:`finish`) and, in a run, after each process (:func:`record`). ``--fresh``
+and every cleanup (a stale plot of an earlier render) remove only listed files (:func:`clear`,
+:func:`is_ours`); a file the harness is about to write that it did not write is set aside by name
+(:func:`make_room`), never overwritten. A marker of an older harness listed ``fnmatch`` patterns of
+names: nothing under it is provably ours, so it counts as listing no file (``--fresh`` removes nothing
+there and says so). A command that fails without writing anything takes its new marker back.
 """
 
 from __future__ import annotations
 
 import fnmatch
 import json
-import shutil
+import os
 from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
 from pathlib import Path
 
 import harness
 from harness import results
 from harness.errors import HarnessError, ResultsError
 from harness.fsutil import atomic_write_json
+from harness.progress import note
 
 #: the marker file a run writes first into its output folder
 MARKER = ".torch-patch-harness-out.json"
 TOOL = "torch-patch-harness"
-#: what each kind of output folder holds at its top (fnmatch patterns); the marker lists these
+#: what each kind of output folder holds at its top (fnmatch patterns): they tell a folder's kind and which
+#: names must not be links; the marker lists the files themselves
 RESULTS_WRITES = ("results.json", "raw", "report.md", "speedup.png", "latency-*.png", "contrast-*.png", ".lock")
 PREVIEW_WRITES = ("report.html", "report.png")
 DOCTOR_WRITES = ("doctor.md", "doctor.json", "raw")
@@ -51,7 +56,7 @@ KINDS = {
     "dist": DIST_WRITES,
     "merge": MERGE_WRITES + PREVIEW_WRITES,
 }
-#: every pattern the harness ever writes: a marker's entries outside it are ignored
+#: every pattern the harness ever writes: a link of such a name in an output folder is refused
 KNOWN = frozenset(RESULTS_WRITES + PREVIEW_WRITES + DOCTOR_WRITES + DIST_WRITES + MERGE_WRITES)
 #: the folder holding the harness package (a checkout of this project): never an output folder
 PROJECT_ROOT = Path(harness.__file__).resolve().parent.parent
@@ -83,10 +88,12 @@ def kind_of(writes: Iterable[str]) -> str:
 
 
 def read_marker(folder: Path) -> list[str] | None:
-    """The patterns the marker of ``folder`` lists, or None when there is no marker.
+    """The files (paths relative to ``folder``, POSIX) its marker lists as written by the harness, or None
+    when there is no marker. A marker of an older harness listed ``fnmatch`` patterns of names, not files:
+    nothing in such a folder is provably ours, so it lists none (``[]``) until a run records its own.
 
     Raises:
-        ResultsError: the marker is damaged (not a JSON object of this harness with a list of names).
+        ResultsError: the marker is damaged (not a JSON object of this harness with a list of files or names).
     """
     found = _read_marker(Path(folder))
     return None if found is None else found[0]
@@ -103,8 +110,21 @@ def marked_kind(folder: Path) -> str | None:
     return None if found is None else found[1]
 
 
-def _read_marker(folder: Path) -> tuple[list[str], str] | None:
-    """The marker's patterns and kind, or None when there is none (:func:`read_marker`'s errors)."""
+def is_legacy(folder: Path) -> bool:
+    """Whether the marker of ``folder`` is of an older harness (patterns of names, not files: :func:`read_marker`)."""
+    found = _read_marker(Path(folder))
+    return found is not None and found[2]
+
+
+def _safe(rel: str) -> bool:
+    """A listed path the harness may have written: relative, no ``..``, not the marker or the lock."""
+    parts = Path(rel).parts
+    return bool(parts) and not Path(rel).is_absolute() and ".." not in parts and rel not in (MARKER, ".lock")
+
+
+def _read_marker(folder: Path) -> tuple[list[str], str, bool] | None:
+    """The marker's files, kind and whether it is of an older harness (patterns), or None when there is
+    none (:func:`read_marker`'s errors)."""
     path = folder / MARKER
     if not path.is_file() and not path.is_symlink():
         return None
@@ -112,19 +132,21 @@ def _read_marker(folder: Path) -> tuple[list[str], str] | None:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError, RecursionError):  # nested 10^5 deep: RecursionError
         data = None
-    writes = data.get("writes") if isinstance(data, dict) and data.get("tool") == TOOL else None
-    kind = data.get("kind", None) if isinstance(writes, list) else None
+    ours = isinstance(data, dict) and data.get("tool") == TOOL
+    legacy = ours and "files" not in data
+    listed = (data.get("writes") if legacy else data.get("files")) if ours else None
+    kind = data.get("kind", None) if isinstance(listed, list) else None
     if (
         path.is_symlink()
-        or not isinstance(writes, list)
-        or not all(isinstance(w, str) for w in writes)
+        or not isinstance(listed, list)
+        or not all(isinstance(w, str) and (legacy or _safe(w)) for w in listed)
         or (kind is not None and kind not in KINDS)
     ):
         raise ResultsError(
             f"{path} is damaged (not the harness's record of what it wrote in {folder})",
             f"delete it if {folder} holds only a run of the harness, else {_REMEDY}",
         )
-    return writes, kind or kind_of(writes)
+    return ([] if legacy else listed), kind or kind_of(listed if legacy else []), legacy
 
 
 def holds_results(directory: Path) -> bool:
@@ -149,14 +171,16 @@ def claim(
     legacy: Callable[[Path], bool] | None = None,
     kind: str | None = None,
 ) -> Path:
-    """Check that ``folder`` may receive a run's files, then write its marker (first), listing ``writes``.
+    """Check that ``folder`` may receive a run's files, then write its marker (first; listing no file yet)
+    and remember what the folder held (:func:`record` lists what the command writes, :func:`finish` at its end).
 
     Args:
         folder: the output folder as given (created when new, with its parents).
         what: the option or argument, for the message (``"--out"``, ``"report DIR"``).
         writes: fnmatch patterns of the top-level names this command writes there (of :data:`KNOWN`);
             they set the folder's kind (:func:`kind_of`), which a marked folder's must equal.
-        legacy: recognises a run of ours written before the marker existed (it is then marked).
+        legacy: recognises a run of ours written before the marker existed (it is then marked, its files
+            not listed: none of them is provably ours).
         kind: the folder's kind (:data:`KINDS`) where ``writes`` alone cannot tell it (``merge`` writes a
             run's names); default :func:`kind_of` ``(writes)``.
 
@@ -178,7 +202,6 @@ def claim(
         )
     writes = tuple(writes)
     kind = kind or kind_of(writes)
-    listed: list[str] = []
     if path.exists():
         if not path.is_dir():
             raise ResultsError(f"{what} {given} is not a folder", _REMEDY)
@@ -198,50 +221,170 @@ def claim(
                 f"the harness does not mix them",
                 _REMEDY,
             )
-        if marked is not None:
-            listed = marked[0]
-        elif entries and not (legacy and legacy(path)):
+        if marked is None and entries and not (legacy and legacy(path)):
             shown = ", ".join(entries[:3]) + (", ..." if len(entries) > 3 else "")
             raise ResultsError(
                 f"{what} {given} holds files that are not a run of the harness ({shown})",
                 f"{_REMEDY}: the harness writes only into folders it marked ({MARKER})",
             )
-    if set(writes) - set(listed) or not (path / MARKER).is_file():
-        atomic_write_json(
-            path / MARKER,
-            {
-                "tool": TOOL,
-                "kind": kind,
-                "about": "written by torch-patch-harness: --fresh removes only the names listed here",
-                "writes": sorted(set(listed) | set(writes)),
-            },
-        )
+    made = not (path / MARKER).is_file()
+    if made:
+        _write_marker(path, kind, [])
+    if path not in _CLAIMS:
+        _CLAIMS[path] = _Claim(kind, _snapshot(path), made)
     return path
 
 
-def clear(folder: Path, writes: Iterable[str]) -> list[str]:
-    """``--fresh``: remove the entries of ``folder`` that its marker lists and ``writes`` (the patterns
-    the command writes) names, of :data:`KNOWN` only (``.lock`` and the marker stay); returns the names
-    removed. A folder without a marker loses nothing.
+class _Claim:
+    """A folder claimed by this process: its kind, its files when claimed (:func:`_snapshot`), whether
+    this claim wrote its marker."""
+
+    def __init__(self, kind: str, before: dict[str, tuple[int, int]], made: bool) -> None:
+        self.kind, self.before, self.made = kind, before, made
+        self.aside: set[str] = set()  # files set aside (:func:`set_aside`): renamed, not written
+
+
+#: the folders claimed by this process (resolved) -> their claim; emptied by :func:`finish`
+_CLAIMS: dict[Path, _Claim] = {}
+
+
+def _snapshot(folder: Path) -> dict[str, tuple[int, int]]:
+    """``{relative POSIX path: (mtime ns, size)}`` of every file (and link) under ``folder``, the marker and
+    the lock left out; folders reached through a link are not entered."""
+    found: dict[str, tuple[int, int]] = {}
+    for dirpath, dirnames, filenames in os.walk(folder):
+        here = Path(dirpath)
+        dirnames[:] = [d for d in dirnames if not (here / d).is_symlink()]
+        for name in filenames + [d for d in os.listdir(here) if (here / d).is_symlink() and d not in filenames]:
+            rel = (here / name).relative_to(folder).as_posix()
+            if rel in (MARKER, ".lock"):
+                continue
+            try:
+                st = (here / name).lstat()
+            except OSError:
+                continue
+            found[rel] = (st.st_mtime_ns, st.st_size)
+    return found
+
+
+def _write_marker(folder: Path, kind: str, files: Iterable[str]) -> None:
+    atomic_write_json(
+        folder / MARKER,
+        {
+            "tool": TOOL,
+            "kind": kind,
+            "about": "written by torch-patch-harness: the files it wrote here; --fresh removes these and nothing else",
+            "files": sorted(set(files)),
+        },
+    )
+
+
+def is_ours(folder: Path, rel: str) -> bool:
+    """Whether the harness wrote ``folder/rel``: its marker lists it, or this process's claim of ``folder``
+    did not find it there (written since)."""
+    folder = Path(folder).resolve()
+    claimed_ = _CLAIMS.get(folder)
+    if claimed_ is not None and rel not in claimed_.before and rel not in claimed_.aside and (folder / rel).exists():
+        return True
+    try:
+        return rel in (read_marker(folder) or [])
+    except ResultsError:
+        return False
+
+
+def record(folder: Path) -> list[str]:
+    """Add to the marker of ``folder`` (claimed by this process) every file written or rewritten since the
+    claim, and drop the listed files that are gone; returns the files listed. A file of the user's that was
+    there at the claim and left as it was is never listed."""
+    folder = Path(folder).resolve()
+    claimed_ = _CLAIMS.get(folder)
+    if claimed_ is None or not folder.is_dir():
+        return []
+    try:
+        found = _read_marker(folder)
+    except ResultsError:
+        return []
+    listed = found[0] if found else []
+    now = _snapshot(folder)
+    new = {f for f, st in now.items() if claimed_.before.get(f) != st and f not in claimed_.aside}
+    files = {f for f in listed if f in now} | new
+    if found is None or found[2] or sorted(files) != sorted(listed):
+        _write_marker(folder, claimed_.kind, files)
+    return sorted(files)
+
+
+def finish(failed: bool) -> None:
+    """The end of a command: each folder it claimed records what it wrote (:func:`record`); a command that
+    failed without writing anything there takes back the marker its claim wrote (a refused run leaves
+    nothing new)."""
+    for folder, claimed_ in list(_CLAIMS.items()):
+        try:
+            if failed and claimed_.made and folder.is_dir() and _snapshot(folder) == claimed_.before:
+                (folder / MARKER).unlink(missing_ok=True)
+            else:
+                record(folder)
+        except OSError:
+            pass  # the folder went away or is read-only now: its marker stays as it was
+    _CLAIMS.clear()
+
+
+def set_aside(path: Path, suffix: str) -> Path:
+    """Rename ``path`` to ``<name>.<suffix>-<UTC time>`` beside it (never deleted); returns the new path. In a
+    folder this process claimed, the new name is never listed as the harness's (what it held stays the user's,
+    or unprovable, as it was)."""
+    path = Path(path)
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    kept, n = path.with_name(f"{path.name}.{suffix}-{stamp}"), 1
+    while kept.exists() or kept.is_symlink():
+        kept, n = path.with_name(f"{path.name}.{suffix}-{stamp}-{n}"), n + 1
+    path.rename(kept)
+    where = kept.parent.resolve() / kept.name
+    for folder, claimed_ in _CLAIMS.items():
+        if where.is_relative_to(folder):
+            claimed_.aside.add(where.relative_to(folder).as_posix())
+    return kept
+
+
+def make_room(folder: Path, rel: str) -> Path | None:
+    """Before the harness writes ``folder/rel``: a file there that it did not write (:func:`is_ours`) is set
+    aside as ``<name>.kept-<UTC time>`` (with a note naming it), never overwritten; returns its new path, or None."""
+    path = Path(folder) / rel
+    if not (path.exists() or path.is_symlink()) or is_ours(folder, rel):
+        return None
+    kept = set_aside(path, "kept")
+    note(f"{path} was not written by the harness: kept it as {kept.name}")
+    return kept
+
+
+def clear(folder: Path) -> tuple[list[str], list[str]]:
+    """``--fresh``: remove the files the marker of ``folder`` lists (:func:`read_marker`: written by the harness),
+    then the folders they leave empty; returns ``(removed, kept)``, the files removed and the files left
+    (relative POSIX paths: the user's, or unprovable under a marker of an older harness). A file reached through
+    a linked folder is never removed; nothing is removed without a marker.
 
     Raises:
-        ResultsError: an entry cannot be removed; a damaged marker.
+        ResultsError: a file cannot be removed; a damaged marker.
     """
     folder = Path(folder)
-    mine = set(writes)
-    patterns = [p for p in read_marker(folder) or [] if p in KNOWN and p in mine and p != ".lock"]
+    listed = set(read_marker(folder) or [])
     removed = []
-    for entry in sorted(folder.iterdir()):
-        if entry.name == MARKER or not _listed(entry.name, patterns):
+    for rel in sorted(listed):
+        path = folder / rel
+        linked = any(p.is_symlink() for p in path.parents if p != folder and p.is_relative_to(folder))
+        if linked or not (path.is_file() or path.is_symlink()):
             continue
         try:
-            if entry.is_dir() and not entry.is_symlink():
-                shutil.rmtree(entry)
-            else:
-                entry.unlink()
+            path.unlink()
         except OSError as exc:
             raise ResultsError(
-                f"--fresh cannot remove {entry}: {exc.strerror or exc}", "fix its permissions, or use a new --out"
+                f"--fresh cannot remove {path}: {exc.strerror or exc}", "fix its permissions, or use a new --out"
             ) from None
-        removed.append(entry.name)
-    return removed
+        removed.append(rel)
+        for parent in path.parents:
+            if parent == folder or not parent.is_relative_to(folder) or any(parent.iterdir()):
+                break
+            parent.rmdir()
+    if removed and folder.is_dir():
+        _write_marker(folder, marked_kind(folder) or "run", [f for f in listed if f not in removed])
+    kept = sorted(_snapshot(folder)) if folder.is_dir() else []
+    return removed, kept

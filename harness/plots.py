@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import io
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -203,9 +203,10 @@ def contrast_title(result) -> str:
     return f"{head}{c.a.label} (A) vs {c.b.label} (B){tail}"
 
 
-def contrast_pngs(directory: Path, results: Sequence) -> list[Path]:
+def contrast_pngs(directory: Path, results: Sequence, stale: Callable[[Path], bool] = lambda path: True) -> list[Path]:
     """Write one forest plot per contrast with cells (:func:`plotted`) into ``directory``; remove
-    ``contrast-*.png`` left from an earlier render with more contrasts. Returns the paths."""
+    ``contrast-*.png`` left from an earlier render with more contrasts, those ``stale(path)`` accepts (the
+    report passes :func:`harness.outdir.is_ours`: a file of the user's of such a name stays). Returns the paths."""
     written = [
         forest_png(
             Path(directory) / contrast_png_name(i),
@@ -215,9 +216,9 @@ def contrast_pngs(directory: Path, results: Sequence) -> list[Path]:
         )
         for i, result in plotted(results)
     ]
-    for stale in sorted(Path(directory).glob("contrast-*.png")):
-        if stale not in written:
-            stale.unlink()
+    for old in sorted(Path(directory).glob("contrast-*.png")):
+        if old not in written and stale(old):
+            old.unlink()
     return written
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from harness import children
 from harness.errors import UsageError
 from harness.fsutil import atomic_write_text
-from harness.outdir import PREVIEW_WRITES, claim, holds_results, marked_kind
+from harness.outdir import PREVIEW_WRITES, claim, holds_results, make_room, marked_kind
 
 #: GitHub's markdown body is 980 px wide at most; these rules mimic its tables, code and images
 STYLE = """
@@ -120,5 +120,6 @@ def write_html(directory: Path, open_details: bool = False) -> Path:
     merged = directory.is_dir() and marked_kind(directory) == "merge"
     claim(directory, "preview DIR", PREVIEW_WRITES, _holds_a_report, kind="merge" if merged else None)
     page = directory / "report.html"
+    make_room(directory, page.name)  # a page the harness did not write is set aside by name, never overwritten
     atomic_write_text(page, render_html(source.read_text(), f"report: {directory.name}", open_details))
     return page

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from harness import contrasts as con
 from harness import document as doc
-from harness import macos, observed, plots, prbody, stats
+from harness import macos, observed, outdir, plots, prbody, stats
 from harness import undetermined as und
 from harness.bench import timer
 from harness.bench.accuracy import UNINFORMATIVE, UNKNOWN, status_of
@@ -56,17 +56,24 @@ from harness.prbody import speedup_ci
 
 
 def write(directory: Path, run: RunDocument) -> list[Path]:
-    """Render ``report.md`` and its PNGs into ``directory`` (atomically); returns the paths written."""
+    """Render ``report.md`` and its PNGs into ``directory`` (atomically); returns the paths written. A file of
+    those names that the harness did not write is set aside by name first (:func:`harness.outdir.make_room`);
+    a stale plot of an earlier render is removed only when the harness wrote it (:func:`harness.outdir.is_ours`)."""
     run = doc.of(run)
     analysis = analyse(run)
-    (directory / STALE_SPEEDUP_PNG).unlink(missing_ok=True)  # an earlier render's; the contrasts plot it now
+    if outdir.is_ours(directory, STALE_SPEEDUP_PNG):
+        (directory / STALE_SPEEDUP_PNG).unlink(missing_ok=True)  # an earlier render's; the contrasts plot it now
+    names = [latency_png_name(f) for f in analysis.families]
+    names += [plots.contrast_png_name(i) for i, _ in plots.plotted(analysis.contrasts)] + ["report.md"]
+    for name in names:
+        outdir.make_room(directory, name)
     written: list[Path] = []
     for family in analysis.families:
         png = plots.latency_png(
             directory / latency_png_name(family), latency_points(analysis, family), family, run.header.clock
         )
         written += [png] if png else []
-    written += plots.contrast_pngs(directory, analysis.contrasts)
+    written += plots.contrast_pngs(directory, analysis.contrasts, stale=lambda p: outdir.is_ours(directory, p.name))
     path = directory / "report.md"
     atomic_write_text(path, render(run, analysis))
     return [path, *written]

@@ -11,13 +11,13 @@ import re
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime
 from pathlib import Path
 
+from harness import outdir
 from harness import results as res
 from harness.errors import ResultsError
 from harness.fsutil import atomic_write_json, exclusive_lock, inside
-from harness.outdir import MARKER, RESULTS_WRITES, claim, clear
+from harness.outdir import MARKER, RESULTS_WRITES, claim, clear, set_aside
 from harness.progress import note
 from harness.supervise import reap_orphans
 
@@ -74,20 +74,6 @@ def check_resumable(raw: Path, plan: dict, rounds: int, adaptive: bool = False) 
             f"pass --rounds {earlier_rounds} (or more) to resume, or --fresh / a new --out",
         )
     atomic_write_json(path, {**plan, "rounds": max(rounds, earlier_rounds)})
-
-
-def _stamp() -> str:
-    return datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-
-
-def set_aside(path: Path, suffix: str) -> Path:
-    """Rename a damaged file to ``<name>.<suffix>-<UTC time>`` beside it (never deleted); returns the new path."""
-    kept = path.with_name(f"{path.name}.{suffix}-{_stamp()}")
-    n = 1
-    while kept.exists():
-        kept, n = path.with_name(f"{path.name}.{suffix}-{_stamp()}-{n}"), n + 1
-    path.rename(kept)
-    return kept
 
 
 def kept_record(status: Path, retry_failed: bool) -> dict | None:
@@ -159,11 +145,16 @@ def claimed(out: Path, command: str) -> Iterator[Path]:
 
 def open_out(out: Path, fresh: bool) -> Path:
     """Make ``out/raw`` ready: no symbolic link, orphans of a killed run reaped, ``fresh`` (``--fresh``)
-    honoured (:func:`harness.outdir.clear`: what the marker lists), a damaged results.json set aside.
-    Returns the raw folder (not created yet). ``out`` was claimed (:func:`claimed`).
+    honoured, a damaged results.json set aside. Returns the raw folder (not created yet). ``out`` was
+    claimed (:func:`claimed`).
+
+    ``--fresh`` removes the files the folder's marker lists (:func:`harness.outdir.clear`: the harness wrote
+    them), sets aside by name what it did not write and a fresh run would resume, be refused by or
+    overwrite (results.json and the names of :data:`_RUN_FILE` in ``raw/``), keeps everything else and says so.
 
     Raises:
-        ResultsError: ``raw`` is a symbolic link; ``--fresh`` cannot remove it; results.json is of another schema.
+        ResultsError: ``raw`` is a symbolic link; ``--fresh`` cannot remove a file; results.json is of
+            another schema version.
     """
     raw = out / "raw"
     if raw.is_symlink():
@@ -174,7 +165,7 @@ def open_out(out: Path, fresh: bool) -> Path:
     raw = inside(out, "raw", "--out folder")
     reap_orphans(raw)
     if fresh:
-        clear(out, RESULTS_WRITES)  # only what the folder's marker lists and a run writes (harness.outdir)
+        _fresh(out, raw)
     elif (out / res.RESULTS).exists():
         try:
             res.load(out)  # refuse to resume from (and overwrite) a results.json of another schema version
@@ -182,3 +173,73 @@ def open_out(out: Path, fresh: bool) -> Path:
             kept = set_aside(out / res.RESULTS, "damaged")
             note(f"{exc.cause}: kept it as {kept.name}; rebuilding {res.RESULTS} from raw/")
     return raw
+
+
+#: names in raw/ that a run writes (and a later one resumes from or overwrites): a process's files, the kept
+#: consistency results, the plan, the series tests' junit XML (harness.supervise, harness.seriestests)
+_RUN_FILE = re.compile(
+    r"r\d+-.+\.(status\.json|spec\.json|stderr|jsonl|outputs\.pt|worker\.json)"
+    r"|consistency-.+\.(json|jsonl|stderr|pt)|plan\.json|tests/\d+-.+\.xml"
+)
+
+
+def _fresh(out: Path, raw: Path) -> None:
+    """``--fresh`` (:func:`open_out`): remove what the marker lists, set aside what would resume, say what stayed."""
+    legacy = outdir.is_legacy(out)
+    removed, _ = clear(out)
+    said = [f"--fresh: removed {len(removed)} file(s) the harness wrote in {out}"]
+    if legacy:
+        said[0] = (
+            f"--fresh: {out / MARKER} is of an older harness (it lists names, not files): nothing in {out} is "
+            "provably the harness's, so nothing was removed"
+        )
+    found = [out / res.RESULTS] + [
+        p for p in sorted(raw.rglob("*")) if _RUN_FILE.fullmatch(p.relative_to(raw).as_posix())
+    ]
+    aside = [set_aside(p, "earlier") for p in found if p.is_file() and not p.is_symlink()]
+    for kept in aside[:1] if aside and aside[0].parent == out else []:
+        note(f"{out / res.RESULTS} was not written by the harness: kept it as {kept.name}")
+    if in_raw := [p.relative_to(raw).as_posix() for p in aside if p.parent != out]:
+        shown = ", ".join(in_raw[:4]) + (", ..." if len(in_raw) > 4 else "")
+        note(
+            f"{raw}: {len(in_raw)} file(s) of a run that the harness did not write (a fresh run would resume or "
+            f"overwrite them) set aside by name: {shown}"
+        )
+    kept = sorted(outdir._snapshot(out))
+    if kept:
+        shown = ", ".join(kept[:8]) + (", ..." if len(kept) > 8 else "")
+        said.append(f"kept {len(kept)} file(s) the harness did not write: {shown}")
+    note("; ".join(said))
+
+
+def check_earlier_results(out: Path, plan: dict, raw: Path) -> None:
+    """Before a run rebuilds ``out/results.json`` from ``raw/``: an earlier results.json measured with another
+    plan (:func:`harness.results.resume_plan`) is refused, naming the keys that differ; one whose processes
+    are not all in ``raw/`` (copied, or written by another run) is set aside by name, never overwritten.
+
+    Raises:
+        ResultsError: the earlier results.json has a different plan.
+    """
+    path = out / res.RESULTS
+    if not path.is_file():
+        return
+    earlier = res.load(out)
+    try:
+        theirs = res.resume_plan(earlier)
+    except (KeyError, TypeError, IndexError):
+        theirs = {}
+    differ = [k for k in PLAN_KEYS if theirs.get(k) != plan.get(k)]
+    if differ:
+        discard = "discard it" if outdir.is_ours(out, res.RESULTS) else "set it aside"
+        raise ResultsError(
+            f"{out} holds a run measured with different {', '.join(differ)}",
+            f"pass --fresh to {discard}, or a new --out directory",
+        )
+    names = [p.get("name") for p in earlier.get("processes", []) if isinstance(p, dict)]
+    missing = [n for n in names if not isinstance(n, str) or not (raw / f"{n}.status.json").is_file()]
+    if missing:
+        kept = set_aside(path, "earlier")
+        note(
+            f"{path} holds {len(missing)} process(es) that are not in {raw} ({missing[0]}, ...): kept it as "
+            f"{kept.name}; this run writes a new {res.RESULTS}"
+        )

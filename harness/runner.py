@@ -34,7 +34,7 @@ from pathlib import Path
 from harness import configs as cfg
 from harness import document as doc
 from harness import evidence as ev
-from harness import macos, observed, stats, supervise
+from harness import macos, observed, outdir, stats, supervise
 from harness import results as res
 from harness import undetermined as und
 from harness.bench import kernels
@@ -49,7 +49,7 @@ from harness.plan import Plan, RunRequest, build_manifest, plan, round_order
 from harness.policy import POLICY, CellClass, Policy, cell_costs, round_seconds
 from harness.policy import measured_seconds as _measured_seconds
 from harness.progress import note, task
-from harness.rundir import check_resumable, claimed, kept_record, open_out, removed_on_failure
+from harness.rundir import check_earlier_results, check_resumable, claimed, kept_record, open_out, removed_on_failure
 from harness.supervise import build_routes, check_starts, run_consistency, run_series_tests, run_worker
 from harness.supervise import proc_name as _proc_name  # Recorder's names (issue 30: the document change renames)
 from harness.supervise import status_path as _status_path
@@ -443,6 +443,7 @@ class Recorder:
         )
         res.save(self.plan.out, self.data)
         self.saved = True
+        outdir.record(self.plan.out)  # the marker lists this process's files (a killed run's stay provably ours)
 
 
 # ----------------------------------------------------------------------------------- schedule
@@ -575,6 +576,7 @@ def execute(request: RunRequest) -> int:
         raw = open_out(out, run.fresh)
         data = res.new_document(run.run_json(), probe_builds(run), {c.name: c.to_json() for c in run.configs})
         data["evidence"] = run.evidence.to_json()
+        check_earlier_results(out, res.resume_plan(data), raw)  # refused or set aside before a write
         raw.mkdir(parents=True, exist_ok=True)
         check_resumable(raw, res.resume_plan(data), run.rounds, adaptive=run.target is not None)
         recorder = Recorder(run, data, raw)

@@ -95,21 +95,6 @@ def test_root_home_project_and_git_folders_are_refused(tmp_path, monkeypatch, ca
     assert not (folder / outdir.MARKER).exists() and not (folder / "results.json").exists()
 
 
-def test_fresh_removes_only_what_the_marker_lists(tmp_path):
-    out = outdir.claim(tmp_path / "run", "--out", outdir.RESULTS_WRITES)
-    marker = json.loads((out / outdir.MARKER).read_text())
-    assert marker["tool"] == "torch-patch-harness" and marker["writes"] == sorted(outdir.RESULTS_WRITES)
-    (out / "raw").mkdir()
-    (out / "raw" / "r00-build-default.status.json").write_text("{}")
-    for name in ("results.json", "report.md", "latency-gemm.png", "notes.txt", ".lock"):
-        (out / name).write_text("x")
-    # a marker edited to list everything removes no more than the harness's own names
-    marker["writes"].append("*")
-    (out / outdir.MARKER).write_text(json.dumps(marker))
-    assert outdir.clear(out, outdir.RESULTS_WRITES) == ["latency-gemm.png", "raw", "report.md", "results.json"]
-    assert sorted(p.name for p in out.iterdir()) == [".lock", outdir.MARKER, "notes.txt"]
-
-
 def test_a_damaged_marker_is_refused_in_one_line(tmp_path, capsys):
     out = tmp_path / "U"
     out.mkdir()
@@ -129,17 +114,19 @@ def _legacy_run(folder: Path) -> Path:
 
 def test_a_run_made_before_the_marker_is_re_rendered_and_then_marked(tmp_path, capsys):
     run = _legacy_run(tmp_path / "old")
-    (run / "speedup.png").write_bytes(b"an older render's plot")  # the contrasts' forest plots replace it
+    (run / "speedup.png").write_bytes(b"an older render's plot")  # not provably ours: it stays
     assert runner.res.is_run(run)
     assert cli.main(["report", str(run)]) == 0
-    assert not (run / "speedup.png").exists()
+    assert (run / "speedup.png").read_bytes() == b"an older render's plot"
     assert (run / "report.md").read_text() == (EXAMPLE / "report.md").read_text()
-    assert json.loads((run / outdir.MARKER).read_text())["writes"] == sorted(outdir.RESULTS_WRITES)
+    files = json.loads((run / outdir.MARKER).read_text())["files"]
+    assert files == sorted(p.name for p in EXAMPLE.iterdir() if p.name.endswith(".png") or p.name == "report.md")
     assert (run / "notes.txt").read_text() == "mine\n"
-    # --fresh on it removes the run's names only
+    # --fresh on it removes what the report wrote only: results.json was there before the marker
     (run / "raw").mkdir()
-    assert {"raw", "report.md", "results.json", "contrast-1.png"} <= set(outdir.clear(run, outdir.RESULTS_WRITES))
-    assert sorted(p.name for p in run.iterdir()) == [outdir.MARKER, "notes.txt"]
+    removed, kept = outdir.clear(run)
+    assert removed == files and kept == ["notes.txt", "results.json", "speedup.png"]
+    assert sorted(p.name for p in run.iterdir()) == [outdir.MARKER, "notes.txt", "raw", "results.json", "speedup.png"]
     assert (run / "notes.txt").read_text() == "mine\n"
 
 
@@ -232,10 +219,11 @@ def test_no_file_in_an_output_folder_is_written_through_a_link(tmp_path):
 
 def _dist(folder: Path, marker: dict | None = None) -> dict[str, str]:
     outdir.claim(folder, "--dist", outdir.DIST_WRITES)
-    if marker is not None:  # as a harness before kinds wrote it (compare had added its names)
-        (folder / outdir.MARKER).write_text(json.dumps(marker))
     (folder / "tinyext-1.0+stock-py3-none-any.whl").write_bytes(b"a wheel of hours")
     (folder / "logs").mkdir()
+    outdir.finish(failed=False)  # as the build command ends: its marker lists the wheel
+    if marker is not None:  # as a harness before kinds wrote it (compare had added its names)
+        (folder / outdir.MARKER).write_text(json.dumps(marker))
     return tree_digest(folder)
 
 
@@ -256,9 +244,9 @@ def test_fresh_out_on_a_dist_folder_is_refused_and_deletes_no_wheel(tmp_path, ca
     for what, writes in (("doctor --out", outdir.DOCTOR_WRITES), ("preview DIR", outdir.PREVIEW_WRITES)):
         with pytest.raises(rundir.ResultsError, match=r"is a dist folder of the harness"):
             outdir.claim(dist, what, writes)
-    # --fresh removes only what the marker lists and the command writes: a run's clear leaves the wheels
-    assert outdir.clear(dist, outdir.RESULTS_WRITES) == []
-    assert outdir.clear(dist, outdir.DIST_WRITES) == ["logs", "tinyext-1.0+stock-py3-none-any.whl"]
+    # the marker lists the wheel the build wrote; one of an older harness (names, not files) lists none
+    wheel = "tinyext-1.0+stock-py3-none-any.whl"
+    assert outdir.clear(dist) == (([], [wheel]) if old else ([wheel], []))
 
 
 def test_preview_and_report_take_an_unmarked_folder_only_with_a_results_json_that_loads(tmp_path, capsys):
@@ -283,3 +271,163 @@ def test_preview_and_report_take_an_unmarked_folder_only_with_a_results_json_tha
     assert outdir.holds_results(run) and cli.main(["report", str(run)]) == 0
     (run / outdir.MARKER).unlink()
     assert cli.main(["preview", str(run)]) == 0 and (run / "report.html").is_file()
+
+
+# ------------------------------------- nothing lost, nothing stale: results.json and --fresh file by file
+SMALL_AB = ["--device", "cpu", "--quick", "--configs", "default", "--rounds", "1", "--target-ci", "0"]
+
+
+def _ab(out: Path, *extra: str, cell: str = "mm/8x8x8/float32") -> list[str]:
+    this = f"python:{sys.executable}"
+    return ["compare", "--stock", this, "--patched", this, *SMALL_AB, "--cells", cell, *extra, "--out", str(out)]
+
+
+def _sha(path: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def small_ab(tmp_path_factory) -> Path:
+    """A finished one-cell A/A compare (2 processes) written by this harness, marked file by file."""
+    out = tmp_path_factory.mktemp("ab") / "run"
+    assert cli.main(_ab(out)) == 0
+    return out
+
+
+def test_the_marker_lists_every_file_the_run_wrote_one_by_one(small_ab):
+    marker = json.loads((small_ab / outdir.MARKER).read_text())
+    written = sorted(
+        p.relative_to(small_ab).as_posix() for p in small_ab.rglob("*") if p.is_file() and p.name != outdir.MARKER
+    )
+    assert marker["kind"] == "run" and "writes" not in marker
+    assert marker["files"] == written and "raw/r00-stock-default.status.json" in written
+    assert not any(c in name for name in marker["files"] for c in "*?[")  # no patterns
+
+
+@pytest.mark.parametrize("schema", [1, 2])
+def test_an_older_results_json_of_another_plan_is_refused_and_nothing_is_left(tmp_path, capsys, schema):
+    """A copied example (other builds, 8 cells, 2 configs) alone in --out: the compare replaced it by its 4
+    new processes without a word; relabelled schema 2 it was refused but the marker stayed behind."""
+    out = tmp_path / "F"
+    out.mkdir()
+    data = json.loads((EXAMPLE / "results.json").read_text())
+    data["schema_version"] = schema
+    (out / "results.json").write_text(json.dumps(data))
+    before = tree_digest(out)
+    line = _error(capsys, *_ab(out))
+    if schema == 1:
+        assert line.startswith(f"error: {out} holds a run measured with different cells, configs, ")
+        assert line.endswith("-- pass --fresh to set it aside, or a new --out directory")
+    else:
+        assert "schema" in line
+    assert tree_digest(out) == before  # no marker, no raw/, no lock: nothing new
+
+
+def test_an_older_results_json_of_other_cells_is_refused_naming_cells(small_ab, tmp_path, capsys):
+    out = tmp_path / "F"
+    out.mkdir()
+    shutil.copy(small_ab / "results.json", out / "results.json")
+    before = tree_digest(out)
+    line = _error(capsys, *_ab(out, cell="mm/16x16x16/float32"))
+    assert line == (
+        f"error: {out} holds a run measured with different cells -- pass --fresh to set it aside, "
+        "or a new --out directory"
+    )
+    assert tree_digest(out) == before
+
+
+def test_an_older_results_json_is_set_aside_by_name_and_fresh_keeps_the_users_files(small_ab, tmp_path, capsys):
+    """A copied results.json beside the user's raw/mine.txt (no marker): the run replaced the results.json,
+    and --fresh removed raw/ whole; in a marked folder --fresh removed the user's files in raw/ and the
+    top-level files whose names only matched its patterns."""
+    out = tmp_path / "F"
+    (out / "raw").mkdir(parents=True)
+    shutil.copy(small_ab / "results.json", out / "results.json")
+    (out / "raw" / "mine.txt").write_text("mine\n")
+    old, mine = _sha(out / "results.json"), _sha(out / "raw" / "mine.txt")
+    # same plan, its processes are not in raw/: set aside under the name the message prints
+    assert cli.main(_ab(out, "--fresh")) == 0
+    err = capsys.readouterr().err
+    kept = [p for p in out.iterdir() if p.name.startswith("results.json.")]
+    assert len(kept) == 1 and _sha(kept[0]) == old
+    assert f"{out / 'results.json'} was not written by the harness: kept it as {kept[0].name}" in err
+    assert f"kept 2 file(s) the harness did not write: raw/mine.txt, {kept[0].name}" in err
+    assert _sha(out / "raw" / "mine.txt") == mine
+    files = json.loads((out / outdir.MARKER).read_text())["files"]
+    assert "raw/mine.txt" not in files and kept[0].name not in files and "results.json" in files
+    # the folder is marked now: the user adds files in raw/ and beside the report
+    users = {
+        "raw/mine.txt": None,
+        "raw/r00-stock-default.notes": b"my notes on that process",
+        "contrast-mine-notes.png": b"my plot",
+        "latency-old.png": b"an old plot of mine",
+        "notes.md": b"# my notes\n",
+    }
+    for name, content in users.items():
+        if content is not None:
+            (out / name).write_bytes(content)
+    sums = {name: _sha(out / name) for name in [*users, kept[0].name]}
+    stale = (out / "raw" / "r00-stock-default.status.json").stat().st_mtime_ns
+    assert cli.main(_ab(out, "--fresh")) == 0
+    err = capsys.readouterr().err
+    assert {name: _sha(out / name) for name in sums} == sums  # byte-identical
+    assert (out / "raw" / "r00-stock-default.status.json").stat().st_mtime_ns != stale  # ours: removed, rerun
+    assert f"--fresh: removed {len(files)} file(s) the harness wrote in {out}; kept 6 file(s) the harness" in err
+    assert len(files) == 14  # results.json, report.md, contrast-1.png, raw/plan.json, 5 files of each process
+    assert not [p for p in out.iterdir() if p.name.startswith("results.json.") and p != kept[0]]
+
+
+def test_fresh_removes_only_the_files_the_marker_lists(tmp_path):
+    out = outdir.claim(tmp_path / "run", "--out", outdir.RESULTS_WRITES)
+    (out / "raw").mkdir()
+    for name in ("results.json", "report.md", "latency-gemm.png", "raw/r00-b-default.status.json"):
+        (out / name).write_text("x")
+    outdir.record(out)
+    for name in ("notes.txt", "contrast-mine-notes.png", "latency-old.png", "raw/mine.txt"):
+        (out / name).write_text("mine")
+    removed, kept = outdir.clear(out)
+    assert removed == ["latency-gemm.png", "raw/r00-b-default.status.json", "report.md", "results.json"]
+    assert kept == ["contrast-mine-notes.png", "latency-old.png", "notes.txt", "raw/mine.txt"]
+    assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*")) == sorted([outdir.MARKER, "raw", *kept])
+
+
+def test_a_marker_of_an_older_harness_lists_names_and_fresh_removes_nothing_then(tmp_path):
+    out = tmp_path / "run"
+    (out / "raw").mkdir(parents=True)
+    old = {"tool": outdir.TOOL, "writes": ["raw", "results.json", "latency-*.png"]}
+    (out / outdir.MARKER).write_text(json.dumps(old))
+    for name in ("results.json", "latency-old.png", "raw/mine.txt"):
+        (out / name).write_text("maybe mine")
+    before = tree_digest(out)
+    assert outdir.marked_kind(out) == "run" and outdir.read_marker(out) == []
+    removed, kept = outdir.clear(out)
+    assert removed == [] and kept == ["latency-old.png", "raw/mine.txt", "results.json"]
+    assert tree_digest(out) == before
+
+
+def test_fresh_under_a_marker_of_an_older_harness_removes_and_overwrites_nothing(small_ab, tmp_path, capsys):
+    """Its marker lists names (``raw``, ``latency-*.png``): --fresh removed whatever matched them."""
+    out = tmp_path / "F"
+    shutil.copytree(small_ab, out)
+    (out / outdir.MARKER).write_text(json.dumps({"tool": outdir.TOOL, "writes": list(outdir.RESULTS_WRITES)}))
+    (out / "latency-old.png").write_bytes(b"mine, or an old render's")
+    earlier = {p.relative_to(out).as_posix(): _sha(p) for p in out.rglob("*") if p.is_file()}
+    assert cli.main(_ab(out, "--fresh")) == 0
+    err = capsys.readouterr().err
+    assert (
+        f"--fresh: {out / outdir.MARKER} is of an older harness (it lists names, not files): nothing in {out} is "
+        "provably the harness's, so nothing was removed" in err
+    )
+    now = {p.relative_to(out).as_posix(): _sha(p) for p in out.rglob("*") if p.is_file()}
+    for name, digest in earlier.items():  # every earlier file is there, as it was, or set aside by name
+        if name == outdir.MARKER:
+            continue
+        aside = [n for n in now if n.startswith((f"{name}.earlier-", f"{name}.kept-"))]
+        assert now.get(name) == digest or [now[n] for n in aside] == [digest], name
+    assert (
+        "raw/r00-stock-default.status.json.earlier-" in " ".join(now)
+        and now["latency-old.png"] == earlier["latency-old.png"]
+    )
+    assert "latency-old.png" not in json.loads((out / outdir.MARKER).read_text())["files"]

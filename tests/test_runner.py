@@ -150,10 +150,17 @@ def test_report_command_re_renders_report_and_plots_byte_for_byte(ab_run, tmp_pa
     assert not list(out.glob("latency-*.png")) and "(latency-" not in text and not (out / "speedup.png").exists()
     for n in names:
         (out / n).unlink()
-    (out / "speedup.png").write_bytes(b"an earlier render's")
+    (out / "speedup.png").write_bytes(b"an earlier render's")  # listed in the marker: the harness wrote it
+    marker = json.loads((out / ".torch-patch-harness-out.json").read_text())
+    (out / ".torch-patch-harness-out.json").write_text(
+        json.dumps({**marker, "files": [*marker["files"], "speedup.png"]})
+    )
     proc = harness("report", str(out))
     assert proc.returncode == 0, proc.stderr
     assert {n: (out / n).read_bytes() for n in names} == original and not (out / "speedup.png").exists()
+    # one the marker does not list may be the user's: it stays
+    (out / "speedup.png").write_bytes(b"mine")
+    assert harness("report", str(out)).returncode == 0 and (out / "speedup.png").read_bytes() == b"mine"
 
 
 def test_crashing_worker_marks_its_cells_failed_and_the_run_continues(tmp_path, this_python, monkeypatch):
