@@ -268,13 +268,13 @@ def contrast_line(run: RunDocument, contrast) -> str:
     if any(m.config in (contrast.a.config, contrast.b.config) for m in mismatches(run)):
         verdict += " (A against B; the declared route against both: the errors above)"
     return (
-        f"Kernels (the one with the largest device time{'' if _all_timed(run, contrast, keys) else UNTIMED}): "
+        f"Kernels ({'the one with the largest device time' if _all_timed(run, contrast, keys) else UNTIMED}): "
         f"A {_side_words(run, contrast.a, keys)}; B {_side_words(run, contrast.b, keys)}; {verdict}."
     )
 
 
 #: said where an observation has no device durations (older results.json)
-UNTIMED = "; durations not recorded in this results.json: the first kernel that is not a memset or copy"
+UNTIMED = "the first that is not a memset or copy: durations not recorded in this results.json"
 
 
 def _all_timed(run: RunDocument, contrast, keys: list[str]) -> bool:
