@@ -26,7 +26,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from harness import configs as cfg
-from harness.bench.kernels import RULES, label, main_index
+from harness.bench.kernels import RULES, TRACES, label, main_index
 from harness.bench.workloads import Cell
 from harness.document import RunDocument
 
@@ -267,10 +267,14 @@ def contrast_line(run: RunDocument, contrast) -> str:
     verdict = "A and B ran " + verdict
     if any(m.config in (contrast.a.config, contrast.b.config) for m in mismatches(run)):
         verdict += " (A against B; the declared route against both: the errors above)"
-    return (
-        f"Kernels ({'the one with the largest device time' if _all_timed(run, contrast, keys) else UNTIMED}): "
-        f"A {_side_words(run, contrast.a, keys)}; B {_side_words(run, contrast.b, keys)}; {verdict}."
-    )
+    which = ""
+    if run.header.device in TIMED_DEVICES:  # where a trace records device durations
+        which = f" ({'the one with the largest device time' if _all_timed(run, contrast, keys) else UNTIMED})"
+    return f"Kernels{which}: A {_side_words(run, contrast.a, keys)}; B {_side_words(run, contrast.b, keys)}; {verdict}."
+
+
+#: devices whose trace records each kernel's device duration (:attr:`harness.bench.kernels.Trace.durations`)
+TIMED_DEVICES = tuple(d for d, t in TRACES.items() if t.durations is not None)
 
 
 #: said where an observation has no device durations (older results.json)
@@ -296,15 +300,23 @@ def details(run: RunDocument) -> list[str]:
     traces = sorted({o["trace"] for per in run.kernels.values() for c in per.values() for o in c.values()})
     out += [
         f"One untimed call per (build, config, cell) in the first round, observed through {', '.join(traces)} "
-        "(harness/bench/kernels.py); shown: the kernel that did the work, the one with the largest device time "
-        "(a memset or copy only when it is the largest)"
+        "(harness/bench/kernels.py); shown: the kernel that did the work"
         + (
-            ""
-            if all(timed(o) for per in run.kernels.values() for c in per.values() for o in c.values() if o["names"])
-            else "; where durations were not recorded (results.json before they were), the first kernel that is "
-            "not a memset, copy or reduction"
+            (
+                ", the one with the largest device time (a memset or copy only when it is the largest)"
+                + (
+                    ""
+                    if all(
+                        timed(o) for per in run.kernels.values() for c in per.values() for o in c.values() if o["names"]
+                    )
+                    else "; where durations were not recorded (results.json before they were), the first kernel that "
+                    "is not a memset, copy or reduction"
+                )
+            )
+            if head.device in TIMED_DEVICES
+            else ", the first kernel that is not a memset, copy or reduction (this trace records no durations)"
         )
-        + ". The call's other kernels follow the table.",
+        + ". The calls' other kernels are counted below each table.",
         "",
     ]
     if any(_base(run, b) for b in head.builds):  # a series with bases

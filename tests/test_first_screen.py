@@ -153,3 +153,27 @@ def test_check_bound_notes_leave_the_first_screen_unless_a_claim_rests_on_them()
     text = (ROOT / "h200-aa-floor" / "report.md").read_text()
     assert "Check uninformative" not in pr_block(text)
     assert "## Notes on the checks" in text and "consistency check(s) whose sum of bounds" in text
+
+
+def test_a_check_bound_note_a_claim_rests_on_stays_on_the_first_screen():
+    """cpu-contrasts claims `patched/default` equivalent to `stock/default`: an uninformative accuracy check of
+    patched under `default` is a note the claim rests on (first screen); the same check under `no_vec`, which
+    no claimed contrast of that cell compares on patched, goes to the details."""
+    import json
+
+    data = json.loads((ROOT / "cpu-contrasts" / "results.json").read_text())
+    key = "mm/333x444x555/float32"
+
+    def planted(config: str) -> tuple[str, str]:
+        copy = json.loads(json.dumps(data))
+        proc = next(p for p in copy["processes"] if (p["round"], p["build"], p["config"]) == (0, "patched", config))
+        proc["cells"][key]["check"] = {**proc["cells"][key]["check"], "status": "uninformative", "passed": False}
+        text = report.render(doc.from_json(copy))
+        return pr_block(text), text
+
+    block, _ = planted("default")
+    assert "**Check uninformative:** 1 accuracy check(s)" in block and "`default` mm M333 N444 K555" in block
+    block, text = planted("no_vec")
+    assert (
+        "Check uninformative" not in block and "`no_vec` mm M333 N444 K555" in text.split("## Notes on the checks")[1]
+    )
