@@ -825,6 +825,8 @@ class MergeDocument:
     builds_same: str = ""
     #: ``compare --plant-k`` of every source (a calibration merge: all sources planted the same K), else None
     plant_k: float | None = None
+    #: whether every source compared one torch with itself (an A/A merge); None: not recorded (older merges)
+    aa: bool | None = None
 
     def to_json(self) -> dict:
         return {
@@ -839,6 +841,7 @@ class MergeDocument:
             "contrasts": [c.to_json() for c in self.contrasts],
             "builds_differ": list(self.builds_differ),
             "builds_same": self.builds_same,
+            **({"runs_are_aa": self.aa} if self.aa is not None else {}),
             "sources": [s.to_json() for s in self.sources],
         }
 
@@ -872,6 +875,7 @@ class MergeDocument:
                 d["harness_version"],
                 str(d.get("builds_same", "")),
                 _finite(d.get("plant_k")),
+                d["runs_are_aa"] if isinstance(d.get("runs_are_aa"), bool) else None,
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ResultsError(f"{where} is a damaged merged document ({type(exc).__name__}: {exc})", again) from None

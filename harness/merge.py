@@ -40,8 +40,8 @@ from pathlib import Path
 import harness
 from harness import contrasts as con
 from harness import document as doc
+from harness import prbody, stats
 from harness import results as res
-from harness import stats
 from harness.errors import ResultsError
 from harness.fsutil import atomic_write_json, atomic_write_text, sha256_file
 from harness.outdir import make_room, marked_kind
@@ -468,7 +468,19 @@ def merge(
         harness.__version__,
         "" if differ else _builds_same(first),
         plant_k(first),
+        all(is_aa(run) for _, run in runs),
     )
+
+
+def is_aa(run: doc.RunDocument) -> bool:
+    """Whether a run compared one torch with itself: two builds of the same version, git commit and (where
+    both were built here) source tree, as :func:`harness.report.same_identity` tells an A/A run."""
+    builds = list(run.builds.values())
+    if len(builds) != 2:
+        return False
+    a, b = builds
+    same_tree = a.tree is None or b.tree is None or a.tree == b.tree
+    return (a.torch_version, a.git_version) == (b.torch_version, b.git_version) and same_tree
 
 
 def _peek(path: Path):
@@ -664,6 +676,15 @@ def _partial_cells(merged: doc.MergeDocument) -> list[str]:
     ]
 
 
+#: the merged block's estimator, said against a single run's (whose PR block judges each cell)
+ESTIMATOR_WORDS = (
+    "The tables give, per machine and contrast, another estimator than a single run's PR block: the geometric "
+    "mean over the contrast's cells of whole processes paired by round, with its exact 95% CI (a single run's "
+    "per-config summary, in its details); each cell per machine (details) is, as in a single run's report, "
+    f"{prbody.CELL_ESTIMATOR}."
+)
+
+
 def pr_block(merged: doc.MergeDocument) -> list[str]:
     """The merged PR-body block: where, the machines, per contrast one row per machine, the agreement lines."""
     n = len(merged.sources)
@@ -678,11 +699,15 @@ def pr_block(merged: doc.MergeDocument) -> list[str]:
             "the device: benchmarks/planted_cost.py); SDPA cells are unchanged.",
             "",
         ]
+    if merged.aa:
+        same = "on every machine both builds are the same torch (version, git hash)"
+        out += [f"> **Note:** {same}: {prbody.AA_WORDS}.", ""]
+    elif merged.aa is None:
+        out += ["> **Note:** whether the runs are A/A is not recorded in this merged document (merge them again).", ""]
     out += [
         f"`{merged.device}` runs{series} on {n} machines, merged; each machine's run is its own (results.json and "
         "its sha256 in the details) and no number is pooled across machines. Speedup = B time / A time "
-        "(> 1: A faster): per machine, the geometric mean over the contrast's cells of whole processes paired "
-        "by round, exact 95% CI; faster/slower when the whole CI lies beyond "
+        f"(> 1: A faster). {ESTIMATOR_WORDS} Faster/slower when the whole CI lies beyond "
         f"±{POLICY.kernel_bound.band:.0%}, equivalent when inside. "
         "The lines under the tables count the machines' verdicts.",
         "",

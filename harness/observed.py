@@ -26,7 +26,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from harness import configs as cfg
-from harness.bench.kernels import label
+from harness.bench.kernels import RULES, TRACES, label, main_index
 from harness.bench.workloads import Cell
 from harness.document import RunDocument
 
@@ -196,15 +196,44 @@ def short_line(text: str, limit: int = 200) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def describe(obs: dict | None) -> str:
-    """One observation in words: ``<path> `<first kernel>```, ``no trace``, or ``not observed: <why>``."""
+def timed(obs: dict | None) -> bool:
+    """Whether the observation recorded each kernel's device duration (``device_us``; older results.json
+    did not)."""
+    return bool(obs) and isinstance(obs.get("device_us"), list) and len(obs["device_us"]) == len(obs["names"])
+
+
+def main_kernel(run: RunDocument, obs: dict | None) -> str | None:
+    """The kernel that did the work in one observation (:func:`harness.bench.kernels.main_index`: the largest
+    device time, else the first that is not a memset, copy or reduction); None without names or with an error."""
+    if not obs or obs.get("error") or not obs.get("names"):
+        return None
+    device = run.header.device
+    if device not in RULES:
+        return obs["names"][0]
+    return obs["names"][main_index(device, obs["names"], obs.get("device_us") if timed(obs) else None)]
+
+
+def others(run: RunDocument, obs: dict | None) -> list[str]:
+    """The names of the call's other kernels (all but :func:`main_kernel`), in call order."""
+    main = main_kernel(run, obs)
+    if main is None:
+        return []
+    at = obs["names"].index(main)
+    return [n for i, n in enumerate(obs["names"]) if i != at]
+
+
+def describe(obs: dict | None, run: RunDocument | None = None) -> str:
+    """One observation in words: ``<path> `<kernel that did the work>``` (with its device time where
+    recorded), ``no trace``, or ``not observed: <why>``."""
     if obs is None:
         return "not observed"
     if obs.get("error"):
         return f"not observed: {obs['error']}"
     if not obs["names"]:
         return label(None)
-    return f"{label(obs['path'])} `{short(obs['names'][0])}`"
+    main = main_kernel(run, obs) if run is not None else obs["names"][0]
+    us = f" {obs['device_us'][obs['names'].index(main)]:,.1f} µs" if timed(obs) else ""
+    return f"{label(obs['path'])} `{short(main)}`{us}"
 
 
 def default_config(device: str) -> str:
@@ -214,15 +243,16 @@ def default_config(device: str) -> str:
 
 
 def same_kernel(run: RunDocument, build: str, config: str, key: str) -> bool:
-    """Whether ``config`` ran exactly the kernels the device's default config ran for this build and cell."""
-    mine, base = seen(run, build, config, key), seen(run, build, default_config(run.header.device), key)
-    return bool(mine and base and mine["names"] and not mine.get("error") and mine["names"] == base["names"])
+    """Whether ``config`` ran the kernel that did the work (:func:`main_kernel`) that the device's default
+    config ran for this build and cell."""
+    mine = main_kernel(run, seen(run, build, config, key))
+    return mine is not None and mine == main_kernel(run, seen(run, build, default_config(run.header.device), key))
 
 
 def _side_words(run: RunDocument, side, keys: list[str]) -> str:
     found = [seen(run, side.build, side.config, k) for k in keys]
     paths = Counter(describe(o) if o is None or o.get("error") else label(o["path"]) for o in found)
-    names = sorted({o["names"][0] for o in found if o and o["names"] and not o.get("error")})
+    names = sorted({m for o in found if (m := main_kernel(run, o))})
     text = ", ".join(f"{p} ×{n}" for p, n in paths.items())
     if 0 < len(names) <= 2:
         text += " (" + ", ".join(f"`{short(n)}`" for n in names) + ")"
@@ -242,7 +272,7 @@ def contrast_line(run: RunDocument, contrast) -> str:
     if not keys:
         return "Kernels: no cell of this run is covered."
     both = [  # cells with a kernel observed on both sides: only those can be the same or different
-        (a["names"], b["names"])
+        (main_kernel(run, a), main_kernel(run, b))
         for k in keys
         if (a := seen(run, contrast.a.build, contrast.a.config, k))
         and (b := seen(run, contrast.b.build, contrast.b.config, k))
@@ -253,12 +283,33 @@ def contrast_line(run: RunDocument, contrast) -> str:
     if not both:
         verdict = "no cell has a kernel observed on both sides"
     elif same == len(both):
-        verdict = "the same kernel in every cell" + part
+        verdict = "A and B ran the same kernel in every cell" + part
     elif same:
-        verdict = f"the same kernel in {same} of {len(both)} cells" + part
+        verdict = f"A and B ran the same kernel in {same} of {len(both)} cells" + part
     else:
-        verdict = "a different kernel in every cell" + part
-    return f"Kernels: A {_side_words(run, contrast.a, keys)}; B {_side_words(run, contrast.b, keys)}; {verdict}."
+        verdict = "A and B ran a different kernel in every cell" + part
+    if both and any(m.config in (contrast.a.config, contrast.b.config) for m in mismatches(run)):
+        verdict += " (A against B; the declared route against both: the errors above)"
+    which = ""
+    if run.header.device in TIMED_DEVICES:  # where a trace records device durations
+        which = f" ({'the one with the largest device time' if _all_timed(run, contrast, keys) else UNTIMED})"
+    return f"Kernels{which}: A {_side_words(run, contrast.a, keys)}; B {_side_words(run, contrast.b, keys)}; {verdict}."
+
+
+#: devices whose trace records each kernel's device duration (:attr:`harness.bench.kernels.Trace.durations`)
+TIMED_DEVICES = tuple(d for d, t in TRACES.items() if t.durations is not None)
+
+
+#: said where an observation has no device durations (older results.json)
+UNTIMED = "the first that is not a memset or copy: durations not recorded in this results.json"
+
+
+def _all_timed(run: RunDocument, contrast, keys: list[str]) -> bool:
+    return all(
+        timed(o) or not (o and o.get("names"))
+        for side in (contrast.a, contrast.b)
+        for o in (seen(run, side.build, side.config, k) for k in keys)
+    )
 
 
 def details(run: RunDocument) -> list[str]:
@@ -272,7 +323,23 @@ def details(run: RunDocument) -> list[str]:
     traces = sorted({o["trace"] for per in run.kernels.values() for c in per.values() for o in c.values()})
     out += [
         f"One untimed call per (build, config, cell) in the first round, observed through {', '.join(traces)} "
-        "(harness/bench/kernels.py); the first kernel name is shown.",
+        "(harness/bench/kernels.py); shown: the kernel that did the work"
+        + (
+            (
+                ", the one with the largest device time (a memset or copy only when it is the largest)"
+                + (
+                    ""
+                    if all(
+                        timed(o) for per in run.kernels.values() for c in per.values() for o in c.values() if o["names"]
+                    )
+                    else "; where durations were not recorded (results.json before they were), the first kernel that "
+                    "is not a memset, copy or reduction"
+                )
+            )
+            if head.device in TIMED_DEVICES
+            else ", the first kernel that is not a memset, copy or reduction (this trace records no durations)"
+        )
+        + ". The calls' other kernels are counted below each table.",
         "",
     ]
     if any(_base(run, b) for b in head.builds):  # a series with bases
@@ -284,9 +351,24 @@ def details(run: RunDocument) -> list[str]:
             row = [
                 f"same kernel as `{base}`"
                 if config != base and same_kernel(run, b, config, key)
-                else describe(seen(run, b, config, key))
+                else describe(seen(run, b, config, key), run)
                 for b in head.builds
             ]
             out.append(f"| {key} | " + " | ".join(row) + " |")
         out.append("")
+        rest = Counter(
+            short(n) for key in head.cells for b in head.builds for n in others(run, seen(run, b, config, key))
+        )
+        if rest:
+            ranked = sorted(rest.items(), key=lambda p: (-p[1], p[0]))
+            out += [
+                "Other kernels of these calls (not shown above): "
+                + ", ".join(f"`{n}` in {plural(c, 'call')}" for n, c in ranked)
+                + ".",
+                "",
+            ]
     return out
+
+
+def plural(n: int, word: str) -> str:
+    return f"{n} {word}" + ("" if n == 1 else "s")

@@ -13,12 +13,36 @@ lines) for the default matrix of every device. Rendered from results.json alone.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from harness import contrasts as con
 from harness import document as doc
 from harness import observed, stats
 from harness.document import Build, RunDocument, SeriesTests
 from harness.evidence import EQUIVALENCE_CLAIMS, Contrast
+
+
+@dataclass(frozen=True)
+class Listed:
+    """Items a sentence counts and names. The count and the list of a sentence come from one of these, so
+    they cannot part: :meth:`counted` writes ``<N> <what>: a, b, c and K more`` with N the number of items
+    and K the ones not named."""
+
+    items: tuple[str, ...]
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def names(self, limit: int) -> str:
+        """The first ``limit`` items, then ``and K more`` for the rest."""
+        more = len(self.items) - limit
+        shown = ", ".join(self.items[: limit if more > 0 else len(self.items)])
+        return shown + (f" and {more} more" if more > 0 else "")
+
+    def counted(self, what: str, limit: int) -> str:
+        """``<N> <what>: <names>``: ``what`` may carry a parenthesis, never a colon."""
+        return f"{len(self.items)} {what}: {self.names(limit)}"
+
 
 #: words for a claim's outcome in the block
 OUTCOME_WORDS = {
@@ -280,13 +304,20 @@ def render_block(
     return out
 
 
+#: a cell's estimator, in the words of every report (a single run's PR block, a merge's)
+CELL_ESTIMATOR = (
+    "the Hodges-Lehmann estimate over the per-process medians of the rounds both sides ran, with its exact 95% CI"
+)
+
 #: the one definition of speedup, in the PR block (docs/reading-the-report.md says the same)
 SPEEDUP_DEFINITION = (
-    "Speedup = B time / A time (> 1: A faster; stock vs patched: A = patched, B = stock), the Hodges-Lehmann "
-    "estimate over the per-process medians of the rounds both sides ran, with its exact 95% CI; faster/slower "
-    "when the whole CI lies beyond ±2% (±5% for launch-bound cells, whose device waits for the host), "
-    "equivalent when it lies inside."
+    f"Speedup = B time / A time (> 1: A faster; stock vs patched: A = patched, B = stock), {CELL_ESTIMATOR}; "
+    "faster/slower when the whole CI lies beyond ±2% (±5% for launch-bound cells, whose device waits for the "
+    "host), equivalent when it lies inside."
 )
+
+#: what an A/A run's reports say, a single run's and a merge's alike
+AA_WORDS = "an A/A run; any verdict other than equivalent/undetermined is a false positive"
 
 
 #: added to :data:`SPEEDUP_DEFINITION` where some launch-bound cell was judged on device time

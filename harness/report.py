@@ -191,10 +191,7 @@ def _what_was_compared(run: RunDocument) -> list[str]:
     elif len(builds) == 2 and same_identity(run, *builds):
         inputs = [run.builds[b].input for b in builds]
         if inputs[0].get("sha256") == inputs[1].get("sha256"):
-            notes.append(
-                "> **Note:** both builds are the same torch (version, git hash, wheel): an A/A run; "
-                "any verdict other than equivalent/undetermined is a false positive."
-            )
+            notes.append(f"> **Note:** both builds are the same torch (version, git hash, wheel): {prbody.AA_WORDS}.")
         else:
             shown = ", ".join(
                 f"{b}: {i.get('kind')} `{Path(str(i.get('value'))).name}`" for b, i in zip(builds, inputs)
@@ -203,19 +200,20 @@ def _what_was_compared(run: RunDocument) -> list[str]:
                 f"> **Note:** both builds are the same torch (version `{prov[builds[0]]['torch_version']}`, "
                 f"git hash `{short_sha(prov[builds[0]]['git_version'])}`"
                 + (", source tree" if run.builds[builds[0]].tree else "")
-                + f") although their files differ ({shown}): an A/A run; any verdict other than "
-                "equivalent/undetermined is a false positive."
+                + f") although their files differ ({shown}): {prbody.AA_WORDS}."
             )
     variants = {
         b: (f"CUDA {prov[b]['cuda_version']}" if prov[b].get("cuda_version") else "CPU-only")
         + (" + MPS" if prov[b]["mps_built"] else "")
         for b in builds
     }
-    if len(set(variants.values())) > 1:
+    versions = {b: run.builds[b].torch_version for b in builds}
+    if len(set(variants.values())) > 1 or (len(builds) == 2 and len(set(versions.values())) > 1):
+        differ = [w for w, d in (("versions", versions), ("variants", variants)) if len(set(d.values())) > 1]
         notes.append(
-            "> **Note:** the builds are different variants ("
-            + ", ".join(f"{b}: {v}" for b, v in variants.items())
-            + "); differences may come from that, not from a patch."
+            f"> **Note:** not an A/A run: the builds are different torch {' and '.join(differ)} ("
+            + "; ".join(f"{b}: torch {versions[b]}, {variants[b]}" for b in builds)
+            + f"); differences may come from the {' or '.join(w[:-1] for w in differ)}, not from a patch."
         )
     return [line for note in notes for line in (note, "")]  # one blockquote each
 
@@ -230,8 +228,7 @@ def checked(run: RunDocument) -> list[tuple[str, str, str, Mapping]]:
 
 
 def _named(items: list[str]) -> str:
-    shown = ", ".join(items[:NAMED_CELLS])
-    return shown + (f" and {len(items) - NAMED_CELLS} more" if len(items) > NAMED_CELLS else "")
+    return prbody.Listed(tuple(items)).names(NAMED_CELLS)
 
 
 def _cell_words(key: str) -> str:
@@ -239,23 +236,42 @@ def _cell_words(key: str) -> str:
     return f"{cell.op} {cell.label} {cell.dtype}"
 
 
-def check_notes(run: RunDocument) -> list[str]:
-    """First-screen lines about the checks themselves (harness.bench.accuracy): checks whose bound is too
-    loose to fail on a plainly wrong output (**check uninformative**, with bound and error), the routed
-    kernel's errors over the default path's bound (**finding**), builds whose base could not be told,
-    and uninformative consistency pairs."""
-    notes = []
+def _claimed(run: RunDocument) -> list:
+    """The run's contrasts that claim something (a claim rests on the checks of its sides)."""
+    return [c for c in prbody.declared(run) if c.claim != "none"]
+
+
+def _rests_on(run: RunDocument, build: str, configs: tuple[str, ...], key: str) -> bool:
+    """Whether a claimed contrast compares ``build`` under every one of ``configs`` on cell ``key``."""
+    cell = cell_of(key)
+    return any(
+        c.covers(cell.op, cell.dtype)
+        and all(any((s.build, s.config) == (build, config) for s in (c.a, c.b)) for config in configs)
+        for c in _claimed(run)
+    )
+
+
+def check_notes(run: RunDocument) -> tuple[list[str], list[str]]:
+    """Lines about the checks themselves (harness.bench.accuracy), as (first screen, details): checks whose
+    bound is too loose to fail on a plainly wrong output (**check uninformative**, with bound and error),
+    the routed kernel's errors over the default path's bound (**finding**, first screen), builds whose
+    base could not be told, and uninformative consistency pairs. A note about a config's own check bound
+    is on the first screen only when a claimed contrast rests on one of its checks; else in the details."""
+    notes, aside = [], []
     records = checked(run)
     loose = [
-        f"`{c}` {_cell_words(k)} on {b} (bound {r['bound']:.3g}, error {_err(r['rel_error'])})"
+        (f"`{c}` {_cell_words(k)} on {b} (bound {r['bound']:.3g}, error {_err(r['rel_error'])})", (b, (c,), k))
         for c, k, b, r in records
         if status_of(r) == UNINFORMATIVE
     ]
     if loose:
-        notes.append(
-            f"> **Check uninformative:** {len(loose)} accuracy check(s) have a bound too loose to fail on a plainly "
-            "wrong output (twice the bound exceeds the smallest planted defect's error; docs/env-configs.md): "
-            + _named(loose)
+        (notes if any(_rests_on(run, *where) for _, where in loose) else aside).append(
+            "> **Check uninformative:** "
+            + prbody.Listed(tuple(t for t, _ in loose)).counted(
+                "accuracy check(s) whose bound is too loose to fail on a plainly wrong output (twice the bound "
+                "exceeds the smallest planted defect's error, docs/env-configs.md)",
+                NAMED_CELLS,
+            )
             + ". Their errors are recorded, not passed."
         )
     finding = [
@@ -265,10 +281,13 @@ def check_notes(run: RunDocument) -> list[str]:
     ]
     if finding:
         notes.append(
-            f"> **Finding:** {len(finding)} check(s) on a routed kernel (accumulating in the input dtype, or in "
-            "an accumulator not stated for its base) err "
-            "beyond the default path's (float32-accumulation) bound, evidence about that kernel: "
-            + _named(finding)
+            "> **Finding:** "
+            + prbody.Listed(tuple(finding)).counted(
+                "check(s) on a routed kernel (accumulating in the input dtype, or in an accumulator not stated "
+                "for its base) that err beyond the default path's (float32-accumulation) bound, evidence about "
+                "that kernel",
+                NAMED_CELLS,
+            )
             + "."
         )
     unknown = sorted({b for _, _, b, r in records if r.get("accumulator") == UNKNOWN})
@@ -276,23 +295,28 @@ def check_notes(run: RunDocument) -> list[str]:
         told = run.builds[b].base if b in run.builds else None
         how, base = (told or {}).get("how", "no base recorded"), (told or {}).get("ref")
         where = f"on base {base} it is not stated in series.toml" if base else f"the base could not be told ({how})"
-        notes.append(
+        aside.append(
             f"> **Note:** build {b}: the accumulator of its routed kernels is unknown ({where}), so their "
             "checks use the looser (input-dtype accumulation) bound."
         )
     pairs = [
-        f"{_cell_words(k)} on {b} (bound {v['bound']:.2g})"
+        (f"{_cell_words(k)} on {b} (bound {v['bound']:.2g})", (b, k))
         for b, result in (run.consistency.builds if run.consistency else {}).items()
         for k, v in result.cells.items()
         if status_of(v) == UNINFORMATIVE
     ]
     if pairs:
         a, b = run.consistency.pair
-        notes.append(
-            f"> **Check uninformative:** {len(pairs)} `{a}` vs `{b}` consistency check(s) have a sum of bounds too "
-            "loose to fail on a wrong side: " + _named(pairs) + "."
+        rests = any(_rests_on(run, build, (a, b), k) for _, (build, k) in pairs)
+        (notes if rests else aside).append(
+            "> **Check uninformative:** "
+            + prbody.Listed(tuple(t for t, _ in pairs)).counted(
+                f"`{a}` vs `{b}` consistency check(s) whose sum of bounds is too loose to fail on a wrong side",
+                NAMED_CELLS,
+            )
+            + "."
         )
-    return [line for note in notes for line in (note, "")]
+    return [line for note in notes for line in (note, "")], [line for note in aside for line in (note, "")]
 
 
 def _err(x: float | None) -> str:
@@ -420,8 +444,8 @@ def launch_bound_line(run: RunDocument, analysis: Analysis) -> list[str]:
             "processes; adaptive rounds measure such cells only once the kernel-bound cells converged)"
         )
     if rest:
-        named = _named([f"`{c}` {r.cell.op} {r.cell.label} {r.cell.dtype}" for c, r in rest])
-        parts.append(f"{len(rest)} did not reach it ({why}): {named}")
+        listed = prbody.Listed(tuple(f"`{c}` {r.cell.op} {r.cell.label} {r.cell.dtype}" for c, r in rest))
+        parts.append(listed.counted(f"did not reach it ({why})", NAMED_CELLS))
     return [text + "; " + "; ".join(parts) + ".", ""]
 
 
@@ -455,19 +479,19 @@ def device_time_text(run: RunDocument, kernel: list[tuple[str, con.ContrastRow]]
     )
     moved = [(c, r) for c, r in kernel if r.dispatch.cmp.verdict in (stats.FASTER, stats.SLOWER)]
     if moved:
-        text += "; dispatch changed: " + _named(
-            [
+        text += "; " + prbody.Listed(
+            tuple(
                 f"`{c}` {r.cell.op} {r.cell.label} {r.cell.dtype} {speedup_ci(r.dispatch.cmp)} {r.dispatch.cmp.verdict}"
                 for c, r in moved
-            ]
-        )
+            )
+        ).counted("cells whose dispatch changed", NAMED_CELLS)
     levels = [(c, r) for c, r in kernel if r.dispatch.cmp.bimodal]
     if levels:
         c, r = levels[0]
         text += (
             f"; host time at two per-process levels (modes) in {len(levels)} of the {len(kernel)} judged on "
             f"device time, e.g. `{c}` "
-            f"{r.cell.op} {r.cell.label} {r.cell.dtype}: {modes_text(r.dispatch.cmp)} (docs/timing.md, "
+            f"{r.cell.op} {r.cell.label} {r.cell.dtype} ({modes_text(r.dispatch.cmp)}; docs/timing.md, "
             '"Two host-time levels")'
         )
     return text
@@ -488,11 +512,46 @@ def _resume_text(resume: und.Resume) -> str:
     if resume.adaptive:
         return (
             f"The command below continues the adaptive rounds for up to {plural(resume.rounds, 'round')} "
-            f"({resume.until} in all): {resume.processes} worker processes, {time_text}"
+            f"({resume.until} in all), which run {resume.processes} worker processes, {time_text}"
         )
     return (
         f"The command below adds {plural(resume.rounds, 'round')} ({resume.until} in all) of every cell under every "
-        f"build and config: {resume.processes} worker processes, {time_text}"
+        f"build and config, which run {resume.processes} worker processes, {time_text}"
+    )
+
+
+#: the denominator of the PR block's tally lines, named after what it counts
+PER_CONFIG_CELLS = "stock-vs-patched cells"
+
+
+def _need_words(f: und.Need, per_config: Mapping) -> str:
+    """One undetermined cell of one contrast, named by its config for a stock-vs-patched cell
+    (`` `default` mm M512 N512 K512 float16``), by the contrast's sides otherwise."""
+    c = f.result.contrast
+    config = c.a.config if per_config.get(c.a.config) is f.result else None
+    where = f"`{config}`" if config else f"`{c.a.label}` vs `{c.b.label}`"
+    return f"{where} {f.row.cell.op} {f.row.cell.label} {f.row.cell.dtype}"
+
+
+def _tally_head(analysis: Analysis, found: list[und.Need]) -> str:
+    """``**N of M stock-vs-patched cells undetermined**`` (the block's one denominator), with the other
+    contrasts' undetermined cells counted apart; ``of M cell verdicts of the K contrasts`` in a run without
+    stock-vs-patched contrasts."""
+    mine = {id(r) for r in analysis.per_config.values()}
+    if not mine:
+        total = sum(len(r.rows) for r in analysis.contrasts)
+        return (
+            f"**{len(found)} of {total} cell verdicts of the {plural(len(analysis.contrasts), 'contrast')} "
+            "undetermined.**"
+        )
+    cells = sum(len(r.rows) for r in analysis.per_config.values())
+    own = [f for f in found if id(f.result) in mine]
+    other = len(found) - len(own)
+    if not other:
+        return f"**{len(own)} of {cells} {PER_CONFIG_CELLS} undetermined.**"
+    return (
+        f"**{len(own)} of {cells} {PER_CONFIG_CELLS} undetermined**, and {plural(other, 'cell')} of the other "
+        "contrasts (each contrast's count: its line above)."
     )
 
 
@@ -512,14 +571,15 @@ def below_resolution_line(analysis: Analysis) -> list[str]:
 
 
 def undetermined_lines(run: RunDocument, analysis: Analysis) -> list[str]:
-    """The PR block's few lines on undetermined cells (:mod:`harness.undetermined`): how many, the noise
-    floor per config, the MDE range, the processes a verdict needs, what the resume command runs (processes,
-    minutes), the cells it cannot bring to a verdict and why, and the command."""
+    """The PR block's few lines on undetermined cells (:mod:`harness.undetermined`): how many (of the block's
+    one denominator, :func:`_tally_head`), the noise floor per config, the MDE range, the processes a verdict
+    needs, what the resume command runs (processes, minutes) and the cells it cannot bring to a verdict and
+    why, and the command -- only where it can decide at least one cell; otherwise what would (more
+    processes than the cap allows, a quieter machine, device time for launch-bound cells)."""
     found = analysis.needs
     if not found:
         return []
     resume = analysis.resume or und.resume(run, analysis.contrasts, found)
-    total = sum(len(r.rows) for r in analysis.contrasts)
     floors = "; ".join(
         f"`{config}` " + ", ".join(f"{pct(f.sd)} {f.cls.value}" for f in analysis.floors if f.config == config)
         for config in dict.fromkeys(f.config for f in analysis.floors)
@@ -529,7 +589,7 @@ def undetermined_lines(run: RunDocument, analysis: Analysis) -> list[str]:
     reach = [f for f in found if f.processes is not None]
     far = len(found) - len(reach)
     text = (
-        f"**{len(found)} of {total} cell verdicts undetermined.** Noise floor (sd of the log per-process medians "
+        _tally_head(analysis, found) + " Noise floor (sd of the log per-process medians "
         f"between processes): {floors or '–'}. At the processes they had, the smallest change they could show "
         f"(MDE: band + CI half-width) is {mde}"
         + (f"; a verdict needs up to {max(f.processes for f in reach)} processes per side" if reach else "")
@@ -540,8 +600,7 @@ def undetermined_lines(run: RunDocument, analysis: Analysis) -> list[str]:
         )
         + "."
     )
-    if resume.argv:
-        text += " " + _resume_text(resume) + "."
+    decides = resume.argv is not None and len(resume.beyond) < len(found)
     if resume.beyond:
         given = max(g for f, g in zip(found, resume.given, strict=True) if f in resume.beyond)
         why = (
@@ -550,18 +609,35 @@ def undetermined_lines(run: RunDocument, analysis: Analysis) -> list[str]:
             if resume.adaptive
             else f"they need more than the {given} processes per side it gives"
         )
-        cells = dict.fromkeys(f"{f.row.cell.op} {f.row.cell.label} {f.row.cell.dtype}" for f in resume.beyond)
-        text += (
-            f" {'It' if resume.argv else 'Resuming'} cannot bring {len(resume.beyond)} of the {len(found)} to a "
-            f"verdict ({why}): {_named(list(cells))}."
-        )
+    if decides:
+        text += " " + _resume_text(resume) + "."
+        if resume.beyond:
+            beyond = prbody.Listed(tuple(_need_words(f, analysis.per_config) for f in resume.beyond))
+            text += " " + beyond.counted(f"of them it cannot bring to a verdict ({why})", NAMED_CELLS) + "."
+    else:
+        text += " " + _what_would(run, analysis, found, resume, why if resume.beyond else "")
     text += " Per cell, the CI half-width predicted after resuming: Details, Undetermined cells."
-    if resume.argv:
+    if decides:
         text += " Resume the run:"
     lines = [text, ""]
-    if resume.argv:
+    if decides:
         lines += ["```", nox_command(resume.argv), "```", ""]
     return lines
+
+
+def _what_would(run: RunDocument, analysis: Analysis, found: list[und.Need], resume: und.Resume, why: str) -> str:
+    """Said instead of a resume command that can decide no cell: why, and what would decide them."""
+    text = f"Resuming this run cannot bring any of them to a verdict{f' ({why})' if why else ''}. What would: "
+    given = max(resume.given, default=0)
+    ways = [f"more processes per side than the {given} a resume of this run can give"]
+    ways.append("a quieter machine (less spread between processes)")
+    host = [f for f in found if f.row.launch_bound and f.row.time != con.DEVICE]
+    if run.header.device == "cuda" and host:
+        ways.append(
+            f"device time for the {plural(len(host), 'launch-bound cell')} judged on host time (a run that "
+            "records it: docs/timing.md, \"Device time\")"
+        )
+    return text + ", ".join(ways[:-1]) + f" or {ways[-1]}."
 
 
 def render(run: RunDocument, analysis: Analysis | None = None) -> str:
@@ -586,7 +662,8 @@ def render(run: RunDocument, analysis: Analysis | None = None) -> str:
     if drifted:
         errors += [f"> **Drift:** {', '.join(drifted)} changed over the run (see Drift in the details).", ""]
     tail = below_resolution_line(analysis) + launch_bound_line(run, analysis) + undetermined_lines(run, analysis)
-    notes = errors + _what_was_compared(run) + check_notes(run) + stderr_note(run)
+    top, aside = check_notes(run)
+    notes = errors + _what_was_compared(run) + top + stderr_note(run)
     out += prbody.render_block(run, analysis.contrasts, notes, tail)
     out += [
         "<details><summary><b>Details</b>: per-config summary, every cell, undetermined cells, correctness, "
@@ -619,6 +696,7 @@ def render(run: RunDocument, analysis: Analysis | None = None) -> str:
     out += other_contrasts(run, analysis, unit, scale)
     out += [f"![{r.contrast.label}]({plots.contrast_png_name(i)})" for i, r in plots.plotted(analysis.contrasts)] + [""]
     out += undetermined_section(analysis)
+    out += (["## Notes on the checks", "", *aside]) if aside else []
     out += correctness_section(run, analysis)
     out += consistency_section(run.consistency, analysis.builds)
     out += observed.details(run)

@@ -455,8 +455,9 @@ def problem(data: dict) -> str | None:
 def kernels_problem(kernels, run: dict) -> str | None:
     """What is wrong with the optional ``kernels`` section (``{build: {config: {cell key: observation}}}``,
     harness.bench.kernels), or None: builds, configs and cells must be the plan's; an observation has
-    ``names`` (a list of strings), ``path`` and ``route`` (a string or null; no path without names),
-    ``trace`` (a string) and, optionally, ``error`` (a string)."""
+    ``names`` (a list of strings), optionally ``device_us`` (one duration per name, µs), ``path`` and
+    ``route`` (a string or null; no path without names), ``trace`` (a string) and, optionally, ``error``
+    (a string)."""
     if kernels is None:
         return None
     if not isinstance(kernels, dict):
@@ -497,8 +498,15 @@ def _observation_problem(at: str, seen, device: str | None) -> str | None:
             return f"{at}.{key} is {_kind(seen.get(key))}, not a string or null"
     if seen.get("path") is not None and not names:
         return f"{at}.path is {seen['path']!r} with no kernel names"
+    durations = seen.get("device_us")
+    if durations is not None and not (
+        isinstance(durations, list)
+        and len(durations) == len(names)
+        and all(isinstance(d, (int, float)) and not isinstance(d, bool) and d >= 0 for d in durations)
+    ):
+        return f"{at}.device_us is not one duration (µs, >= 0) per name"
     if device in kernels.RULES and not seen.get("error"):
-        path, route = kernels.classify(device, names)
+        path, route = kernels.classify(device, names, durations)
         if (seen.get("path"), seen.get("route")) != (path, route):
             return (
                 f"{at}: path {seen.get('path')!r} and route {seen.get('route')!r} are not what its names give "

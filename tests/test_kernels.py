@@ -105,8 +105,12 @@ def test_cuda_auxiliary_kernels_do_not_classify_and_unknown_names_are_unclassifi
 def test_profiler_names_use_the_real_torch_profiler_api():
     """On this CPU-only build the same code reads CPU events (the cuda probe reads CUDA ones)."""
     a, b = torch.randn(8, 4), torch.randn(4, 2)
-    out, names = kernels.profiler_names(torch, lambda: a @ b, lambda: None, "CPU")
+    out, lines = kernels.profiler_names(torch, lambda: a @ b, lambda: None, "CPU")
+    names, durations = parse_cuda(lines), kernels.cuda_durations(lines)
     assert out.shape == (8, 2) and "aten::mm" in names
+    # each event's duration comes with it: aten::mm inside aten::matmul takes no longer than it
+    assert durations is not None and len(durations) == len(names) and all(d >= 0 for d in durations)
+    assert durations[names.index("aten::mm")] <= durations[names.index("aten::matmul")]
 
 
 def test_mps_profiler_lines_tell_metal_kernels_from_graphs():
@@ -249,6 +253,86 @@ def test_a_declared_route_no_trace_could_check_is_named_not_verified_never_silen
     # one build observed is enough to judge the declaration
     data["kernels"]["stock"]["all"][key] = observation("mps", ["Kernel:matmul:MPS:Half[2, 2]:MPS:Half[2, 2]"])
     assert observed.unverified(run_of(data)) == []
+
+
+#: a GEMM call as the H100 default A/A's probe saw it: a memset first, then the GEMM that did the work
+MEMSET = "Memset (Device)"
+NVJET_A = "nvjet_sm90_tst_128x256_64x4_2x1_v_bz_coopA_TNN"
+NVJET_B = "nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopB_TNN"
+
+
+def _cuda_run(per_build: dict[str, list[tuple[str, float | None]]]) -> dict:
+    """A cuda results document reduced to what harness.observed reads: one cell, one config, per build
+    the call's (kernel name, device µs or None) in call order."""
+    key = "mm/4096x4096x4096/float16"
+
+    def obs(calls):
+        names = [n for n, _ in calls]
+        us = [d for _, d in calls]
+        return observation("cuda", names, durations=None if None in us else us)
+
+    return {
+        "run": {"device": "cuda", "builds": list(per_build), "configs": ["default"], "cells": [key]},
+        "configs": {"default": {"routes": {}}},
+        "kernels": {b: {"default": {key: obs(calls)}} for b, calls in per_build.items()},
+    }
+
+
+def test_the_kernel_that_did_the_work_is_the_longest_not_the_first_memset():
+    """A call whose first kernel is a memset and whose GEMM differs between A and B reads "different
+    kernel"; comparing first names (the old rule) said "the same kernel in every cell" of two memsets."""
+    from harness.evidence import parse_contrast
+
+    data = _cuda_run({"stock": [(MEMSET, 1.2), (NVJET_A, 310.0)], "patched": [(MEMSET, 1.1), (NVJET_B, 305.0)]})
+    run = run_of(data)
+    contrast = parse_contrast("patched/default vs stock/default")
+    line = observed.contrast_line(run, contrast)
+    assert line.endswith("A and B ran a different kernel in every cell."), line
+    assert f"`{NVJET_B}`" in line and MEMSET not in line
+    table = "\n".join(observed.details(run))
+    assert f"nvjet `{NVJET_A}` 310.0 µs" in table and f"`{MEMSET}` in 2 calls" in table
+    # the old rule, planted back: the first names are the same memset, so it would read "same kernel"
+    first = {b: data["kernels"][b]["default"]["mm/4096x4096x4096/float16"]["names"][0] for b in ("stock", "patched")}
+    assert first["stock"] == first["patched"] == MEMSET
+    # the same GEMM on both sides reads "same", whatever the memsets
+    same = run_of(_cuda_run({"stock": [(MEMSET, 9.0), (NVJET_A, 310.0)], "patched": [(NVJET_A, 300.0)]}))
+    assert observed.contrast_line(same, contrast).endswith("the same kernel in every cell.")
+
+
+def test_a_memset_is_named_only_when_it_is_the_longest_kernel():
+    run = run_of(_cuda_run({"stock": [(NVJET_A, 0.5), (MEMSET, 0.6)]}))
+    assert observed.describe(observed.seen(run, "stock", "default", "mm/4096x4096x4096/float16"), run) == (
+        f"nvjet `{MEMSET}` 0.6 µs"
+    )
+    assert kernels.main_index("cuda", [NVJET_A, MEMSET], [0.6, 0.6]) == 0  # a tie: the first
+    assert kernels.main_index("cuda", [NVJET_A, MEMSET], [0.6, 0.61]) == 1
+
+
+def test_older_observations_without_durations_name_the_first_kernel_that_is_not_a_memset():
+    data = _cuda_run({"stock": [(MEMSET, None), (NVJET_A, None)], "patched": [(MEMSET, None), (NVJET_B, None)]})
+    assert "device_us" not in data["kernels"]["stock"]["default"]["mm/4096x4096x4096/float16"]
+    run = run_of(data)
+    from harness.evidence import parse_contrast
+
+    line = observed.contrast_line(run, parse_contrast("patched/default vs stock/default"))
+    assert "durations not recorded" in line and line.endswith("a different kernel in every cell."), line
+    assert "durations were not recorded" in " ".join(observed.details(run))
+    assert res.kernels_problem(data["kernels"], data["run"]) is None
+
+
+def test_more_kernels_than_kept_keep_the_longest_ones_and_classify_by_device_time():
+    names = [f"{MEMSET} {i}" for i in range(kernels.MAX_NAMES + 2)] + [NVJET_A]
+    rec = observation("cuda", names, durations=[1.0] * (kernels.MAX_NAMES + 2) + [50.0])
+    assert len(rec["names"]) == kernels.MAX_NAMES and rec["names"][-1] == NVJET_A and rec["path"] == "nvjet"
+    # an edited duration that changes which kernel did the work no longer matches the recorded path
+    both = observation("cuda", [CUDA_SGEMM := list(CUDA_NAMES)[0], NVJET_A], durations=[10.0, 200.0])
+    assert both["path"] == "nvjet"
+    run = {"device": "cuda", "builds": ["stock"], "configs": ["default"], "cells": ["mm/1x1x1/float32"]}
+    edited = {**both, "device_us": [200.0, 10.0]}
+    problem = res.kernels_problem({"stock": {"default": {"mm/1x1x1/float32": edited}}}, run)
+    assert problem and "not what its names give" in problem, CUDA_SGEMM
+    bad = {**both, "device_us": [1.0]}
+    assert "device_us" in res.kernels_problem({"stock": {"default": {"mm/1x1x1/float32": bad}}}, run)
 
 
 def test_old_results_without_kernels_render_not_observed_and_validate():

@@ -750,3 +750,25 @@ def test_a_machine_whose_cell_is_below_timer_resolution_shows_it_unjudged(tmp_pa
     flagged = [c for s in merged["sources"] for r in s["contrasts"] for c in r["cells"] if c.get("below_resolution")]
     assert flagged and all(c["verdict"] == "undetermined" and c["ratio"] is None for c in flagged)
     assert doc.MergeDocument.from_json(merged).to_json() == merged
+
+
+def test_the_merged_block_says_its_estimator_and_whether_the_runs_are_aa_in_a_single_runs_words():
+    """The merged block's per-machine numbers are each run's per-config summary (geometric mean over cells of
+    whole processes), another estimator than a single run's PR block: it says so, names the per-cell one in
+    the single run's words, and says A/A as a single run's report does; an older merged document without
+    the record says that it is not recorded rather than nothing."""
+    from harness import prbody
+
+    data = json.loads((EXAMPLES / "cpu-two-machines" / "merged" / "results.json").read_text())
+    assert data["runs_are_aa"] is True  # both machines compared torch 2.11.0 with itself
+    block = merge.render(doc.MergeDocument.from_json(data)).split("<details>")[0]
+    assert f"both builds are the same torch (version, git hash): {prbody.AA_WORDS}." in block
+    assert prbody.CELL_ESTIMATOR in block and prbody.CELL_ESTIMATOR in prbody.SPEEDUP_DEFINITION
+    assert "another estimator than a single run's PR block: the geometric mean over the contrast's cells" in block
+    other = merge.render(doc.MergeDocument.from_json({**data, "runs_are_aa": False})).split("<details>")[0]
+    assert prbody.AA_WORDS not in other and "A/A" not in other
+    older = {k: v for k, v in data.items() if k != "runs_are_aa"}
+    assert "whether the runs are A/A is not recorded" in merge.render(doc.MergeDocument.from_json(older))
+    # A/A is each machine's stock and patched being one torch; a run of two torch versions is not one
+    here = doc.load(EXAMPLES / "cpu-two-machines" / "here")
+    assert merge.is_aa(here) and not merge.is_aa(doc.load(EXAMPLES / "cpu-ab"))

@@ -153,7 +153,8 @@ def test_the_pr_block_says_the_noise_floor_processes_minutes_and_the_command():
     data = _timed(_run(0.03, 6))
     text = report.render(data)
     block = text.split("<details>")[0]
-    assert "cell verdicts undetermined.** Noise floor (sd of the log per-process medians between processes): " in block
+    assert "cells undetermined.** Noise floor (sd of the log per-process medians between processes): " in block
+    assert "**2 of 2 stock-vs-patched cells undetermined.**" in block  # one config, two cells
     assert "`default` " in block and "processes per side" in block and " min of worker time" in block
     command = block.split("```\n", 1)[1].split("\n```", 1)[0]
     assert command.startswith("nox -s compare -- --stock a --patched b --device cpu --out r --rounds ")
@@ -171,7 +172,7 @@ def test_fixed_rounds_minutes_count_every_process_the_command_runs():
     assert resume.seconds == pytest.approx(extra * (10.0 + 12.0))
     assert resume.given == [6 + extra] * len(found) and not resume.beyond
     block = report.render(data).split("<details>")[0]
-    assert f"adds {extra} rounds ({6 + extra} in all) of every cell under every build and config: " in block
+    assert f"adds {extra} rounds ({6 + extra} in all) of every cell under every build and config, which run " in block
     assert f"{2 * extra} worker processes, ~{math.ceil(extra * 22 / 60)} min of worker time" in block
 
 
@@ -219,9 +220,13 @@ def test_adaptive_resume_is_capped_at_max_rounds_and_says_which_cells_it_cannot_
         f for f, g in zip(found, resume.given, strict=True) if f.processes is None or f.processes > g
     ]
     block = report.render(data).split("<details>")[0]
-    assert f"cannot bring {len(resume.beyond)} of the {len(found)} to a verdict (adaptive rounds stop at " in block
     cap = runner.MAX_ROUNDS
     assert f"{cap} rounds in all, runner.MAX_ROUNDS, so it gives them at most {cap} processes per side" in block
+    # every undetermined cell is out of its reach here: the block prints no command it says cannot decide a
+    # cell, and says what would (the old block printed the command above "It cannot bring 2 of the 2")
+    assert len(resume.beyond) == len(found)
+    assert "cannot bring any of them to a verdict (adaptive rounds stop at " in block and "```" not in block
+    assert f"What would: more processes per side than the {cap} a resume of this run can give" in block
 
 
 def test_the_details_state_the_predicted_width_at_the_processes_the_command_gives():

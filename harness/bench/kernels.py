@@ -8,9 +8,13 @@ timed region. Each device has one :class:`Trace` in :data:`TRACES` (a registry, 
 - **cuda**: the names of the device kernels ``torch.profiler.profile(activities=[ProfilerActivity.CUDA])``
   records around one call (``FunctionEvent.name`` of the events whose ``device_type`` is CUDA;
   ``torch.profiler.profile``, ``ProfilerActivity`` and ``profile.events()`` exist in torch 2.6 to
-  current). In **its own short process**: Kineto leaves CUPTI attached after a profile ends unless
-  ``TEARDOWN_CUPTI=1`` and slows later kernels (pytorch issue 144455: 10-20 % after profiling,
-  pytorch PR 146604), so a timed worker never profiles.
+  current), each with its device duration in µs (``FunctionEvent.time_range.elapsed_us()``: for a device
+  event its own interval on the device, what ``device_time_total`` returns for it in torch 2.6 to
+  current, ``torch/autograd/profiler_util.py``; read directly because ``device_time_total`` is 0 for an
+  event without ``use_device`` and ``cuda_time_total`` is deprecated). In **its own short process**:
+  Kineto leaves CUPTI attached after a profile ends unless ``TEARDOWN_CUPTI=1`` and slows later
+  kernels (pytorch issue 144455: 10-20 % after profiling, pytorch PR 146604), so a timed worker never
+  profiles.
 - **cpu**: the libraries' own verbose logs, switched on at run time by torch for the one call only
   (``torch.backends.mkl.verbose`` / ``torch.backends.mkldnn.verbose``, torch 2.6 to current) and read
   from the C library's stdout (fd 1, captured through a pipe around the call and restored).
@@ -60,8 +64,11 @@ process (:data:`MPS_DEVICE_ENV`: ``PYTORCH_MPS_LOG_PROFILE_INFO=385``, ``PYTORCH
 on the stream and the versions read: docs/timing.md, "Device time". :attr:`Trace.device_env` marks a device
 whose time is read that way; the runner and the doctor take it from there, not from the device's name.
 
-Classification is a per-device table of rules (:data:`RULES`: pattern, path, accuracy route): the first
-rule matching a name classifies it; names a rule marks ``None`` (memsets, split-K reductions) are kept
+The kernel that did the work (:func:`main_index`) is the one with the largest device time where durations
+were recorded (a memset or copy only when it is the largest), else the first name that is not a memset,
+copy or reduction. Classification is a per-device table of rules (:data:`RULES`: pattern, path, accuracy
+route): names are read largest device time first where durations were recorded, in call order otherwise;
+the first rule matching a name classifies it; names a rule marks ``None`` (memsets, split-K reductions) are kept
 but do not classify. A name no rule matches is path ``unclassified``. The path is a kernel *family*
 (a kernel name does not tell which library launched it: cuBLAS calls cuBLASLt's kernels), the route the
 accuracy path (the route names of :attr:`harness.configs.EnvConfig.routes`) it implies.
@@ -72,6 +79,7 @@ Standard library + torch only (runs inside build interpreters).
 from __future__ import annotations
 
 import ctypes
+import math
 import os
 import re
 import sys
@@ -147,16 +155,47 @@ def label(path: str | None) -> str:
     return NO_TRACE if path is None else LABELS.get(path, path)
 
 
-def classify(device: str, names: list[str]) -> tuple[str | None, str | None]:
+def _by_time(names: list[str], durations: list[float] | None) -> list[str]:
+    """``names`` largest device time first (stable), or as they are when ``durations`` is None or not one
+    per name."""
+    if durations is None or len(durations) != len(names):
+        return list(names)
+    return [n for _, n in sorted(enumerate(names), key=lambda p: -durations[p[0]])]
+
+
+def auxiliary(device: str, name: str) -> bool:
+    """Whether ``name`` is a kernel a rule of ``device`` marks as not classifying (memset, copy, split-K
+    reduction)."""
+    rule = next((r for r in RULES[device] if re.search(r.pattern, name)), None)
+    return rule is not None and rule.path is None
+
+
+def main_index(device: str, names: list[str], durations: list[float] | None = None) -> int | None:
+    """Index in ``names`` of the kernel that did the work: the largest of ``durations`` (µs, one per name;
+    the first of equal ones), else the first name that is not :func:`auxiliary`, else the first name;
+    None when there are no names.
+
+    Raises:
+        KeyError: an unknown device.
+    """
+    if not names:
+        return None
+    if durations is not None and len(durations) == len(names):
+        return max(range(len(names)), key=lambda i: (durations[i], -i))
+    return next((i for i, n in enumerate(names) if not auxiliary(device, n)), 0)
+
+
+def classify(device: str, names: list[str], durations: list[float] | None = None) -> tuple[str | None, str | None]:
     """(path, route) of the kernel ``names`` of one call on ``device``: the first name a rule classifies
-    decides; (None, None) when there are no names, (``unclassified``, None) when no rule matches.
+    decides, names read largest of ``durations`` (µs, one per name) first where given; (None, None) when
+    there are no names, (``unclassified``, None) when no rule matches.
 
     Raises:
         KeyError: an unknown device.
     """
     rules = RULES[device]
     matched = False
-    for name in names:
+    for name in _by_time(names, durations):
         rule = next((r for r in rules if re.search(r.pattern, name)), None)
         if rule is not None:
             matched = True
@@ -223,9 +262,31 @@ def parse_mps_gpu(lines: list[str]) -> list[float | None]:
     return out
 
 
+#: between a kernel's name and its device duration in a cuda capture line (:func:`profiler_names`)
+DURATION_SEP = "\t"
+
+
 def parse_cuda(lines: list[str]) -> list[str]:
-    """The kernel names themselves (one per device event), blank ones left out."""
-    return [line.strip() for line in lines if line.strip()]
+    """The kernel names themselves (one per device event, a line ``name<TAB>µs`` or the bare name), blank
+    ones left out."""
+    return [line.rsplit(DURATION_SEP, 1)[0].strip() for line in lines if line.rsplit(DURATION_SEP, 1)[0].strip()]
+
+
+def cuda_durations(lines: list[str]) -> list[float] | None:
+    """The device duration (µs) of each name :func:`parse_cuda` gives, or None where any line carries none."""
+    out = []
+    for line in lines:
+        name, sep, us = line.rpartition(DURATION_SEP)
+        if not line.rsplit(DURATION_SEP, 1)[0].strip():
+            continue
+        try:
+            value = float(us) if sep else math.nan
+        except ValueError:
+            value = math.nan
+        if not (math.isfinite(value) and value >= 0):
+            return None
+        out.append(value)
+    return out
 
 
 # ----------------------------------------------------------------------------------- capturing
@@ -280,14 +341,19 @@ def _cpu_capture(torch, call: Callable[[], object], sync: Callable[[], None]) ->
 
 
 def profiler_names(torch, call: Callable[[], object], sync: Callable[[], None], kind: str = "CUDA"):
-    """(``call()``'s result, the names of the ``kind`` events torch.profiler recorded around it). ``kind``
-    is a ``ProfilerActivity`` and ``DeviceType`` name (CUDA; CPU in tests on a CPU-only build)."""
+    """(``call()``'s result, one line ``<name><TAB><µs>`` per ``kind`` event torch.profiler recorded around
+    it: its name and duration, ``time_range.elapsed_us()``, module docstring). ``kind`` is a
+    ``ProfilerActivity`` and ``DeviceType`` name (CUDA; CPU in tests on a CPU-only build)."""
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[getattr(ProfilerActivity, kind)]) as prof:
         out = call()
         sync()
-    return out, [e.name for e in prof.events() if str(e.device_type).rsplit(".", 1)[-1] == kind]
+    return out, [
+        f"{e.name}{DURATION_SEP}{e.time_range.elapsed_us():.3f}"
+        for e in prof.events()
+        if str(e.device_type).rsplit(".", 1)[-1] == kind
+    ]
 
 
 def _mps_capture(torch, call: Callable[[], object], sync: Callable[[], None]) -> tuple[object, list[str]]:
@@ -400,6 +466,7 @@ class Trace:
         device_time: ``(torch, fn, calls, sync) -> device seconds per call`` of one group of calls in that
             process (raises :class:`NoDeviceTime`); None without one.
         device_method: how ``device_time`` measures (``measurement.device_method``).
+        durations: raw lines -> each name's device duration (µs), None where the trace records none.
     """
 
     device: str
@@ -411,11 +478,12 @@ class Trace:
     device_env: Mapping[str, str] = field(default_factory=dict)
     device_time: Callable | None = None
     device_method: str = ""
+    durations: Callable[[list[str]], list[float] | None] | None = None
 
 
 TRACES: dict[str, Trace] = {
     "cpu": Trace("cpu", "MKL_VERBOSE / oneDNN verbose", False, _cpu_capture, parse_cpu),
-    "cuda": Trace("cuda", "torch.profiler CUDA kernels", True, profiler_names, parse_cuda),
+    "cuda": Trace("cuda", "torch.profiler CUDA kernels", True, profiler_names, parse_cuda, durations=cuda_durations),
     "mps": Trace(
         "mps",
         "MPS profiler log (PYTORCH_MPS_LOG_PROFILE_INFO=1)",
@@ -430,17 +498,21 @@ TRACES: dict[str, Trace] = {
 }
 
 
-def observation(device: str, names: list[str], error: str | None = None) -> dict:
-    """The JSON record of one observed call: ``names`` (at most :data:`MAX_NAMES`, each cut to
-    :data:`MAX_NAME_CHARS`), ``path`` and ``route`` (:func:`classify`; None: no trace), ``trace``
-    (:attr:`Trace.source`), and ``error`` where the call or its trace failed."""
-    path, route = classify(device, names)
-    record = {
-        "names": [n[:MAX_NAME_CHARS] for n in names[:MAX_NAMES]],
-        "path": path,
-        "route": route,
-        "trace": TRACES[device].source,
-    }
+def observation(device: str, names: list[str], error: str | None = None, durations: list[float] | None = None) -> dict:
+    """The JSON record of one observed call: ``names`` (in call order, at most :data:`MAX_NAMES`: the
+    longest-running ones where there are more, each cut to :data:`MAX_NAME_CHARS`), ``device_us`` (each
+    kept name's device duration in µs, where ``durations`` gives one per name), ``path`` and ``route``
+    (:func:`classify`; None: no trace), ``trace`` (:attr:`Trace.source`), and ``error`` where the call or
+    its trace failed."""
+    timed = durations is not None and len(durations) == len(names)
+    keep = list(range(len(names)))
+    if len(keep) > MAX_NAMES:
+        keep = sorted(sorted(keep, key=lambda i: -durations[i])[:MAX_NAMES]) if timed else keep[:MAX_NAMES]
+    kept = [names[i][:MAX_NAME_CHARS] for i in keep]
+    us = [round(float(durations[i]), 3) for i in keep] if timed else None
+    path, route = classify(device, kept, us)
+    record = {"names": kept, **({"device_us": us} if timed else {}), "path": path, "route": route}
+    record["trace"] = TRACES[device].source
     if error:
         record["error"] = error
     return record
@@ -455,4 +527,4 @@ def observe(device: str, torch, call: Callable[[], object], sync: Callable[[], N
     except (AssertionError, RuntimeError, OSError) as exc:  # the trace itself, not the op: run it plainly
         text = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
         return call(), observation(device, [], f"trace unavailable: {text}")
-    return out, observation(device, trace.parse(lines))
+    return out, observation(device, trace.parse(lines), durations=trace.durations(lines) if trace.durations else None)
