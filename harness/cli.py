@@ -34,6 +34,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "harness.commands.checkout",
         "clone/import the upstream; create stock and patched worktrees at a base ref",
     ),
+    "init": (
+        "harness.commands.series",
+        "new series from your commits on the patched worktree: patches + commented series.toml",
+    ),
     "check": ("harness.commands.series", "does the patch series apply at the base? (worktrees untouched)"),
     "apply": ("harness.commands.series", "git am --3way the patch series into the patched worktree"),
     "refresh": ("harness.commands.series", "write the patched worktree's commits back as the patch series"),

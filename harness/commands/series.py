@@ -1,4 +1,4 @@
-"""``check``, ``apply``, ``refresh``, ``rebase``: a patch series against the worktrees (:mod:`harness.series`)."""
+"""``init``, ``check``, ``apply``, ``refresh``, ``rebase``: a patch series and the worktrees (:mod:`harness.series`)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import sys
 from pathlib import Path
 
 from harness.commands.common import add_source_arguments, source_context
-from harness.manifest import series_hash, shown
+from harness.manifest import load_series, series_hash, shown
+from harness.newseries import init_series
 from harness.series import apply_series, conflict_lines, rebase_series
 from harness.workflow import check_context, checkout_context, refresh_context
 
@@ -116,4 +117,38 @@ def run_rebase(args: argparse.Namespace) -> int:
         print("\n".join(conflict_lines(outcome, co.patched, cmd + ["--continue"])))
         return 1
     print(f"rebase: {ctx.series.name} carried from {ctx.base} onto {args.onto} ({co.commit[:12]})")
+    return 0
+
+
+def add_arguments_init(parser: argparse.ArgumentParser) -> None:
+    """Options of ``init``."""
+    parser.add_argument(
+        "--series", metavar="NAME|PATH", required=True, help="the new series: a name (patches/NAME) or a folder"
+    )
+    parser.add_argument("--base", metavar="REF", required=True, help="the base ref your commits are on (as checkout)")
+    parser.add_argument(
+        "--upstream",
+        metavar="URL|PATH|ARCHIVE",
+        help="the series' upstream (default: where the worktrees were cloned from; needed for an archive)",
+    )
+    parser.add_argument("--workdir", metavar="DIR", default="work", help="where worktrees live (default: ./work)")
+
+
+def run_init(args: argparse.Namespace) -> int:
+    """``init``: the patched worktree's commits -> patches/<series>/ (patches + series.toml), checked."""
+    made = init_series(args.series, args.base, args.workdir, args.upstream)
+    for item in made.checks:
+        print(f"check: {item.patch}: {_CHECK_WORDS[item.status]}")
+    manifest = load_series(made.folder)
+    entry = manifest.bases[0]
+    markers = ", ".join(manifest.evidence.markers) or "none found: name them in [evidence] markers"
+    print(
+        f"init: {shown(made.folder / 'series.toml')}: {len(entry.patches)} patch(es) at {entry.ref} "
+        f"({made.base_commit[:12]}), files {len(entry.files or ())}, markers {markers}, "
+        f"{len(manifest.evidence.contrasts)} contrast(s), {len(manifest.evidence.tests)} test(s)"
+    )
+    print(
+        f"init: {made.branch} carries the series; edit series.toml (every line says what it is), then run "
+        f"`python -m harness check --series {manifest.name}`"
+    )
     return 0
