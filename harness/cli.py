@@ -44,6 +44,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "rebase": ("harness.commands.series", "carry the patch series onto another base ref (3-way); add a base variant"),
     "pr": ("harness.commands.pr", "branch with your git identity + PR.md (why, evidence block, reproduce command)"),
     "build": ("harness.commands.build", "wheel of the stock or patched worktree (--kind), one configuration, verified"),
+    "build_stock": ("harness.commands.build", "build --kind stock: wheel of the base (stock worktree), verified"),
+    "build_patched": ("harness.commands.build", "build --kind patched: wheel of base + series, verified"),
     "bench": ("harness.commands.run", "checks + microbenchmarks of one build under its env configs"),
     "compare": ("harness.commands.run", "A/B: checks + microbenchmarks of stock vs patched builds"),
     "report": ("harness.commands.report", "re-render report.md and its plots from a results directory"),
