@@ -603,11 +603,17 @@ def _write_manifest(series: Series, text: str) -> None:
 
 # ------------------------------------------------------------------------------------------- pin
 def check_pin(kind: str, commit: str, entry: Base) -> None:
-    """Raise when a git upstream's base commit differs from the ``commit`` pinned in series.toml."""
+    """Raise when a git upstream's base commit differs from the ``commit`` pinned in series.toml. On an
+    archive upstream (whose base is the archive's own import commit, :func:`harness.upstream.import_archive`)
+    a pin that is that commit passes silently; another pin (a git upstream's commit, say) is noted, not
+    checked: the archive's import commit can never be it."""
     if entry.commit and kind == "git" and entry.commit != commit:
         raise SeriesError(
             f"base {entry.ref!r} is {commit} upstream but series.toml pins commit {entry.commit}",
             "the ref moved upstream: rebase the series onto it, or fix the pin",
         )
-    if entry.commit and kind == "archive":
-        progress.note(f"series: pinned commit of {entry.ref} not checked (archive upstream has its own import commit)")
+    if entry.commit and kind == "archive" and entry.commit != commit:
+        progress.note(
+            f"series: pinned commit of {entry.ref} ({entry.commit[:12]}) not checked: the archive upstream's "
+            f"{entry.ref} is its own import commit ({commit[:12]}), never a git upstream's"
+        )

@@ -475,8 +475,11 @@ def import_archive(archive: Path) -> Upstream:
 
 
 # ------------------------------------------------------------------------------------------- refs
-def resolve_commit(store: Path, ref: str, *, check: bool = True, source: str | None = None) -> str | None:
-    """The 40-hex commit SHA of ``ref`` (tag, branch or SHA) in ``store``.
+def resolve_commit(
+    store: Path, ref: str, *, check: bool = True, source: str | None = None, option: str = "--base"
+) -> str | None:
+    """The 40-hex commit SHA of ``ref`` (tag, branch or SHA) in ``store``; ``option``: the command-line option
+    that gave ``ref`` (``--base``, ``rebase --onto``), named in the error.
 
     Raises:
         UpstreamError: ``check`` and the ref is not there; the line lists a few tags.
@@ -488,9 +491,10 @@ def resolve_commit(store: Path, ref: str, *, check: bool = True, source: str | N
         return None
     tags = git_run(store, "tag", "--list", "--sort=-creatordate", check=False).out.split()[:5]
     known = f" (tags there: {', '.join(tags)})" if tags else ""
+    what = "base ref" if option == "--base" else f"{option} ref"
     raise UpstreamError(
-        f"base ref {ref!r} is not in the upstream {source or store}{known}",
-        "pass --base as a tag, branch or SHA that exists upstream",
+        f"{what} {ref!r} is not in the upstream {source or store}{known}",
+        f"pass {option} as a tag, branch or SHA that exists upstream",
     )
 
 
@@ -733,10 +737,13 @@ class Checkout:
     missing_submodules: tuple[str, ...]
 
 
-def checkout(source: str, base: str, workdir: Path | str, series: str | None = None) -> Checkout:
+def checkout(
+    source: str, base: str, workdir: Path | str, series: str | None = None, *, option: str = "--base"
+) -> Checkout:
     """Create (or verify) the ``stock`` and ``patched`` worktrees of ``base``.
 
-    ``stock`` is detached at the base commit; ``patched`` is on :func:`patched_branch` (created at
+    ``option``: the option that named ``base`` (``--base``, or ``--onto`` for ``rebase``), named when the
+    ref is not upstream. ``stock`` is detached at the base commit; ``patched`` is on :func:`patched_branch` (created at
     the base when absent; kept with its commits when present) when ``series`` is given, else
     detached at the base (apply/refresh put it on the series' branch). Existing worktrees are reused; a
     ``stock`` that moved is put back on the base when clean.
@@ -746,7 +753,7 @@ def checkout(source: str, base: str, workdir: Path | str, series: str | None = N
     """
     upstream = open_upstream(source, ref=base)
     store = upstream.store
-    commit = resolve_commit(store, base, source=source)
+    commit = resolve_commit(store, base, source=source, option=option)
     stock, patched = worktrees(workdir, base)
     _clear_partial_worktrees(store, inside(Path(workdir), stock.parent.name, "--base folder"))
     git_run(store, "worktree", "prune")

@@ -9,7 +9,7 @@ from pathlib import Path
 from harness.commands.common import add_source_arguments, source_context
 from harness.manifest import load_series, series_hash, shown
 from harness.newseries import init_series
-from harness.series import apply_series, conflict_lines, rebase_series
+from harness.series import PatchCheck, apply_series, check_series, conflict_lines, rebase_series
 from harness.workflow import check_context, checkout_context, refresh_context
 
 _CHECK_WORDS = {
@@ -29,13 +29,20 @@ def run_check(args: argparse.Namespace) -> int:
     """``check``: exit 0 when every patch applies at the base, 1 naming each failing file + hunk."""
     ctx = source_context(args)
     commit, results = check_context(ctx)
+    assert ctx.series is not None
+    return _print_check(ctx.series.name, ctx.base, commit, results)
+
+
+def _print_check(name: str, base: str, commit: str, results: list[PatchCheck], *, every: bool = True) -> int:
+    """``check``'s lines (each patch unless ``every`` is False, its failing hunks, then the verdict); 1 on a
+    failure, else 0."""
     for item in results:
-        print(f"check: {item.patch}: {_CHECK_WORDS[item.status]}")
+        if every or item.status != "ok":
+            print(f"check: {item.patch}: {_CHECK_WORDS[item.status]}")
         for line in item.failures:
             print(f"check:   {line}")
     bad = [r for r in results if r.status == "failed"]
-    assert ctx.series is not None
-    print(f"check: {ctx.series.name} at {ctx.base} ({commit[:12]}): " + ("ok" if not bad else f"{len(bad)} failure(s)"))
+    print(f"check: {name} at {base} ({commit[:12]}): " + ("ok" if not bad else f"{len(bad)} failure(s)"))
     return 1 if bad else 0
 
 
@@ -117,7 +124,14 @@ def run_rebase(args: argparse.Namespace) -> int:
         print("\n".join(conflict_lines(outcome, co.patched, cmd + ["--continue"])))
         return 1
     print(f"rebase: {ctx.series.name} carried from {ctx.base} onto {args.onto} ({co.commit[:12]})")
-    return 0
+    series = load_series(ctx.series.path)  # with the [[base]] the rebase wrote: it must check at its base
+    return _print_check(
+        series.name,
+        co.base,
+        co.commit,
+        check_series(series, series.base(co.base), co.upstream.store, co.commit),
+        every=False,
+    )
 
 
 def add_arguments_init(parser: argparse.ArgumentParser) -> None:
