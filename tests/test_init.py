@@ -42,9 +42,15 @@ def _run(capsys, *args: str) -> tuple[int, str, str]:
 
 @pytest.fixture
 def committed(tmp_path, project, capsys) -> Path:
-    """tinyext checked out at v1.4.0 with one commit on the detached patched worktree: the variable in
-    src/config.cpp, a docs row, a new test file and a setup.py line reading a variable the base already has."""
+    """tinyext (and a tag v1.5.0 that changes another file) checked out at v1.4.0 with one commit on the detached
+    patched worktree: the variable in src/config.cpp, a docs row, a new test file and a setup.py line reading a
+    variable the base already has."""
     upstream = make_upstream(tmp_path / "up")
+    (upstream / "src" / "add.cpp").write_text(
+        '#include "tiny.h"\n// Adds.\ndouble tiny_add(double a, double b) { return a + b; }\n'
+    )
+    git(upstream, "commit", "-q", "-am", "v1.5.0: another file moves")
+    git(upstream, "tag", "v1.5.0")
     rc, _, err = _run(capsys, "checkout", "--upstream", str(upstream), "--base", "v1.4.0")
     assert rc == 0, err
     _, patched = worktrees("work", "v1.4.0")
@@ -64,6 +70,7 @@ def test_init_writes_a_series_that_loads_and_checks(committed, project, capsys):
     rc, out, err = _run(capsys, "init", "--series", "my-fast", "--base", "v1.4.0")
     assert rc == 0, err
     assert "check: 0001-config-TINYEXT_PREFER_FAST_PATH-1-prefers-the-fast-p.patch: applies" in out
+    assert f"check: my-fast at v1.4.0 ({git(committed, 'rev-parse', 'v1.4.0').strip()[:12]}): ok" in out
     series = load_series("my-fast")
     entry = series.base("v1.4.0")
     assert series.title == f"config: {MARKER}=1 prefers the fast path"
@@ -101,6 +108,20 @@ def test_init_writes_a_series_that_loads_and_checks(committed, project, capsys):
     rc, out, _ = _run(capsys, "apply", "--series", "my-fast")
     assert (rc, "is already applied" in out) == (0, True)
     assert git(committed, "status", "--porcelain") == ""
+
+
+def test_rebase_of_an_init_series_keeps_the_bases_together(committed, project, capsys):
+    """rebase writes its [[base]] after the last one, above [evidence] and the comment that opens it."""
+    assert _run(capsys, "init", "--series", "my-fast", "--base", "v1.4.0")[0] == 0
+    rc, out, err = _run(capsys, "rebase", "--series", "my-fast", "--onto", "v1.5.0")
+    assert rc == 0, err
+    assert out.splitlines()[-1].startswith("check: my-fast at v1.5.0 (") and out.endswith("): ok\n")
+    text = (project / "patches" / "my-fast" / "series.toml").read_text()
+    headers = [ln.split("  #")[0] for ln in text.splitlines() if ln.startswith("[")]
+    assert headers[:3] == ["[[base]]", "[[base]]", "[evidence]"], headers
+    assert text.index('ref = "v1.5.0"') < text.index("# What `compare` measures") < text.index("[evidence]\n")
+    series = load_series("my-fast")
+    assert [b.ref for b in series.bases] == ["v1.4.0", "v1.5.0"] and series.evidence.markers == (MARKER,)
 
 
 def test_init_proposes_markers_from_lookups_and_docs():

@@ -151,9 +151,8 @@ def add_arguments_init(parser: argparse.ArgumentParser) -> None:
 def run_init(args: argparse.Namespace) -> int:
     """``init``: the patched worktree's commits -> patches/<series>/ (patches + series.toml), checked."""
     made = init_series(args.series, args.base, args.workdir, args.upstream)
-    for item in made.checks:
-        print(f"check: {item.patch}: {_CHECK_WORDS[item.status]}")
     manifest = load_series(made.folder)
+    _print_check(manifest.name, args.base, made.base_commit, list(made.checks))
     entry = manifest.bases[0]
     markers = ", ".join(manifest.evidence.markers) or "none found: name them in [evidence] markers"
     print(
