@@ -234,9 +234,16 @@ def skeleton(
 
 
 def _upstream_of(store: Path, given: str | None) -> str:
+    """``--upstream``, else the URL the mirror ``store`` was cloned from; an imported archive's store (under
+    ``imports/``, :func:`harness.upstream.import_archive`) records none.
+
+    Raises:
+        SeriesError: no ``--upstream`` for an imported archive (or a store without ``origin``).
+    """
     if given:
         return given
-    url = git_run(store, "config", "--get", "remote.origin.url", check=False).out.strip()
+    archive = store.parent.name == "imports"
+    url = "" if archive else git_run(store, "config", "--get", "remote.origin.url", check=False).out.strip()
     if not url:
         raise SeriesError(
             f"cannot tell the upstream of {store} (an imported archive has no URL)",

@@ -118,3 +118,19 @@ def test_pr_md_names_a_run_made_with_series_on_builds_without_it(tiny_upstream, 
     assert "no results under" not in text  # the A/A run names the series: said what it is, not quoted
     assert "`results/aa`, were made with `--series demo` on builds that carry no series" in text
     assert "A/A verdicts" not in text
+
+
+def test_init_on_an_archive_needs_upstream_and_pins_the_import_commit(archive, project, capsys):
+    commit = _import_commit(capsys, archive)
+    _, patched = worktrees("work", "v1.0.0")
+    (patched / "a.txt").write_text((patched / "a.txt").read_text().replace("line 5\n", "line 5 mine\n"))
+    git(patched, "commit", "-q", "-am", "a: mine")
+    rc, _, err = _run(capsys, "init", "--series", "mine", "--base", "v1.0.0")
+    assert rc == 2 and "(an imported archive has no URL) -- pass --upstream" in err, err
+    assert list((project / "patches").iterdir()) == []
+    rc, _, err = _run(capsys, "init", "--series", "mine", "--base", "v1.0.0", "--upstream", str(archive))
+    assert rc == 0, err
+    text = (project / "patches" / "mine" / "series.toml").read_text()
+    assert f'upstream = "{archive}"' in text and f'commit = "{commit}"' in text
+    rc, _, err = _run(capsys, "check", "--series", "mine")  # the pin is the import commit: nothing to say
+    assert rc == 0 and "pinned commit" not in err, err
