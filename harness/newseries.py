@@ -122,29 +122,35 @@ def _q(text: str) -> str:
     return json.dumps(text)  # a JSON string is a TOML basic string (the same escapes)
 
 
+@dataclass(frozen=True)
+class DiffFacts:
+    """What ``init`` reads in the diff of the commits: the files changed, the markers proposed, the names read
+    that the base already has, the names only the added docs give, and the test files added."""
+
+    files: list[str]
+    markers: list[str]
+    already: list[str]
+    docs_only: list[str]
+    tests: list[str]
+
+
 def skeleton(
-    name: str,
-    title: str,
-    upstream: str,
-    base: str,
-    commit: str,
-    directory: str,
-    patches: list[str],
-    files: list[str],
-    markers: list[str],
-    already: list[str],
-    tests: list[str],
-    docs_only: list[str],
-    commits: int,
+    name: str, title: str, upstream: str, base: str, commit: str, directory: str, patches: list[str], facts: DiffFacts
 ) -> str:
-    """The text of a new series.toml, every line commented (see the module doc). ``already``: names the diff
-    reads that the base already has; ``docs_only``: names only the added docs give (each listed in a comment,
-    not as markers)."""
-    device = device_of(files)
-    default = DEFAULTS[device]
-    configs = [config_name(m) for m in markers]
-    out = [
-        f"# Written by `python -m harness init` from {commits} commit(s) on {base}; edit every line to say what the",
+    """The text of a new series.toml, every line commented (see the module doc): the top-level keys and the
+    ``[[base]]`` of ``patches`` (:func:`_base_lines`), then ``[evidence]`` from ``facts`` (:func:`_evidence_lines`;
+    ``already`` and ``docs_only`` are listed in comments, not as markers)."""
+    return "\n".join(
+        _base_lines(name, title, upstream, base, commit, directory, patches, facts) + _evidence_lines(facts)
+    )
+
+
+def _base_lines(
+    name: str, title: str, upstream: str, base: str, commit: str, directory: str, patches: list[str], facts: DiffFacts
+) -> list[str]:
+    made = f"`python -m harness init` from {len(patches)} commit(s) on {base}"
+    return [
+        f"# Written by {made}; edit every line to say what the",
         "# series is (docs/new-series.md lists every key). `check` validates the file on every command.",
         f"name = {_q(name)}  # the folder's name; the patched wheel's version label is <name>.<series hash8>",
         f"title = {_q(title)}  # one line: what the series does (the PR title; here the first commit's subject)",
@@ -165,30 +171,33 @@ def skeleton(
         *(f"    {_q(p)}," for p in patches),
         "]",
         "files = [  # exactly the files the series changes: `check` fails when the diff differs",
-        *(f"    {_q(f)}," for f in files),
+        *(f"    {_q(f)}," for f in facts.files),
         "]",
-        f'notes = "Made by `python -m harness init` from {commits} commit(s) on {base}."  # how it was made',
+        f'notes = "Made by {made}."  # how it was made',
         "",
         "# What `compare` measures for the series (docs/new-series.md, step 8).",
         "[evidence]",
     ]
+
+
+def _evidence_lines(facts: DiffFacts) -> list[str]:
+    markers, device = facts.markers, device_of(facts.files)
+    default, configs = DEFAULTS[device], [config_name(m) for m in markers]
     if markers:
-        out.append(
+        out = [
             f"markers = [{', '.join(map(_q, markers))}]  # the variables the patch adds (`build` checks the "
             "patched libraries hold them, stock's do not)"
-        )
+        ]
     else:
-        out.append("# markers = []  # no environment variable found in the added lines: name the ones the patch adds")
-    if already:
-        out.append(f"# not markers: {', '.join(already)} (read by the diff, but the base already has them)")
-    if docs_only:
+        out = ["# markers = []  # no environment variable found in the added lines: name the ones the patch adds"]
+    if facts.already:
+        out.append(f"# not markers: {', '.join(facts.already)} (read by the diff, but the base already has them)")
+    if facts.docs_only:
         out.append(
-            f"# named in the added docs, quoted by no added code: {', '.join(docs_only)} (a marker if it is read)"
+            f"# named in the added docs, quoted by no added code: {', '.join(facts.docs_only)} (a marker if read)"
         )
-    if tests:
-        out.append(
-            '# test_requirements = ["pytest"]  # what the test files import, installed into each build\'s environment'
-        )
+    if facts.tests:
+        out.append('# test_requirements = ["pytest"]  # what the test files import, installed into each build\'s venv')
     out += [
         "",
         f"[evidence.{device}]  # the device the change is for (from its files: {device})",
@@ -219,8 +228,8 @@ def skeleton(
         f'b = "stock/{default}"  # stock with no variable set',
         'claim = "unchanged"  # the patch costs nothing where it is not used',
     ]
-    for test in tests:
-        env = ", ".join(f'{m} = "1"' for m in markers)
+    env = ", ".join(f'{m} = "1"' for m in markers)
+    for test in facts.tests:
         out += [
             "",
             "[[evidence.test]]",
@@ -230,7 +239,7 @@ def skeleton(
             'expect = { stock = "fail", patched = "pass" }  # it fails without the change, passes with it',
             '# fails_with = "AssertionError: ..."  # the first line of the failure on stock (docs/new-series.md)',
         ]
-    return "\n".join(out) + "\n"
+    return out + [""]
 
 
 def _upstream_of(store: Path, given: str | None) -> str:
@@ -289,60 +298,16 @@ def init_series(spec: str, base: str, workdir: Path | str, upstream: str | None 
             f"no patched worktree of {base} at {patched}",
             f"run `python -m harness checkout --base {base}` (same --workdir), commit your change there, then init",
         )
-    gitdir = Path(git_run(patched, "rev-parse", "--path-format=absolute", "--git-dir").out.strip())
-    if (gitdir / "rebase-apply").is_dir() or (gitdir / "rebase-merge").is_dir():
-        raise SeriesError(f"a `git am` or rebase is in progress in {patched}", "finish it or abort it first")
-    dirty = dirty_files(patched)
-    if dirty:
-        raise SeriesError(
-            f"patched worktree {patched} has uncommitted changes: {', '.join(dirty[:5])}",
-            "commit them (init writes commits, not the working tree)",
-        )
-    commit = resolve_commit(store, base, source=str(store))
-    log = git_run(patched, "log", "--reverse", "--format=%s", f"{commit}..HEAD").out.splitlines()
-    if not log:
-        raise SeriesError(
-            f"{patched} has no commits on top of {base} ({commit[:12]})",
-            "commit your change there first (one commit per logical step), then init",
-        )
-    if git_run(patched, "merge-base", "--is-ancestor", commit, "HEAD", check=False).rc != 0:
-        raise SeriesError(
-            f"the HEAD of {patched} is not on top of {base} ({commit[:12]})",
-            f"rebase your commits onto {base} (`git -C {patched} rebase {commit[:12]}`), then init",
-        )
+    commit, subjects = _commits_on(patched, store, base)
     source = _upstream_of(store, upstream)
-    files = git_run(patched, "diff", "--name-only", "--no-renames", commit, "HEAD").out.split()
-    added_files = git_run(patched, "diff", "--name-only", "--no-renames", "--diff-filter=A", commit, "HEAD").out.split()
-    tests = new_tests(added_files)
-    added = {  # a test reads the variable too, but the library is where a marker must be
-        name: lines
-        for name, lines in added_lines(git_run(patched, "diff", "-U0", "--no-renames", commit, "HEAD").out).items()
-        if name not in tests
-    }
-    names, docs_only = proposed_markers(added)
-    known = [n for n in names if git_run(store, "grep", "-q", "-w", "-F", n, commit, "--", check=False).rc == 0]
-    markers = [n for n in names if n not in known]
+    facts = diff_facts(patched, store, commit)
     directory = slug(base)
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
     try:
         staged = tmp / folder.name
         patches, _ = write_patches(patched, commit, staged / directory, [])
-        text = skeleton(
-            folder.name,
-            log[0],
-            source,
-            base,
-            commit,
-            directory,
-            patches,
-            files,
-            markers,
-            known,
-            tests,
-            docs_only,
-            len(log),
-        )
+        text = skeleton(folder.name, subjects[0], source, base, commit, directory, patches, facts)
         (staged / MANIFEST).write_text(text, encoding="utf-8")
         series = load_series(staged)
         checks = tuple(check_series(series, series.bases[0], store, commit))
@@ -358,12 +323,63 @@ def init_series(spec: str, base: str, workdir: Path | str, upstream: str | None 
         os.replace(staged, folder)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    branch = patched_branch(folder.name, base, patched)
+    return NewSeries(folder, text, commit, _carry(patched, patched_branch(folder.name, base, patched), commit), checks)
+
+
+def _commits_on(patched: Path, store: Path, base: str) -> tuple[str, list[str]]:
+    """The base commit and the subjects of the commits ``base..HEAD`` of ``patched``, oldest first.
+
+    Raises:
+        SeriesError: an ``am`` or rebase in progress, uncommitted changes, no commits, HEAD not on the base.
+    """
+    gitdir = Path(git_run(patched, "rev-parse", "--path-format=absolute", "--git-dir").out.strip())
+    if (gitdir / "rebase-apply").is_dir() or (gitdir / "rebase-merge").is_dir():
+        raise SeriesError(f"a `git am` or rebase is in progress in {patched}", "finish it or abort it first")
+    dirty = dirty_files(patched)
+    if dirty:
+        raise SeriesError(
+            f"patched worktree {patched} has uncommitted changes: {', '.join(dirty[:5])}",
+            "commit them (init writes commits, not the working tree)",
+        )
+    commit = resolve_commit(store, base, source=str(store))
+    subjects = git_run(patched, "log", "--reverse", "--format=%s", f"{commit}..HEAD").out.splitlines()
+    if not subjects:
+        raise SeriesError(
+            f"{patched} has no commits on top of {base} ({commit[:12]})",
+            "commit your change there first (one commit per logical step), then init",
+        )
+    if git_run(patched, "merge-base", "--is-ancestor", commit, "HEAD", check=False).rc != 0:
+        raise SeriesError(
+            f"the HEAD of {patched} is not on top of {base} ({commit[:12]})",
+            f"rebase your commits onto {base} (`git -C {patched} rebase {commit[:12]}`), then init",
+        )
+    return commit, subjects
+
+
+def diff_facts(patched: Path, store: Path, commit: str) -> DiffFacts:
+    """The :class:`DiffFacts` of ``commit..HEAD`` in ``patched``; a proposed marker that the base already
+    holds (``git grep -w`` at ``commit`` in ``store``) goes to ``already``."""
+    files = git_run(patched, "diff", "--name-only", "--no-renames", commit, "HEAD").out.split()
+    added_files = git_run(patched, "diff", "--name-only", "--no-renames", "--diff-filter=A", commit, "HEAD").out.split()
+    tests = new_tests(added_files)
+    added = {  # a test reads the variable too, but the library is where a marker must be
+        name: lines
+        for name, lines in added_lines(git_run(patched, "diff", "-U0", "--no-renames", commit, "HEAD").out).items()
+        if name not in tests
+    }
+    names, docs_only = proposed_markers(added)
+    known = [n for n in names if git_run(store, "grep", "-q", "-w", "-F", n, commit, "--", check=False).rc == 0]
+    return DiffFacts(files, [n for n in names if n not in known], known, docs_only, tests)
+
+
+def _carry(patched: Path, branch: str, commit: str) -> str:
+    """Put ``patched`` on the series' ``branch`` (a detached HEAD becomes it; a branch of yours stays where it
+    is and ``branch`` is made at its head) and return the branch the worktree is on."""
     current = git_run(patched, "symbolic-ref", "--quiet", "--short", "HEAD", check=False).out.strip()
     if not current:
-        switch_branch(patched, branch, commit, adopt=True)  # the detached HEAD becomes the series' branch
-    elif git_run(patched, "show-ref", "--verify", "--quiet", f"refs/heads/{branch}", check=False).rc != 0:
-        git_run(patched, "checkout", "--quiet", "-b", branch)  # your branch stays where it is
-    else:
-        branch = current  # apply puts the worktree on the series' branch later
-    return NewSeries(folder, text, commit, branch, checks)
+        switch_branch(patched, branch, commit, adopt=True)
+        return branch
+    if git_run(patched, "show-ref", "--verify", "--quiet", f"refs/heads/{branch}", check=False).rc != 0:
+        git_run(patched, "checkout", "--quiet", "-b", branch)
+        return branch
+    return current  # apply puts the worktree on the series' branch later

@@ -475,11 +475,8 @@ def import_archive(archive: Path) -> Upstream:
 
 
 # ------------------------------------------------------------------------------------------- refs
-def resolve_commit(
-    store: Path, ref: str, *, check: bool = True, source: str | None = None, option: str = "--base"
-) -> str | None:
-    """The 40-hex commit SHA of ``ref`` (tag, branch or SHA) in ``store``; ``option``: the command-line option
-    that gave ``ref`` (``--base``, ``rebase --onto``), named in the error.
+def resolve_commit(store: Path, ref: str, *, check: bool = True, source: str | None = None) -> str | None:
+    """The 40-hex commit SHA of ``ref`` (tag, branch or SHA) in ``store``.
 
     Raises:
         UpstreamError: ``check`` and the ref is not there; the line lists a few tags.
@@ -491,10 +488,9 @@ def resolve_commit(
         return None
     tags = git_run(store, "tag", "--list", "--sort=-creatordate", check=False).out.split()[:5]
     known = f" (tags there: {', '.join(tags)})" if tags else ""
-    what = "base ref" if option == "--base" else f"{option} ref"
     raise UpstreamError(
-        f"{what} {ref!r} is not in the upstream {source or store}{known}",
-        f"pass {option} as a tag, branch or SHA that exists upstream",
+        f"base ref {ref!r} is not in the upstream {source or store}{known}",
+        "pass --base as a tag, branch or SHA that exists upstream",
     )
 
 
@@ -737,13 +733,10 @@ class Checkout:
     missing_submodules: tuple[str, ...]
 
 
-def checkout(
-    source: str, base: str, workdir: Path | str, series: str | None = None, *, option: str = "--base"
-) -> Checkout:
+def checkout(source: str, base: str, workdir: Path | str, series: str | None = None) -> Checkout:
     """Create (or verify) the ``stock`` and ``patched`` worktrees of ``base``.
 
-    ``option``: the option that named ``base`` (``--base``, or ``--onto`` for ``rebase``), named when the
-    ref is not upstream. ``stock`` is detached at the base commit; ``patched`` is on :func:`patched_branch` (created at
+    ``stock`` is detached at the base commit; ``patched`` is on :func:`patched_branch` (created at
     the base when absent; kept with its commits when present) when ``series`` is given, else
     detached at the base (apply/refresh put it on the series' branch). Existing worktrees are reused; a
     ``stock`` that moved is put back on the base when clean.
@@ -753,7 +746,7 @@ def checkout(
     """
     upstream = open_upstream(source, ref=base)
     store = upstream.store
-    commit = resolve_commit(store, base, source=source, option=option)
+    commit = resolve_commit(store, base, source=source)
     stock, patched = worktrees(workdir, base)
     _clear_partial_worktrees(store, inside(Path(workdir), stock.parent.name, "--base folder"))
     git_run(store, "worktree", "prune")

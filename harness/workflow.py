@@ -103,7 +103,15 @@ def checkout_context(ctx: Context, workdir: Path | str, ref: str | None = None) 
         SeriesError: the base commit differs from the pinned one. UpstreamError: from the checkout.
     """
     assert ctx.series is not None and ctx.entry is not None
-    co = checkout(ctx.upstream, ref or ctx.base, workdir, ctx.series.name, option="--base" if ref is None else "--onto")
+    try:
+        co = checkout(ctx.upstream, ref or ctx.base, workdir, ctx.series.name)
+    except UpstreamError as exc:  # resolve_commit names --base: here the ref came from rebase --onto
+        if ref is None or not exc.cause.startswith(f"base ref {ref!r} is not in the upstream"):
+            raise
+        raise UpstreamError(
+            "--onto ref" + exc.cause.removeprefix("base ref"),
+            "pass --onto as a tag, branch or SHA that exists upstream",
+        ) from None
     if ref is None:
         check_pin(co.upstream.kind, co.commit, ctx.entry)
     return co

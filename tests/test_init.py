@@ -196,7 +196,8 @@ def test_init_refuses_a_series_that_does_not_check(committed, project, capsys, m
 
 
 def test_skeleton_parses_without_markers_or_tests():
-    text = newseries.skeleton("x", "t", "u", "v1", "0" * 40, "v1", ["0001-a.patch"], ["a.txt"], [], [], [], [], 1)
+    facts = newseries.DiffFacts(["a.txt"], [], [], [], [])
+    text = newseries.skeleton("x", "t", "u", "v1", "0" * 40, "v1", ["0001-a.patch"], facts)
     data = tomllib.loads(text)
     assert data["evidence"]["cpu"]["configs"] == ["default"]
     assert [c["a"] for c in data["evidence"]["contrast"]] == ["patched/default"]
