@@ -182,7 +182,9 @@ def _base_lines(
 
 def _evidence_lines(facts: DiffFacts) -> list[str]:
     markers, device = facts.markers, device_of(facts.files)
-    default, configs = DEFAULTS[device], [config_name(m) for m in markers]
+    generic = [c.name for c in PROFILES[device]]  # a series' config may not take a generic one's name
+    default = DEFAULTS[device]
+    configs = [config_name(m) if config_name(m) not in generic else m.lower() for m in markers]
     if markers:
         out = [
             f"markers = [{', '.join(map(_q, markers))}]  # the variables the patch adds (`build` checks the "
