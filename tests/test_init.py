@@ -210,3 +210,14 @@ def test_a_marker_named_like_a_generic_config_gets_its_full_name():
     data = tomllib.loads(newseries.skeleton("x", "t", "u", "v1", "0" * 40, "v1", ["0001-a.patch"], facts))
     assert data["evidence"]["cpu"]["configs"] == ["default", "torch_no_vec", "fast"]
     assert data["evidence"]["cpu"]["env"] == {"torch_no_vec": {"TORCH_NO_VEC": "1"}, "fast": {"PYTORCH_FAST": "1"}}
+
+
+def test_init_from_a_branch_of_yours_leaves_it_and_carries_the_series(committed, project, capsys):
+    git(committed, "checkout", "-q", "-b", "mine")
+    head = git(committed, "rev-parse", "HEAD").strip()
+    rc, out, err = _run(capsys, "init", "--series", "my-fast", "--base", "v1.4.0")
+    assert rc == 0, err
+    branch = git(committed, "symbolic-ref", "--short", "HEAD").strip()
+    assert branch.startswith("patched/my-fast/v1.4.0-") and f"init: {branch} carries the series" in out
+    assert git(committed, "rev-parse", "mine").strip() == head == git(committed, "rev-parse", "HEAD").strip()
+    assert "is already applied" in _run(capsys, "apply", "--series", "my-fast")[1]
