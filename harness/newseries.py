@@ -50,6 +50,8 @@ _LOOKUP = re.compile(
 #: a PyTorch environment variable named in an added line of documentation
 _DOCS_NAME = re.compile(r"\b((?:PYTORCH|TORCH)_[A-Z0-9_]+)\b")
 _DOCS_SUFFIXES = (".md", ".rst", ".txt")
+#: the name of the no-regression contrast by how many markers there are (none, one, several)
+OFF = ("no regression", "no regression with it off", "no regression with them off")
 #: the config each device's evidence starts from (the first of :data:`harness.configs.PROFILES`, no variable)
 DEFAULTS = {device: profiles[0].name for device, profiles in PROFILES.items()}
 
@@ -225,7 +227,7 @@ def _evidence_lines(facts: DiffFacts) -> list[str]:
     out += [
         "",
         "[[evidence.contrast]]",
-        f'name = "no regression with {"it" if len(markers) == 1 else "them"} off"  # how the report names it',
+        f"name = {_q(OFF[min(len(markers), 2)])}  # how the report names it",
         f'a = "patched/{default}"  # the patched build with no variable set',
         f'b = "stock/{default}"  # stock with no variable set',
         'claim = "unchanged"  # the patch costs nothing where it is not used',

@@ -202,6 +202,7 @@ def test_skeleton_parses_without_markers_or_tests():
     assert data["evidence"]["cpu"]["configs"] == ["default"]
     assert [c["a"] for c in data["evidence"]["contrast"]] == ["patched/default"]
     assert "# markers = []" in text and "test" not in data["evidence"]
+    assert data["evidence"]["contrast"][0]["name"] == "no regression"
 
 
 def test_a_marker_named_like_a_generic_config_gets_its_full_name():
@@ -209,6 +210,7 @@ def test_a_marker_named_like_a_generic_config_gets_its_full_name():
     facts = newseries.DiffFacts(["src/x.cpp"], ["TORCH_NO_VEC", "PYTORCH_FAST"], [], [], [])
     data = tomllib.loads(newseries.skeleton("x", "t", "u", "v1", "0" * 40, "v1", ["0001-a.patch"], facts))
     assert data["evidence"]["cpu"]["configs"] == ["default", "torch_no_vec", "fast"]
+    assert data["evidence"]["contrast"][-1]["name"] == "no regression with them off"
     assert data["evidence"]["cpu"]["env"] == {"torch_no_vec": {"TORCH_NO_VEC": "1"}, "fast": {"PYTORCH_FAST": "1"}}
 
 
