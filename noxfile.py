@@ -1,6 +1,7 @@
 """Thin nox sessions: each installs what it needs and calls ``python -m harness <command>``.
 
-The harness works without nox too; every session here is one command line.
+The harness works without nox too; every session here but ``tests`` is ``python -m harness <session name>`` with
+the session's arguments (``doctor`` adds ``--build`` of the interpreter it tests when none is given).
 Arguments after ``--`` are passed through, e.g.::
 
     nox -s compare -- --stock torch==2.13.0 --patched torch==2.14.1 --device cpu --quick --out results/cpu-ab
@@ -149,6 +150,12 @@ def checkout(session: nox.Session) -> None:
 
 
 @nox.session
+def init(session: nox.Session) -> None:
+    """A new series from your commits on the patched worktree: patches + series.toml with every line commented."""
+    _harness(session, "init")
+
+
+@nox.session
 def check(session: nox.Session) -> None:
     """Does the patch series apply at the base? Names each failing file and hunk."""
     _harness(session, "check")
@@ -179,15 +186,21 @@ def pr(session: nox.Session) -> None:
 
 
 @nox.session
+def build(session: nox.Session) -> None:
+    """Wheel of either worktree (--kind stock|patched): what build_stock and build_patched run."""
+    _harness(session, "build")
+
+
+@nox.session
 def build_stock(session: nox.Session) -> None:
     """Wheel of the base (stock worktree) into dist/, verified in a fresh venv."""
-    _harness(session, "build", "--kind", "stock")
+    _harness(session, "build_stock")
 
 
 @nox.session
 def build_patched(session: nox.Session) -> None:
     """Wheel of base + series (patched worktree, or --incremental in the stock tree), verified."""
-    _harness(session, "build", "--kind", "patched")
+    _harness(session, "build_patched")
 
 
 @nox.session

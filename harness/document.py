@@ -626,7 +626,9 @@ def load(directory: Path) -> RunDocument:
 class Stamp:
     """What choosing a run as a PR's evidence needs from its results.json (:func:`peek`): when it finished
     ("" while unfinished), the command recorded (a list, or the recorded value as text), and the series
-    ``(name, hash)`` of each build's manifest that names one."""
+    ``(name, hash)`` of each build's manifest that names one, plus ``(name, None)`` for the series the run was
+    told (``compare --series``, ``evidence.series``) when no build's manifest names it (an A/A run of one
+    interpreter, say)."""
 
     finished: str
     command: tuple[str, ...] | str
@@ -647,6 +649,10 @@ def peek(path: Path) -> Stamp | None:
     builds = data.get("builds") if isinstance(data.get("builds"), Mapping) else {}
     found = [((b.get("build") or {}).get("series") or {}) for b in builds.values() if isinstance(b, Mapping)]
     series = tuple((f["name"], f.get("hash")) for f in found if isinstance(f, Mapping) and f.get("name"))
+    evidence = data.get("evidence") if isinstance(data.get("evidence"), Mapping) else {}
+    named = evidence.get("series")  # compare --series NAME: the series whose evidence the run judged
+    if isinstance(named, str) and named and named not in (name for name, _ in series):
+        series += ((named, None),)  # no build carries it (interpreters, wheels of no build manifest): no hash
     command = run.get("command") or []
     return Stamp(str(run.get("finished") or ""), tuple(command) if isinstance(command, list) else str(command), series)
 

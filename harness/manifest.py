@@ -578,9 +578,25 @@ def add_base(
     files: list[str] | None,
     notes: str,
 ) -> None:
-    """Append a ``[[base]]`` variant to series.toml (validated by re-loading before it is written)."""
+    """Add a ``[[base]]`` variant to series.toml after the last ``[[base]]`` (before the comments that open the
+    table after it, e.g. ``[evidence]``'s), so the bases stay together; the file is parsed before it is written."""
     text = series.manifest.read_text(encoding="utf-8")
+    spans, cut = _base_spans(text), len(text)
+    if spans and spans[-1][1] < len(text):  # a table follows the last base: insert above it and its comments
+        kept = text[: spans[-1][1]].splitlines(keepends=True)
+        while kept and (not kept[-1].strip() or kept[-1].lstrip().startswith("#")):
+            kept.pop()
+        cut = len("".join(kept))
     lines = ["", "[[base]]", f"ref = {json.dumps(ref)}"]
+    lines += _base_lines(ref, directory, patches, commit=commit, files=files, notes=notes)
+    _write_manifest(series, text[:cut].rstrip("\n") + "\n" + "\n".join(lines) + "\n" + text[cut:])
+
+
+def _base_lines(
+    ref: str, directory: str, patches: list[str], *, commit: str | None, files: list[str] | None, notes: str
+) -> list[str]:
+    """The keys of a new ``[[base]]`` after its ``ref`` (:func:`add_base`)."""
+    lines = []
     if commit:
         lines.append(f"commit = {json.dumps(commit)}")
     if directory != ref:
@@ -590,7 +606,7 @@ def add_base(
         lines.append(f"files = {_toml_list(files)}")
     if notes:
         lines.append(f"notes = {json.dumps(notes)}")
-    _write_manifest(series, text.rstrip("\n") + "\n" + "\n".join(lines) + "\n")
+    return lines
 
 
 def _write_manifest(series: Series, text: str) -> None:
@@ -603,11 +619,17 @@ def _write_manifest(series: Series, text: str) -> None:
 
 # ------------------------------------------------------------------------------------------- pin
 def check_pin(kind: str, commit: str, entry: Base) -> None:
-    """Raise when a git upstream's base commit differs from the ``commit`` pinned in series.toml."""
+    """Raise when a git upstream's base commit differs from the ``commit`` pinned in series.toml. On an
+    archive upstream (whose base is the archive's own import commit, :func:`harness.upstream.import_archive`)
+    a pin that is that commit passes silently; another pin (a git upstream's commit, say) is noted, not
+    checked: the archive's import commit can never be it."""
     if entry.commit and kind == "git" and entry.commit != commit:
         raise SeriesError(
             f"base {entry.ref!r} is {commit} upstream but series.toml pins commit {entry.commit}",
             "the ref moved upstream: rebase the series onto it, or fix the pin",
         )
-    if entry.commit and kind == "archive":
-        progress.note(f"series: pinned commit of {entry.ref} not checked (archive upstream has its own import commit)")
+    if entry.commit and kind == "archive" and entry.commit != commit:
+        progress.note(
+            f"series: pinned commit of {entry.ref} ({entry.commit[:12]}) not checked: the archive upstream's "
+            f"{entry.ref} is its own import commit ({commit[:12]}), never a git upstream's"
+        )

@@ -48,10 +48,10 @@ from harness import document as doc
 from harness import options
 from harness.errors import BuildInputError, ResultsError, SeriesError
 from harness.fsutil import atomic_write_text
-from harness.manifest import Series
+from harness.manifest import Series, shown
 from harness.paths import slug
 from harness.series import FALLBACK_COMMITTER, compare_with_series, describe
-from harness.upstream import git_run
+from harness.upstream import DEFAULT_UPSTREAM, git_run, is_archive
 from harness.venvs import wheel_in
 from harness.workflow import Context, existing_checkout
 
@@ -299,7 +299,14 @@ def pr_markdown(
             f"this branch's commits are series hash `{branch_hash[:8]}`, which was not measured.",
             "",
         ]
-    if evidence is None and earlier is not None:
+    if evidence is None and earlier is not None and _series_hash_of(earlier, series.name) is None:
+        lines += [
+            f"Not measured yet at series hash `{now[:8]}`: the newest results naming the series `{series.name}`, "
+            f"`{earlier}`, were made with `--series {series.name}` on builds that carry no series (interpreters "
+            "or wheels without a build manifest of the series: an A/A run, say), not quoted here.",
+            "",
+        ]
+    elif evidence is None and earlier is not None:
         other = _series_hash_of(earlier, series.name)
         lines += [
             f"Not measured yet at series hash `{now[:8]}`: the newest results naming the series `{series.name}`, "
@@ -361,11 +368,15 @@ def next_steps(
     branch: str,
     commits: int,
     evidence: Path | None,
+    *,
+    archive: bool = False,
 ) -> list[str]:
     """What the contributor does next, for stdout (never PR.md): without evidence, the commands that make it
     (the missing wheels' builds into ``dist``, then one ``compare`` whose ``--stock``/``--patched`` are that
     build folder, :func:`build_folder`; the wheels' own paths instead when the folder's newest patched wheel
-    of the series is of another base); then how to push."""
+    of the series is of another base); then how to push, or, on a base imported from an ``archive`` (one import
+    commit that shares no history with any git upstream, so its branch cannot become a pull request there), how
+    to carry the series to a git upstream first (``rebase --onto`` a ref of it, or ``git am`` the patch files)."""
     lines: list[str] = []
     common = ["--series", series.name, "--base", base, "--workdir", str(workdir)]
     again = [*common, "--results", str(results_root), "--dist", str(dist)]
@@ -393,6 +404,18 @@ def next_steps(
         else:
             lines.append(f"pr: no evidence yet; make it, then `nox -s pr -- {shlex.join(again)}` puts it in PR.md:")
         lines.append(f"  nox -s compare -- {shlex.join(args)}")
+    if archive:
+        url = series.upstream if not is_archive(series.upstream) else DEFAULT_UPSTREAM
+        patches = shown(series.path / series.base(base).dir)
+        onto = ["rebase", "--series", series.name, "--base", base, "--onto", "main", "--upstream", url]
+        return lines + [
+            f"pr: branch {branch}: {commits} commit(s) on {base} (`{co_commit[:12]}`), an imported archive: its one "
+            "import commit shares no history with a git upstream, so this branch cannot become a pull request "
+            "there. Carry the series to a ref of the git upstream first (main, or the ref the PR goes to):",
+            f"  nox -s {onto[0]} -- {shlex.join([*onto[1:], '--workdir', str(workdir)])}",
+            f"pr: then `nox -s pr -- --series {series.name} --base main` there; or apply the patch files in your "
+            f"own clone of it: `git am -3 {shlex.quote(patches)}/*.patch`",
+        ]
     lines.append(f"pr: branch {branch}: {commits} commit(s) on {base} (`{co_commit[:12]}`); push it:")
     lines.append(f"  git -C {shlex.quote(str(patched))} push <your-fork> {branch}")
     lines.append(
@@ -495,6 +518,7 @@ def prepare(
         branch,
         len(made),
         evidence,
+        archive=co.upstream.kind == "archive",
     )
     if kept is not None:
         steps = [f"pr: the earlier PR.md differed from this one (your edits?): kept as {kept}", *steps]

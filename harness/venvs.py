@@ -198,6 +198,12 @@ def parse_input(
         path = Path(text).expanduser().resolve()
         if path.is_dir():
             path = wheel_in(path, role, series=series, base_sha=base_sha, series_hashes=series_hashes)
+        if not path.exists() and (text.endswith("/") or path.suffix != ".whl"):
+            raise BuildInputError(
+                f"--{role}: build folder {path} does not exist",
+                f"build the wheels into it first (nox -s build_stock / build_patched -- --dist {text}), or pass a "
+                "wheel, a requirement like torch==2.13.0 or python:/path/to/python",
+            )
         if not path.is_file():
             raise BuildInputError(
                 f"--{role}: wheel {path} does not exist",

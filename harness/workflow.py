@@ -95,14 +95,23 @@ def resolve_context(series: str | None, base: str | None, upstream: str | None, 
 
 
 def checkout_context(ctx: Context, workdir: Path | str, ref: str | None = None) -> Checkout:
-    """Worktrees of the series at ``ref`` (default: the context's base) via :func:`harness.upstream.checkout`;
-    at the base, its commit is checked against the series' pin.
+    """Worktrees of the series at ``ref`` (default: the context's base; ``rebase --onto``'s ref otherwise, named
+    so when it is not upstream) via :func:`harness.upstream.checkout`; at the base, its commit is checked against
+    the series' pin.
 
     Raises:
         SeriesError: the base commit differs from the pinned one. UpstreamError: from the checkout.
     """
     assert ctx.series is not None and ctx.entry is not None
-    co = checkout(ctx.upstream, ref or ctx.base, workdir, ctx.series.name)
+    try:
+        co = checkout(ctx.upstream, ref or ctx.base, workdir, ctx.series.name)
+    except UpstreamError as exc:  # resolve_commit names --base: here the ref came from rebase --onto
+        if ref is None or not exc.cause.startswith(f"base ref {ref!r} is not in the upstream"):
+            raise
+        raise UpstreamError(
+            "--onto ref" + exc.cause.removeprefix("base ref"),
+            "pass --onto as a tag, branch or SHA that exists upstream",
+        ) from None
     if ref is None:
         check_pin(co.upstream.kind, co.commit, ctx.entry)
     return co

@@ -187,6 +187,7 @@ WRITE_SITES = {
     "series._failing_hunks": "a temporary folder",
     "series.check_series": "a temporary folder",
     "series.write_patches": "inside",
+    "newseries.init_series": "a temporary folder beside the new series folder, renamed to it (never over one)",
     "upstream._clear_interrupted_clone": "the cache's mirrors/, names from a hash of the upstream",
     "upstream._mirror": "a temporary folder in the cache's mirrors/, renamed to a hashed name",
     "upstream._extract": "inside",

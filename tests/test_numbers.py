@@ -26,6 +26,8 @@ PREFIX = {
     "bench": ["bench", "--build", PYTHON, "--device", "cpu", "--out", "out"],
     "doctor": ["doctor", "--device", "cpu", "--out", "out"],
     "build": ["build", "--kind", "stock", "--dist", "out"],
+    "build_stock": ["build_stock", "--dist", "out"],
+    "build_patched": ["build_patched", "--dist", "out"],
     "preview": ["preview", "out"],
 }
 #: every numeric option, by command (the test below fails when a command gains one not listed here)
@@ -45,6 +47,8 @@ NUMERIC = {
     "bench": ["--rounds", "--timeout", "--stall-timeout", "--duty", "--seed", "--threads"],
     "doctor": ["--step-timeout"],
     "build": ["--jobs"],
+    "build_stock": ["--jobs"],
+    "build_patched": ["--jobs"],
     "preview": ["--width"],
 }
 

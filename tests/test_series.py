@@ -321,6 +321,8 @@ def test_rebase_conflict_leaves_worktree_and_says_how_to_continue(tiny_upstream,
     git(patched, "add", "a.txt")
     rc, out = _run(capsys, "rebase", "--series", "demo", "--onto", "v3", "--continue")
     assert rc == 0, out
+    # as docs/new-series.md step 7 shows: the new [[base]] is checked at its base
+    assert f"check: demo at v3 ({git(tiny_upstream, 'rev-parse', 'v3').strip()[:12]}): ok" in out.splitlines()
     series = load_series("demo")
     assert [b.ref for b in series.bases] == ["v1", "v3"]
     assert git(patched, "rev-list", "--count", "v3..HEAD").strip() == "2"

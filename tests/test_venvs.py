@@ -27,6 +27,8 @@ def test_parse_inputs(tmp_path):
             "--stock: wheel /nonexistent/torch-2.6.0-cp311-cp311-linux_x86_64.whl does not exist",
         ),
         ("python:/nonexistent/python", "--stock: interpreter /nonexistent/python does not exist"),
+        ("/nonexistent/dist/", "--stock: build folder /nonexistent/dist does not exist"),  # a folder, not a wheel
+        ("/nonexistent/dist", "--stock: build folder /nonexistent/dist does not exist"),
         ("torch===", "--stock: 'torch===' is neither a wheel path nor a requirement"),
     ],
 )

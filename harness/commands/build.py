@@ -27,9 +27,13 @@ class _Renamed(argparse.Action):
         )
 
 
-def add_arguments_build(parser: argparse.ArgumentParser) -> None:
-    """Options of ``build`` (plus the common ``--upstream/--base/--series/--workdir``)."""
-    parser.add_argument("--kind", choices=KINDS, required=True, help="stock (the base) or patched (base + series)")
+def add_arguments_build(parser: argparse.ArgumentParser, kind: str | None = None) -> None:
+    """Options of ``build`` (plus the common ``--upstream/--base/--series/--workdir``); with ``kind`` (the
+    commands ``build_stock`` and ``build_patched``, as the nox sessions of the same names) no ``--kind``."""
+    if kind is None:
+        parser.add_argument("--kind", choices=KINDS, required=True, help="stock (the base) or patched (base + series)")
+    else:
+        parser.set_defaults(kind=kind)
     add_source_arguments(parser)
     parser.add_argument("--platform", choices=PLATFORMS, default=None, help="build environment (default: this host)")
     parser.add_argument("--dry-run", action="store_true", help="print the environment and command, build nothing")
@@ -98,3 +102,17 @@ def run_build(args: argparse.Namespace) -> int:
         )
     print(state.result.wheel)
     return 0
+
+
+def add_arguments_build_stock(parser: argparse.ArgumentParser) -> None:
+    """Options of ``build_stock``: ``build --kind stock``."""
+    add_arguments_build(parser, "stock")
+
+
+def add_arguments_build_patched(parser: argparse.ArgumentParser) -> None:
+    """Options of ``build_patched``: ``build --kind patched``."""
+    add_arguments_build(parser, "patched")
+
+
+#: ``build_stock`` and ``build_patched`` are ``build`` with the kind set (the nox sessions' names)
+run_build_stock = run_build_patched = run_build

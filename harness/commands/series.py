@@ -1,4 +1,4 @@
-"""``check``, ``apply``, ``refresh``, ``rebase``: a patch series against the worktrees (:mod:`harness.series`)."""
+"""``init``, ``check``, ``apply``, ``refresh``, ``rebase``: a patch series and the worktrees (:mod:`harness.series`)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ import sys
 from pathlib import Path
 
 from harness.commands.common import add_source_arguments, source_context
-from harness.manifest import series_hash, shown
-from harness.series import apply_series, conflict_lines, rebase_series
+from harness.manifest import load_series, series_hash, shown
+from harness.newseries import init_series
+from harness.series import PatchCheck, apply_series, check_series, conflict_lines, rebase_series
 from harness.workflow import check_context, checkout_context, refresh_context
 
 _CHECK_WORDS = {
@@ -28,13 +29,20 @@ def run_check(args: argparse.Namespace) -> int:
     """``check``: exit 0 when every patch applies at the base, 1 naming each failing file + hunk."""
     ctx = source_context(args)
     commit, results = check_context(ctx)
+    assert ctx.series is not None
+    return _print_check(ctx.series.name, ctx.base, commit, results)
+
+
+def _print_check(name: str, base: str, commit: str, results: list[PatchCheck], *, every: bool = True) -> int:
+    """``check``'s lines (each patch unless ``every`` is False, its failing hunks, then the verdict); 1 on a
+    failure, else 0."""
     for item in results:
-        print(f"check: {item.patch}: {_CHECK_WORDS[item.status]}")
+        if every or item.status != "ok":
+            print(f"check: {item.patch}: {_CHECK_WORDS[item.status]}")
         for line in item.failures:
             print(f"check:   {line}")
     bad = [r for r in results if r.status == "failed"]
-    assert ctx.series is not None
-    print(f"check: {ctx.series.name} at {ctx.base} ({commit[:12]}): " + ("ok" if not bad else f"{len(bad)} failure(s)"))
+    print(f"check: {name} at {base} ({commit[:12]}): " + ("ok" if not bad else f"{len(bad)} failure(s)"))
     return 1 if bad else 0
 
 
@@ -116,4 +124,44 @@ def run_rebase(args: argparse.Namespace) -> int:
         print("\n".join(conflict_lines(outcome, co.patched, cmd + ["--continue"])))
         return 1
     print(f"rebase: {ctx.series.name} carried from {ctx.base} onto {args.onto} ({co.commit[:12]})")
+    series = load_series(ctx.series.path)  # with the [[base]] the rebase wrote: it must check at its base
+    return _print_check(
+        series.name,
+        co.base,
+        co.commit,
+        check_series(series, series.base(co.base), co.upstream.store, co.commit),
+        every=False,
+    )
+
+
+def add_arguments_init(parser: argparse.ArgumentParser) -> None:
+    """Options of ``init``."""
+    parser.add_argument(
+        "--series", metavar="NAME|PATH", required=True, help="the new series: a name (patches/NAME) or a folder"
+    )
+    parser.add_argument("--base", metavar="REF", required=True, help="the base ref your commits are on (as checkout)")
+    parser.add_argument(
+        "--upstream",
+        metavar="URL|PATH|ARCHIVE",
+        help="the series' upstream (default: where the worktrees were cloned from; needed for an archive)",
+    )
+    parser.add_argument("--workdir", metavar="DIR", default="work", help="where worktrees live (default: ./work)")
+
+
+def run_init(args: argparse.Namespace) -> int:
+    """``init``: the patched worktree's commits -> patches/<series>/ (patches + series.toml), checked."""
+    made = init_series(args.series, args.base, args.workdir, args.upstream)
+    manifest = load_series(made.folder)
+    _print_check(manifest.name, args.base, made.base_commit, list(made.checks))
+    entry = manifest.bases[0]
+    markers = ", ".join(manifest.evidence.markers) or "none found: name them in [evidence] markers"
+    print(
+        f"init: {shown(made.folder / 'series.toml')}: {len(entry.patches)} patch(es) at {entry.ref} "
+        f"({made.base_commit[:12]}), files {len(entry.files or ())}, markers {markers}, "
+        f"{len(manifest.evidence.contrasts)} contrast(s), {len(manifest.evidence.tests)} test(s)"
+    )
+    print(
+        f"init: {made.branch} carries the series; edit series.toml (every line says what it is), then run "
+        f"`python -m harness check --series {manifest.name}`"
+    )
     return 0
