@@ -27,10 +27,10 @@ folder's own file, which :mod:`harness.manifest` checked is inside the folder).
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import math
 import re
 import sys
+import types
 from dataclasses import replace
 from pathlib import Path
 
@@ -51,16 +51,15 @@ def _words(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text.splitlines()[0][:200]}" if text else type(exc).__name__
 
 
-def _import(path: Path):
-    """The module executed from ``path`` (under a name of its own: two series' modules never collide)."""
+def _import(path: Path) -> types.ModuleType:
+    """The module executed from ``path`` (under a name of its own: two series' modules never collide), compiled
+    from its text: no ``__pycache__`` is written into the series folder."""
     name = "harness_workload_" + hashlib.sha256(str(path).encode()).hexdigest()[:16]
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
-        raise WorkloadError(f"{path}: not a Python module")
-    module = importlib.util.module_from_spec(spec)
+    module = types.ModuleType(name)
+    module.__file__ = str(path)
     sys.modules[name] = module  # dataclasses in the module look themselves up there
     try:
-        spec.loader.exec_module(module)
+        exec(compile(path.read_bytes(), str(path), "exec"), module.__dict__)
     except SyntaxError as exc:
         sys.modules.pop(name, None)
         raise WorkloadError(f"{path} line {exc.lineno}: SyntaxError: {exc.msg}") from None
