@@ -39,10 +39,11 @@ from harness import assumptions as asm
 from harness import children, supervise
 from harness import configs as cfg
 from harness.bench.provenance import IMPORT_STEP, STEPS
-from harness.bench.workloads import DTYPES, OPS, probe_cell
+from harness.bench.workloads import DTYPES, OPS, Workload, probe_cell
 from harness.build.platforms import host_platform
 from harness.build.preflight import toolchain_checks
 from harness.fsutil import atomic_write_json, atomic_write_text
+from harness.manifest import load_series
 from harness.numbers import Bound, number
 from harness.options import STALL_TIMEOUT
 from harness.outdir import DOCTOR_WRITES, claim
@@ -97,9 +98,11 @@ def _auto_device(python: Path) -> str:
     return "cuda" if proc.answer is True else "cpu"
 
 
-def cells() -> list[str]:
-    """Every op of :data:`OPS` at its probe shape, in every default dtype (cell keys)."""
-    return [probe_cell(op, dtype).key for dtype in DTYPES for op in OPS]
+def cells(workload: Workload | None = None) -> list[str]:
+    """Every op of :data:`OPS` and of a series' ``workload`` module at its probe shape, in every default dtype
+    (cell keys)."""
+    names = [*OPS, *(o.name for o in workload.ops)] if workload else OPS
+    return [probe_cell(op, dtype).key for dtype in DTYPES for op in names]
 
 
 def config_row(config: cfg.EnvConfig, record: dict, sanity: dict | None) -> list[Row]:
@@ -184,18 +187,22 @@ def run(
     keep: tuple[str, ...] = (),
     platform: str | None = None,
     source: Path | None = None,
+    series: str | None = None,
 ) -> list[Row]:
     """The self-test: ``build`` (python:/path, a wheel or a requirement) on ``device`` (``auto``: see
     :func:`_auto_device`); writes ``out/doctor.md`` and returns its rows. ``step_timeout``: seconds a
     worker may go without finishing a cell; ``platform`` (default: this host's) and ``source`` feed
-    :func:`harness.build.preflight.toolchain_checks`.
+    :func:`harness.build.preflight.toolchain_checks`; ``series``: a series whose ``[evidence] workload``
+    module's ops run too (:mod:`harness.bench.plugins`).
 
     Raises:
+        SeriesError: ``series`` names no loadable series (its workload module refused: one line).
         UsageError: ``step_timeout`` NaN, infinite or outside :data:`STEP_TIMEOUT`.
         HarnessError: no torch in the build, or the device is unusable.
         ResultsError: ``out`` is not a folder the doctor may write in (:func:`harness.outdir.claim`).
     """
     number(step_timeout, "--step-timeout", STEP_TIMEOUT)
+    workload = load_series(series).workload if series else None
     started = time.monotonic()
     python, _ = ensure_interpreter(parse_input(build, "build"))
     device = _auto_device(python) if device == "auto" else device
@@ -219,7 +226,7 @@ def run(
     for config in cfg.PROFILES[device]:
         spec = {
             "device": device,
-            "cells": cells(),
+            "cells": cells(workload),
             "check": True,
             "reduced_fp32": config.reduced_fp32,
             "routes": dict(config.routes),
@@ -228,6 +235,7 @@ def run(
             "timing": TIMING,
             "dtype_support": info["dtype_support"],
             "timer_sanity": True,
+            **({"workloads": [workload.path]} if workload else {}),
         }
         note(f"doctor: ops under {config.name}")
         name = f"doctor-{config.name.replace('+', '_')}"

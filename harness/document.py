@@ -32,6 +32,7 @@ from harness import configs as cfg
 from harness import results as res
 from harness.bench import timer
 from harness.bench.timer import Measurement
+from harness.bench.workloads import register_recorded
 from harness.errors import ResultsError
 from harness.evidence import Contrast, Evidence, default_contrasts
 
@@ -594,12 +595,14 @@ def from_json(data: Mapping, where: str = "results.json", validated: bool = Fals
             index.setdefault((r.config, r.key, r.build), []).append(r)
     run = data["run"]
     methods = {r.method for p in processes for r in p.cells if r.measurement}
+    evidence = Evidence.from_json(data.get("evidence"))
+    register_recorded(evidence.workload)  # a series' own ops: their labels and FLOP as recorded
     return RunDocument(
         _header(run, methods),
         MappingProxyType({role: _build(role, data["builds"][role]) for role in run["builds"]}),
         MappingProxyType(data["configs"]),
         tuple(processes),
-        Evidence.from_json(data.get("evidence")),
+        evidence,
         Machine.from_provenance(data["builds"][run["builds"][0]]["provenance"], run["device"]),
         data,
         MappingProxyType({k: tuple(sorted(v, key=lambda r: r.round)) for k, v in index.items()}),

@@ -5,6 +5,7 @@ Everything that is a fact about one patch series lives in its ``series.toml`` (d
     [evidence]
     markers = ["MY_NEW_VARIABLE"]           # in the patched libraries, absent from stock (older name: top-level env)
     test_requirements = ["pytest<9", "expecttest", "hypothesis", "numpy"]  # pip-installed for [[evidence.test]]
+    workload = "workload.py"                # the series' own ops and cells (harness.bench.plugins), in its folder
 
     [evidence.mps]                          # one table per device
     configs = ["vanilla", "all"]            # the configs compare runs by default on this device
@@ -78,7 +79,7 @@ TEST_BUILDS = ("stock", "patched", "build")
 #: the longest ``fails_with`` (the start of a failure's first line; seriestests keeps 200 characters of it)
 FAILS_WITH_CHARS = 200
 _TEST_KEYS = {"name": str, "file": str, "k": str, "env": dict, "expect": dict, "fails_with": str}
-_TOP_KEYS = ("markers", "contrast", "test", "test_requirements", *cfg.DEVICES)
+_TOP_KEYS = ("markers", "contrast", "test", "test_requirements", "workload", *cfg.DEVICES)
 
 
 class EvidenceError(ValueError):
@@ -175,6 +176,8 @@ class Evidence:
         contrasts: declared contrasts (series and ``--contrast``), in order.
         tests: the series' upstream test selections.
         test_requirements: pip requirements the tests need in each build's environment (harness.seriestests).
+        workload: the series' workload module: ``{"file": name in the series folder}`` as declared; a run's adds
+            ``path``, ``sha256``, ``ops`` and ``flop`` (:func:`harness.bench.plugins.describe`); ``{}``: none.
     """
 
     series: str | None = None
@@ -187,6 +190,7 @@ class Evidence:
     #: hash of that base's patches; ``accumulators``: kernel path -> ``{"accumulator", "source"}``;
     #: ``routes``: device -> config -> op -> path on that base's upstream code; series.toml)
     bases: tuple[Mapping, ...] = ()
+    workload: Mapping = field(default_factory=dict)
 
     def base_of(self, builds: Mapping[str, Mapping]) -> dict[str, dict]:
         """Which of the series' bases each build is on, and how that is known: build name ->
@@ -281,7 +285,7 @@ class Evidence:
             "tests": [t.to_json() for t in self.tests],
             "test_requirements": list(self.test_requirements),
             "bases": [_plain(b) for b in self.bases],
-        }
+        } | ({"workload": _plain(self.workload)} if self.workload else {})
 
     @classmethod
     def from_json(cls, d: Mapping | None) -> Evidence:
@@ -301,6 +305,7 @@ class Evidence:
             ),
             tuple(d.get("test_requirements", ())),
             tuple(d.get("bases", ())),
+            dict(d.get("workload") or {}),
         )
 
 
@@ -543,7 +548,11 @@ def validate(table: Mapping, markers: tuple[str, ...] = (), series: str | None =
         raise EvidenceError(
             f"[evidence] key 'test_requirements': {bad[0]!r} is not a pip requirement (e.g. \"pytest<9\")"
         )
-    return Evidence(series, markers, devices, contrasts, tests, requirements)
+    workload = {}
+    if "workload" in table:
+        _type("[evidence] key 'workload'", table["workload"], str)
+        workload = {"file": table["workload"]}
+    return Evidence(series, markers, devices, contrasts, tests, requirements, workload=workload)
 
 
 def _fail(text: str):

@@ -32,13 +32,14 @@ import os
 import re
 import tomllib
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from harness import progress
+from harness.bench import plugins
 from harness.bench.accuracy import ACCUMULATORS
 from harness.bench.ops import REGISTRY
-from harness.bench.workloads import DTYPES
+from harness.bench.workloads import DTYPES, Workload
 from harness.configs import DEVICES, ROUTES
 from harness.errors import SeriesError
 from harness.evidence import TEST_BUILDS, Evidence, EvidenceError, route_problem
@@ -117,6 +118,8 @@ class Series:
     evidence: Evidence = field(default_factory=Evidence)
     #: ``[pr]``: ``why``, ``alternative`` and ``over_alternative``, the pull request's text (harness.pr)
     pr: dict = field(default_factory=dict)
+    #: ``[evidence] workload``: the series' own workload module, loaded and its ops registered (None: none)
+    workload: Workload | None = None
 
     @property
     def manifest(self) -> Path:
@@ -425,8 +428,36 @@ def load_series(spec: str | Path) -> Series:
                 "give each [[base]] its own folder",
             )
         bases.append(base)
+    workload = _load_workload(where, folder, evidence.workload.get("file"))
+    if workload:
+        evidence = replace(evidence, workload={**evidence.workload, "path": workload.path})
     check_names(where, evidence, bases)
-    return Series(folder, data["name"], data["title"], data["upstream"], tuple(bases), related, evidence, pr)
+    return Series(folder, data["name"], data["title"], data["upstream"], tuple(bases), related, evidence, pr, workload)
+
+
+def _load_workload(where: str, folder: Path, name: str | None) -> Workload | None:
+    """``[evidence] workload``: the module file ``name`` inside ``folder``, loaded (:func:`harness.bench.plugins.load`)
+    and its ops registered; None when the series declares none.
+
+    Raises:
+        SeriesError: the path leaves the series folder or is not a file there, or the module is refused.
+    """
+    if name is None:
+        return None
+    label = f"{where}: [evidence] key 'workload'"
+    path = (folder / name).resolve()
+    if Path(name).is_absolute() or not path.is_relative_to(folder):
+        raise SeriesError(
+            f"{label}: {name!r} is not a file of the series folder", 'write e.g. workload = "workload.py"'
+        )
+    if not path.is_file():
+        raise SeriesError(f"{label}: {shown(path)} does not exist", "create it or remove the key (docs/new-series.md)")
+    try:
+        workload = plugins.load(path)
+        plugins.register(workload)
+    except ValueError as exc:  # WorkloadError, or a built-in name: one line
+        raise SeriesError(f"{label}: {exc}", "fix the module (docs/new-series.md, 'Your own workload')") from None
+    return workload
 
 
 def nearest(name: str, valid: Iterable[str]) -> str:

@@ -11,15 +11,16 @@ from __future__ import annotations
 import json
 import random
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, make_dataclass
+from dataclasses import dataclass, field, make_dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
 from harness import configs as cfg
 from harness import evidence as ev
 from harness import options
+from harness.bench import plugins
 from harness.bench.ops import REGISTRY, key_hint
-from harness.bench.workloads import DTYPES, ITEMSIZE, Cell, default_cells
+from harness.bench.workloads import BUILTIN, DTYPES, ITEMSIZE, Cell, Workload
 from harness.errors import HarnessError, UsageError
 from harness.manifest import load_series  # series.toml loading has one owner
 from harness.options import QUICK_CPU_DTYPES
@@ -77,11 +78,16 @@ TIMING = {
 
 
 def plan_cells(
-    dtypes: Sequence[str] | None, cells: Sequence[str] | None, quick: bool, device: str | None = None
+    dtypes: Sequence[str] | None,
+    cells: Sequence[str] | None,
+    quick: bool,
+    device: str | None = None,
+    workload: Workload | None = None,
 ) -> list[Cell]:
-    """The cells of this run: ``cells`` (keys op/MxNxK/dtype) when given, else the built-in set
-    (reduced with ``quick``) in ``dtypes`` (default :data:`~harness.bench.workloads.DTYPES`;
-    :data:`QUICK_CPU_DTYPES` for ``quick`` on ``device`` cpu).
+    """The cells of this run: ``cells`` (keys op/MxNxK/dtype) when given, else the default cells of
+    ``workload`` (a series' own module, :class:`~harness.bench.workloads.Workload`; default the built-in
+    :data:`~harness.bench.workloads.BUILTIN`), reduced with ``quick``, in ``dtypes`` (default
+    :data:`~harness.bench.workloads.DTYPES`; :data:`QUICK_CPU_DTYPES` for ``quick`` on ``device`` cpu).
 
     Raises:
         UsageError: an unknown dtype or a malformed cell key.
@@ -100,7 +106,7 @@ def plan_cells(
             except (ValueError, TypeError) as exc:
                 raise UsageError(f"bad cell {key!r}: {exc}", cell_example(key)) from None
         return out
-    return default_cells(chosen, quick=quick)
+    return (workload or BUILTIN).cells(chosen, quick=quick)
 
 
 def cell_example(key: str) -> str:
@@ -271,9 +277,12 @@ def plan(request: RunRequest) -> Plan:
             nor ``python:/path`` (:func:`harness.venvs.parse_inputs`).
     """
     builds = parse_inputs(request.inputs, request.series, series_hashes(request.series))
-    evidence = ev.for_run(
-        series_of_run(request.series, {n: build_manifest(b) for n, b in builds.items()}), list(request.contrasts)
-    )
+    found = series_of_run(request.series, {n: build_manifest(b) for n, b in builds.items()})
+    evidence = ev.for_run(found, list(request.contrasts))
+    workload = found.workload if found else None
+    cells = tuple(plan_cells(request.dtypes, request.cells, request.quick, request.device, workload))
+    if workload:  # what a report needs of the series' ops without the module (harness.bench.plugins.describe)
+        evidence = replace(evidence, workload={**evidence.workload, **plugins.describe(workload, cells)})
     profiles = evidence.profiles(request.device)
     try:
         configs = cfg.select(request.device, request.configs, profiles, evidence.default_configs(request.device))
@@ -295,7 +304,7 @@ def plan(request: RunRequest) -> Plan:
         device=request.device,
         out=request.out,
         configs=tuple(configs),
-        cells=tuple(plan_cells(request.dtypes, request.cells, request.quick, request.device)),
+        cells=cells,
         rounds=value["rounds"],
         timeout=value["timeout"],
         stall=value["stall_timeout"],

@@ -329,6 +329,7 @@ class Recorder:
             **({"measure_s": measure} if measure else {}),
             **({"plant_k": plan.plant_k} if plan.plant_k and build == "patched" else {}),
             **({"observe": "inline"} if rnd == 0 and not kernels.TRACES[plan.device].own_process else {}),
+            **({"workloads": [plan.evidence.workload["path"]]} if plan.evidence.workload.get("path") else {}),
         }
 
     def observe(self, build: str, config: str, keys: list[str]) -> None:

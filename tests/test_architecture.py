@@ -164,6 +164,7 @@ INNER_IMPORTS = {
     },
     **{("harness.bench.workloads", f): _TORCH for f in ("_float32_inputs", "make_inputs", "reference")},
     ("harness.bench.assumptions", "main"): _TORCH,
+    ("harness.bench.plugins", "flop_problem"): _TORCH,
     ("harness.bench.conformance", "_make_mode"): _TORCH,
     ("harness.bench.kernels", "profiler_names"): _TORCH,
     ("harness.bench.provenance", "collect_env.run"): _TORCH,

@@ -10,15 +10,55 @@ import sys
 import pytest
 
 from harness import cli
+from harness.bench import ops
 from harness.bench.workloads import DTYPES, Cell
 from harness.configs import PROFILES
 from harness.doctor import Row, cells, config_row, render
+
+#: a series' own workload module (docs/new-series.md, "Your own workload"): doctor runs its op too
+LAYER_NORM = """
+from harness.bench.ops import Op
+
+
+def _call(x):
+    import torch.nn.functional as F
+
+    return lambda: F.layer_norm(x, x.shape[-1:])
+
+
+def _reference(x):
+    mean = x.mean(-1, keepdim=True)
+    return (x - mean) / (((x - mean) ** 2).mean(-1, keepdim=True) + 1e-5).sqrt()
+
+
+OPS = [
+    Op("layer_norm", "norm", ("R", "N"), ("rows", "normalized length"), flop=lambda r, n: 5 * r * n,
+       flop_source="mean, subtract, square, sum, scale: 5 per element", inputs=lambda r, n: [(r, n)],
+       output=lambda r, n: (r, n), reduction=lambda r, n: n, call=_call, reference=_reference,
+       probe_shape=(2, 16), example_shape=(64, 1024))
+]
+CELLS = [("layer_norm", (64, 1024))]
+"""
 
 
 @pytest.fixture(scope="module")
 def doctor_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("doctor")
-    code = cli.main(["doctor", "--device", "cpu", "--build", f"python:{sys.executable}", "--out", str(out)])
+    series = tmp_path_factory.mktemp("patches") / "norm-series"
+    (series / "v1").mkdir(parents=True)
+    (series / "v1" / "0001-x.patch").write_text("From 0\n")
+    (series / "workload.py").write_text(LAYER_NORM)
+    (series / "series.toml").write_text(
+        'name = "norm-series"\ntitle = "t"\nupstream = "https://example.invalid/u.git"\n'
+        '[evidence]\nworkload = "workload.py"\n[[base]]\nref = "v1"\ndir = "v1"\npatches = ["0001-x.patch"]\n'
+    )
+    before = dict(ops.REGISTRY)
+    args = ["doctor", "--device", "cpu", "--build", f"python:{sys.executable}", "--out", str(out), "--series"]
+    try:
+        code = cli.main([*args, str(series)])
+    finally:  # the series' op leaves the registry as it found it
+        ops.REGISTRY.clear()
+        ops.REGISTRY.update(before)
     return code, out
 
 
@@ -27,7 +67,7 @@ def test_doctor_on_cpu_runs_every_op_under_every_config_and_writes_doctor_md(doc
     text = (out / "doctor.md").read_text()
     assert "| device health | ok |" in text
     for config in ("default", "no_vec"):
-        assert f"| ops under {config} | ok | 18 cells ok, 0 skipped" in text
+        assert f"| ops under {config} | ok | 21 cells ok, 0 skipped" in text  # 6 ops and the series' layer_norm
         assert f"| timer under {config} | ok | block " in text
     assert "| toolchain: compiler |" in text and "| toolchain: disk |" in text
     from harness import assumptions as asm

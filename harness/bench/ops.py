@@ -47,6 +47,8 @@ class Op:
         probe_shape: a tiny shape (16-element dims) for the dtype support probe and ``doctor``.
         example_shape: a typical shape, shown in the remedy of a malformed cell key.
         workspace: extra device bytes one call may allocate beyond inputs and output (default 0).
+        origin: the series workload module (a ``workload.py`` path) that declared the op; ``""`` for the
+            built-in ops below (:mod:`harness.bench.plugins`).
     """
 
     name: str
@@ -63,6 +65,7 @@ class Op:
     probe_shape: Shape
     example_shape: Shape
     workspace: Callable[..., int] = field(default=lambda *shape: 0)
+    origin: str = ""
 
     def label(self, shape: Shape) -> str:
         """``shape`` in the field's notation, e.g. ``M512 N512 K512`` or ``B1 H8 L512 D64``."""
@@ -221,6 +224,21 @@ REGISTRY: dict[str, Op] = {
         _sdpa("sdpa_causal", causal=True),
     )
 }
+
+
+#: the built-in ops' names: a series workload module may not redefine them (:func:`register`)
+BUILTIN = frozenset(REGISTRY)
+
+
+def register(op: Op) -> None:
+    """Add a series workload module's ``op`` to :data:`REGISTRY` (replacing an earlier one of its name).
+
+    Raises:
+        ValueError: ``op`` has the name of a built-in op.
+    """
+    if op.name in BUILTIN:
+        raise ValueError(f"op {op.name!r} is a built-in op; give the series' op its own name")
+    REGISTRY[op.name] = op
 
 
 def get(name: str) -> Op:

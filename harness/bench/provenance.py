@@ -89,13 +89,14 @@ def strings_in_libraries(libraries: list[Path], names: list[str]) -> dict[str, l
     return hits
 
 
-def dtype_support(torch, device: str) -> dict[str, dict[str, str | None]]:
+def dtype_support(torch, device: str, names=OPS) -> dict[str, dict[str, str | None]]:
     """dtype -> op -> None when that op runs on ``device`` at its tiny :attr:`Op.probe_shape`
-    (every op of :data:`harness.bench.ops.REGISTRY`, the real workload code), else the reason it does not."""
+    (``names``: every built-in op of :data:`harness.bench.ops.REGISTRY` unless given, e.g. a series
+    workload module's; the real workload code), else the reason it does not."""
     out: dict[str, dict[str, str | None]] = {}
     for name in PROBE_DTYPES:
         out[name] = {}
-        for op in OPS:
+        for op in names:
             try:
                 cell = probe_cell(op, name)
                 op_callable(cell, make_inputs(cell, device))().float().sum().item()

@@ -15,7 +15,8 @@ SPEC (written by :mod:`harness.runner`)::
      "measure_s": {"mm/512x512x512/float32": 0.8},              # optional: per-cell measure_s (adaptive rounds)
      "plant_k": null,                                        # or 0.05: GEMMs run with K grown (compare --plant-k)
      "observe": null,                                        # "inline" | "only": harness.bench.kernels
-     "device_probe": false}                                  # true: device records only (probe_device_cell)
+     "device_probe": false,                                  # true: device records only (probe_device_cell)
+     "workloads": ["/.../patches/S/workload.py"]}            # optional: series modules (harness.bench.plugins)
 
 OUT gets one JSON object per line, flushed and fsynced as each is written, so a crash keeps every
 finished cell: an ``importing`` record before ``import torch`` (so that a driver that stops a worker
@@ -50,7 +51,7 @@ import sys
 import time
 from contextlib import ExitStack
 
-from harness.bench import devices, kernels
+from harness.bench import devices, kernels, plugins
 from harness.bench.accuracy import FAILED, accumulator, check, status_of
 from harness.bench.conformance import emulate
 from harness.bench.files import open_nofollow
@@ -160,6 +161,7 @@ def run_cell(
             "status": "skipped",
             "reason": f"needs about {need / 2**30:.2f} GiB, {free / 2**30:.2f} GiB free on {spec['device']}",
         }
+    flop_wrong = None
     try:
         step(record["key"], "inputs")
         inputs = make_inputs(cell, device.torch_device, seed=spec.get("seed", 0))
@@ -178,6 +180,7 @@ def run_cell(
                 reduced = spec.get("reduced_fp32", False)
                 result = check(cell, out, reference(cell, inputs), reduced, accumulator(cell, spec))
                 record["check"] = result.to_json()
+                flop_wrong = plugins.flop_problem(cell)  # a series op's FLOP, cross-checked
             del out
         step(record["key"], "measure")
         try:  # the same device state before every cell, whatever ran before it (devices.cuda_reset)
@@ -198,6 +201,8 @@ def run_cell(
     if record.get("check") and status_of(record["check"]) == FAILED:
         record["status"] = "failed"
         record["reason"] = "check failed: " + record["check"]["reason"]
+    elif flop_wrong:
+        record["status"], record["reason"] = "failed", flop_wrong
     return record
 
 
@@ -307,6 +312,11 @@ def _run(spec_path: str, out_path: str) -> int:
         timer = BlockTimer(device)
         # the build's provenance probe already measured it; probe only when run on its own
         unsupported = spec.get("dtype_support") or dtype_support(torch, device.torch_device)
+        for path in spec.get("workloads", ()):  # a series' own ops: registered, probed here
+            workload = plugins.load(path)
+            plugins.register(workload)
+            own = dtype_support(torch, device.torch_device, [o.name for o in workload.ops])
+            unsupported = {d: {**unsupported.get(d, {}), **own.get(d, {})} for d in {*unsupported, *own}}
         outputs = {} if spec.get("save_outputs") else None
         if spec.get("observe") == "only":  # a probe process: kernels records, no timing
             for key in spec["cells"]:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from harness.bench import ops
@@ -136,46 +136,123 @@ def gemm(m: int, n: int, k: int, dtype: str, op: str = "mm") -> Cell:
     return Cell(op, (m, n, k), dtype)
 
 
-def default_cells(dtypes: tuple[str, ...] = DTYPES, quick: bool = False) -> list[Cell]:
-    """The default cell set.
+#: pytorch PR 167424's cells (GEMM 512³, 1024³, 2048³; SDPA B1 H8 L512 D64 and B2 H16 L1024 D64, causal
+#: and not) and the shape classes PyTorch MPS reviewers ask for: gemv-like M1 N1024 K1024, thin K
+#: (M4096 N4096 K256), odd M333 N444 K555, large 4096³; plus addmm, bmm and linear at 1024-class sizes
+FULL_SHAPES = (
+    ("mm", (512, 512, 512)),
+    ("mm", (1024, 1024, 1024)),
+    ("mm", (2048, 2048, 2048)),
+    ("mm", (1, 1024, 1024)),
+    ("mm", (4096, 4096, 256)),
+    ("mm", (333, 444, 555)),
+    ("mm", (4096, 4096, 4096)),
+    ("addmm", (1024, 1024, 1024)),
+    ("addmm", (2048, 2048, 2048)),
+    ("bmm", (8, 512, 512, 512)),
+    ("bmm", (4, 1024, 1024, 1024)),
+    ("linear", (2048, 2048, 2048)),
+    ("linear", (1, 4096, 4096)),
+    ("sdpa", (1, 8, 512, 64)),
+    ("sdpa", (2, 16, 1024, 64)),
+    ("sdpa_causal", (1, 8, 512, 64)),
+    ("sdpa_causal", (2, 16, 1024, 64)),
+)
+#: a reduced set a 2-core CPU finishes in minutes
+QUICK_SHAPES = (
+    ("mm", (512, 512, 512)),
+    ("mm", (1, 1024, 1024)),
+    ("mm", (333, 444, 555)),
+    ("addmm", (512, 512, 512)),
+    ("bmm", (4, 256, 256, 256)),
+    ("linear", (512, 512, 512)),
+    ("sdpa", (1, 8, 512, 64)),
+    ("sdpa_causal", (1, 8, 512, 64)),
+)
 
-    Full: pytorch PR 167424's cells (GEMM 512³, 1024³, 2048³; SDPA B1 H8 L512 D64 and B2 H16 L1024 D64,
-    causal and not) and the shape classes PyTorch MPS reviewers ask for: gemv-like M1 N1024 K1024,
-    thin K (M4096 N4096 K256), odd M333 N444 K555, large 4096³; plus addmm, bmm and linear at
-    1024-class sizes. Quick: a reduced set a 2-core CPU finishes in minutes.
+
+@dataclass(frozen=True)
+class Workload:
+    """One workload module: the ops it brings and the cells a run measures when ``--cells`` is not given.
+    The built-in GEMM/SDPA cells are :data:`BUILTIN`; a series' own ``workload.py`` is loaded into one by
+    :func:`harness.bench.plugins.load` (the interface: docs/new-series.md "Your own workload").
+
+    Fields:
+        name: ``builtin``, or the module's file name (``workload.py``).
+        ops: the :class:`~harness.bench.ops.Op` records it adds to :data:`harness.bench.ops.REGISTRY`
+            (the built-in module: the registry's own).
+        full: ``(op, shape)`` pairs measured in every dtype of a run; ``quick``: the ``--quick`` pairs.
+        builtin_cells: also measure :data:`BUILTIN`'s cells (first, the module's after them).
+        path: the module file (absolute), ``""`` for the built-in module.
     """
-    if quick:
-        shapes = [
-            ("mm", (512, 512, 512)),
-            ("mm", (1, 1024, 1024)),
-            ("mm", (333, 444, 555)),
-            ("addmm", (512, 512, 512)),
-            ("bmm", (4, 256, 256, 256)),
-            ("linear", (512, 512, 512)),
-            ("sdpa", (1, 8, 512, 64)),
-            ("sdpa_causal", (1, 8, 512, 64)),
-        ]
-    else:
-        shapes = [
-            ("mm", (512, 512, 512)),
-            ("mm", (1024, 1024, 1024)),
-            ("mm", (2048, 2048, 2048)),
-            ("mm", (1, 1024, 1024)),
-            ("mm", (4096, 4096, 256)),
-            ("mm", (333, 444, 555)),
-            ("mm", (4096, 4096, 4096)),
-            ("addmm", (1024, 1024, 1024)),
-            ("addmm", (2048, 2048, 2048)),
-            ("bmm", (8, 512, 512, 512)),
-            ("bmm", (4, 1024, 1024, 1024)),
-            ("linear", (2048, 2048, 2048)),
-            ("linear", (1, 4096, 4096)),
-            ("sdpa", (1, 8, 512, 64)),
-            ("sdpa", (2, 16, 1024, 64)),
-            ("sdpa_causal", (1, 8, 512, 64)),
-            ("sdpa_causal", (2, 16, 1024, 64)),
-        ]
-    return [Cell(op, shape, dt) for dt in dtypes for op, shape in shapes]
+
+    name: str
+    ops: tuple[Op, ...]
+    full: tuple[tuple[str, tuple[int, ...]], ...]
+    quick: tuple[tuple[str, tuple[int, ...]], ...]
+    builtin_cells: bool = False
+    path: str = ""
+
+    def cells(self, dtypes: tuple[str, ...] = DTYPES, quick: bool = False) -> list[Cell]:
+        """The default cells: each pair in each of ``dtypes`` (dtype-major), after :data:`BUILTIN`'s
+        when :attr:`builtin_cells` (a cell both name is measured once).
+
+        Raises:
+            ValueError: a pair names an op that is not registered, or sizes it does not take.
+        """
+        own = [Cell(op, shape, dt) for dt in dtypes for op, shape in (self.quick if quick else self.full)]
+        if not self.builtin_cells:
+            return own
+        first = BUILTIN.cells(dtypes, quick)
+        return first + [c for c in own if c not in first]
+
+
+#: the built-in module: GEMM and SDPA ops (:mod:`harness.bench.ops`) at :data:`FULL_SHAPES` / :data:`QUICK_SHAPES`
+BUILTIN = Workload("builtin", tuple(ops.REGISTRY.values()), FULL_SHAPES, QUICK_SHAPES)
+
+
+def default_cells(dtypes: tuple[str, ...] = DTYPES, quick: bool = False) -> list[Cell]:
+    """The built-in module's cells (:data:`BUILTIN`): :data:`FULL_SHAPES`, or :data:`QUICK_SHAPES` with ``quick``."""
+    return BUILTIN.cells(dtypes, quick)
+
+
+def _not_recorded(*shape):
+    raise ValueError("a recorded series op has only its label, family and FLOP: load its workload module to run it")
+
+
+def register_recorded(record: Mapping) -> None:
+    """Make the cells of a recorded run's series ops readable where their module is not loaded: for each op of
+    ``record`` (results.json ``evidence.workload``: ``ops`` name -> ``family``, ``dims``, ``dim_words``,
+    ``flop_source``; ``flop`` cell key -> FLOP per call) not in :data:`harness.bench.ops.REGISTRY`, register a
+    stand-in with its label, family and recorded FLOP (its call and reference raise ``ValueError``)."""
+    flops = record.get("flop", {}) if isinstance(record, Mapping) else {}
+    for name, about in (record.get("ops", {}) if isinstance(record, Mapping) else {}).items():
+        if name in ops.REGISTRY or not isinstance(about, Mapping):
+            continue
+        table = {}
+        for key, flop in flops.items():
+            op, _, rest = key.partition("/")
+            if op == name:
+                table[tuple(int(s) for s in rest.split("/")[0].split("x"))] = flop
+        dims = tuple(about.get("dims", ()))
+        ops.register(
+            Op(
+                name,
+                str(about.get("family", name)),
+                dims,
+                tuple(about.get("dim_words", dims)),
+                flop=lambda *shape, t=table: t[shape],
+                flop_source=str(about.get("flop_source", "")),
+                inputs=_not_recorded,
+                output=_not_recorded,
+                reduction=_not_recorded,
+                call=_not_recorded,
+                reference=_not_recorded,
+                probe_shape=(1,) * len(dims),
+                example_shape=(1,) * len(dims),
+                origin=str(record.get("file", "")),
+            )
+        )
 
 
 #: float32 CPU inputs kept per process for cells of the same shapes in another dtype, bytes at most

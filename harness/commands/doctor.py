@@ -36,6 +36,10 @@ def add_arguments_doctor(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--out", type=Path, default=Path("results/doctor"), help="where doctor.md goes")
     parser.add_argument(
+        "--series",
+        help="a patch series whose [evidence] workload module's ops are run too, at their probe shapes",
+    )
+    parser.add_argument(
         "--keep-env",
         default="",
         metavar="NAMES",
@@ -54,6 +58,7 @@ def run_doctor(args: argparse.Namespace) -> int:
         keep=names(args.keep_env),
         platform=args.platform,
         source=args.source,
+        series=args.series,
     )
     width = max(len(r.step) for r in rows)
     for r in rows:
