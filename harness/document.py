@@ -1,4 +1,4 @@
-"""The results document as typed values, loaded once (issue 30's ``RunDocument``).
+"""The results document as typed values, loaded once (``RunDocument``).
 
 A ``results.json`` (:mod:`harness.results`, docs/results-schema.md) becomes frozen dataclasses:
 :class:`Header` (the run plan), :class:`Build` (one build's input, provenance and build manifest),

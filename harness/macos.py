@@ -87,8 +87,8 @@ class WheelRecipe:
 #: USE_MKLDNN=OFF, USE_QNNPACK=OFF, BUILD_TEST=OFF; ``retry brew install libomp``; per Python pins (3.12:
 #: SETUPTOOLS_PINNED_VERSION=">=68.0.0", PYYAML ">=6.0.1", NUMPY "=2.0.2"), ``pip install -r requirements.txt``,
 #: then ``python setup.py bdist_wheel -d "$whl_tmp_dir"`` (one build_deps), renamed to ``mac_version=
-#: 'macosx_11_0_arm64'``. The harness caps setuptools below 76 (released 2025-03, after 2.6.0; issue 28 of
-#: this project: setuptools 76-78 and >= 82 break some bases), which the script's ">=68" allowed at release.
+#: 'macosx_11_0_arm64'``. The harness caps setuptools below 76 (released 2025-03, after 2.6.0:
+#: setuptools 76-78 and >= 82 break some bases), which the script's ">=68" allowed at release.
 V2_6 = WheelRecipe(
     name="v2.6",
     releases=((2, 6),),

@@ -51,7 +51,7 @@ from harness.policy import measured_seconds as _measured_seconds
 from harness.progress import note, task
 from harness.rundir import check_earlier_results, check_resumable, claimed, kept_record, open_out, removed_on_failure
 from harness.supervise import build_routes, check_starts, run_consistency, run_series_tests, run_worker
-from harness.supervise import proc_name as _proc_name  # Recorder's names (issue 30: the document change renames)
+from harness.supervise import proc_name as _proc_name  # the Recorder's names
 from harness.supervise import status_path as _status_path
 from harness.venvs import ensure_interpreter
 

@@ -51,7 +51,7 @@ def test_shape_mismatch_fails():
     assert not result.passed and "shape" in result.reason
 
 
-# --- bounds that can fail, per base (issue 26) -----------------------------------------------------
+# --- bounds that can fail, per base ----------------------------------------------------------------
 def test_informative_rule_in_numbers():
     from harness.bench.accuracy import informative, smallest_defect
 

@@ -78,7 +78,7 @@ def test_the_cycle_finder_finds_a_planted_cycle():
 
 
 def test_no_import_cycle_in_harness():
-    """issue 16: series.py and upstream.py imported each other (and build.py both, lazily)."""
+    """series.py and upstream.py imported each other before (and build.py both, lazily)."""
     graph = import_graph()
     assert "harness.series" in graph["harness.commands.series"] and "harness.upstream" in graph["harness.series"]
     assert find_cycle(graph) is None
@@ -89,7 +89,7 @@ BUILD_ORDER = ("platforms", "convention", "plan", "preflight", "wheel", "verify"
 
 
 def test_build_modules_import_only_those_above_them_and_no_room_imports_the_workflow():
-    """issue 30: build.py held five jobs; the workflow (checkout -> apply -> build) lived in the rooms it calls."""
+    """build.py held five jobs before; the workflow (checkout -> apply -> build) lived in the rooms it calls."""
     graph = import_graph()
     assert graph["harness.build"] == set()  # the package's __init__ is its description, no re-exports
     for i, name in enumerate(BUILD_ORDER):
@@ -111,7 +111,7 @@ MAX_MODULE_LINES = 900
 
 
 def test_no_module_in_harness_is_over_900_lines():
-    """Issue 30: build.py (1.8k lines) held five jobs, runner.py was a hub, series.py held the manifest and
+    """build.py (1.8k lines) held five jobs, runner.py was a hub, series.py held the manifest and
     the git operations; each is now split by job."""
     sizes = {str(p.relative_to(HARNESS)): len(p.read_text().splitlines()) for p in HARNESS.rglob("*.py")}
     assert {"build/plan.py", "runner.py", "supervise.py", "manifest.py", "series.py"} <= set(sizes)
@@ -204,7 +204,7 @@ def test_the_inner_import_finder_sees_nested_functions_and_methods(tmp_path):
 
 
 def test_no_import_inside_a_function_unless_listed_with_its_reason():
-    """Issue 30: imports inside functions hid runner.py's dependencies (doctor imported its internals late)."""
+    """Imports inside functions hid runner.py's dependencies (doctor imported its internals late)."""
     found = inner_imports()
     unlisted = {f"{m}.{f}: {', '.join(found[m, f])}" for m, f in found if (m, f) not in INNER_IMPORTS}
     assert not unlisted, "import at the top of the module, or list it in INNER_IMPORTS with why"
@@ -244,7 +244,7 @@ def foreign_imports(path: Path) -> list[str]:
 
 
 def test_the_in_interpreter_package_imports_only_the_standard_library_torch_and_itself():
-    """Issue 30: "standard library and torch only" was stated in docstrings; harness.macos, harness.configs and
+    """The claim "standard library and torch only" was stated in docstrings; harness.macos, harness.configs and
     harness.fsutil (which imports harness.errors) had crept into the worker's imports."""
     modules = sorted(IN_INTERPRETER.rglob("*.py"))
     assert {p.stem for p in modules} >= {"worker", "provenance", "consistency", "accuracy", "assumptions", "channel"}

@@ -462,7 +462,7 @@ def test_preflight_tools_missing_compiler_cmake_and_disk(tmp_path, monkeypatch):
 
 
 def test_a_build_runs_each_preflight_check_once(tmp_path, monkeypatch):
-    """issue 30: the submodule check ran three times per build, the compiler and disk checks twice and the
+    """The submodule check ran three times per build, the compiler and disk checks twice and the
     macOS one four times; the workflow runs each once (the build itself stands in: no compile here)."""
     src = _tree(tmp_path / "src")
     git(src, "init", "-q")

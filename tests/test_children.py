@@ -1,4 +1,4 @@
-"""Issue 27: every child process has a deadline named with its step, children answer JSON on a channel
+"""Every child process has a deadline named with its step, children answer JSON on a channel
 nothing else writes, an interpreter that does not start is said to, and two runs share one environment.
 
 Slow and hanging interpreters are small shell wrappers around this one (a fake ``torch`` package that
@@ -390,7 +390,7 @@ def test_a_build_step_past_its_deadline_is_stopped_with_what_it_started(tmp_path
     assert _gone(int((tmp_path / "pid").read_text()))  # the grandchild too
 
 
-# --------------------------------------------- issue 28 finding 6: doctor's processes and the consistency check
+# --------------------------------------------- doctor's processes and the consistency check
 def test_an_assumption_process_that_never_answers_is_reported_within_its_timeout_naming_the_step(tmp_path, monkeypatch):
     """An interpreter that never starts Python (it sleeps forever) and one whose `import torch` never returns:
     each is stopped at its step's deadline, and the doctor row says which step."""

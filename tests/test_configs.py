@@ -47,7 +47,7 @@ def test_unknown_config_names_the_valid_ones():
 
 
 def test_worker_environment_is_an_allow_list_and_everything_torch_related_is_recorded():
-    """issue 16: NVIDIA_TF32_OVERRIDE=0 and PYTORCH_CUDA_ALLOC_CONF from the parent reached workers unrecorded."""
+    """NVIDIA_TF32_OVERRIDE=0 and PYTORCH_CUDA_ALLOC_CONF from the parent reached workers unrecorded before."""
     parent = {
         "PATH": "/bin",
         "HOME": "/h",

@@ -626,7 +626,7 @@ def test_the_v260_addmm_check_under_prefer_metal_uses_the_default_bound():
 
 
 def test_every_doctor_assumption_row_runs_its_mps_path_and_prints_a_verdict(monkeypatch):
-    """Issue 28: doctor's assumption rows under --device mps, each route's process in-process here (the
+    """Doctor's assumption rows under --device mps, each route's process in-process here (the
     Metal route with PYTORCH_MPS_PREFER_METAL set, as its config sets it): the Metal route's timed block
     leaves its GEMMs uncommitted until the synchronize (rule 6) and the host read commits and waits; every
     row prints "assumption held" or "did not hold" with its source."""

@@ -1,4 +1,4 @@
-"""Issue 18: every path from a manifest, an argument or a patch stays inside its folder
+"""Every path from a manifest, an argument or a patch stays inside its folder
 (:func:`harness.fsutil.inside`), checked before anything is read, written or deleted."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Every name README.md and docs/*.md give the code exists (issue 30: docs named an op registry, runner
-imports, commands and results fields the code no longer had).
+"""Every name README.md and docs/*.md give the code exists (docs named an op registry, runner imports,
+commands and results fields the code no longer had).
 
 Checked against whatever the code is now, never against a copy of it:
 

@@ -1,4 +1,4 @@
-"""Every number README.md and docs/*.md state about a default comes from the code (issue 28, finding 7).
+"""Every number README.md and docs/*.md state about a default comes from the code.
 
 The quickstart said `doctor` runs "five" MPS configs (it runs four), "6 rounds" and "600 s" (the
 defaults were 4 rounds and 540 s), and gave a CI time the README contradicted. :data:`RULES` finds
@@ -216,7 +216,7 @@ def _planted(tmp_path: Path, doc: str, right: str, bad: str) -> list[str]:
 @pytest.mark.parametrize(
     ("doc", "right", "bad", "expected"),
     [
-        # the four wrong claims of issue 28, finding 7, written back into the quickstart
+        # the four wrong claims the quickstart once made, written back into it
         (
             "docs/quickstart-macos.md",
             "each of the four MPS env configs",

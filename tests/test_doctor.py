@@ -131,7 +131,7 @@ def test_a_failed_cell_and_a_missing_timer_record_are_failed_rows():
     assert len(cells()) == 18
 
 
-# ------------------------------------------------------------------ assumption rows (issue 28): each plants
+# ------------------------------------------------------------------ assumption rows: each plants
 # the failure it exists to catch, in-process; the numbers are what harness.bench.assumptions answers
 
 

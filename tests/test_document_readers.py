@@ -1,4 +1,4 @@
-"""Issue 30, item 1: one typed results document, read by every reader.
+"""One typed results document, read by every reader.
 
 Outside the results modules (harness/results.py writes and validates the JSON, harness/document.py types
 and migrates it) nothing indexes the results document with string keys: every reader takes a
@@ -192,7 +192,7 @@ DISPLAY_TEXT = re.compile(r"[\"'][\w -]+[\"']\s+(?:not\s+)?in\s+\w+(?:\.\w+)*\.n
 
 def test_no_logic_is_decided_from_display_text():
     """A cell's class is :attr:`harness.contrasts.ContrastRow.cls` (harness.policy), never a note such as
-    ``"launch-bound" in r.notes`` (issue 30, item 2)."""
+    ``"launch-bound" in r.notes``."""
     assert DISPLAY_TEXT.search('if "launch-bound" in r.notes:')  # the pattern catches the old form
     found = [
         f"harness/{path.relative_to(HARNESS)}:{n}: {line}"
@@ -202,7 +202,7 @@ def test_no_logic_is_decided_from_display_text():
     assert not found, "\n".join(found)
 
 
-#: the readers as they were before the typed document (issue 30's review), with the reads the scan must find
+#: the readers as they were before the typed document, with the reads the scan must find
 BEFORE = "f27b9dd"
 CONVERTED = ("report.py", "contrasts.py", "undetermined.py", "prbody.py", "pr.py", "observed.py", "policy.py")
 

@@ -49,7 +49,7 @@ def test_processes_per_cell_of_the_h200_default_matrix_examples():
 
 @pytest.mark.parametrize("results", EXAMPLES, ids=lambda p: p.parent.name)
 def test_every_example_pr_block_fits_one_screen(results):
-    """issue 29: the PR block (above the first <details>) is at most 60 lines for every real run; the H200
+    """The PR block (above the first <details>) is at most 60 lines for every real run; the H200
     default matrix's was 177 at dbd943c."""
     text = (results.parent / "report.md").read_text()
     block = text.split("<details><summary><b>Details</b>", 1)[0]

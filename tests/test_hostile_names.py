@@ -1,4 +1,4 @@
-"""Issue 18 acceptance: hostile names (absolute, ``..``, symbolic links inside and outside, NUL, very
+"""Hostile names (absolute, ``..``, symbolic links inside and outside, NUL, very
 long, unicode) in every manifest field and CLI path argument change nothing outside the allowed
 folders (series folder, worktrees, cache, the argument's own folder), and every refusal is one line.
 Property-style: every (field, hostile value) pair, the parent folder checksummed before and after."""

@@ -1,4 +1,4 @@
-"""Observed kernel paths (issue 26 item 3): each device's trace parsed and classified on recorded or
+"""Observed kernel paths: each device's trace parsed and classified on recorded or
 emulated lines, the fd capture, a real cpu worker's observations of every GEMM cell, and a planted
 wrong route declaration named on the report's first screen."""
 
@@ -36,7 +36,7 @@ CPU_LINES = [
     "onednn_verbose,exec,cpu,inner_product,brgemm:avx512_core,forward_training,src_f32::blocked:ab:f0,,,4x8,0.01",
 ]
 
-#: names shaped after the kernels measured on the H200 (torch 2.11.0+cu130, issue 26): fp32 mm 1024³
+#: names shaped after the kernels measured on the H200 (torch 2.11.0+cu130): fp32 mm 1024³
 #: default / TORCH_BLAS_PREFER_CUBLASLT=1, 4096³ under cublaslt, TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1, fp16
 CUDA_NAMES = {
     "sm80_xmma_gemm_f32f32_f32f32_f32_nn_n_tilesize128x64x8_stage3_warpsize2x2x1_ffma_execute_kernel": "xmma",

@@ -1,4 +1,4 @@
-"""Issue 30, item 1: old-run compatibility lives in one place, the migration of harness.document (as asv's
+"""Old-run compatibility lives in one place, the migration of harness.document (as asv's
 ``update_to_2``), so readers see only the current shape; an older results.json re-renders through it.
 
 The examples' results.json files are committed as they were before this change (f27b9dd; their files are

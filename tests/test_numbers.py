@@ -1,4 +1,4 @@
-"""Issue 27: every numeric option of every command is parsed by one function (harness.numbers.number)
+"""Every numeric option of every command is parsed by one function (harness.numbers.number)
 that refuses NaN, infinities and out-of-range values with the range in the message; the manifest's
 env keys follow the ``--env`` rule. Property-based (hypothesis): random and extreme values for every
 numeric option and every manifest env field give one line, exit status 2 and nothing written."""

@@ -1,4 +1,4 @@
-"""Issue 30, item 3: each ``compare``/``bench`` option is declared once (harness/options.py ``OPTIONS``).
+"""Each ``compare``/``bench`` option is declared once (harness/options.py ``OPTIONS``).
 
 From the declaration alone this derives what each place should hold (the parser of each command,
 ``RunRequest``'s fields, ``run``'s keys and types, the resume key, docs/results-schema.md's options

@@ -1,4 +1,4 @@
-"""Issue 27: an output folder is written only when it is new, empty, or holds a run of ours
+"""An output folder is written only when it is new, empty, or holds a run of ours
 (harness.outdir: the marker a run writes first); ``--fresh`` removes only what the marker lists;
 ``/``, ``$HOME``, the project root and a folder holding ``.git`` are refused in one line. Every
 command that writes an output folder goes through the one rule: compare/bench --out, report DIR,
@@ -184,7 +184,7 @@ def test_build_does_not_write_into_a_foreign_dist(tmp_path, capsys):
     assert tree_digest(dist) == before
 
 
-# ------------------------------------------------ review of issue 27: links, kinds, pre-marker folders
+# ------------------------------------------------ found by a review: links, kinds, pre-marker folders
 def test_no_file_in_an_output_folder_is_written_through_a_link(tmp_path):
     """N1: a ``raw/<proc>.stderr`` link to the user's file: run_worker's open(err, "w") emptied it."""
     from harness import configs as cfg

@@ -1,6 +1,6 @@
 """The mps-gemm-prefer-fast-math patch series, checked against Debian's real PyTorch 2.6.0 source.
 
-What is checked (issue 4, acceptance):
+What is checked:
 
 - ``series.toml`` is consistent with the patch files (both bases): every listed patch exists and
   the paths its ``diff --git`` headers name are exactly ``files``.

@@ -1,4 +1,4 @@
-"""The quickstart's commands, as written, as far as Linux can run them (issue 28, finding 2).
+"""The quickstart's commands, as written, as far as Linux can run them.
 
 docs/quickstart-macos.md told a fresh Mac ``python3 -m pip install nox``, which Homebrew's Python
 refuses (PEP 668: ``externally-managed-environment``). Here every fenced ``sh`` block of the

@@ -1,4 +1,4 @@
-"""Issue 8: every fault ends in one line (``error: cause -- remedy``, exit 2) and nothing finished is lost.
+"""Every fault ends in one line (``error: cause -- remedy``, exit 2) and nothing finished is lost.
 
 The faults are real: worker interpreters whose probe or timer really fails, a real out-of-memory
 shape, real git processes killed mid-clone, real missing executables (PATH without them), a real
@@ -691,7 +691,7 @@ def tiny_source(tmp_path):
 
     repo = su.make_upstream(tmp_path / "src")
     dist = tmp_path / "dist"
-    outdir.claim(dist, "--dist", outdir.DIST_WRITES)  # a --dist of the harness (issue 27)
+    outdir.claim(dist, "--dist", outdir.DIST_WRITES)  # a --dist of the harness
     (dist / "tinyext-1.4.0+stock.earlier-py3-none-any.whl").write_bytes(b"an earlier build")
     return repo, dist
 
@@ -856,7 +856,7 @@ def test_interrupted_build_resumes_compiling_only_what_was_left(tiny_source, tmp
 
 
 def test_keep_env_refuses_a_variable_the_harness_sets_itself():
-    # hostile review of issue 27 (N8): --keep-env PYTHONPATH was reported "kept" while every worker got the
+    # a hostile review found: --keep-env PYTHONPATH was reported "kept" while every worker got the
     # harness's own PYTHONPATH; it follows the --env rule now
     from harness.errors import UsageError
     from harness.plan import check_keep_env
@@ -870,7 +870,7 @@ def test_keep_env_refuses_a_variable_the_harness_sets_itself():
     check_keep_env(["NVIDIA_TF32_OVERRIDE"])  # a name the workers would not inherit: fine
 
 
-# ------------------------------------------------------ review of issue 27: tracebacks on hostile files
+# ------------------------------------------------------ a review found tracebacks on hostile files
 DEEP = "[" * 200000 + "]" * 200000  # json.loads: RecursionError, not ValueError
 
 

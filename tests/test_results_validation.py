@@ -1,4 +1,4 @@
-"""Issue 18: results.json is validated on read (items 5, 8) and an A/A run is named whatever the bytes (item 4)."""
+"""results.json is validated on read and an A/A run is named whatever the bytes."""
 
 from __future__ import annotations
 
@@ -192,14 +192,14 @@ def test_harness_built_wheels_of_different_trees_are_not_aa(good):
     assert report.same_identity(data, "stock", "patched")
 
 
-# ------------------------------------------------------------------ issue 27: ranges and verdicts
+# ------------------------------------------------------------------ ranges and verdicts
 def _one_line(rc: int, out: str) -> str:
     assert rc == 2 and "Traceback" not in out and out.count("\n") == 1, out
     return out
 
 
 def test_samples_of_1e308_are_damage_not_an_overflow(good, tmp_path, capsys):
-    """issue 27: samples (and a median) of 1e308 s passed validation and overflowed the statistics:
+    """Samples (and a median) of 1e308 s passed validation and overflowed the statistics:
     a ValueError traceback from `report`. No timed block lasts a day (res.MAX_SECONDS)."""
     data = copy.deepcopy(good)
     _set_patched_samples(data, 1e308)

@@ -233,7 +233,7 @@ def test_hanging_worker_times_out(tmp_path, this_python):
     assert proc.returncode == 1
     data = json.loads((tmp_path / "out" / "results.json").read_text())
     stock = next(p for p in data["processes"] if p["build"] == "stock")
-    # issue 27: it never started, so no cell is blamed ("... while measuring <first cell>" before)
+    # it never started, so no cell is blamed ("... while measuring <first cell>" before)
     assert (
         stock["reason"]
         == "worker timed out after 3 s before it started: starting the interpreter took longer than that"

@@ -210,7 +210,7 @@ def test_apply_one_commit_per_patch_then_noop_refresh(tiny_upstream, project, is
 def test_two_clones_sharing_one_cache_apply_the_same_series(
     tiny_upstream, project, isolated_cache, tmp_path, monkeypatch, capsys
 ):
-    """Issue 16: a second clone's apply failed with "branch patched/<series>/<base> is already checked
+    """A second clone's apply failed before (regression test) with "branch patched/<series>/<base> is already checked
     out in <the other clone>/work/...": both clones' worktrees live in the one cached mirror."""
     export_series(tiny_upstream, project)
     other = tmp_path / "other-clone"
@@ -513,7 +513,7 @@ def test_debian_rebase_clean_and_conflict(debian_import, debian_project, project
         ("[base.routes.mps]\nprefer_metal", "[base.routes.gpu]\nprefer_metal", "[base.routes.gpu]: unknown device"),
         ('all = { mm = "metal" }\n', 'all = { mm = "metal" }\ncolour = "blue"\n', "key 'colour' must be a table"),
         ("[evidence.mps.patched_routes]\nall = {", "[evidence.mps.patched_routes]\nall = 1 #", "patched_routes.all"),
-        # misspelt paths would silently take the looser bound (hostile review of issue 27, N11)
+        # misspelt paths would silently take the looser bound (a hostile review found it)
         ('prefer_metal = { mm = "metal" }', 'prefer_metal = { mm = "metla" }', "mm = 'metla' is not a kernel path"),
         ("[base.accumulators.metal]", "[base.accumulators.metla]", "'metla' is not a routed kernel path (metal)"),
         ('prefer_metal = { mm = "metal", addmm', 'prefer_metal = { mm = "gpu", addmm', "mm = 'gpu' is not a kernel"),

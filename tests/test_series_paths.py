@@ -1,4 +1,4 @@
-"""Issue 27: series operations compare paths resolved and normalised, and refuse a symbolic link
+"""Series operations compare paths resolved and normalised, and refuse a symbolic link
 anywhere inside the series folder (listed or not). Each test plants the case that destroyed a patch."""
 
 from __future__ import annotations

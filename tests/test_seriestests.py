@@ -1,4 +1,4 @@
-"""An expected failure must be the expected one (harness.seriestests.judge, issue 26 item 2).
+"""An expected failure must be the expected one (harness.seriestests.judge).
 
 A stock run expected to ``fail`` counted as expected whatever failed: an import error, a collection
 error or another assertion read "fail ✓". Here real pytest runs (one tiny test file, each selection in
@@ -146,8 +146,8 @@ def test_fails_with_is_validated_in_one_line():
 
 
 def test_fails_with_is_plain_text_so_a_backtracking_pattern_cannot_hang_the_judgement():
-    # a regular expression like ^AssertionError: (a+)+$ took exponential time on "a" * 40 + "!" (hostile
-    # review of issue 27): fails_with is the start of the line, compared as text
+    # a regular expression like ^AssertionError: (a+)+$ took exponential time on "a" * 40 + "!" (a hostile
+    # review found it): fails_with is the start of the line, compared as text
     record = {"outcome": "fail", "failed": 1, "first_lines": ["AssertionError: " + "a" * 40 + "!"]}
     import time
 

@@ -28,7 +28,7 @@ CELLS = 300
 
 @pytest.mark.parametrize("model", sim.MODELS)
 def test_at_the_floor_coverage_and_false_verdicts(model):
-    # Acceptance (issue 15): coverage >= 94 % at the documented floor, false faster/slower <= 2 %.
+    # Acceptance: coverage >= 94 % at the documented floor, false faster/slower <= 2 %.
     # Measured (seed 1, factor 1 / 1.05 / 1.10): coverage lognormal 1 % 98.7 / 96.0 / 96.3 %,
     # lognormal 5 % 98.0 / 97.0 / 97.0 %, t3 96.7 / 97.0 / 96.3 %, bimodal 96.7 / 98.0 / 96.3 %, summary
     # 96.0 / 97.3 / 97.3 %; false faster/slower 0 / 0 / 0.3 / 1.7 / 0 %. Binomial sd of a 97 %

@@ -49,7 +49,7 @@ def test_noise_floor_is_the_between_process_spread():
 
 def test_mde_and_processes_follow_the_ci_and_reach_the_predicted_width():
     """An A/A cell at 6 processes with 3 % spread is undetermined; the processes the report asks for give a CI
-    within a factor 1.5 of the goal (issue 29's acceptance), measured on fresh synthetic processes."""
+    within a factor 1.5 of the goal, measured on fresh synthetic processes."""
     data = _run(0.03, 6)
     results = con.evaluate_all(data)
     floors = und.noise_floors(results)
@@ -230,7 +230,7 @@ def test_adaptive_resume_is_capped_at_max_rounds_and_says_which_cells_it_cannot_
 
 
 def test_the_details_state_the_predicted_width_at_the_processes_the_command_gives():
-    """Issue 29: resuming with the printed command narrows the CIs as predicted (within a factor 1.5). The
+    """Resuming with the printed command narrows the CIs as predicted (within a factor 1.5). The
     details give, per undetermined cell, the processes after resuming and the half-width predicted there;
     fresh synthetic processes at that count land within 1.5 of it."""
     data = _timed(_run(0.03, 6))
@@ -250,7 +250,7 @@ def test_the_details_state_the_predicted_width_at_the_processes_the_command_give
 
 
 def test_the_prediction_holds_on_runs_that_have_the_later_rounds():
-    """Issue 29: resuming narrows the CIs as predicted. Three committed runs that went on past 10 rounds
+    """Resuming narrows the CIs as predicted. Three committed runs that went on past 10 rounds
     (cpu-ab, the README command's kind; the H200 A/A and planted default matrix), cut back to their first 4
     rounds: the width predicted there for 10 processes per side is within a factor 1.5 of the width the
     first 10 rounds really have for 22 of the 28 rows (the CI's own width scaled by 1/√n: 13 of them)."""

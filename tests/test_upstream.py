@@ -251,7 +251,7 @@ def test_debian_checkout_reports_no_submodules_and_warm_cache(debian_archive, tm
 def test_submodules_are_fetched_once_per_cache_and_shared_by_every_worktree(
     tmp_path, isolated_cache, project, monkeypatch, capsys
 ):
-    """Issue 28, finding 3: ``checkout`` made two worktrees with ``git submodule update --init --recursive``
+    """``checkout`` made two worktrees with ``git submodule update --init --recursive``
     each, and ``rebase --onto`` two more: four fetches of every submodule. Each submodule repository (here
     one with a nested submodule of its own) is now cloned once into the cache; after that the sources are
     made unreachable, and a rebase onto a moved upstream and a checkout into a second workdir still get

@@ -1,4 +1,4 @@
-"""Issue 18, upstream: one mirror per upstream (items 2, 7) and worktrees that are whole or absent (item 6)."""
+"""Upstream: one mirror per upstream and worktrees that are whole or absent."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 18 item 3: verification always proves the series is in the patched wheel and absent from stock,
+"""Verification always proves the series is in the patched wheel and absent from stock,
 and a rejected wheel is moved aside, never left in dist/ under its label."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Issue 18, runner: workers in their own process group that die with the driver, the cell a killed
-worker was in, --retry-failed, --fresh with raw/ as a link (items 10, 11) and per-environment locks."""
+"""Runner: workers in their own process group that die with the driver, the cell a killed worker was
+in, --retry-failed, --fresh with raw/ as a link and per-environment locks."""
 
 from __future__ import annotations
 

@@ -18,7 +18,7 @@ torch      needs     source
 2.10-main  14.0      ``MPSDevice.mm`` at 017943b7: ``HermiteanToRealFFTWithTensor:axes:descriptor:name:``
                      ("method introduced in 14.0"); torch 2.10.0 says "The MPS backend is supported on
                      macOS 14.0+" (pytorch/pytorch issue 177819); 2.10.0.dev20251008 refuses macOS
-                     13.7.4 (issue 164943).
+                     13.7.4 (pytorch/pytorch issue 164943).
 =========  ========  ================================================================================
 
 (*) not established: :attr:`RuntimeNeed.established` is False and messages say "assumed".

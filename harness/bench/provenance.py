@@ -121,7 +121,7 @@ def unsupported_reason(support: dict, dtype: str, op: str) -> str | None:
 def health(torch, device: str) -> str | None:
     """None when ``device`` works: a 256-byte allocation and a 64x64 float32 matmul that matches
     the CPU within 1e-4 relative. Otherwise the reason (GitHub-hosted macOS runners report MPS
-    available and then fail the first allocation: actions/runner-images issue 9918)."""
+    available and then fail the first allocation: actions/runner-images#9918)."""
     try:
         torch.empty(64, dtype=torch.float32, device=device).fill_(1.0)
         g = torch.Generator().manual_seed(0)
