@@ -217,7 +217,7 @@ def test_macos_deployment_target_read_from_ci_wheel_mac(pytorch_like):
 def test_cmake_policy_minimum_decided_by_the_base_files(pytorch_like, tmp_path):
     """CMake 4: v2.6.0 (no CMAKE_POLICY_VERSION_MINIMUM in its CMake files) gets 3.5; main sets it itself."""
     env, note = convention.cmake_policy_env(pytorch_like["v2.6.0"])
-    assert env == {"CMAKE_POLICY_VERSION_MINIMUM": "3.5"} and "issue 150149" in note
+    assert env == {"CMAKE_POLICY_VERSION_MINIMUM": "3.5"} and "pytorch/pytorch issue 150149" in note
     assert convention.cmake_policy_env(pytorch_like["main"]) == (
         {},
         "the base sets it itself (cmake/Dependencies.cmake): CMake 4 is handled",
