@@ -40,7 +40,7 @@ from pathlib import Path
 import harness
 from harness import contrasts as con
 from harness import document as doc
-from harness import prbody, stats
+from harness import mergedoc, prbody, stats
 from harness import results as res
 from harness.errors import ResultsError
 from harness.fsutil import atomic_write_json, atomic_write_text, sha256_file
@@ -317,9 +317,9 @@ def _builds_same(run: doc.RunDocument) -> str:
     )
 
 
-def _cell(row: con.ContrastRow) -> doc.CellResult:
+def _cell(row: con.ContrastRow) -> mergedoc.CellResult:
     cmp = row.cmp
-    return doc.CellResult(
+    return mergedoc.CellResult(
         row.cell.key,
         cmp.ratio,
         cmp.ci_low,
@@ -333,24 +333,24 @@ def _cell(row: con.ContrastRow) -> doc.CellResult:
     )
 
 
-def _summary(result: con.ContrastResult) -> doc.CellResult:
+def _summary(result: con.ContrastResult) -> mergedoc.CellResult:
     """The contrast's geometric mean over its cells as the run's own report computes it
     (:func:`harness.contrasts.geomean`, whole processes paired by round, the kernel-bound band)."""
     gm = result.geomean
     if gm is None or not result.rows:
-        return doc.CellResult(None, None, None, None, stats.UNDETERMINED, POLICY.kernel_bound.band, 0, 0, cells=0)
-    return doc.CellResult(
+        return mergedoc.CellResult(None, None, None, None, stats.UNDETERMINED, POLICY.kernel_bound.band, 0, 0, cells=0)
+    return mergedoc.CellResult(
         None, gm.gm, gm.lo, gm.hi, gm.verdict, gm.threshold, gm.n_patched, gm.n_stock, cells=gm.n_cells
     )
 
 
-def evaluate(run: doc.RunDocument) -> tuple[doc.ContrastRecord, ...]:
+def evaluate(run: doc.RunDocument) -> tuple[mergedoc.ContrastRecord, ...]:
     """Each declared contrast of one run, as its own report evaluates it (the report's bands)."""
     out = []
     for contrast in run.contrasts:
         result = con.evaluate(run, contrast)
         out.append(
-            doc.ContrastRecord(
+            mergedoc.ContrastRecord(
                 contrast.label, result.outcome, result.why, _summary(result), tuple(map(_cell, result.rows))
             )
         )
@@ -415,7 +415,7 @@ def merge(
     allow_same_machine: bool = False,
     command: Sequence[str] = (),
     out: Path | None = None,
-) -> doc.MergeDocument:
+) -> mergedoc.MergeDocument:
     """Read, check (:func:`check`) and evaluate the runs in ``directories``; nothing is written. ``out``
     (the ``--out`` folder, not written here) is checked (:func:`check_out`) and anchors the stored source
     paths (:func:`stored_path`).
@@ -443,7 +443,7 @@ def merge(
     for label, (path, run) in zip(_labels([r for _, r in runs]), runs):
         results = path if path.name == res.RESULTS else path / res.RESULTS
         sources.append(
-            doc.Source(
+            mergedoc.Source(
                 label,
                 stored_path(path, out),
                 sha256_file(results),
@@ -457,7 +457,7 @@ def merge(
             )
         )
     hashes = {b.series_hash for b in first.builds.values() if b.series_hash}
-    return doc.MergeDocument(
+    return mergedoc.MergeDocument(
         first.header.device,
         first.evidence.series,
         next(iter(hashes)) if len(hashes) == 1 else None,
@@ -494,7 +494,7 @@ def _peek(path: Path):
 _MERGED_START = re.compile(r'\A\s*\{\s*"builds_differ"\s*:')
 
 
-def load_merged(directory: Path) -> doc.MergeDocument | None:
+def load_merged(directory: Path) -> mergedoc.MergeDocument | None:
     """The merged document in ``directory``, or None when its results.json is not one (a run's, or none).
 
     Raises:
@@ -517,10 +517,10 @@ def load_merged(directory: Path) -> doc.MergeDocument | None:
                 "merge the sources again (`python -m harness merge DIR DIR ... --out DIR`; the sources are "
                 "unchanged by a merge, and their paths and sha256 are in report.md)",
             )
-    return doc.MergeDocument.from_json(data, str(path)) if doc.is_merge(data) else None
+    return mergedoc.MergeDocument.from_json(data, str(path)) if mergedoc.is_merge(data) else None
 
 
-def write(out: Path, merged: doc.MergeDocument) -> list[Path]:
+def write(out: Path, merged: mergedoc.MergeDocument) -> list[Path]:
     """Write the merged ``results.json`` and ``report.md`` (rendered from it alone) into ``out``; a file of
     those names the harness did not write is set aside by name first (:func:`harness.outdir.make_room`)."""
     out = Path(out)
@@ -529,7 +529,7 @@ def write(out: Path, merged: doc.MergeDocument) -> list[Path]:
     return [out / res.RESULTS, write_report(out, merged)]
 
 
-def write_report(out: Path, merged: doc.MergeDocument) -> Path:
+def write_report(out: Path, merged: mergedoc.MergeDocument) -> Path:
     """``report.md`` of a merged document into ``out`` (``report DIR`` re-renders it byte-identically); a
     report.md the harness did not write is set aside by name first (:func:`harness.outdir.make_room`)."""
     make_room(Path(out), REPORT)
@@ -564,7 +564,7 @@ def _verdict(v: str) -> str:
     return f"**{v}**" if v in (stats.FASTER, stats.SLOWER) else v
 
 
-def _entry(record: doc.ContrastRecord, claim: str, uneven: bool) -> str:
+def _entry(record: mergedoc.ContrastRecord, claim: str, uneven: bool) -> str:
     s = record.summary
     if not s.cells:
         return record.outcome
@@ -586,7 +586,7 @@ def _groups(labels: Sequence[str], values: Sequence[str]) -> str:
     return ", ".join(parts) + f" of {n} machines"
 
 
-def agreement(merged: doc.MergeDocument, i: int) -> str:
+def agreement(merged: mergedoc.MergeDocument, i: int) -> str:
     """The line that says whether the machines agree on contrast ``i``: their verdicts counted (never
     pooled), the claim's outcomes counted, and the cells whose verdicts differ between machines."""
     contrast = merged.contrasts[i]
@@ -615,7 +615,7 @@ def _contrast_title(contrast) -> str:
     return (f"**{contrast.name}**: " if contrast.name else "") + sides + claim
 
 
-def _machines_table(merged: doc.MergeDocument) -> list[str]:
+def _machines_table(merged: mergedoc.MergeDocument) -> list[str]:
     roles = [role for role, _ in merged.sources[0].torch]
     lines = [
         "| machine | chip / GPU | CPU | cores / torch threads | OS | torch ("
@@ -639,11 +639,11 @@ def _machines_table(merged: doc.MergeDocument) -> list[str]:
     return lines + [""]
 
 
-def _uneven(merged: doc.MergeDocument, i: int) -> bool:
+def _uneven(merged: mergedoc.MergeDocument, i: int) -> bool:
     return len({frozenset(c.key for c in s.contrasts[i].cells) for s in merged.sources}) > 1
 
 
-def _contrast_tables(merged: doc.MergeDocument) -> list[str]:
+def _contrast_tables(merged: mergedoc.MergeDocument) -> list[str]:
     out = []
     n = len(merged.contrasts)
     for start in range(0, n, COLUMNS):
@@ -656,7 +656,7 @@ def _contrast_tables(merged: doc.MergeDocument) -> list[str]:
     return out
 
 
-def _partial_cells(merged: doc.MergeDocument) -> list[str]:
+def _partial_cells(merged: mergedoc.MergeDocument) -> list[str]:
     """One line: the cells measured on some machines only, counted (each machine's numbers cover its own)."""
     where: dict[str, set[str]] = {}
     for s in merged.sources:
@@ -685,7 +685,7 @@ ESTIMATOR_WORDS = (
 )
 
 
-def pr_block(merged: doc.MergeDocument) -> list[str]:
+def pr_block(merged: mergedoc.MergeDocument) -> list[str]:
     """The merged PR-body block: where, the machines, per contrast one row per machine, the agreement lines."""
     n = len(merged.sources)
     series = f" of series `{merged.series}`" if merged.series else ""
@@ -725,7 +725,7 @@ def pr_block(merged: doc.MergeDocument) -> list[str]:
     return out
 
 
-def _sources(merged: doc.MergeDocument) -> list[str]:
+def _sources(merged: mergedoc.MergeDocument) -> list[str]:
     lines = ["## Sources", "", "| machine | results.json | sha256 | bytes | command |", "|---|---|---|---|---|"]
     for s in merged.sources:
         lines.append(f"| {cell(s.label)} | {code(s.path)} | `{s.sha256}` | {s.size} | {code(shlex.join(s.command))} |")
@@ -737,7 +737,7 @@ def _sources(merged: doc.MergeDocument) -> list[str]:
     ]
 
 
-def _cell_tables(merged: doc.MergeDocument) -> list[str]:
+def _cell_tables(merged: mergedoc.MergeDocument) -> list[str]:
     out = ["## Contrasts, every cell per machine", ""]
     labels = [s.label for s in merged.sources]
     for i, contrast in enumerate(merged.contrasts):
@@ -753,7 +753,7 @@ def _cell_tables(merged: doc.MergeDocument) -> list[str]:
     return out
 
 
-def render(merged: doc.MergeDocument) -> str:
+def render(merged: mergedoc.MergeDocument) -> str:
     """``report.md`` of a merged document, from the document alone (deterministic)."""
     out = pr_block(merged)
     out += ["<details><summary><b>Details</b>: sources, every cell per machine</summary>", ""]

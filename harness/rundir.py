@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from harness import document as doc
 from harness import outdir
 from harness import results as res
 from harness.errors import ResultsError
@@ -235,8 +236,8 @@ def check_earlier_results(out: Path, plan: dict, raw: Path) -> None:
             f"{out} holds a run measured with different {', '.join(differ)}",
             f"pass --fresh to {discard}, or a new --out directory",
         )
-    names = [p.get("name") for p in earlier.get("processes", []) if isinstance(p, dict)]
-    missing = [n for n in names if not isinstance(n, str) or not (raw / f"{n}.status.json").is_file()]
+    names = [p.name for p in doc.from_json(earlier, validated=True).processes]
+    missing = [n for n in names if not (raw / f"{n}.status.json").is_file()]
     if missing:
         kept = set_aside(path, "earlier")
         note(

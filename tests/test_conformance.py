@@ -28,7 +28,7 @@ from harness.bench.conformance import (
 )
 from harness.bench.consistency import compare_outputs
 from harness.bench.provenance import dtype_support
-from harness.bench.timer import MAX_BLOCK_CALLS, BlockTimer
+from harness.bench.timer import DEVICE_REPLAYS, MAX_BLOCK_CALLS, BlockTimer
 from harness.bench.worker import run_cell
 from harness.bench.workloads import Cell, default_cells, make_inputs, op_callable
 from harness.manifest import load_series
@@ -741,7 +741,7 @@ def _groups_agree(record: dict, emu) -> bool:
     calls, values = record["device_calls"], record["device"]
     tail = emu.printed_gpu_s[-len(values) * calls :]
     want = [sum(tail[i * calls : (i + 1) * calls]) / calls for i in range(len(values))]
-    return len(values) == 10 and all(abs(v - w) <= 1e-6 for v, w in zip(values, want))
+    return len(values) == DEVICE_REPLAYS and all(abs(v - w) <= 1e-6 for v, w in zip(values, want))
 
 
 def test_the_device_probe_reads_each_operations_own_gpu_time_under_wait_until_completed(monkeypatch):
@@ -850,7 +850,7 @@ def test_a_device_probe_worker_writes_one_device_record_per_cell_and_the_driver_
     start, cells, ended, found = supervise.read_worker_records(tmp_path / "out.jsonl")
     assert ended and cells == {} and list(found) == keys, found
     for key in keys[:2]:
-        assert len(found[key]["device"]) == 10 and found[key]["device_method"] == "mps-profiler-gpu-time"
+        assert len(found[key]["device"]) == DEVICE_REPLAYS and found[key]["device_method"] == "mps-profiler-gpu-time"
         assert found[key]["device_calls"] >= 1 and found[key]["device_note"] == ""
     assert (
         found[keys[2]]["device"] == [] and "not probed: TypeError: " + BFLOAT16_ERROR in found[keys[2]]["device_note"]
@@ -860,4 +860,4 @@ def test_a_device_probe_worker_writes_one_device_record_per_cell_and_the_driver_
         Path(sys.executable), spec, cfg.EnvConfig("vanilla"), tmp_path, "dev-r00-stock-vanilla", 120.0, extra=PROBE_ENV
     )
     assert record["status"] == "ok" and record["cells"] == {} and list(record["device"]) == keys, record
-    assert len(record["device"][keys[0]]["device"]) == 10 and "kernels" not in record
+    assert len(record["device"][keys[0]]["device"]) == DEVICE_REPLAYS and "kernels" not in record

@@ -1,6 +1,6 @@
 """One typed results document, read by every reader.
 
-Outside the results modules (harness/results.py writes and validates the JSON, harness/document.py types
+Outside the results modules (harness/results.py writes and validates the JSON, harness/document.py and harness/mergedoc.py type
 and migrates it) nothing indexes the results document with string keys: every reader takes a
 :class:`harness.document.RunDocument` and its one ``by_cell`` index. The scan below looks at code only
 (comments and docstrings are skipped) for subscripts and ``.get``/``.pop``/``.setdefault`` with a key of
@@ -29,7 +29,7 @@ import pytest
 HARNESS = Path(__file__).resolve().parent.parent / "harness"
 
 #: the results modules: the only ones that read the JSON by key
-RESULTS_MODULES = ("results.py", "document.py")
+RESULTS_MODULES = ("results.py", "document.py", "mergedoc.py")
 
 #: keys of the results document's structure
 KEYS = (

@@ -23,7 +23,7 @@ from conftest import run_harness
 from mps_machines import CONTRASTS, write_machines
 
 from harness import document as doc
-from harness import merge
+from harness import merge, mergedoc
 from harness import results as res
 from harness.errors import ResultsError
 
@@ -107,7 +107,7 @@ def test_two_cpu_machines_from_different_wheels(tmp_path, example):
     (tmp_path / "merged" / "report.md").unlink()
     assert run_harness("report", str(tmp_path / "merged")).returncode == 0
     assert (tmp_path / "merged" / "report.md").read_text() == text
-    assert doc.MergeDocument.from_json(doc_json).to_json() == doc_json
+    assert mergedoc.MergeDocument.from_json(doc_json).to_json() == doc_json
     # and previewed as GitHub renders it: preview adds its page to a merge folder as to a run's
     assert run_harness("preview", str(tmp_path / "merged")).returncode == 0
     assert "faster on 1 (AMD EPYC)" in (tmp_path / "merged" / "report.html").read_text()
@@ -567,7 +567,7 @@ def test_a_merge_of_calibration_runs_says_so_at_the_top(tmp_path, example):
     assert block[2].startswith("> **Calibration:** on every machine the patched side ran every GEMM with K grown")
     assert "at least 5% (`--plant-k`" in block[2]
     stored = json.loads((tmp_path / "m" / "results.json").read_text())
-    assert stored["plant_k"] == 0.05 and doc.MergeDocument.from_json(stored).plant_k == 0.05
+    assert stored["plant_k"] == 0.05 and mergedoc.MergeDocument.from_json(stored).plant_k == 0.05
     # an ordinary merge has no such line (and no plant_k key)
     merged = merge.merge([save(tmp_path / "c", as_machine(example, "AMD EPYC", 2, 2)), save(tmp_path / "d", example)])
     assert merged.plant_k is None and "Calibration" not in merge.render(merged)
@@ -668,7 +668,7 @@ def test_a_merged_document_of_the_wrong_shape_is_one_line_not_a_crash(tmp_path, 
         (one, "1 source(s); a merge has at least two"),
     ):
         with pytest.raises(ResultsError, match=re.escape(said)):
-            doc.MergeDocument.from_json(planted)
+            mergedoc.MergeDocument.from_json(planted)
         (folder / "results.json").write_text(json.dumps(planted))
         ran = run_harness("report", str(folder))
         assert ran.returncode == 2 and said in ran.stderr and "Traceback" not in ran.stderr, ran.stderr
@@ -749,7 +749,7 @@ def test_a_machine_whose_cell_is_below_timer_resolution_shows_it_unjudged(tmp_pa
     merged = json.loads((tmp_path / "merged" / "results.json").read_text())
     flagged = [c for s in merged["sources"] for r in s["contrasts"] for c in r["cells"] if c.get("below_resolution")]
     assert flagged and all(c["verdict"] == "undetermined" and c["ratio"] is None for c in flagged)
-    assert doc.MergeDocument.from_json(merged).to_json() == merged
+    assert mergedoc.MergeDocument.from_json(merged).to_json() == merged
 
 
 def test_the_merged_block_says_its_estimator_and_whether_the_runs_are_aa_in_a_single_runs_words():
@@ -761,14 +761,14 @@ def test_the_merged_block_says_its_estimator_and_whether_the_runs_are_aa_in_a_si
 
     data = json.loads((EXAMPLES / "cpu-two-machines" / "merged" / "results.json").read_text())
     assert data["runs_are_aa"] is True  # both machines compared torch 2.11.0 with itself
-    block = merge.render(doc.MergeDocument.from_json(data)).split("<details>")[0]
+    block = merge.render(mergedoc.MergeDocument.from_json(data)).split("<details>")[0]
     assert f"both builds are the same torch (version, git hash): {prbody.AA_WORDS}." in block
     assert prbody.CELL_ESTIMATOR in block and prbody.CELL_ESTIMATOR in prbody.SPEEDUP_DEFINITION
     assert "another estimator than a single run's PR block: the geometric mean over the contrast's cells" in block
-    other = merge.render(doc.MergeDocument.from_json({**data, "runs_are_aa": False})).split("<details>")[0]
+    other = merge.render(mergedoc.MergeDocument.from_json({**data, "runs_are_aa": False})).split("<details>")[0]
     assert prbody.AA_WORDS not in other and "A/A" not in other
     older = {k: v for k, v in data.items() if k != "runs_are_aa"}
-    assert "whether the runs are A/A is not recorded" in merge.render(doc.MergeDocument.from_json(older))
+    assert "whether the runs are A/A is not recorded" in merge.render(mergedoc.MergeDocument.from_json(older))
     # A/A is each machine's stock and patched being one torch; a run of two torch versions is not one
     here = doc.load(EXAMPLES / "cpu-two-machines" / "here")
     assert merge.is_aa(here) and not merge.is_aa(doc.load(EXAMPLES / "cpu-ab"))

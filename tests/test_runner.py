@@ -457,9 +457,9 @@ def test_a_device_probe_process_follows_each_timed_one_and_its_device_time_reach
     monkeypatch.setitem(kernels.TRACES, "cpu", replace(kernels.TRACES["cpu"], device_env=env, device_method="probe"))
     seen = []
 
-    def fake_worker(python, spec, config, raw, name, timeout, keep=(), extra=None, stall=None):
+    def fake_worker(python, spec, config, raw, name, timeout, keep=(), extra=None, stall=None, *more):
         if not name.startswith("dev-"):
-            return supervise.run_worker(python, spec, config, raw, name, timeout, keep, extra, stall)
+            return supervise.run_worker(python, spec, config, raw, name, timeout, keep, extra, stall, *more)
         seen.append((name, spec, dict(extra)))
         mm, sdpa = spec["cells"]
         if "patched" in name:  # a probe that crashed before its first cell
