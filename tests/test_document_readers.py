@@ -1,7 +1,7 @@
 """One typed results document, read by every reader.
 
-Outside the results modules (harness/results.py writes and validates the JSON, harness/document.py and harness/mergedoc.py type
-and migrates it) nothing indexes the results document with string keys: every reader takes a
+Outside the results modules (harness/results.py writes and validates the JSON, harness/document.py and
+harness/mergedoc.py type and migrate it) nothing indexes the results document with string keys: every reader takes a
 :class:`harness.document.RunDocument` and its one ``by_cell`` index. The scan below looks at code only
 (comments and docstrings are skipped) for subscripts and ``.get``/``.pop``/``.setdefault`` with a key of
 the document's structure (top-level sections, the run header, processes, cell records, build entries) and
