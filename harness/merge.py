@@ -76,6 +76,7 @@ def check(runs: Sequence[tuple[Path, doc.RunDocument]], allow_same_machine: bool
     for path, run in runs[1:]:
         _same(first_path, first, path, run)
     _same_machine(runs, allow_same_machine)
+    _shared_processes(runs)
     return _builds_differ(runs)
 
 
@@ -153,8 +154,31 @@ def content_digest(run: doc.RunDocument) -> str:
         for p in run.processes
     ]
     whole = {"plan": plan, "processes": processes, "machine": run.machine.identity}
-    text = json.dumps(whole, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(text.encode()).hexdigest()
+    return _digest(whole)
+
+
+def _digest(value) -> str:
+    """sha256 (hex) of ``value`` as canonical JSON (sorted keys, no spaces)."""
+    return hashlib.sha256(json.dumps(value, sort_keys=True, separators=(",", ":"), default=str).encode()).hexdigest()
+
+
+def process_digests(run: doc.RunDocument) -> dict[str, str]:
+    """Each process's identity (name -> sha256 hex) as :func:`content_digest` takes it (build, config, round,
+    per cell its key, status, reason, raw samples and check), with the machine it ran on: the same process
+    in two runs (one run's folder copied and then extended by more rounds) has the same digest there."""
+    return {
+        p.name: _digest(
+            [
+                run.machine.identity,
+                p.build,
+                p.config,
+                p.round,
+                [[r.key, r.status, r.reason, _plain(r.measurement), _plain(r.check)] for r in p.cells],
+            ]
+        )
+        for p in run.processes
+        if p.cells
+    }
 
 
 def _same_run(runs: Sequence[tuple[Path, doc.RunDocument]]) -> None:
@@ -175,6 +199,25 @@ def _same_run(runs: Sequence[tuple[Path, doc.RunDocument]]) -> None:
                     "name each machine's run once (--allow-same-machine is for two machines, not one run twice)",
                 )
             seen[key] = path
+
+
+def _shared_processes(runs: Sequence[tuple[Path, doc.RunDocument]]) -> None:
+    """Refuse two runs that hold the same process record (:func:`process_digests`): one run's folder copied
+    and extended by more rounds, whose first rounds would count on two "machines"."""
+    owner: dict[str, tuple[Path, str]] = {}
+    for path, run in runs:
+        shared = {}
+        for name, digest in process_digests(run).items():
+            if digest in owner and owner[digest][0] != path:
+                shared.setdefault(owner[digest][0], []).append(name)
+            owner.setdefault(digest, (path, name))
+        for other, names in shared.items():
+            raise MergeRefused(
+                f"{other} and {path} share {len(names)} process record(s) ({names[0]}"
+                + (", ..." if len(names) > 1 else "")
+                + "): one run's processes would count as two machines",
+                "merge runs measured apart, one per machine (--allow-same-machine is for two machines' own runs)",
+            )
 
 
 def plant_k(run: doc.RunDocument) -> float | None:

@@ -426,6 +426,7 @@ def problem(data: dict) -> str | None:
     if found:
         return found
     planned = set(run["cells"])
+    seen: dict[tuple, int] = {}  # (build, config, round) -> the process that ran it
     for i, proc in enumerate(data["processes"]):
         at = f"processes[{i}]"
         if not isinstance(proc, dict):
@@ -442,6 +443,13 @@ def problem(data: dict) -> str | None:
         for key in ("build", "config"):
             if proc[key] not in run[f"{key}s"]:
                 return f"{at}.{key} is {proc[key]!r}, which is not in run.{key}s (the plan)"
+        slot = (proc["build"], proc["config"], proc["round"])
+        if slot in seen:  # one fresh process per (build, config, round): a second record is a copy
+            return (
+                f"{at} repeats processes[{seen[slot]}] (build {slot[0]!r}, config {slot[1]!r}, round {slot[2]}): "
+                "one process recorded twice"
+            )
+        seen[slot] = i
         name = proc.get("name")
         found = cells_problem(proc.get("cells"), f"{at}.cells", name if isinstance(name, str) else None)
         if found:

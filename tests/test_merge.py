@@ -213,9 +213,21 @@ def test_a_cpu_run_and_a_cuda_run_are_refused(tmp_path, example):
     assert "different kernels" in ran.stderr and not (tmp_path / "merged").exists()
 
 
+def remeasured(data: dict, factor: float = 1.001) -> dict:
+    """``data`` as if measured again: every sample (and median) times ``factor``, so no process record is the
+    same as one of ``data``'s (merge refuses runs that share process records)."""
+    data = copy.deepcopy(data)
+    for proc in data["processes"]:
+        for rec in proc["cells"].values():
+            if rec.get("measurement"):
+                rec["measurement"]["samples"] = [x * factor for x in rec["measurement"]["samples"]]
+                rec["measurement"]["median"] *= factor
+    return data
+
+
 def test_the_same_machine_twice_only_when_asked(tmp_path, example):
     a = save(tmp_path / "a", example)
-    b = save(tmp_path / "b", {**example, "run": {**example["run"], "seed": 7}})  # another run, same machine
+    b = save(tmp_path / "b", remeasured({**example, "run": {**example["run"], "seed": 7}}))  # another run, same machine
     ran = run_harness("merge", str(a), str(b), "--out", str(tmp_path / "m"))
     assert (
         ran.returncode == 2
@@ -619,17 +631,25 @@ def test_a_copy_with_other_bytes_is_still_the_same_run(tmp_path, example, allow)
     assert ran.returncode == 2 and len(ran.stderr.splitlines()) == 1, ran.stderr
     assert "here and here-copy are the same run given twice (one plan and the same process records" in ran.stderr
     assert "same machine" not in ran.stderr and not (tmp_path / "m").exists()
-    # just outside: one sample of one process differs -> two runs (refused only as one machine twice)
-    other = copy.deepcopy(shifted)
-    record = next(iter(other["processes"][0]["cells"].values()))
+    # one sample of one process differs: another run, but every other process is the copy's -> refused as
+    # shared process records (a run copied and extended would count its first rounds on two "machines")
+    edited = copy.deepcopy(shifted)
+    record = next(iter(edited["processes"][0]["cells"].values()))
     record["measurement"]["samples"][0] *= 1.5
-    save(tmp_path / "other", other)
-    ran = run_harness("merge", "here", "other", "--out", "m2", cwd=tmp_path)
-    assert ran.returncode == 2 and "ran on the same machine" in ran.stderr, ran.stderr
-    ran = run_harness("merge", "here", "other", "--allow-same-machine", "--out", "m2", cwd=tmp_path)
-    assert ran.returncode == 0, ran.stderr
+    save(tmp_path / "edited", edited)
+    ran = run_harness("merge", "here", "edited", "--allow-same-machine", "--out", "m2", cwd=tmp_path)
+    n = len(example["processes"]) - 1
+    assert ran.returncode == 2 and f"here and edited share {n} process record(s)" in ran.stderr
+    assert "one run's processes would count as two machines" in ran.stderr and not (tmp_path / "m2").exists()
     assert merge.content_digest(doc.load(a)) == merge.content_digest(doc.load(copied))
-    assert merge.content_digest(doc.load(a)) != merge.content_digest(doc.load(tmp_path / "other"))
+    assert merge.content_digest(doc.load(a)) != merge.content_digest(doc.load(tmp_path / "edited"))
+    # just outside: every process measured apart (every sample differs) -> two runs, refused only as one
+    # machine twice, merged with --allow-same-machine
+    save(tmp_path / "other", remeasured(shifted))
+    ran = run_harness("merge", "here", "other", "--out", "m3", cwd=tmp_path)
+    assert ran.returncode == 2 and "ran on the same machine" in ran.stderr, ran.stderr
+    ran = run_harness("merge", "here", "other", "--allow-same-machine", "--out", "m3", cwd=tmp_path)
+    assert ran.returncode == 0, ran.stderr
 
 
 def test_an_unfinished_source_is_resumed_where_it_lies_now(tmp_path, example):

@@ -369,3 +369,27 @@ def test_a_block_size_that_is_not_a_count_of_calls_is_damage(good, number):
     assert res.problem(data) == (
         f"processes[{i}].cells['{key}'].measurement.number is {number!r}, not a number of calls >= 1"
     )
+
+
+def test_a_process_recorded_twice_is_damage_not_more_processes(good, tmp_path, capsys):
+    """A results.json whose process record was appended again (a hand edit, a bad concatenation) was read as
+    more processes (the report's start-up line counted 11 where 8 ran): one fresh process per (build, config,
+    round), a second record of one is refused in one line naming both."""
+    assert res.problem(good) is None
+    twice = copy.deepcopy(good)
+    twice["processes"].append(copy.deepcopy(twice["processes"][1]))
+    n = len(good["processes"])
+    p = twice["processes"][1]
+    assert res.problem(twice) == (
+        f"processes[{n}] repeats processes[1] (build {p['build']!r}, config {p['config']!r}, round {p['round']}): "
+        "one process recorded twice"
+    )
+    rc, line, _ = _report_line(tmp_path, twice, capsys)
+    assert rc == 2 and "one process recorded twice" in line
+    # just inside: the same record under another round is another process
+    other = copy.deepcopy(good)
+    extra = copy.deepcopy(other["processes"][1])
+    extra["round"] = max(q["round"] for q in other["processes"]) + 1
+    extra["name"] = f"r{extra['round']:02d}-{extra['build']}-{extra['config']}"
+    other["processes"].append(extra)
+    assert res.problem(other) is None
