@@ -271,7 +271,7 @@ def test_pr_block_nests_the_reports_block_under_evidence():
     assert real.startswith("Measured on `cpu`") and "<details>" not in real
     assert not [line for line in real.splitlines() if line.startswith(("# ", "## "))]
     # the report's resume command is for the contributor (it stays in report.md), never in the PR body
-    resumable = (REPO / "docs" / "examples" / "cpu-ab" / "report.md").read_text()
+    resumable = (REPO / "docs" / "examples" / "cpu-contrasts" / "report.md").read_text()
     assert "nox -s compare --" in resumable.split("<details>")[0]
     assert "nox -s compare" not in pr_block(resumable) and "Resume the run" not in pr_block(resumable)
 
