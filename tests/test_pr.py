@@ -450,6 +450,13 @@ def test_pr_keeps_a_commit_only_its_branch_holds(applied, project, identity, cap
     rc, out, err = _pr(capsys)
     assert rc == 0 and "saved/" not in out + err, (out, err)
     assert git(applied, "branch", "--list", "saved/*").split() == [kept]
+    # the branch checked out in another worktree (stock) with a commit there: pr refuses to move it under it
+    stock = worktrees(project / "work", "v1.4.0")[0]
+    git(stock, "checkout", "-q", branch)
+    there = _commit(stock, "stock fixup")
+    rc, out, err = _pr(capsys)
+    assert rc == 2 and err.count("\n") == 1 and f"branch {branch} is checked out in {stock}" in err, err
+    assert git(stock, "rev-parse", "HEAD").strip() == there and git(stock, "status", "--porcelain") == ""
 
 
 @pytest.mark.parametrize("other", ["main", "saved", "series"])
