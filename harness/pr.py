@@ -58,7 +58,15 @@ from harness.fsutil import atomic_write_text
 from harness.manifest import Series, shown
 from harness.paths import slug
 from harness.series import FALLBACK_COMMITTER, compare_with_series, describe
-from harness.upstream import DEFAULT_UPSTREAM, _earlier_name, git_run, is_archive, keep_commits, switch_branch
+from harness.upstream import (
+    DEFAULT_UPSTREAM,
+    _earlier_name,
+    git_run,
+    is_archive,
+    keep_commits,
+    patched_branch,
+    switch_branch,
+)
 from harness.venvs import wheel_in
 from harness.workflow import Checkout, Context, existing_checkout
 
@@ -503,11 +511,13 @@ def next_steps(
             f"pr: then `nox -s pr -- --series {series.name} --base main` there; or apply the patch files in your "
             f"own clone of it: `git am -3 {shlex.quote(patches)}/*.patch`",
         ]
+    series_branch = patched_branch(series.name, base, patched)
     lines.append(f"pr: branch {branch}: {commits} commit(s) on {base} (`{co_commit[:12]}`); push it:")
     lines.append(f"  git -C {shlex.quote(str(patched))} push <your-fork> {branch}")
     lines.append(
         f"pr: or with ghstack (one pull request per commit, stacked): `git checkout {branch}` in {patched}, "
-        "then `ghstack`"
+        f"then `ghstack`; go back (`git checkout {series_branch}`) before the next pr, which re-makes {branch} "
+        "from the series (commit review fixups on the series branch, then refresh)"
     )
     return lines
 
