@@ -29,10 +29,17 @@ commits are refused in one line that names them and says ``refresh`` (then a new
 evidence is for and which the branch carries. Without evidence at the current series hash, PR.md's "not
 measured" line names the newest results of the series at another hash, when there are some.
 
-Nothing in the worktrees changes: the branch is made with ``git commit-tree`` and ``update-ref``,
-so ``patched`` stays on its series branch and ``apply``/``refresh`` keep working (a detached HEAD there
-is put back on that branch, its commits kept on a branch the message names:
-:func:`harness.upstream.keep_commits`).
+Nothing in the worktrees changes: the branch is made with ``git commit-tree`` and ``update-ref`` and no
+HEAD moves. What is checked out in ``patched`` is what is compared: its series branch, or a detached HEAD
+(whose commits, when they are not the series, are refused by name with ``refresh``, which adopts a detached
+HEAD's commits). ``patched`` on any other branch (``pr/...`` checked out for ghstack, say) is refused in one
+line: pr moves no HEAD, and never moves a branch that a worktree has checked out.
+
+pr makes or moves only its own branches: ``--branch`` names a new branch or one under ``pr/``; an existing
+branch outside ``pr/`` (``main``, ``saved/...``, the series branch) is refused in one line. Before it moves
+an existing branch that holds commits other than pr's own re-creation of the series (a review fixup
+committed on it, say), those commits are kept on a ``saved/...`` branch (:func:`harness.upstream.keep_commits`)
+and pr's output names it.
 """
 
 from __future__ import annotations
@@ -51,9 +58,17 @@ from harness.fsutil import atomic_write_text
 from harness.manifest import Series, shown
 from harness.paths import slug
 from harness.series import FALLBACK_COMMITTER, compare_with_series, describe
-from harness.upstream import DEFAULT_UPSTREAM, git_run, is_archive
+from harness.upstream import (
+    DEFAULT_UPSTREAM,
+    _earlier_name,
+    git_run,
+    is_archive,
+    keep_commits,
+    patched_branch,
+    switch_branch,
+)
 from harness.venvs import wheel_in
-from harness.workflow import Context, existing_checkout
+from harness.workflow import Checkout, Context, existing_checkout
 
 #: Identities that are the harness's own, never a contributor's.
 _NEUTRAL_EMAILS = (FALLBACK_COMMITTER["GIT_COMMITTER_EMAIL"], "torch-patch-harness@users.noreply.github.com")
@@ -105,13 +120,57 @@ def _commits(worktree: Path, base_commit: str, head: str) -> list[str]:
     return git_run(worktree, "rev-list", "--reverse", f"{base_commit}..{head}").out.split()
 
 
-def make_branch(worktree: Path, base_commit: str, head: str, branch: str, who: Identity) -> list[str]:
-    """Re-create ``base_commit..head`` on ``branch`` with ``who`` as author and committer.
+#: the prefix of the branches pr owns: it moves an existing branch only under it
+OWN_PREFIX = "pr/"
 
-    Trees, messages and author dates are kept. Returns the new commit SHAs in order.
+
+def check_branch(worktree: Path, branch: str) -> None:
+    """Refuse a ``--branch`` that is no valid branch name, or that exists and is not pr's own (outside
+    :data:`OWN_PREFIX`: ``main``, ``saved/...``, the series branch); a new name or one under ``pr/`` passes.
 
     Raises:
-        SeriesError: no commits between the base and ``head`` (the series is not applied).
+        SeriesError: either, in one line naming the branch.
+    """
+    if git_run(worktree, "check-ref-format", "--branch", branch, check=False).rc != 0:
+        raise SeriesError(f"--branch {branch!r} is not a valid branch name", "pick another name")
+    if branch.startswith(OWN_PREFIX):
+        return
+    if git_run(worktree, "show-ref", "--verify", "--quiet", f"refs/heads/{branch}", check=False).rc == 0:
+        raise SeriesError(
+            f"--branch {branch}: that branch exists and is not pr's own (pr makes a new branch, or moves one "
+            f"under {OWN_PREFIX}); moving it would drop what it holds",
+            f"pick a new name, or one under {OWN_PREFIX} (the default is {OWN_PREFIX}<series>/<base>)",
+        )
+
+
+def _checked_out_in(worktree: Path, branch: str) -> str | None:
+    """The worktree that has ``branch`` checked out, or None."""
+    for block in git_run(worktree, "worktree", "list", "--porcelain").out.split("\n\n"):
+        lines = block.splitlines()
+        if f"branch refs/heads/{branch}" in lines:
+            return lines[0].removeprefix("worktree ")
+    return None
+
+
+def _shape(worktree: Path, base_commit: str, rev: str) -> str:
+    """Trees and messages of ``base_commit..rev``: what pr's re-creation keeps of each commit."""
+    return git_run(worktree, "log", "--format=%T%n%B%x00", f"{base_commit}..{rev}").out
+
+
+def make_branch(
+    worktree: Path, base_commit: str, head: str, branch: str, who: Identity
+) -> tuple[list[str], str | None]:
+    """Re-create ``base_commit..head`` on ``branch`` with ``who`` as author and committer.
+
+    Trees, messages and author dates are kept. An existing ``branch`` whose commits are not the same trees and
+    messages (a commit added on it by hand, say) has the commits only it holds kept first on a ``saved/...``
+    branch (:func:`harness.upstream.keep_commits`). Returns (the new commit SHAs in order, that saved branch or
+    None).
+
+    Raises:
+        SeriesError: no commits between the base and ``head`` (the series is not applied), or ``branch`` is
+            checked out in a worktree (moving it would change that worktree): nothing moved.
+        UpstreamError: git would not make the saved branch: nothing moved.
     """
     commits = _commits(worktree, base_commit, head)
     if not commits:
@@ -140,8 +199,44 @@ def make_branch(worktree: Path, base_commit: str, head: str, branch: str, who: I
                 error=SeriesError,
             ).out.strip()
             made.append(parent)
+    old = git_run(worktree, "rev-parse", "--verify", "--quiet", f"refs/heads/{branch}", check=False).out.strip()
+    kept = None
+    if old and old != parent:
+        where = _checked_out_in(worktree, branch)
+        if where is not None:
+            raise SeriesError(
+                f"branch {branch} is checked out in {where}: pr would move it under that worktree",
+                f"leave it (`git -C {shlex.quote(where)} checkout --detach`) or pass --branch with another name",
+            )
+        if _shape(worktree, base_commit, old) != _shape(worktree, base_commit, parent):
+            kept = keep_commits(worktree, branch, rev=f"refs/heads/{branch}", moving=branch)
     git_run(worktree, "update-ref", f"refs/heads/{branch}", parent, error=SeriesError)
-    return made
+    return made, kept
+
+
+def checked_out(co: Checkout, fix: str) -> str:
+    """What ``pr`` compares and builds from in the patched worktree, without moving its HEAD: the series branch
+    when it is checked out (an earlier name of it is renamed, :func:`harness.upstream.switch_branch`), ``HEAD``
+    when detached. ``fix`` is the ``refresh`` command of this series and base.
+
+    Raises:
+        SeriesError: the worktree is on another branch (``pr/...`` checked out for ghstack, say).
+    """
+    current = git_run(co.patched, "symbolic-ref", "--quiet", "--short", "HEAD", check=False).out.strip()
+    if not current:
+        return "HEAD"
+    if current != co.branch and _earlier_name(current, co.branch):
+        switch_branch(co.patched, co.branch, co.commit)  # a rename: HEAD stays on the same commit
+    elif current != co.branch:
+        here = shlex.quote(str(co.patched))
+        raise SeriesError(
+            f"{co.patched} is on branch {current}, not on the series branch {co.branch}: pr makes the pull request "
+            "from the series and moves no HEAD",
+            f"to put {current}'s commits in the series: `git -C {here} checkout --detach`, then `{fix}` (it adopts "
+            f"a detached HEAD's commits) and measure it again (a new compare); else `git -C {here} checkout "
+            f"{co.branch}`",
+        )
+    return co.branch
 
 
 # ------------------------------------------------------------------------------------------ PR.md
@@ -416,11 +511,13 @@ def next_steps(
             f"pr: then `nox -s pr -- --series {series.name} --base main` there; or apply the patch files in your "
             f"own clone of it: `git am -3 {shlex.quote(patches)}/*.patch`",
         ]
+    series_branch = patched_branch(series.name, base, patched)
     lines.append(f"pr: branch {branch}: {commits} commit(s) on {base} (`{co_commit[:12]}`); push it:")
     lines.append(f"  git -C {shlex.quote(str(patched))} push <your-fork> {branch}")
     lines.append(
         f"pr: or with ghstack (one pull request per commit, stacked): `git checkout {branch}` in {patched}, "
-        "then `ghstack`"
+        f"then `ghstack`; go back (`git checkout {series_branch}`) before the next pr, which re-makes {branch} "
+        "from the series (commit review fixups on the series branch, then refresh)"
     )
     return lines
 
@@ -478,24 +575,26 @@ def prepare(
             ``other_series``) commits that differ from the series (each named, with ``refresh`` to fix it).
     """
     assert ctx.series is not None and ctx.entry is not None
-    co = existing_checkout(ctx, workdir)
+    co = existing_checkout(ctx, workdir, switch=False)
     who = contributor(co.patched)
-    branch = branch or f"pr/{ctx.series.name}/{slug(ctx.base)}"
-    if git_run(co.patched, "check-ref-format", "--branch", branch, check=False).rc != 0:
-        raise SeriesError(f"--branch {branch!r} is not a valid branch name", "pick another name")
+    branch = branch or f"{OWN_PREFIX}{ctx.series.name}/{slug(ctx.base)}"
+    check_branch(co.patched, branch)
+    refresh = ["refresh", "--series", ctx.series.name, "--base", ctx.base, "--workdir", str(workdir)]
+    fix = shlex.join(["python", "-m", "harness", *refresh])
+    head = checked_out(co, fix)
     now = ctx.series.hash_of(ctx.entry)
     evidence = newest_evidence(results_root, ctx.series.name, now)
-    state = compare_with_series(co.patched, co.commit, ctx.series, ctx.entry, head=co.branch or "HEAD")
+    state = compare_with_series(co.patched, co.commit, ctx.series, ctx.entry, head=head)
     if state.differs and state.commits and not other_series:
         named = f"series hash {now[:8]}" + (f", measured in {evidence}" if evidence is not None else "")
+        what = co.branch if head != "HEAD" else "the detached HEAD"
+        adopts = "" if head != "HEAD" else " (it adopts a detached HEAD's commits)"
         raise SeriesError(
-            f"{co.branch} in {co.patched} differs from the series {ctx.series.name} ({named}): "
-            f"{describe(state.differs)}",
-            f"make these commits the series with `python -m harness refresh --series {ctx.series.name} "
-            f"--base {ctx.base} --workdir {workdir}`, then measure it again (a new compare); or go back to the "
-            "series with `apply --force`; or pass --evidence-for-other-series to make the branch anyway",
+            f"{what} in {co.patched} differs from the series {ctx.series.name} ({named}): {describe(state.differs)}",
+            f"make these commits the series with `{fix}`{adopts}, then measure it again (a new compare); or go "
+            "back to the series with `apply --force`; or pass --evidence-for-other-series to make the branch anyway",
         )
-    made = make_branch(co.patched, co.commit, co.branch, branch, who)
+    made, saved = make_branch(co.patched, co.commit, head, branch, who)
     earlier = newest_evidence(results_root, ctx.series.name) if evidence is None else None
     target = co.patched.parent / "PR.md"
     text = pr_markdown(
@@ -522,4 +621,11 @@ def prepare(
     )
     if kept is not None:
         steps = [f"pr: the earlier PR.md differed from this one (your edits?): kept as {kept}", *steps]
+    if saved is not None:
+        here = shlex.quote(str(co.patched))
+        steps = [
+            f"pr: {branch} held commit(s) that are not in this pull request (made on it by hand?): kept on {saved}; "
+            f"to put them in the series: `git -C {here} checkout --detach {saved}`, then `{fix}`",
+            *steps,
+        ]
     return PullRequest(branch, len(made), who, co.patched, target, evidence, tuple(steps))

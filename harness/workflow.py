@@ -139,12 +139,13 @@ def refresh_context(ctx: Context, workdir: Path | str) -> tuple[Path, int]:
     return ctx.series.path / ctx.entry.dir, refresh_series(ctx.series, ctx.entry, co)
 
 
-def existing_checkout(ctx: Context, workdir: Path | str, *, adopt: bool = False) -> Checkout:
+def existing_checkout(ctx: Context, workdir: Path | str, *, adopt: bool = False, switch: bool = True) -> Checkout:
     """The :class:`Checkout` of the patched worktree that is already there, without opening the
     upstream (no clone, no fetch: refresh works offline and never moves the base under the commits).
 
     The worktree is put on the series' branch (:func:`harness.upstream.switch_branch`): commits of a
     detached HEAD are kept on a branch that the message names, or, with ``adopt``, become that branch.
+    ``switch=False`` (``pr``): HEAD is left where it is (the caller compares what is checked out).
 
     Raises:
         SeriesError: there is no patched worktree of the base in ``workdir``.
@@ -163,7 +164,8 @@ def existing_checkout(ctx: Context, workdir: Path | str, *, adopt: bool = False)
         raise UpstreamError(f"{patched} is not a git worktree", "move that folder away and run apply again")
     commit = resolve_commit(store, ctx.base, source=str(store))
     branch = patched_branch(ctx.series.name, ctx.base, patched)
-    switch_branch(patched, branch, commit, adopt=adopt)
+    if switch:
+        switch_branch(patched, branch, commit, adopt=adopt)
     kind = "archive" if store.parent.name == "imports" else "git"
     return Checkout(Upstream(ctx.upstream, store, kind, created=False), ctx.base, commit, stock, patched, branch, ())
 

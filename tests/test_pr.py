@@ -379,3 +379,107 @@ def test_apply_force_resets_a_branch_whose_messages_differ(applied, project, cap
     # the edited commit is kept on the branch the message names
     (kept,) = git(applied, "for-each-ref", "--contains", edited, "--format=%(refname:short)", "refs/heads/").split()
     assert kept in captured.err
+
+
+# ------------------------------------------------------------------ pr moves no HEAD and loses no commit
+def _commit(tree: Path, message: str) -> str:
+    """A commit of the user's in ``tree`` (a line appended to src/config.cpp); returns its SHA."""
+    config = tree / "src" / "config.cpp"
+    config.write_text(config.read_text() + f"// {message}\n")
+    git(tree, "commit", "-q", "-am", message)
+    return git(tree, "rev-parse", "HEAD").strip()
+
+
+def _branches_with(tree: Path, sha: str) -> list[str]:
+    return git(tree, "for-each-ref", "--contains", sha, "--format=%(refname:short)", "refs/heads/").split()
+
+
+def test_pr_compares_a_detached_head_and_leaves_it_where_it_is(applied, project, identity, capsys):
+    """The old bug: pr put a detached HEAD back on the series' branch before comparing, so a commit made
+    there went into no PR (exit 0, "1 commit(s)"), HEAD moved, the commit only on a saved/ branch."""
+    identity("Ada Contributor", "ada@example.org")
+    series_branch = patched_branch(SERIES_NAME, "v1.4.0", applied)
+    # detached at the series' tip: the series, so the branch is made; HEAD stays detached where it was
+    git(applied, "checkout", "-q", "--detach")
+    tip = git(applied, "rev-parse", "HEAD").strip()
+    rc, out, err = _pr(capsys)
+    assert rc == 0 and "1 commit(s)" in out, err
+    assert git(applied, "symbolic-ref", "-q", "HEAD", check=False) == ""
+    assert git(applied, "rev-parse", "HEAD").strip() == tip
+    # a commit on the detached HEAD: refused in one line naming it, with the fixing commands; nothing moved
+    pr_before = git(applied, "rev-parse", f"pr/{SERIES_NAME}/v1.4.0").strip()
+    mine = _commit(applied, "extra")
+    rc, out, err = _pr(capsys)
+    assert rc == 2 and err.count("\n") == 1, err
+    assert f"{mine[:12]} extra (not in the series)" in err and "detached HEAD" in err
+    assert f"refresh --series {SERIES_NAME} --base v1.4.0" in err and "compare" in err
+    assert git(applied, "symbolic-ref", "-q", "HEAD", check=False) == ""
+    assert git(applied, "rev-parse", "HEAD").strip() == mine
+    assert git(applied, "rev-parse", f"pr/{SERIES_NAME}/v1.4.0").strip() == pr_before
+    assert git(applied, "branch", "--list", "saved/*") == ""
+    assert git(applied, "rev-parse", series_branch).strip() == tip
+    # refresh adopts the detached HEAD's commits; pr then carries them
+    assert cli.main(["refresh", "--series", SERIES_NAME, "--base", "v1.4.0"]) == 0
+    capsys.readouterr()
+    rc, out, err = _pr(capsys)
+    assert rc == 0 and "2 commit(s)" in out, err
+
+
+def test_pr_keeps_a_commit_only_its_branch_holds(applied, project, identity, capsys):
+    """The old bug: a review fixup committed on pr/<series>/<base> (checked out as pr's ghstack hint says) was
+    dropped by the next pr without a word (the branch rewritten, the fixup on no branch)."""
+    identity("Ada Contributor", "ada@example.org")
+    branch, series_branch = f"pr/{SERIES_NAME}/v1.4.0", patched_branch(SERIES_NAME, "v1.4.0", applied)
+    rc, out, err = _pr(capsys)
+    assert rc == 0 and f"`git checkout {branch}` in " in out, err
+    assert f"go back (`git checkout {series_branch}`) before the next pr" in out  # the ghstack hint says so
+    git(applied, "checkout", "-q", branch)
+    fixup = _commit(applied, "review fixup")
+    # checked out here: pr refuses in one line, naming the branch and the way to get the fixup in the series
+    rc, out, err = _pr(capsys)
+    assert rc == 2 and err.count("\n") == 1, err
+    assert branch in err and "checkout --detach" in err and "refresh" in err
+    assert git(applied, "rev-parse", "HEAD").strip() == fixup
+    assert git(applied, "symbolic-ref", "--short", "HEAD").strip() == branch
+    # back on the series' branch: pr moves the branch, the fixup kept on a saved/ branch that pr names
+    git(applied, "checkout", "-q", series_branch)
+    rc, out, err = _pr(capsys)
+    assert rc == 0, err
+    (kept,) = (name for name in _branches_with(applied, fixup) if name != branch)
+    assert kept.startswith("saved/") and kept in err and kept in out and "not in this pull request" in out
+    assert git(applied, "log", "-1", "--format=%s", branch).strip() != "review fixup"
+    # pr again: the branch holds only pr's own commits: nothing kept, no new saved/ branch
+    rc, out, err = _pr(capsys)
+    assert rc == 0 and "saved/" not in out + err, (out, err)
+    assert git(applied, "branch", "--list", "saved/*").split() == [kept]
+    # the branch checked out in another worktree (stock) with a commit there: pr refuses to move it under it
+    stock = worktrees(project / "work", "v1.4.0")[0]
+    git(stock, "checkout", "-q", branch)
+    there = _commit(stock, "stock fixup")
+    rc, out, err = _pr(capsys)
+    assert rc == 2 and err.count("\n") == 1 and f"branch {branch} is checked out in {stock}" in err, err
+    assert git(stock, "rev-parse", "HEAD").strip() == there and git(stock, "status", "--porcelain") == ""
+
+
+@pytest.mark.parametrize("other", ["main", "saved", "series"])
+def test_pr_refuses_a_branch_it_does_not_own(other, applied, project, identity, capsys):
+    """The old bug: `pr --branch main` moved main of the cache's mirror; `--branch saved/...` overwrote a
+    branch holding a unique commit. pr makes only a new branch or one under pr/."""
+    identity("Ada Contributor", "ada@example.org")
+    if other == "saved":
+        git(applied, "checkout", "-q", "--detach")
+        _commit(applied, "mine")
+        git(applied, "branch", "saved/mine")
+        git(applied, "checkout", "-q", patched_branch(SERIES_NAME, "v1.4.0", applied))
+        other = "saved/mine"
+    elif other == "series":
+        other = patched_branch(SERIES_NAME, "v1.4.0", applied)
+    else:
+        git(applied, "branch", "-f", "main", "v1.4.0")
+    before = git(applied, "rev-parse", other).strip()
+    rc, out, err = _pr(capsys, "--branch", other)
+    assert rc == 2 and err.count("\n") == 1 and f"--branch {other}" in err and "pr/" in err, err
+    assert git(applied, "rev-parse", other).strip() == before
+    # a new name is made
+    rc, out, err = _pr(capsys, "--branch", "my-pr")
+    assert rc == 0 and "branch my-pr" in out, err
