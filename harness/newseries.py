@@ -202,6 +202,10 @@ def _evidence_lines(facts: DiffFacts) -> list[str]:
         )
     if facts.tests:
         out.append('# test_requirements = ["pytest"]  # what the test files import, installed into each build\'s venv')
+    out.append(
+        '# workload = "workload.py"  # your own cells beside the patches (docs/new-series.md, "Your own workload"); '
+        "without it compare measures the built-in GEMM/SDPA cells"
+    )
     out += [
         "",
         f"[evidence.{device}]  # the device the change is for (from its files: {device})",
@@ -222,7 +226,7 @@ def _evidence_lines(facts: DiffFacts) -> list[str]:
             f'a = "patched/{config}"  # the patched build with {marker} set',
             f'b = "stock/{config}"  # stock under the same variables (stock does not read it)',
             'claim = "faster"  # faster (A faster than B), unchanged, equivalent or none: what the change claims',
-            '# ops = ["mm"]  # the ops the change reaches (default: every op the harness measures)',
+            '# ops = ["mm"]  # the ops the change reaches (default: every op measured, the workload\'s too)',
         ]
     out += [
         "",

@@ -245,7 +245,8 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "cells",
         "--cells",
-        "comma-separated cell keys op/MxNxK/dtype, or the option repeated (default: the built-in set)",
+        "comma-separated cell keys op/MxNxK/dtype, or the option repeated (default: the series' workload "
+        "cells where series.toml names a workload, else the built-in set)",
         kind=LIST,
         feeds=("run.cells",),
     ),

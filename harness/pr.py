@@ -162,8 +162,10 @@ def make_branch(
 ) -> tuple[list[str], str | None]:
     """Re-create ``base_commit..head`` on ``branch`` with ``who`` as author and committer.
 
-    Trees, messages and author dates are kept. An existing ``branch`` whose commits are not the same trees and
-    messages (a commit added on it by hand, say) has the commits only it holds kept first on a ``saved/...``
+    Trees, messages and author dates are kept, and the committer date is the author date, so a second run on
+    the same series and identity makes the same commits (the branch does not move). An existing ``branch``
+    whose commits are not the same trees and messages (a commit added on it by hand, say) has the commits only
+    it holds kept first on a ``saved/...``
     branch (:func:`harness.upstream.keep_commits`). Returns (the new commit SHAs in order, that saved branch or
     None).
 
@@ -195,7 +197,7 @@ def make_branch(
                 parent,
                 "-F",
                 str(message),
-                env={**who.env(), "GIT_AUTHOR_DATE": date},
+                env={**who.env(), "GIT_AUTHOR_DATE": date, "GIT_COMMITTER_DATE": date},
                 error=SeriesError,
             ).out.strip()
             made.append(parent)
@@ -619,6 +621,14 @@ def prepare(
         evidence,
         archive=co.upstream.kind == "archive",
     )
+    if earlier is not None:  # why the newest results naming the series are not the evidence
+        other = _series_hash_of(earlier, ctx.series.name)
+        why = (
+            "were made on builds that carry no series (an A/A run, say)"
+            if other is None
+            else f"are for series hash {other[:8]}, not this one"
+        )
+        steps = [f"pr: {earlier} names the series but {why}: not quoted (PR.md's Evidence says so)", *steps]
     if kept is not None:
         steps = [f"pr: the earlier PR.md differed from this one (your edits?): kept as {kept}", *steps]
     if saved is not None:

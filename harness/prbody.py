@@ -198,7 +198,7 @@ def _provenance_sentence(run: RunDocument) -> str:
 def _rounds_text(run: RunDocument) -> str:
     """How many fresh processes measured each cell: the planned rounds, and the adaptive ones when any ran."""
     head, adaptive = run.header, run.header.adaptive
-    text = f"{head.rounds} rounds of fresh processes per (build, config)"
+    text = f"{head.rounds} round{'' if head.rounds == 1 else 's'} of fresh processes per (build, config)"
     added = adaptive.rounds_added if adaptive else 0
     if added:
         lo, hi = run.processes_per_cell()

@@ -503,6 +503,11 @@ DEVICE_METHODS = {
 }
 
 
+def _series_ops(run: RunDocument) -> list[str]:
+    """The ops of the run's cells that are not built-in GEMM or SDPA ops (a series' workload module's)."""
+    return list(dict.fromkeys(c.op for c in map(cell_of, run.header.cells) if c.family not in ("gemm", "sdpa")))
+
+
 def _resume_text(resume: und.Resume) -> str:
     """What the resume command runs: rounds, worker processes and minutes (or why the time is unknown)."""
     if resume.seconds is None:
@@ -681,8 +686,9 @@ def render(run: RunDocument, analysis: Analysis | None = None) -> str:
         "## Cells",
         "",
         f"Medians of the per-process medians, ±half their interquartile range; {unit} = FLOP per call / median "
-        "(GEMM 2·M·N·K, SDPA 4·B·H·L²·D, halved when causal); % of peak against the device's dense datasheet "
-        "peak where known (harness/peaks.py)."
+        "(GEMM 2·M·N·K, SDPA 4·B·H·L²·D, halved when causal"
+        + "".join(f"; {op}: its workload module's own formula" for op in _series_ops(run))
+        + "); % of peak against the device's dense datasheet peak where known (harness/peaks.py)."
         + (
             " Per config, the `patched/C` vs `stock/C` contrast over the rounds both builds ran." if analysis.ab else ""
         ),

@@ -133,6 +133,7 @@ def run_one(python: str, test: SeriesTest, source: Path, junit: Path, keep: tupl
     junit.unlink(missing_ok=True)
     env = cfg.worker_environment(cfg.EnvConfig(f"test {test.name}", dict(test.env)), keep=keep)
     env.pop("PYTHONPATH", None)
+    env["PYTHONDONTWRITEBYTECODE"] = "1"  # no __pycache__ left in the user's worktree (the source tree's)
     try:
         proc = children.run(
             command(python, test, junit), what=f"pytest {test.file}", deadline=TIMEOUT_S, cwd=folder, env=env
