@@ -351,8 +351,11 @@ def judge_fresh(m: Measured) -> Verdict:
         elif not repeated or len(main) == 1:
             unknown += lv  # one process at a level, with no repeat (or no level of two) to tell
         elif _off_alike(m.fresh, again, lv[0], main):
-            modes += 1  # its warmed repeat off the main level: a level it keeps
+            # its warmed repeat off the main level too: a level it keeps, or a host busy through both (seen on
+            # this project's 2-core machine: 0.43 ms against 0.33 ms in two of five runs); one process cannot
+            # tell, so a warning that names it, never a failure: a mode needs two processes at its level
             kept += lv
+            unknown += lv
         else:
             unknown += lv
     spread = max(m.fresh) / min(m.fresh) - 1
@@ -373,7 +376,7 @@ def judge_fresh(m: Measured) -> Verdict:
             why.append(
                 f"process {', '.join(str(i + 1) for i in unknown)} alone at its level"
                 + ("" if repeated else " with no repeat")
-                + ": cannot tell a cold process from a second mode"
+                + ": cannot tell a cold process (or a busy host) from a second mode; run doctor again"
             )
         detail += f"; noisy machine, spread {spread * 100:.0f} %" + (f": {'; '.join(why)}" if why else "")
     data = {"times_s": m.fresh, "again_s": again, "modes": modes, "spread": spread, "cold": cold if held else []}

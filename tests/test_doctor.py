@@ -374,10 +374,12 @@ def test_a_bimodal_fresh_process_sample_is_caught():
     assert short.held is None and "1 of 4 fresh processes answered" in short.detail
 
 
-def test_one_cold_process_is_a_noisy_machine_and_one_whose_repeat_stays_off_is_a_second_level():
+def test_one_process_at_a_level_is_a_noisy_machine_and_two_at_each_level_are_a_second_mode():
     """This machine's numbers: the first of 4 processes 1.1 ms, the others 0.41-0.45 ms. Its warmed repeat is
-    back at the others' level: a cold process, a warning (exit 0) with the spread, not a kernel change. A repeat
-    that stays off (a second level the process keeps) fails; one process at a level with no repeat cannot tell."""
+    back at the others' level: a cold process, a warning (exit 0) with the spread, not a kernel change. One
+    process at a level cannot tell a second mode from a busy host, with a repeat that stays off (seen here: 0.43
+    against 0.33 ms in two of five doctor runs) or with none: a warning naming it. Two processes at each level
+    (a planted kernel choice) fail."""
     from harness import assumptions as asm
 
     fresh = (1.1e-3, 0.41e-3, 0.43e-3, 0.45e-3)
@@ -387,8 +389,9 @@ def test_one_cold_process_is_a_noisy_machine_and_one_whose_repeat_stays_off_is_a
     status, text = asm.row_text(asm.ASSUMPTIONS[4], cold)
     assert status == "warning" and text.startswith("assumption held, noisy machine: mm/256x256x256/float32 under")
     kept = asm.judge_fresh(_measured(fresh=fresh, again=(1.08e-3, 0.41e-3, 0.44e-3, 0.43e-3), device="cpu"))
-    assert kept.held is False and kept.data["modes"] == 2 and "process 1 stayed at 1.08 ms" in kept.detail
-    assert asm.row_text(asm.ASSUMPTIONS[4], kept)[0] == "failed"
+    assert kept.held is True and kept.noisy is True and kept.data["modes"] == 1, kept.detail
+    assert "process 1 stayed at 1.08 ms" in kept.detail and "process 1 alone at its level" in kept.detail
+    assert asm.row_text(asm.ASSUMPTIONS[4], kept)[0] == "warning"
     unknown = asm.judge_fresh(_measured(fresh=fresh))  # no repeat answered: one process at a level cannot tell
     assert unknown.held is True and unknown.noisy is True and "cannot tell" in unknown.detail
     # two processes at each level: two modes (planted kernel choice: each process keeps its level on a repeat),
@@ -401,7 +404,7 @@ def test_one_cold_process_is_a_noisy_machine_and_one_whose_repeat_stays_off_is_a
     both = asm.judge_fresh(_measured(fresh=two, again=(0.42e-3,) * 4))
     assert both.held is True and both.noisy is True and both.data["cold"] == [0, 3]
     half = asm.judge_fresh(_measured(fresh=two, again=(1.09e-3, 0.41e-3, 0.43e-3, 0.42e-3)))
-    assert half.held is False and "process 1 stayed at 1.09 ms" in half.detail
+    assert half.held is True and half.noisy is True and "process 1 stayed at 1.09 ms" in half.detail
     # this machine, busy: first times 1.7, 0.939, 1.37, 0.341 ms, warmed repeats (CPU seconds) 0.33-0.34 ms: one
     # level, three cold processes; a repeat off one way with a first time off the other way cannot tell
     busy = asm.judge_fresh(
@@ -420,7 +423,7 @@ def test_one_cold_process_is_a_noisy_machine_and_one_whose_repeat_stays_off_is_a
     stays = asm.judge_fresh(
         _measured(fresh=(1e-3, 1e-3, 1e-3, 1.5e-3), again=(1e-3, 1e-3, 1e-3, 1e-3 * (1 + s) * 1.0001))
     )
-    assert stays.held is False
+    assert stays.held is True and stays.noisy is True and "process 4 alone at its level" in stays.detail
     back = asm.judge_fresh(
         _measured(fresh=(1e-3, 1e-3, 1e-3, 1.5e-3), again=(1e-3, 1e-3, 1e-3, 1e-3 * (1 + s) * 0.9999))
     )
