@@ -577,3 +577,18 @@ def test_fresh_that_cannot_remove_one_listed_file_removes_none(small_ab, tmp_pat
         "fix its permissions (an immutable file: chattr -i), or use a new --out"
     )
     assert tree_digest(run) == before
+
+
+def test_a_lock_left_by_a_process_that_is_gone_does_not_stop_report(small_ab, tmp_path):
+    import os
+    import socket
+
+    from harness import fsutil
+
+    run = _copy_run(small_ab, tmp_path / "R")
+    dead = next(p for p in range(4_194_000, 4_194_304) if not fsutil._pid_alive(p))
+    (run / ".lock").write_text(json.dumps({"pid": dead, "host": socket.gethostname(), "what": "compare"}))
+    assert fsutil.live_holder(run) is None
+    assert cli.main(["report", str(run)]) == 0
+    (run / ".lock").write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "what": "compare"}))
+    assert fsutil.live_holder(run) == {"pid": os.getpid(), "host": socket.gethostname(), "what": "compare"}
