@@ -100,23 +100,51 @@ def open_write(path: Path | str, append: bool = False, binary: bool = False) -> 
         ) from None
 
 
+class WriteFailed(HarnessError, OSError):
+    """An atomic write the file system refused: names the file written (never its temporary file) and the
+    cause. Also an :class:`OSError` (``errno``, ``strerror``, ``filename`` set), for code that catches those."""
+
+    def __init__(self, path: Path, exc: OSError) -> None:
+        why = exc.strerror or str(exc)
+        if exc.errno in (errno.EPERM, errno.EACCES, errno.EROFS):
+            remedy = (
+                "check that you may write there (its permissions and its folder's, an immutable file: "
+                "lsattr/chattr -i, a read-only file system)"
+            )
+        elif exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            remedy = "free some space on that disk (or quota), or write to another folder"
+        else:
+            remedy = "check that its folder exists and is writable"
+        super().__init__(f"cannot write {path}: {why}", remedy)
+        self.errno, self.strerror, self.filename = exc.errno, why, os.fspath(path)
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` atomically (same-directory temp file, fsync, ``os.replace``); a symbolic
-    link at ``path`` is replaced by the file, its target untouched."""
+    link at ``path`` is replaced by the file, its target untouched.
+
+    Raises:
+        WriteFailed: the file system refused (a read-only or immutable file or folder, a full disk): it names
+            ``path``, never the temporary file; ``path`` is as it was.
+    """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; results are ordinary files
+    tmp = None
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; results are ordinary files
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+    except BaseException as exc:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+        if isinstance(exc, OSError) and not isinstance(exc, HarnessError):
+            raise WriteFailed(path, exc) from None
         raise
 
 
@@ -141,6 +169,18 @@ def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
 
 class LockHeld(HarnessError):
     """Another live process holds the lock."""
+
+
+def live_holder(directory: Path) -> dict | None:
+    """The owner (``{"pid", "host", "what"}``) that ``<directory>/.lock`` (:func:`exclusive_lock`) names when a
+    live process holds it, or None: no lock, or its process is gone (same host). A lock of another host, or
+    one being written (``{}``), counts as held."""
+    found = _holder(Path(directory) / ".lock")
+    if found is None:
+        return None
+    if found.get("host") == socket.gethostname() and isinstance(found.get("pid"), int) and not _pid_alive(found["pid"]):
+        return None
+    return found
 
 
 def _pid_alive(pid: int) -> bool:

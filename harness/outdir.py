@@ -15,12 +15,20 @@ The marker is written *first*, before anything else of the run, and records the 
 ``merge`` for ``merge --out``; a command of another kind is refused: ``compare --fresh --out`` on a
 ``--dist`` folder would delete its wheels) and lists, file by file (paths relative to the folder), every
 file the harness wrote there: what a command finds at its claim is left out, what it writes or rewrites
-is added when it ends (:func:`finish`) and, in a run, after each process (:func:`record`). ``--fresh``
-and every cleanup (a stale plot of an earlier render) remove only listed files (:func:`clear`,
-:func:`is_ours`); a file the harness is about to write that it did not write is set aside by name
-(:func:`make_room`), never overwritten. A marker of an older harness listed ``fnmatch`` patterns of
-names: nothing under it is provably ours, so it counts as listing no file (``--fresh`` removes nothing
-there and says so). A command that fails without writing anything takes its new marker back.
+is added when it ends (:func:`finish`) and, in a run, after each process (:func:`record`). With each
+file the marker records what the harness wrote there (``written``: its size in bytes and the sha256 of its
+bytes, :func:`edited`): a listed file whose content differs now was edited or copied over by the user and is
+the user's. sha256 rather than size + mtime: ``cp -p``/``cp -a`` and ``touch -r`` carry an mtime over and an
+edit can keep the size, so only the content tells; each file is hashed once when written (about 1 s per GB),
+and checked only before the harness overwrites or removes it. ``--fresh`` and every cleanup (a stale plot of
+an earlier render) remove only listed files that are as the harness wrote them (:func:`clear`, :func:`is_ours`),
+all of them or none; a file the harness is about to write that it did not write, or that was edited since,
+is set aside by name (:func:`make_room`), never overwritten. A marker that lists files without that record
+(an older harness) is trusted by name only for a file no newer than the marker itself; one changed after it
+cannot be verified and is set aside, never overwritten or deleted. A marker of an older harness still listed
+``fnmatch`` patterns of names: nothing under it is provably ours, so it counts as listing no file
+(``--fresh`` removes nothing there and says so). A command that fails without writing anything takes its
+new marker back.
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ from __future__ import annotations
 import fnmatch
 import json
 import os
+import shutil
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -35,7 +44,7 @@ from pathlib import Path
 import harness
 from harness import results
 from harness.errors import HarnessError, ResultsError
-from harness.fsutil import atomic_write_json
+from harness.fsutil import atomic_write_json, sha256_file
 from harness.progress import note
 
 #: the marker file a run writes first into its output folder
@@ -242,6 +251,7 @@ class _Claim:
     def __init__(self, kind: str, before: dict[str, tuple[int, int]], made: bool) -> None:
         self.kind, self.before, self.made = kind, before, made
         self.aside: set[str] = set()  # files set aside (:func:`set_aside`): renamed, not written
+        self.hashed: dict[str, tuple[tuple[int, int], dict]] = {}  # rel -> (snapshot stat, its record)
 
 
 #: the folders claimed by this process (resolved) -> their claim; emptied by :func:`finish`
@@ -267,29 +277,83 @@ def _snapshot(folder: Path) -> dict[str, tuple[int, int]]:
     return found
 
 
-def _write_marker(folder: Path, kind: str, files: Iterable[str]) -> None:
+def _write_marker(folder: Path, kind: str, files: Iterable[str], written: dict[str, dict] | None = None) -> None:
+    files = sorted(set(files))
+    written = written or {}
     atomic_write_json(
         folder / MARKER,
         {
             "tool": TOOL,
             "kind": kind,
-            "about": "written by torch-patch-harness: the files it wrote here; --fresh removes these and nothing else",
-            "files": sorted(set(files)),
+            "about": "written by torch-patch-harness: the files it wrote here, each with its size (bytes) and "
+            "sha256 as written; --fresh removes these, when unchanged, and nothing else",
+            "files": files,
+            "written": {f: written[f] for f in files if f in written},
         },
     )
 
 
+def _content(path: Path) -> dict:
+    """``{"size": bytes, "sha256": hex}`` of the file at ``path`` (:func:`edited`'s record)."""
+    return {"size": path.stat().st_size, "sha256": sha256_file(path)}
+
+
+def _records(folder: Path) -> dict[str, dict]:
+    """The marker's ``written`` record (listed file -> ``{"size", "sha256"}``); entries of another shape and
+    markers without it give none (:func:`edited` cannot verify those files)."""
+    try:
+        data = json.loads((folder / MARKER).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+        return {}
+    written = data.get("written") if isinstance(data, dict) else None
+    if not isinstance(written, dict):
+        return {}
+    return {
+        rel: rec
+        for rel, rec in written.items()
+        if isinstance(rec, dict) and isinstance(rec.get("size"), int) and isinstance(rec.get("sha256"), str)
+    }
+
+
+def edited(folder: Path, rel: str) -> bool | None:
+    """Whether the listed file ``folder/rel`` differs from what the harness wrote there (its marker's record of
+    size and sha256: edited, or copied over, by the user): True or False; None when the marker has no record
+    of it (not listed, a marker of an older harness, no marker) or it is not a plain file."""
+    folder = Path(folder)
+    rec = _records(folder).get(rel)
+    path = folder / rel
+    if rec is None or path.is_symlink() or not path.is_file():
+        return None
+    try:
+        return path.stat().st_size != rec["size"] or sha256_file(path) != rec["sha256"]
+    except OSError:
+        return True  # unreadable now: not provably as the harness wrote it
+
+
+def _unverified(folder: Path, rel: str) -> bool:
+    """A listed file without a record (:func:`edited` None) changed after the marker was last written: the
+    harness cannot tell it from the user's edit."""
+    try:
+        return (folder / rel).lstat().st_mtime_ns > (folder / MARKER).stat().st_mtime_ns
+    except OSError:
+        return False
+
+
 def is_ours(folder: Path, rel: str) -> bool:
-    """Whether the harness wrote ``folder/rel``: its marker lists it, or this process's claim of ``folder``
-    did not find it there (written since)."""
+    """Whether the harness wrote ``folder/rel`` as it is now: this process's claim of ``folder`` did not find
+    it there (written since), or its marker lists it and its content is what the marker recorded
+    (:func:`edited`); under a marker without that record, listed and no newer than the marker."""
     folder = Path(folder).resolve()
     claimed_ = _CLAIMS.get(folder)
     if claimed_ is not None and rel not in claimed_.before and rel not in claimed_.aside and (folder / rel).exists():
         return True
     try:
-        return rel in (read_marker(folder) or [])
+        if rel not in (read_marker(folder) or []):
+            return False
     except ResultsError:
         return False
+    changed = edited(folder, rel)
+    return not changed if changed is not None else not _unverified(folder, rel)
 
 
 def record(folder: Path) -> list[str]:
@@ -308,8 +372,22 @@ def record(folder: Path) -> list[str]:
     now = _snapshot(folder)
     new = {f for f, st in now.items() if claimed_.before.get(f) != st and f not in claimed_.aside}
     files = {f for f in listed if f in now} | new
-    if found is None or found[2] or sorted(files) != sorted(listed):
-        _write_marker(folder, claimed_.kind, files)
+    earlier = _records(folder)
+    written = {f: earlier[f] for f in files if f in earlier and f not in new}
+    for f in sorted(new):  # hashed once per version written: a run records after each process
+        cached = claimed_.hashed.get(f)
+        if cached is None or cached[0] != now[f]:
+            path = folder / f
+            if path.is_symlink() or not path.is_file():
+                continue
+            try:
+                cached = (now[f], _content(path))
+            except OSError:
+                continue
+            claimed_.hashed[f] = cached
+        written[f] = cached[1]
+    if found is None or found[2] or sorted(files) != sorted(listed) or written != earlier:
+        _write_marker(folder, claimed_.kind, files, written)
     return sorted(files)
 
 
@@ -346,8 +424,9 @@ def set_aside(path: Path, suffix: str) -> Path:
 
 
 def make_room(folder: Path, rel: str) -> Path | None:
-    """Before the harness writes ``folder/rel``: a file there that it did not write (:func:`is_ours`) is set
-    aside as ``<name>.kept-<UTC time>`` (with a note naming it), never overwritten; returns its new path, or None."""
+    """Before the harness writes ``folder/rel``: a file there that it did not write, or that was edited since
+    (:func:`is_ours`), is set aside as ``<name>.kept-<UTC time>`` (with a note naming it), never overwritten;
+    returns its new path, or None."""
     path = Path(folder) / rel
     if not (path.exists() or path.is_symlink()) or is_ours(folder, rel):
         return None
@@ -357,34 +436,78 @@ def make_room(folder: Path, rel: str) -> Path | None:
 
 
 def clear(folder: Path) -> tuple[list[str], list[str]]:
-    """``--fresh``: remove the files the marker of ``folder`` lists (:func:`read_marker`: written by the harness),
-    then the folders they leave empty; returns ``(removed, kept)``, the files removed and the files left
-    (relative POSIX paths: the user's, or unprovable under a marker of an older harness). A file reached through
+    """``--fresh``: remove the files the marker of ``folder`` lists (:func:`read_marker`: written by the harness)
+    that are as the harness wrote them, then the folders they leave empty; returns ``(removed, kept)``, the files
+    removed and the files left (relative POSIX paths: the user's, or unprovable under a marker of an older
+    harness). A listed file edited since the harness wrote it (:func:`edited`) stays, with a note; one that
+    cannot be verified (a marker without records, the file newer than it) is set aside by name
+    (:func:`set_aside`), never deleted. All or none: every file is first moved into one hidden folder inside
+    ``folder``; when one cannot be moved, those moved go back and nothing is removed. A file reached through
     a linked folder is never removed; nothing is removed without a marker.
 
     Raises:
-        ResultsError: a file cannot be removed; a damaged marker.
+        ResultsError: a file cannot be removed (nothing was); a damaged marker.
     """
     folder = Path(folder)
     listed = set(read_marker(folder) or [])
-    removed = []
+    doomed = []
     for rel in sorted(listed):
         path = folder / rel
         linked = any(p.is_symlink() for p in path.parents if p != folder and p.is_relative_to(folder))
         if linked or not (path.is_file() or path.is_symlink()):
             continue
-        try:
-            path.unlink()
-        except OSError as exc:
-            raise ResultsError(
-                f"--fresh cannot remove {path}: {exc.strerror or exc}", "fix its permissions, or use a new --out"
-            ) from None
-        removed.append(rel)
-        for parent in path.parents:
-            if parent == folder or not parent.is_relative_to(folder) or any(parent.iterdir()):
-                break
-            parent.rmdir()
+        changed = edited(folder, rel)
+        if changed:
+            note(f"--fresh: {path} was edited since the harness wrote it: kept it")
+        elif changed is None and not path.is_symlink() and _unverified(folder, rel):
+            kept = set_aside(path, "kept")
+            note(f"--fresh: {path} changed after the harness listed it and cannot be verified: kept it as {kept.name}")
+        else:
+            doomed.append(rel)
+    removed = _remove_all(folder, doomed)
     if removed and folder.is_dir():
-        _write_marker(folder, marked_kind(folder) or "run", [f for f in listed if f not in removed])
+        _write_marker(folder, marked_kind(folder) or "run", [f for f in listed if f not in removed], _records(folder))
     kept = sorted(_snapshot(folder)) if folder.is_dir() else []
     return removed, kept
+
+
+def _remove_all(folder: Path, rels: list[str]) -> list[str]:
+    """Remove ``folder/rel`` for every ``rel`` or none of them (:func:`clear`): each is renamed into a hidden
+    folder of ``folder`` first (a file that cannot be renamed cannot be unlinked either: both write its
+    folder), the moved ones go back when one fails; then that folder is deleted, and the folders the files
+    leave empty. Returns ``rels``.
+
+    Raises:
+        ResultsError: a file (or ``folder`` itself) refused; nothing was removed.
+    """
+    if not rels:
+        return []
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
+    bin_ = folder / f".fresh-{stamp}"
+    moved: list[tuple[Path, Path]] = []
+    path = folder
+    try:
+        bin_.mkdir()
+        for n, rel in enumerate(rels):
+            path = folder / rel
+            path.rename(bin_ / str(n))
+            moved.append((path, bin_ / str(n)))
+    except OSError as exc:
+        for back, there in reversed(moved):
+            there.rename(back)
+        if bin_.is_dir():
+            bin_.rmdir()
+        raise ResultsError(
+            f"--fresh cannot remove {path}: {exc.strerror or exc}",
+            "nothing was removed; fix its permissions (an immutable file: chattr -i), or use a new --out",
+        ) from None
+    shutil.rmtree(bin_)
+    for rel in rels:
+        for parent in (folder / rel).parents:
+            if parent == folder or not parent.is_relative_to(folder):
+                break
+            if parent.is_dir():
+                if any(parent.iterdir()):
+                    break
+                parent.rmdir()
+    return list(rels)

@@ -215,14 +215,23 @@ def _fresh(out: Path, raw: Path) -> None:
 
 def check_earlier_results(out: Path, plan: dict, raw: Path) -> None:
     """Before a run rebuilds ``out/results.json`` from ``raw/``: an earlier results.json measured with another
-    plan (:func:`harness.results.resume_plan`) is refused, naming the keys that differ; one whose processes
-    are not all in ``raw/`` (copied, or written by another run) is set aside by name, never overwritten.
+    plan (:func:`harness.results.resume_plan`) is refused, naming the keys that differ; one that is not what
+    the harness wrote there (its marker's size and sha256: :func:`harness.outdir.edited`; copied over from
+    another run of the same plan, or edited) or whose processes are not all in ``raw/`` (copied, or written by
+    another run) is set aside by name, never overwritten.
 
     Raises:
         ResultsError: the earlier results.json has a different plan.
     """
     path = out / res.RESULTS
     if not path.is_file():
+        return
+    if outdir.edited(out, res.RESULTS):
+        kept = set_aside(path, "kept")
+        note(
+            f"{path} is not what the harness wrote there (edited or copied over): kept it as {kept.name}; "
+            f"this run writes a new {res.RESULTS} from {raw}"
+        )
         return
     earlier = res.load(out)
     try:

@@ -215,6 +215,8 @@ WRITE_SITES = {
     "outdir.make_room": "set_aside of a file of an output folder the harness is about to write",
     "outdir.set_aside": "renames a file of raw/ or an output folder beside itself",
     "outdir.clear": "--fresh: the files its marker lists (relative, no '..', not through a linked folder)",
+    "outdir._remove_all": "clear's files, moved into a hidden folder it makes in the output folder, then removed "
+    "(or moved back when one refuses)",
     "results.save": "results.json in the results folder (--out) given",
     "report.write": "report.md and PNGs in the results folder given",
     "plots._save": "called by report.write",

@@ -431,3 +431,164 @@ def test_fresh_under_a_marker_of_an_older_harness_removes_and_overwrites_nothing
         and now["latency-old.png"] == earlier["latency-old.png"]
     )
     assert "latency-old.png" not in json.loads((out / outdir.MARKER).read_text())["files"]
+
+
+# -------------------------------- a listed file the user edited since the harness wrote it is the user's
+def _copy_run(small_ab: Path, folder: Path) -> Path:
+    shutil.copytree(small_ab, folder)
+    (folder / ".lock").unlink(missing_ok=True)
+    return folder
+
+
+def test_report_sets_aside_a_hand_edited_report_md(small_ab, tmp_path, capsys):
+    """`report DIR` overwrote a report.md the user had appended a note to: the marker listed it by name only."""
+    run = _copy_run(small_ab, tmp_path / "R")
+    with (run / "report.md").open("a") as fh:
+        fh.write("my note\n")
+    edited = _sha(run / "report.md")
+    assert outdir.edited(run, "report.md") is True and outdir.edited(run, "results.json") is False
+    assert cli.main(["report", str(run)]) == 0
+    err = capsys.readouterr().err
+    kept = [p for p in run.iterdir() if p.name.startswith("report.md.kept-")]
+    assert len(kept) == 1 and _sha(kept[0]) == edited and kept[0].read_text().endswith("my note\n")
+    assert f"{run / 'report.md'} was not written by the harness: kept it as {kept[0].name}" in err
+    assert (run / "report.md").read_text() == (small_ab / "report.md").read_text()
+    marker = json.loads((run / outdir.MARKER).read_text())
+    assert kept[0].name not in marker["files"] and marker["written"]["report.md"]["sha256"] == _sha(run / "report.md")
+    # an unedited report.md is re-rendered in place, nothing set aside
+    assert cli.main(["report", str(run)]) == 0
+    assert [p for p in run.iterdir() if ".kept-" in p.name] == kept
+
+
+def test_the_marker_records_size_and_sha256_of_every_file(small_ab):
+    marker = json.loads((small_ab / outdir.MARKER).read_text())
+    assert sorted(marker["written"]) == marker["files"]
+    for rel, rec in marker["written"].items():
+        assert rec == {"size": (small_ab / rel).stat().st_size, "sha256": _sha(small_ab / rel)}, rel
+
+
+def test_fresh_keeps_an_edited_listed_file_and_says_so(small_ab, tmp_path, capsys):
+    run = _copy_run(small_ab, tmp_path / "R")
+    (run / "report.md").write_text("my rewrite\n")
+    assert cli.main(_ab(run, "--fresh")) == 0
+    err = capsys.readouterr().err
+    kept = [p for p in run.iterdir() if p.name.startswith("report.md.")]
+    assert [p.read_text() for p in kept] == ["my rewrite\n"]
+    assert f"--fresh: {run / 'report.md'} was edited since the harness wrote it: kept it" in err
+    assert (run / "report.md").read_text() != "my rewrite\n"
+
+
+def test_a_marker_without_records_never_deletes_a_file_edited_after_it(small_ab, tmp_path):
+    """A marker of a harness that listed files without their size and sha256: a listed file changed after the
+    marker was written cannot be verified, so --fresh sets it aside; one older than the marker is removed."""
+    run = _copy_run(small_ab, tmp_path / "R")
+    marker = json.loads((run / outdir.MARKER).read_text())
+    del marker["written"]
+    (run / outdir.MARKER).write_text(json.dumps(marker))
+    import os
+
+    old = (run / outdir.MARKER).stat().st_mtime_ns - 10**9
+    for p in run.rglob("*"):
+        if p.is_file() and p.name != outdir.MARKER:
+            os.utime(p, ns=(old, old))
+    (run / "report.md").write_text("my rewrite\n")
+    new = (run / outdir.MARKER).stat().st_mtime_ns + 10**9
+    os.utime(run / "report.md", ns=(new, new))
+    assert outdir.edited(run, "report.md") is None and not outdir.is_ours(run, "report.md")
+    assert outdir.is_ours(run, "results.json")
+    removed, kept = outdir.clear(run)
+    assert "report.md" not in removed and "results.json" in removed
+    aside = [p for p in run.iterdir() if p.name.startswith("report.md.kept-")]
+    assert [p.read_text() for p in aside] == ["my rewrite\n"] and kept == [aside[0].name]
+
+
+def test_a_results_json_copied_over_a_run_is_set_aside_before_the_run_rewrites_it(small_ab, tmp_path, capsys):
+    """`cp OTHER/results.json X/` (same plan, same process names, other samples), then compare --out X: the
+    copy was replaced silently (only the process names were compared with raw/)."""
+    other = tmp_path / "other"
+    assert cli.main(_ab(other)) == 0
+    run = _copy_run(small_ab, tmp_path / "X")
+    shutil.copy(other / "results.json", run / "results.json")
+    copied = _sha(run / "results.json")
+    assert copied != _sha(small_ab / "results.json")
+    capsys.readouterr()
+    assert cli.main(_ab(run, "--rounds", "2")) == 0
+    err = capsys.readouterr().err
+    kept = [p for p in run.iterdir() if p.name.startswith("results.json.")]
+    assert len(kept) == 1 and _sha(kept[0]) == copied
+    assert f"{run / 'results.json'} is not what the harness wrote there (edited or copied over): kept it as " in err
+
+
+def test_report_of_a_folder_being_written_names_the_run_writing_it(tmp_path, capsys):
+    """`report D` while a compare writes D said 'D/results.json does not exist -- run compare first'."""
+    from harness import fsutil
+
+    out = tmp_path / "D"
+    with rundir.claimed(out, "compare --out D"):
+        line = _error(capsys, "report", str(out))
+    assert line == (
+        f"error: {out} is being written by pid {__import__('os').getpid()} (compare --out D): its results.json "
+        "is not finished -- wait for that run to end, or pass another folder"
+    )
+    assert fsutil.live_holder(out) is None
+
+
+def test_a_report_md_that_cannot_be_replaced_is_named_not_its_temp_file(small_ab, tmp_path, capsys, monkeypatch):
+    """`chattr +i R/report.md`: the error named `.report.md.tbgqck1s.tmp`, a file the user never saw."""
+    import os
+
+    from harness import fsutil
+
+    run = _copy_run(small_ab, tmp_path / "R")
+
+    real = fsutil.os.replace
+
+    def refuse(src, dst):
+        if Path(dst).name != "report.md":
+            return real(src, dst)
+        raise PermissionError(1, "Operation not permitted", src)
+
+    monkeypatch.setattr(fsutil.os, "replace", refuse)
+    line = _error(capsys, "report", str(run))
+    assert line == (
+        f"error: cannot write {run / 'report.md'}: Operation not permitted -- check that you may write there "
+        "(its permissions and its folder's, an immutable file: lsattr/chattr -i, a read-only file system)"
+    )
+    assert not [p for p in os.listdir(run) if p.endswith(".tmp")]
+
+
+def test_fresh_that_cannot_remove_one_listed_file_removes_none(small_ab, tmp_path, capsys, monkeypatch):
+    """--fresh over a folder where report.md could not be removed deleted raw/ first, then stopped."""
+    from pathlib import Path as P
+
+    run = _copy_run(small_ab, tmp_path / "R")
+    before = tree_digest(run)
+    real_rename, real_unlink = P.rename, P.unlink
+
+    def refuse(self):
+        if self.name == "report.md":  # as `chattr +i report.md`: neither renamed nor removed
+            raise PermissionError(1, "Operation not permitted", str(self))
+
+    monkeypatch.setattr(P, "rename", lambda self, target: refuse(self) or real_rename(self, target))
+    monkeypatch.setattr(P, "unlink", lambda self, missing_ok=False: refuse(self) or real_unlink(self, missing_ok))
+    line = _error(capsys, *_ab(run, "--fresh"))
+    assert line == (
+        f"error: --fresh cannot remove {run / 'report.md'}: Operation not permitted -- nothing was removed; "
+        "fix its permissions (an immutable file: chattr -i), or use a new --out"
+    )
+    assert tree_digest(run) == before
+
+
+def test_a_lock_left_by_a_process_that_is_gone_does_not_stop_report(small_ab, tmp_path):
+    import os
+    import socket
+
+    from harness import fsutil
+
+    run = _copy_run(small_ab, tmp_path / "R")
+    dead = next(p for p in range(4_194_000, 4_194_304) if not fsutil._pid_alive(p))
+    (run / ".lock").write_text(json.dumps({"pid": dead, "host": socket.gethostname(), "what": "compare"}))
+    assert fsutil.live_holder(run) is None
+    assert cli.main(["report", str(run)]) == 0
+    (run / ".lock").write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "what": "compare"}))
+    assert fsutil.live_holder(run) == {"pid": os.getpid(), "host": socket.gethostname(), "what": "compare"}

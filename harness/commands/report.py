@@ -8,6 +8,8 @@ from pathlib import Path
 from harness import document as doc
 from harness import merge, report
 from harness import results as res
+from harness.errors import ResultsError
+from harness.fsutil import live_holder
 from harness.outdir import MERGE_WRITES, RESULTS_WRITES, claim, holds_results
 
 
@@ -19,8 +21,20 @@ def add_arguments_report(parser: argparse.ArgumentParser) -> None:
 def run_report(args: argparse.Namespace) -> int:
     """``report``: :func:`harness.report.write` from ``results.json`` alone, into the folder that holds it
     (claimed first: :func:`harness.outdir.claim`); prints the paths written. A merged document
-    (:mod:`harness.merge`) gets its merged report back."""
+    (:mod:`harness.merge`) gets its merged report back.
+
+    Raises:
+        ResultsError: a run (``compare``/``bench``) is writing the folder now (its ``.lock`` names a live
+            process): its results.json is missing or not final; or :func:`harness.document.load`'s errors.
+    """
     directory = args.directory.parent if args.directory.name == res.RESULTS else args.directory
+    holder = live_holder(directory) if directory.is_dir() else None
+    if holder is not None:
+        raise ResultsError(
+            f"{directory} is being written by pid {holder.get('pid', '?')} ({holder.get('what', 'unknown command')}): "
+            f"its {res.RESULTS} is not finished",
+            "wait for that run to end, or pass another folder",
+        )
     merged = merge.load_merged(directory)
     if merged is not None:
         claim(directory, "report DIR", MERGE_WRITES, kind="merge")
