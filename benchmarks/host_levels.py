@@ -14,7 +14,7 @@ where it lives:
   work is ~2 µs, the host sets the block);
 - ``empty_ns``: ``torch.empty`` on the device (caching allocator, no launch);
 - the cells' host time per call (blocks of back-to-back calls, then synchronize) and their CUDA-graph
-  replay time (``graph_*``), as ``../shared/tools/graph_vs_host.py`` measures them;
+  replay time (``graph_*``: 100 calls, 7 replays, by the harness's own ``harness.bench.devices.cuda_graph_time``);
 - per process: the CPU it ran on and that CPU's NUMA node, its clock (``/proc/cpuinfo``), the first
   device allocation's address (the caching allocator's first segment), transparent huge pages, and
   the CUDA driver's version.
@@ -118,6 +118,9 @@ def child() -> int:
     q = torch.randn(1, 8, 512, 64, device=dev, dtype=torch.float16)
     xs = torch.randn(1, 4096, device=dev, dtype=torch.float16)
     w = torch.randn(4096, 4096, device=dev, dtype=torch.float16)
+    from harness.bench.devices import cuda_graph_time
+
+    graph_time = cuda_graph_time(torch)
     cells = {
         "mm512": lambda: torch.mm(a, a),
         "sdpa512": lambda: F.scaled_dot_product_attention(q, q, q),
@@ -134,28 +137,9 @@ def child() -> int:
                 fn()
             torch.cuda.synchronize()
             host.append((time.perf_counter_ns() - t) / 300)
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            for _ in range(3):
-                fn()
-        torch.cuda.current_stream().wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            for _ in range(100):
-                fn()
-        graph.replay()
-        torch.cuda.synchronize()
-        dev_t = []
-        for _ in range(7):
-            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            e0.record()
-            graph.replay()
-            e1.record()
-            e1.synchronize()
-            dev_t.append(e0.elapsed_time(e1) * 1e6 / 100)
+        dev_t = graph_time(fn, 100, 7)  # the harness's own device time (harness.bench.devices)
         facts[f"host_{name}_ns"] = statistics.median(host)
-        facts[f"graph_{name}_ns"] = statistics.median(dev_t)
+        facts[f"graph_{name}_ns"] = statistics.median(dev_t) * 1e9
     facts["python_end_ns"] = _loop_ns(tiny, 20000)
     facts["end"] = _cpu_facts()
     print(json.dumps(facts))
