@@ -35,7 +35,7 @@ import numpy as np
 
 from harness import document as doc
 from harness import stats
-from harness.bench.timer import below_resolution
+from harness.bench.timer import PER_CALL_CLOCKS, below_resolution
 from harness.bench.workloads import Cell
 from harness.document import CellRecord, RunDocument
 from harness.evidence import EQUIVALENCE_CLAIMS, Contrast, Side
@@ -194,9 +194,14 @@ def rows(run: RunDocument, contrast: Contrast, policy: Policy = POLICY) -> list[
         host = policy.judge(b, a, cls, unresolved(rec_a + rec_b, rounds))
         notes = _notes(rec_a + rec_b)
         d_rounds, da, db = _paired_device(rec_a, rec_b) if cls == CellClass.LAUNCH_BOUND else ((), [], [])
+        if d_rounds and unresolved_device(rec_a + rec_b, d_rounds):  # the device's clock cannot resolve it
+            notes += ("device time below its clock's resolution: judged on host time",)
+            d_rounds = ()
         if d_rounds:  # kernel time decides; the host time is the dispatch verdict beside it
-            kernel = policy.judge(db, da, CellClass.KERNEL_BOUND, unresolved_device(rec_a + rec_b, d_rounds))
+            kernel = policy.judge(db, da, CellClass.KERNEL_BOUND)
             dispatch = Dispatch(rounds, tuple(a), tuple(b), host)
+            if len(d_rounds) < len(rounds):  # a probe or a capture failed in some rounds: said, not hidden
+                notes += (f"device time in {len(d_rounds)} of {len(rounds)} paired rounds",)
             out.append(ContrastRow(cell, d_rounds, tuple(da), tuple(db), kernel, cls, notes, DEVICE, dispatch))
         else:
             out.append(ContrastRow(cell, rounds, tuple(a), tuple(b), host, cls, notes))
@@ -213,15 +218,15 @@ def unresolved(records: tuple[CellRecord, ...], rounds: tuple[int, ...]) -> int:
 
 def unresolved_device(records: tuple[CellRecord, ...], rounds: tuple[int, ...]) -> int:
     """:func:`unresolved` for device time: records in ``rounds`` whose replayed unit (device seconds per call x
-    ``device_calls``) lasts under the resolution floor of its clock (``device_method``:
-    :func:`harness.bench.timer.below_resolution`)."""
-    return sum(
-        1
-        for r in records
-        if r.round in rounds
-        and r.device_median() is not None
-        and below_resolution(r.device_median(), r.measurement.get("device_calls") or 1, r.measurement["device_method"])
-    )
+    ``device_calls``; one call for a clock that rounds each call, :data:`harness.bench.timer.PER_CALL_CLOCKS`)
+    lasts under the resolution floor of its clock (``device_method``: :func:`harness.bench.timer.below_resolution`)."""
+    out = 0
+    for r in records:
+        if r.round in rounds and r.device_median() is not None:
+            method = r.measurement.get("device_method", "")
+            calls = 1 if method in PER_CALL_CLOCKS else (r.measurement.get("device_calls") or 1)
+            out += below_resolution(r.device_median(), calls, method)
+    return out
 
 
 def geomean(found: list[ContrastRow], policy: Policy = POLICY) -> stats.GeoMean:

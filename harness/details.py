@@ -261,7 +261,8 @@ def _run_lines(run: RunDocument) -> list[str]:
         )
     lines = [
         "",
-        f"Harness {run.harness_version}, device `{head.device}`, {head.rounds} rounds of fresh "
+        f"Harness {run.harness_version}, device `{head.device}`, "
+        f"{head.rounds} round{'' if head.rounds == 1 else 's'} of fresh "
         f"processes per (build, config), order shuffled per round (seed {head.seed}); timing: {timing_text}; "
         f"torch threads in workers: {head.threads or 'torch default'}; started {head.started}, "
         f"finished {head.finished or 'not yet (interrupted)'}.",
@@ -531,7 +532,8 @@ def per_config_summary(head: Header, summaries: list[str]) -> list[str]:
     )
     rule = (
         "Stock vs patched under each config is the contrast `patched/C` vs `stock/C` (speedup as defined above: "
-        f"stock time / patched time). {n} fresh processes per build and config{more}{enough} The geometric mean "
+        f"stock time / patched time). {n} fresh process{'' if n == 1 else 'es'} per build and config{more}{enough} "
+        "The geometric mean "
         "per config compares each round's process of each side by its geometric-mean time over the cells (a "
         f"process moves all its cells), paired by round, with the same rule at ±{THRESHOLD:.0%}."
     )

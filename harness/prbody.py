@@ -322,8 +322,9 @@ AA_WORDS = "an A/A run; any verdict other than equivalent/undetermined is a fals
 
 #: added to :data:`SPEEDUP_DEFINITION` where some launch-bound cell was judged on device time
 DEVICE_DEFINITION = (
-    "A launch-bound cell with device time on both sides is judged on it (the kernels alone: **kernel**, ±2%), "
-    "and its host time apart (**dispatch**, ±5%): the launch-bound line below gives both."
+    "A launch-bound cell with device time on both sides is judged on that instead, at ±2% (the kernels alone: "
+    '**kernel**; its µs in the tables are device time, marked "kernel time"), and its host time apart '
+    "(**dispatch**, ±5%, named in the launch-bound line below, not counted in the claims)."
 )
 
 

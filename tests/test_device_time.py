@@ -181,3 +181,28 @@ def test_device_time_round_trips_and_is_validated():
         assert res.device_problem(bad, "m").startswith(words), key
     old = {k: v for k, v in record["measurement"].items() if not k.startswith("device")}
     assert res.device_problem(old, "m") is None  # results written before device time
+
+
+def test_device_time_under_its_clocks_resolution_is_not_judged_and_the_cell_keeps_its_host_verdict():
+    """The MPS profiler prints each operation's gpu= to 1 µs: a 3.3 µs call rounds the same on both sides
+    whatever the patch does, so its device time is below resolution per call (100 ticks: 100 µs) and the cell
+    is judged on host time with a note; just above (101 µs a call) it is judged on device time. CUDA-graph
+    replay is judged per replayed unit (calls x time), as before."""
+    for per_call, judged_on_device in ((3.3e-6, False), (99e-6, False), (101e-6, True)):
+
+        def device_of(build, key, rnd, per_call=per_call):
+            return per_call * (1 + random.Random(f"{build}{key}{rnd}").gauss(0, 0.003))
+
+        data = _cuda_run(6, _bimodal_host(), device_of, cells=LAUNCH)
+        for proc in data["processes"]:
+            for rec in proc["cells"].values():
+                rec["measurement"]["device_method"] = "mps-profiler-gpu-time"
+        rows = _rows(data)
+        for key in LAUNCH:
+            row = rows[key]
+            assert (row.time == con.DEVICE) is judged_on_device, (per_call, key)
+            if not judged_on_device:
+                assert "device time below its clock's resolution: judged on host time" in row.notes
+                assert row.cmp.threshold == 0.05  # the host's launch-bound band
+    cuda = _cuda_run(6, _bimodal_host(), _device(), cells=LAUNCH)  # 3.3 µs x 100 calls per replay: resolved
+    assert all(r.time == con.DEVICE for r in _rows(cuda).values())

@@ -135,7 +135,7 @@ def cuda_graph_time(torch) -> Callable[[Callable[[], object], int, int], list[fl
         torch.cuda.current_stream().wait_stream(side)
         graph = torch.cuda.CUDAGraph()
         try:
-            with torch.cuda.graph(graph):
+            with torch.cuda.graph(graph, stream=side):  # the warmed stream: its library workspaces exist
                 for _ in range(calls):
                     fn()
             graph.replay()

@@ -140,6 +140,9 @@ CLOCK_TICKS = {
     "synchronize+perf_counter": HOST_TICK_S,
     "cuda-events": EVENT_TICK_S,
     "cuda-graph+events": EVENT_TICK_S,
+    # the MPS profiler prints each operation's gpu= in ms with 3 decimals (``BaseInfo::toString``, ``{:.3f}``,
+    # aten/src/ATen/mps/MPSProfiler.mm @ 458fd422 and 05b8ccb7): 1 µs, and per operation, not per group
+    "mps-profiler-gpu-time": 1e-6,
     "mps-events": HOST_TICK_S,
 }
 #: a process's time is judged only when its block (median x ``number``) lasts at least this many ticks:
@@ -147,6 +150,11 @@ CLOCK_TICKS = {
 #: narrowest verdict band (harness.policy: ±2 %). The timer's own blocks last >= ``min_block_s`` (1 ms) or
 #: :data:`MAX_BLOCK_CALLS` calls, far above it; only an edited or broken record falls under it.
 RESOLVED_TICKS = 100
+
+
+#: device clocks that round each call's own time (:data:`CLOCK_TICKS`): their floor applies to one call, not to
+#: the group of calls it was summed over (a rounding per operation does not average out over a group)
+PER_CALL_CLOCKS = frozenset({"mps-profiler-gpu-time"})
 
 
 def resolution_floor_s(method: str) -> float:
