@@ -148,22 +148,14 @@ class ContrastResult:
 
 
 def _paired(
-    records_a: tuple[CellRecord, ...], records_b: tuple[CellRecord, ...]
+    records_a: tuple[CellRecord, ...], records_b: tuple[CellRecord, ...], time=CellRecord.median
 ) -> tuple[tuple[int, ...], list[float], list[float]]:
-    """Per-process medians of both sides in the rounds where both measured the cell, in round order."""
-    a = {r.round: r.median() for r in records_a if r.measured}  # recomputed from the raw samples
-    b = {r.round: r.median() for r in records_b if r.measured}
-    rounds = tuple(sorted(set(a) & set(b)))
-    return rounds, [a[r] for r in rounds], [b[r] for r in rounds]
-
-
-def _paired_device(
-    records_a: tuple[CellRecord, ...], records_b: tuple[CellRecord, ...]
-) -> tuple[tuple[int, ...], list[float], list[float]]:
-    """Per-process device medians (:meth:`harness.document.CellRecord.device_median`) of both sides in the
-    rounds where both measured device time, in round order."""
-    a = {r.round: r.device_median() for r in records_a if r.measured and r.device_median() is not None}
-    b = {r.round: r.device_median() for r in records_b if r.measured and r.device_median() is not None}
+    """Per-process times of both sides in the rounds where both measured the cell, in round order: ``time`` of
+    each measured record (its median, recomputed from the raw samples; or
+    :meth:`harness.document.CellRecord.device_median`, where a record without device time is left out)."""
+    a, b = (
+        {r.round: t for r in records if r.measured and (t := time(r)) is not None} for records in (records_a, records_b)
+    )
     rounds = tuple(sorted(set(a) & set(b)))
     return rounds, [a[r] for r in rounds], [b[r] for r in rounds]
 
@@ -193,7 +185,8 @@ def rows(run: RunDocument, contrast: Contrast, policy: Policy = POLICY) -> list[
         cls = classify(rec_a + rec_b)
         host = policy.judge(b, a, cls, unresolved(rec_a + rec_b, rounds))
         notes = _notes(rec_a + rec_b)
-        d_rounds, da, db = _paired_device(rec_a, rec_b) if cls == CellClass.LAUNCH_BOUND else ((), [], [])
+        launch = cls == CellClass.LAUNCH_BOUND
+        d_rounds, da, db = _paired(rec_a, rec_b, CellRecord.device_median) if launch else ((), [], [])
         if d_rounds and unresolved_device(rec_a + rec_b, d_rounds):  # the device's clock cannot resolve it
             notes += ("device time below its clock's resolution: judged on host time",)
             d_rounds = ()
@@ -222,10 +215,11 @@ def unresolved_device(records: tuple[CellRecord, ...], rounds: tuple[int, ...]) 
     lasts under the resolution floor of its clock (``device_method``: :func:`harness.bench.timer.below_resolution`)."""
     out = 0
     for r in records:
-        if r.round in rounds and r.device_median() is not None:
+        device = r.device_median() if r.round in rounds else None
+        if device is not None:
             method = r.measurement.get("device_method", "")
             calls = 1 if method in PER_CALL_CLOCKS else (r.measurement.get("device_calls") or 1)
-            out += below_resolution(r.device_median(), calls, method)
+            out += below_resolution(device, calls, method)
     return out
 
 

@@ -251,3 +251,20 @@ def test_the_worker_writes_its_own_words_before_it_fails(tmp_path):
         worker.main([str(spec), str(out)])
     error = [json.loads(line) for line in out.read_text().splitlines() if '"error"' in line]
     assert error == [{"type": "error", "reason": "ValueError: unknown device 'nope'; choose one of cpu, cuda, mps"}]
+
+
+def test_an_exception_in_one_line_also_when_its_message_is_empty():
+    """harness.bench.words: the one formatter of an exception for records and messages (it replaced seven
+    copies; two of them indexed ``str(exc).splitlines()[0]`` and raised IndexError on an empty message,
+    e.g. the build probe's device health check of a device whose matmul raised ``RuntimeError()``)."""
+    from harness.bench import provenance, words
+
+    assert words(RuntimeError()) == "RuntimeError"
+    assert words(ValueError("first\nsecond")) == "ValueError: first"
+    assert words(OSError("x" * 500), 200) == "OSError: " + "x" * 200
+
+    def empty(*args, **kwargs):
+        raise RuntimeError()  # the device's first allocation fails with no message
+
+    fake = type("FakeTorch", (), {"empty": staticmethod(empty), "float32": None})
+    assert provenance.health(fake, "mps") == "RuntimeError"  # was IndexError out of the except clause

@@ -55,7 +55,7 @@ import sys
 import time
 from contextlib import ExitStack
 
-from harness.bench import devices, kernels
+from harness.bench import devices, kernels, words
 from harness.bench.accuracy import check
 from harness.bench.channel import Channel
 from harness.bench.conformance import emulate
@@ -170,7 +170,7 @@ def slowest(torch, device, spec: dict, clock=time.perf_counter) -> list[dict]:
             fn()
             t = one_call(fn, device.sync, clock)
         except Exception as exc:  # an unsupported dtype: not a candidate on this device
-            out.append({"key": key, "error": _words(exc)})
+            out.append({"key": key, "error": words(exc, 200)})
             continue
         predicted.append((t * cell.flop / probe.flop, key))
     started, top = clock(), max((g for g, _ in predicted), default=0.0)
@@ -199,7 +199,7 @@ def accuracy(device, keys: list[str], accumulator: str) -> dict:
             inputs = make_inputs(cell, device.torch_device)
             result = check(cell, op_callable(cell, inputs)(), reference(cell, inputs), False, acc).to_json()
         except Exception as exc:  # an unsupported dtype (MPS bfloat16 below macOS 14): the cell's record says so
-            out[key] = {"error": _words(exc)}
+            out[key] = {"error": words(exc, 200)}
             continue
         out[key] = {k: result.get(k) for k in ("rel_error", "bound", "default_bound")}
     return out
@@ -214,12 +214,8 @@ def device_time(torch, device, fn) -> dict:
             trace, torch, fn, device.sync, DEVICE_REPLAYS, DEVICE_REPLAY_S, MAX_BLOCK_CALLS
         )
     except Exception as exc:  # no device time (kernels.NoDeviceTime) or the op's own failure: said
-        return {"error": _words(exc)}
+        return {"error": words(exc, 200)}
     return {"device_s": statistics.median(found), "calls": calls, "method": trace.device_method}
-
-
-def _words(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
 
 
 def measure(torch, device, spec: dict, channel: Channel) -> dict:

@@ -89,6 +89,8 @@ from collections.abc import Callable, Mapping
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 
+from harness.bench import words
+
 #: an observation whose trace printed nothing for the call
 NO_TRACE = "no trace"
 #: the path of names no rule of the device matches
@@ -525,6 +527,5 @@ def observe(device: str, torch, call: Callable[[], object], sync: Callable[[], N
     try:
         out, lines = trace.capture(torch, call, sync)
     except (AssertionError, RuntimeError, OSError) as exc:  # the trace itself, not the op: run it plainly
-        text = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
-        return call(), observation(device, [], f"trace unavailable: {text}")
+        return call(), observation(device, [], f"trace unavailable: {words(exc, 200)}")
     return out, observation(device, trace.parse(lines), durations=trace.durations(lines) if trace.durations else None)

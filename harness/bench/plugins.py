@@ -34,7 +34,7 @@ import types
 from dataclasses import replace
 from pathlib import Path
 
-from harness.bench import ops
+from harness.bench import ops, words
 from harness.bench.ops import Op
 from harness.bench.workloads import Cell, Workload
 
@@ -44,11 +44,6 @@ NAME = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
 
 class WorkloadError(ValueError):
     """A workload module that cannot be used; the message is one line naming the file and the cause."""
-
-
-def _words(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return f"{type(exc).__name__}: {text.splitlines()[0][:200]}" if text else type(exc).__name__
 
 
 def _import(path: Path) -> types.ModuleType:
@@ -65,7 +60,7 @@ def _import(path: Path) -> types.ModuleType:
         raise WorkloadError(f"{path} line {exc.lineno}: SyntaxError: {exc.msg}") from None
     except Exception as exc:  # the module's own failure, in its words
         sys.modules.pop(name, None)
-        raise WorkloadError(f"{path}: importing it raised {_words(exc)}") from None
+        raise WorkloadError(f"{path}: importing it raised {words(exc, 200)}") from None
     return module
 
 
@@ -85,7 +80,7 @@ def _sizes_problem(op: Op, shape: tuple[int, ...]) -> str | None:
         flop, reduction = op.flop(*shape), op.reduction(*shape)
         shapes = [*op.inputs(*shape), op.output(*shape)]
     except Exception as exc:
-        return f"its size functions raised {_words(exc)} at {shape}"
+        return f"its size functions raised {words(exc, 200)} at {shape}"
     if not _positive_int(flop):
         return f"FLOP per call at {shape} is {flop!r}, not a positive integer count"
     if not _positive_int(reduction):

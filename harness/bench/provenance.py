@@ -25,6 +25,7 @@ import sys
 import threading
 from pathlib import Path
 
+from harness.bench import words
 from harness.bench.channel import Channel
 from harness.bench.devices import mps_gpu_name
 from harness.bench.mpsruntime import mps_runtime_need
@@ -102,7 +103,7 @@ def dtype_support(torch, device: str, names=OPS) -> dict[str, dict[str, str | No
                 op_callable(cell, make_inputs(cell, device))().float().sum().item()
                 out[name][op] = None
             except Exception as exc:  # the device's own words are the reason
-                out[name][op] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+                out[name][op] = words(exc, 200)
     return out
 
 
@@ -132,7 +133,7 @@ def health(torch, device: str) -> str | None:
         if not err < 1e-4:
             return f"a 64x64 float32 matmul on {device} differs from the CPU by {err:.3g} (relative)"
     except Exception as exc:
-        return f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+        return words(exc, 200)
     return None
 
 

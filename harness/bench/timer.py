@@ -82,6 +82,8 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
+from harness.bench import words
+
 #: host-enqueue / block time at or above which the device waits for the host (host-bound, launch-bound):
 #: the host then waits at the block's final synchronize for less than a tenth of the block, so the
 #: device had no backlog. Such a cell is timed in ``host_bound_blocks`` blocks without settling or
@@ -371,10 +373,7 @@ def measure_device(device, fn: Callable[[], object], m: Measurement, replays: in
     try:
         found = [float(v) for v in device.device_time(fn, calls, replays)]
     except Exception as exc:  # the op or the device cannot give it: said, and the host time still stands
-        text = str(exc).strip().splitlines()
-        m.device_note = f"no device time ({device.device_clock}): {type(exc).__name__}" + (
-            f": {text[0][:200]}" if text else ""
-        )
+        m.device_note = f"no device time ({device.device_clock}): {words(exc, 200)}"
         return
     if not found or not all(math.isfinite(v) and v > 0 for v in found):
         m.device_note = f"no device time ({device.device_clock}): {len(found)} values, not all finite positive seconds"

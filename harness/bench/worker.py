@@ -51,7 +51,7 @@ import sys
 import time
 from contextlib import ExitStack
 
-from harness.bench import devices, kernels, plugins
+from harness.bench import devices, kernels, plugins, words
 from harness.bench.accuracy import FAILED, accumulator, check, status_of
 from harness.bench.conformance import emulate
 from harness.bench.files import open_nofollow
@@ -59,12 +59,6 @@ from harness.bench.provenance import dtype_support, unsupported_reason
 from harness.bench.recorded import snapshot
 from harness.bench.timer import DEVICE_REPLAY_S, DEVICE_REPLAYS, MAX_BLOCK_CALLS, BlockTimer, measure_device
 from harness.bench.workloads import Cell, make_inputs, op_callable, planted, reference
-
-
-def _words(exc: BaseException) -> str:
-    """``Type: first line of the message`` (at most 300 characters of it), or ``Type`` for an empty one."""
-    text = str(exc).strip()
-    return f"{type(exc).__name__}: {text.splitlines()[0][:300]}" if text else type(exc).__name__
 
 
 def _emit(fh, record: dict) -> None:
@@ -186,14 +180,14 @@ def run_cell(
         try:  # the same device state before every cell, whatever ran before it (devices.cuda_reset)
             device.reset()
         except Exception as exc:  # not the cell's own failure: said as the reset's
-            return {**record, "status": "failed", "reason": f"device reset before the cell failed: {_words(exc)}"}
+            return {**record, "status": "failed", "reason": f"device reset before the cell failed: {words(exc)}"}
         timing = {**spec.get("timing", {})}
         if record["key"] in spec.get("measure_s", {}):
             timing["measure_s"] = spec["measure_s"][record["key"]]
         m = measure_layouts(torch, timer, cell, inputs, device.torch_device, timing)
         measure_device(device, fn, m)  # beside the host-timed blocks (never raises for the call's failure)
     except Exception as exc:  # the op's own failure is the cell's result, recorded with its words
-        return {**record, "status": "failed", "reason": _words(exc)}
+        return {**record, "status": "failed", "reason": words(exc)}
     bad = [s for s in m.samples if not (math.isfinite(s) and s > 0)]
     if bad:
         return {**record, "status": "failed", "reason": f"{len(bad)} timing samples are not finite positive seconds"}
@@ -224,7 +218,7 @@ def observe_cell(torch, device: devices.DeviceProfile, cell: Cell, spec: dict, u
         device.sync()
         _, seen = kernels.observe(device.name, torch, fn, device.sync)
     except Exception as exc:  # the op's own failure, in its words
-        seen = kernels.observation(device.name, [], _words(exc))
+        seen = kernels.observation(device.name, [], words(exc))
     return {**record, **seen}
 
 
@@ -253,7 +247,7 @@ def probe_device_cell(torch, device: devices.DeviceProfile, cell: Cell, spec: di
     except kernels.NoDeviceTime as exc:  # the trace gave none: its reason
         return {**record, "device_note": f"no device time ({trace.device_method}): {exc}"}
     except Exception as exc:  # the op's own failure, in its words
-        return {**record, "device_note": f"no device time ({trace.device_method}): {_words(exc)}"}
+        return {**record, "device_note": f"no device time ({trace.device_method}): {words(exc)}"}
     if not all(math.isfinite(v) and v > 0 for v in found):
         note = f"no device time ({trace.device_method}): {len(found)} values, not all finite positive seconds"
         return {**record, "device_note": note}
@@ -274,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:
         try:
             with open_nofollow(out_path, append=True) as out:
-                _emit(out, {"type": "error", "reason": _words(exc)})
+                _emit(out, {"type": "error", "reason": words(exc)})
         except OSError:
             pass  # nowhere to write: the driver quotes stderr instead
         raise
