@@ -16,7 +16,15 @@ from harness import document as doc
 from harness import report, stats
 from harness import results as res
 from harness.bench import devices
-from harness.bench.timer import DEVICE_REPLAY_S, DEVICE_REPLAYS, MAX_BLOCK_CALLS, Measurement, measure_device
+from harness.bench.timer import (
+    DEVICE_PILOT_CALLS,
+    DEVICE_REPLAY_S,
+    DEVICE_REPLAYS,
+    MAX_BLOCK_CALLS,
+    Measurement,
+    device_unit,
+    measure_device,
+)
 from harness.policy import CellClass
 
 LAUNCH = ["mm/512x512x512/float16", "sdpa/1x8x512x64/float16"]
@@ -136,15 +144,26 @@ class _Fake:
         self.device_time = fn
 
 
-def test_measure_device_sizes_the_replay_from_the_host_median_and_records_why_not():
-    m = Measurement(samples=[20e-6] * 5, enqueue=[19e-6] * 5, number=512, method="synchronize+perf_counter")
-    seen = []
-    measure_device(_Fake(lambda fn, calls, replays: seen.append((calls, replays)) or [3e-6] * replays), None, m)
-    assert seen == [(math.ceil(DEVICE_REPLAY_S / 20e-6), DEVICE_REPLAYS)] and m.device_calls == seen[0][0]
-    assert m.device_median == pytest.approx(3e-6) and m.device_method == "fake-clock" and not m.device_note
+def test_measure_device_sizes_the_replay_by_a_pilot_of_device_time_not_the_host_median():
+    """The unit is sized by the device's own time (a pilot replay), a power of two: two processes whose host
+    medians differ 1.6x (the two host levels) capture the same calls; the host median does not enter."""
+    units = []
+    for host in (18.5e-6, 28.3e-6):
+        m = Measurement(samples=[host] * 5, enqueue=[host] * 5, number=512, method="synchronize+perf_counter")
+        seen = []
+        measure_device(
+            _Fake(lambda fn, calls, replays, seen=seen: seen.append((calls, replays)) or [3.3e-6] * replays), None, m
+        )
+        assert seen == [(DEVICE_PILOT_CALLS, 1), (512, DEVICE_REPLAYS)]  # 1 ms / 3.3 µs = 303 -> 512
+        assert m.device_median == pytest.approx(3.3e-6) and m.device_method == "fake-clock" and not m.device_note
+        units.append(m.device_calls)
+    assert units == [512, 512]
+    # just inside and just outside a power of two: 1 ms / 256 calls = 3.90625 µs
+    assert device_unit(DEVICE_REPLAY_S / 256) == 256 and device_unit(DEVICE_REPLAY_S / 256 * 0.999) == 512
+    assert device_unit(2 * DEVICE_REPLAY_S) == 1 and device_unit(DEVICE_REPLAY_S) == 1
     big = Measurement(samples=[1e-9] * 5, enqueue=[1e-9] * 5, number=4096)
     measure_device(_Fake(lambda fn, calls, replays: [1e-9] * replays), None, big)
-    assert big.device_calls == min(4096, MAX_BLOCK_CALLS)  # never more calls than a block enqueues
+    assert big.device_calls == MAX_BLOCK_CALLS  # never more calls than a block enqueues
 
     def not_capturable(fn, calls, replays):
         raise RuntimeError("operation not permitted when stream is capturing\nmore")
@@ -206,3 +225,114 @@ def test_device_time_under_its_clocks_resolution_is_not_judged_and_the_cell_keep
                 assert row.cmp.threshold == 0.05  # the host's launch-bound band
     cuda = _cuda_run(6, _bimodal_host(), _device(), cells=LAUNCH)  # 3.3 µs x 100 calls per replay: resolved
     assert all(r.time == con.DEVICE for r in _rows(cuda).values())
+
+
+class _FakeEvent:
+    """A CUDA event on a fake device clock (seconds): ``record`` stamps the device's time."""
+
+    def __init__(self, gpu, enable_timing=True):
+        self.gpu, self.t = gpu, None
+
+    def record(self):
+        self.t = self.gpu.enqueue(0.0)
+
+    def synchronize(self):
+        pass
+
+    def elapsed_time(self, other):
+        return (other.t - self.t) * 1e3  # milliseconds, as torch.cuda.Event.elapsed_time
+
+
+class _FakeGpu:
+    """A device whose stream runs what the host enqueued, in order: a spin of ``cycles`` takes
+    ``cycles / hz`` seconds; a graph replay takes ``launch_s`` of host time before its kernels reach the
+    stream (the host latency of cudaGraphLaunch) and then ``calls * per_call`` on the device."""
+
+    def __init__(self, hz: float, launch_s: float, per_call: float):
+        self.hz, self.launch_s, self.per_call = hz, launch_s, per_call
+        self.host = 0.0  # the host clock (time.perf_counter, patched)
+        self.free = 0.0  # when the stream is next free
+        self.spins: list[int] = []
+
+    def enqueue(self, work: float) -> float:
+        start = max(self.host, self.free)
+        self.free = start + work
+        return self.free
+
+    def torch(self, calls_seen: list):
+        gpu = self
+
+        class Graph:
+            def replay(self):
+                gpu.host += gpu.launch_s
+                gpu.enqueue(gpu.per_call * calls_seen[-1])
+
+        class Ctx:
+            def __init__(self, *a, **k):
+                pass
+
+            def __enter__(self):
+                return self
+
+            def __exit__(self, *a):
+                return False
+
+        class Cuda:
+            Stream = staticmethod(lambda: type("S", (), {"wait_stream": lambda self, other: None})())
+            current_stream = staticmethod(lambda: type("S", (), {"wait_stream": lambda self, other: None})())
+            stream = Ctx
+            graph = Ctx
+            CUDAGraph = Graph
+            synchronize = staticmethod(lambda: None)
+
+            @staticmethod
+            def Event(enable_timing=True):
+                return _FakeEvent(gpu)
+
+            @staticmethod
+            def _sleep(cycles):
+                gpu.spins.append(cycles)
+                gpu.enqueue(cycles / gpu.hz)
+
+        return type("Torch", (), {"cuda": Cuda})
+
+
+def _graph_timer(gpu: _FakeGpu, monkeypatch):
+    calls_seen: list[int] = []
+    monkeypatch.setattr(devices.time, "perf_counter", lambda: gpu.host)
+    time_calls = devices.cuda_graph_time(gpu.torch(calls_seen))
+
+    def timed(calls, replays):
+        calls_seen.append(calls)
+        return time_calls(lambda: None, calls, replays)
+
+    return timed
+
+
+def test_graph_replay_time_excludes_the_launch_latency_behind_the_spin(monkeypatch):
+    """Without the spin the start event fires while the host launches the graph: 17 µs of launch latency in a
+    replay of 64 calls of 3.3 µs reads 3.57 µs a call (+8 %). Behind a spin that outlasts the launch the replay
+    reads the calls alone, whatever the launch latency of the process."""
+    for launch in (10e-6, 17e-6, 40e-6):
+        gpu = _FakeGpu(hz=1.98e9, launch_s=launch, per_call=3.3e-6)
+        got = _graph_timer(gpu, monkeypatch)(64, 3)
+        assert got == pytest.approx([3.3e-6] * 3, rel=1e-9)
+        assert gpu.spins == [devices.SPIN_CYCLES] * 3
+
+
+def test_a_spin_shorter_than_the_launch_is_doubled_and_past_its_tries_no_device_time(monkeypatch):
+    """Planted: a launch of 150 µs outlasts the first spin (200,000 cycles at 1.98 GHz: 101 µs): the replay is
+    timed again behind a doubled spin (202 µs) and reads the calls alone. A launch no spin hides within
+    SPIN_TRIES doublings is refused with a RuntimeError (measure_device records it as the note)."""
+    gpu = _FakeGpu(hz=1.98e9, launch_s=150e-6, per_call=3.3e-6)
+    got = _graph_timer(gpu, monkeypatch)(64, 2)
+    assert got == pytest.approx([3.3e-6] * 2, rel=1e-9)
+    assert gpu.spins == [devices.SPIN_CYCLES, 2 * devices.SPIN_CYCLES, 2 * devices.SPIN_CYCLES]
+    # just inside: a launch just under the first spin needs no doubling
+    gpu = _FakeGpu(hz=1.98e9, launch_s=devices.SPIN_CYCLES / 1.98e9 * 0.99, per_call=3.3e-6)
+    _graph_timer(gpu, monkeypatch)(64, 1)
+    assert gpu.spins == [devices.SPIN_CYCLES]
+    gpu = _FakeGpu(hz=1.98e9, launch_s=1.0, per_call=3.3e-6)
+    with pytest.raises(RuntimeError, match="not hidden behind a spin"):
+        _graph_timer(gpu, monkeypatch)(64, 1)
+    assert len(gpu.spins) == devices.SPIN_TRIES

@@ -25,6 +25,7 @@ Standard library and torch only (runs inside build interpreters).
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -106,6 +107,13 @@ CUDA_GRAPH_CLOCK = "cuda-graph+events"
 GRAPH_WARMUP_CALLS = 2
 
 
+#: clock64 cycles of the spin (``torch.cuda._sleep``) enqueued before each timed replay's start event: ~100 µs at
+#: an H100's 1.98 GHz boost clock, more than the host needs to enqueue the start event, the replay and the end
+#: event (10-20 µs there). Doubled, up to :data:`SPIN_TRIES` times, where a replay shows it was not enough.
+SPIN_CYCLES = 200_000
+SPIN_TRIES = 4
+
+
 def cuda_graph_time(torch) -> Callable[[Callable[[], object], int, int], list[float]]:
     """Device time on CUDA: ``calls`` calls of ``fn`` captured once in a CUDA graph
     (``torch.cuda.CUDAGraph``, ``torch.cuda.graph``), replayed once untimed and then ``replays`` times,
@@ -113,16 +121,45 @@ def cuda_graph_time(torch) -> Callable[[Callable[[], object], int, int], list[fl
     call, one value per replay.
 
     Why a graph: a replay launches the captured kernels back to back from the device's side, so no host
-    launch gap enters the time (the CUDA programming guide, "CUDA Graphs"). On an H100 (torch
-    2.11.0+cu130) graph replay of 100 calls moved 0.6-1.6 % between fresh processes where host-timed
-    blocks of the same calls moved 12-20 % (docs/timing.md, "Device time"); for calls of more than one
+    launch gap enters the time (the CUDA programming guide, "CUDA Graphs"); for calls of more than one
     kernel it counts the gaps between them too (profiler kernel sums read 9-13 % lower there).
+
+    Why a spin before the start event: recorded on an idle stream, the start event fires at once while the
+    host still launches the graph (``cudaGraphLaunch``), so the launch's host latency entered every replay:
+    15-20 µs per replay on an H100 (torch 2.11.0+cu130), i.e. 6-12 % of a 150-300 µs replay, and more in
+    processes whose host was slow (docs/timing.md, "Device time"). Each replay is therefore enqueued
+    behind a spin kernel (``torch.cuda._sleep(cycles)``, ``torch/cuda/__init__.py``, a clock64 busy-wait,
+    in every torch from 0.4 to 2.11): ``e0``, spin, ``start``, replay, ``end``. The device reaches
+    ``start`` at ``e0`` + the spin's duration, and ``e0`` fires no earlier than the host enqueued it; so
+    when the spin (``e0`` to ``start``, device clock) outlasts the host's time from enqueuing ``e0`` to
+    having enqueued ``end`` (``time.perf_counter``), the whole replay was queued before the device
+    reached it. Where it did not, the replay is timed again with the spin doubled (at most
+    :data:`SPIN_TRIES` times; then RuntimeError, recorded as the cell's ``device_note``).
 
     Raises whatever capture raises for an op that cannot be captured (a host synchronization inside
     the call, a CPU fallback): :func:`harness.bench.timer.measure_device` records it as the cell's
     ``device_note``."""
 
     streams: list = []  # one side stream for the process: a new stream per cell would set up its libraries again
+    spin = [SPIN_CYCLES]  # grows for the process where a replay showed the launch was not hidden
+
+    def timed_replay(graph, calls: int) -> float:
+        for _ in range(SPIN_TRIES):
+            e0, start, end = (torch.cuda.Event(enable_timing=True) for _ in range(3))
+            t0 = time.perf_counter()
+            e0.record()
+            torch.cuda._sleep(spin[0])
+            start.record()
+            graph.replay()
+            end.record()
+            enqueued = time.perf_counter() - t0
+            end.synchronize()
+            if e0.elapsed_time(start) * 1e-3 > enqueued:  # elapsed_time: milliseconds
+                return start.elapsed_time(end) * 1e-3 / calls
+            spin[0] *= 2
+        raise RuntimeError(
+            f"the graph's launch was not hidden behind a spin of {spin[0] // 2} cycles in {SPIN_TRIES} tries"
+        )
 
     def time_calls(fn: Callable[[], object], calls: int, replays: int) -> list[float]:
         if not streams:
@@ -140,15 +177,7 @@ def cuda_graph_time(torch) -> Callable[[Callable[[], object], int, int], list[fl
                     fn()
             graph.replay()
             torch.cuda.synchronize()
-            out = []
-            for _ in range(replays):
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                graph.replay()
-                end.record()
-                end.synchronize()
-                out.append(start.elapsed_time(end) * 1e-3 / calls)  # elapsed_time: milliseconds
-            return out
+            return [timed_replay(graph, calls) for _ in range(replays)]
         finally:
             del graph  # its private memory pool goes back to the caching allocator
 

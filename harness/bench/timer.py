@@ -343,17 +343,28 @@ class Measurement:
         return out
 
 
-#: device seconds one timed replay aims at: the captured unit holds ``DEVICE_REPLAY_S / host median`` calls
-#: (the host median per call is at least the device time per call, so a replay lasts at most this long),
-#: at most the block's ``number`` and :data:`MAX_BLOCK_CALLS`. On an H200 the smallest cells (mm 512³ fp16,
-#: 3.2 µs of device time per call, ~15 µs of host time) then replay ~65 calls, ~0.2 ms: CUDA events resolve
-#: about 0.5 µs (CUDA Runtime API, ``cudaEventElapsedTime``), 0.25 % of it, and the resolution floor
-#: (:func:`resolution_floor_s`, 100 ticks) is 50 µs. At 2 ms and 10 replays device time added 4-6 s to a
-#: default-matrix worker process of 51 cells there (15.8-17.6 s, from 10.8 s); at 1 ms and 5 replays about 1 s.
+#: device seconds one timed replay aims at. The captured unit holds a power of two of calls, the smallest whose
+#: replay lasts at least this long by a pilot replay of :data:`DEVICE_PILOT_CALLS` calls, at most
+#: :data:`MAX_BLOCK_CALLS`. Sized by the device's own time, not the host median: sized from the host median,
+#: a process whose host was slow (host time sits at two per-process levels, docs/timing.md) captured half the
+#: calls, and a fixed cost per replay moved its device time per call by 2-3 % on an H100. A power of two
+#: gives both sides of a contrast the same unit unless their device time differs by about 2x. On an H100
+#: the smallest cells (mm 512³ fp16, 3.3 µs of device time per call) then replay 512 calls, ~1.7 ms: CUDA
+#: events resolve about 0.5 µs (CUDA Runtime API, ``cudaEventElapsedTime``), 0.03 % of it, and the
+#: resolution floor (:func:`resolution_floor_s`, 100 ticks) is 50 µs.
 DEVICE_REPLAY_S = 1e-3
+#: calls of the pilot replay that sizes the timed unit (:data:`DEVICE_REPLAY_S`)
+DEVICE_PILOT_CALLS = 8
 #: timed replays per cell and process (their median is the process's device time): on an H200 the replays of
 #: one process differ by < 0.3 % where processes differ by 0.5-0.8 % (docs/timing.md, "Device time")
 DEVICE_REPLAYS = 5
+
+
+def device_unit(per_call_s: float) -> int:
+    """Calls one timed replay captures for a call of ``per_call_s`` device seconds (a pilot's): the smallest
+    power of two whose replay lasts at least :data:`DEVICE_REPLAY_S`, between 1 and :data:`MAX_BLOCK_CALLS`."""
+    need = DEVICE_REPLAY_S / max(per_call_s, 1e-12)
+    return min(MAX_BLOCK_CALLS, 1 << max(0, math.ceil(math.log2(max(need, 1.0)))))
 
 
 def measure_device(device, fn: Callable[[], object], m: Measurement, replays: int = DEVICE_REPLAYS) -> None:
@@ -361,22 +372,31 @@ def measure_device(device, fn: Callable[[], object], m: Measurement, replays: in
 
     ``device`` is a :class:`harness.bench.devices.DeviceProfile`; its ``device_time(fn, calls, replays)``
     returns ``replays`` values of device seconds per call, each from one replay of ``calls`` calls
-    (cuda: :func:`harness.bench.devices.cuda_graph_time`). ``calls`` is sized by
-    :data:`DEVICE_REPLAY_S` from ``m``'s host median. Where the profile has no ``device_time``,
+    (cuda: :func:`harness.bench.devices.cuda_graph_time`). A pilot replay of :data:`DEVICE_PILOT_CALLS`
+    calls sizes the timed unit (:func:`device_unit`). Where the profile has no ``device_time``,
     or it raises (an op that cannot be captured), or it returns a value that is not a finite positive
     number of seconds, :attr:`Measurement.device` stays empty and :attr:`Measurement.device_note` says why:
     the cell is then judged on host time alone. Never raises for the call's own failure."""
     if device.device_time is None:
         m.device_note = device.device_note
         return
-    calls = max(1, min(m.number, MAX_BLOCK_CALLS, math.ceil(DEVICE_REPLAY_S / max(m.median, 1e-9))))
+
+    def problem(found: list[float]) -> str:
+        if not found or not all(math.isfinite(v) and v > 0 for v in found):
+            return f"no device time ({device.device_clock}): {len(found)} values, not all finite positive seconds"
+        return ""
+
     try:
-        found = [float(v) for v in device.device_time(fn, calls, replays)]
+        pilot = [float(v) for v in device.device_time(fn, DEVICE_PILOT_CALLS, 1)]
+        if not problem(pilot):
+            calls = device_unit(pilot[0])
+            found = [float(v) for v in device.device_time(fn, calls, replays)]
     except Exception as exc:  # the op or the device cannot give it: said, and the host time still stands
         m.device_note = f"no device time ({device.device_clock}): {words(exc, 200)}"
         return
-    if not found or not all(math.isfinite(v) and v > 0 for v in found):
-        m.device_note = f"no device time ({device.device_clock}): {len(found)} values, not all finite positive seconds"
+    bad = problem(pilot) or problem(found)
+    if bad:
+        m.device_note = bad
         return
     m.device, m.device_method, m.device_calls = found, device.device_clock, calls
 
