@@ -329,7 +329,9 @@ def drift_section(analysis: Analysis, configs: list[str]) -> list[str]:
     lines = [
         "## Drift",
         "",
-        "Per build and config: the per-round median over cells (each cell relative to its own median) against "
+        "Per build and config: the per-round median over cells (each cell relative to its own median, in the time "
+        "it is judged on: device time for a launch-bound cell that has it, whose host time sits at per-process "
+        "levels) against "
         "the round index, Kendall's tau and the Theil-Sen change from the first to the last round; `drift` when "
         f"significant and at least ±{THRESHOLD:.0%} (throttling, load or warm-up of the machine over the run).",
         "",

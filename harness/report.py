@@ -51,7 +51,7 @@ from harness.details import (
 )
 from harness.document import RunDocument
 from harness.fsutil import atomic_write_text
-from harness.policy import POLICY, classify
+from harness.policy import POLICY, CellClass, classify
 from harness.prbody import speedup_ci
 
 
@@ -102,17 +102,31 @@ def latency_png_name(family: str) -> str:
 
 def round_series(run: RunDocument, config: str, build: str) -> list[float]:
     """One number per round for the drift check of one (build, config): the median over cells of each
-    cell's per-process median divided by that cell's median over all rounds (1.0 = typical); adaptive
+    cell's per-process time divided by that cell's median over all rounds (1.0 = typical); adaptive
     rounds count with the cells they measured; records below the timer's resolution do not count
-    (:attr:`harness.document.CellRecord.below_resolution`). Dimensionless, in round order."""
+    (:attr:`harness.document.CellRecord.below_resolution`). Dimensionless, in round order.
+
+    Each cell counts in the time it is judged on: device time for a launch-bound cell whose every
+    process of this side has it (above its clock's resolution), host time otherwise. Host time of a
+    launch-bound cell sits at one of two per-process levels (docs/timing.md), and a late adaptive round
+    measures 1-4 such cells: in an H200 A/A (docs/examples/h200-aa-device-time) host time read as a
+    drift of -2.7 % to -4.4 % in three (build, config)s whose device and kernel-bound times were stable."""
     per_round: dict[int, list[float]] = {}
     for key in run.keys_of(config):
         records = [r for r in run.records(config, key, build) if r.measured and not r.below_resolution]
         if not records:
             continue
-        typical = statistics.median(r.median() for r in records)
+        every = tuple(r for b in run.header.builds for r in run.records(config, key, b))
+        rounds = tuple(r.round for r in records)
+        on_device = (
+            classify(every) == CellClass.LAUNCH_BOUND
+            and all(r.device_median() is not None for r in records)
+            and not con.unresolved_device(tuple(records), rounds)
+        )
+        time = doc.CellRecord.device_median if on_device else doc.CellRecord.median
+        typical = statistics.median(time(r) for r in records)
         for r in records:
-            per_round.setdefault(r.round, []).append(r.median() / typical)
+            per_round.setdefault(r.round, []).append(time(r) / typical)
     return [statistics.median(per_round[rnd]) for rnd in sorted(per_round)]
 
 

@@ -336,3 +336,35 @@ def test_a_spin_shorter_than_the_launch_is_doubled_and_past_its_tries_no_device_
     with pytest.raises(RuntimeError, match="not hidden behind a spin"):
         _graph_timer(gpu, monkeypatch)(64, 1)
     assert len(gpu.spins) == devices.SPIN_TRIES
+
+
+def test_drift_reads_launch_bound_cells_in_device_time_so_host_levels_in_late_small_rounds_are_no_drift():
+    """An A/A whose late (adaptive) rounds measured 1-4 launch-bound cells, each process at one of the two host
+    levels: host time made those rounds read 0.87-1.06 and three (build, config)s a 'drift' of -2.7 % to -4.4 %
+    (H200 A/A). Here host time falls 2 % a round after round 3 while device time stays put: judged in device
+    time the series is stable. Planted: device time growing 1 % per round over 10 rounds (+9 %) is drift."""
+
+    def late_rounds_fast_host(build, config, key, rnd):
+        if key == BUSY:
+            return 180e-6
+        level = 18.5e-6 if rnd < 4 else 18.5e-6 * (1 - 0.02 * (rnd - 3))  # late rounds read lower host levels
+        return level * (1 + random.Random(f"{key}{rnd}").gauss(0, 0.005))
+
+    def steady(build, key, rnd):
+        return {LAUNCH[0]: 3.3e-6, LAUNCH[1]: 9.4e-6}.get(key, 178e-6)
+
+    def growing(build, key, rnd):
+        return steady(build, key, rnd) * (1 + 0.01 * rnd)
+
+    for device_of, verdict in ((steady, stats.STABLE), (growing, stats.DRIFT)):
+        data = _cuda_run(10, late_rounds_fast_host, device_of, cells=LAUNCH)
+        run = doc.from_json(data)
+        series = report.round_series(run, "default", "stock")
+        assert stats.drift(series, threshold=0.02).verdict == verdict, series
+    # the host-time series of the same run is the false drift the device series replaces
+    host = data
+    for proc in host["processes"]:
+        for rec in proc["cells"].values():
+            rec["measurement"].update(device=[], device_method="", device_calls=0, device_note="none")
+    series = report.round_series(doc.from_json(host), "default", "stock")
+    assert stats.drift(series, threshold=0.02).verdict == stats.DRIFT, [round(v, 3) for v in series]
