@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from harness import contrasts, report
 from harness import document as doc
-from harness import report
 from harness import results as res
 
 EXAMPLES = sorted((Path(__file__).resolve().parent.parent / "docs" / "examples").glob("*/results.json"))
@@ -72,3 +72,38 @@ def test_the_h200_aa_under_the_floor_rule_spends_its_budget_on_the_busy_cells():
     wide = sorted((c, r.cell.key) for c, r in busy if r.cmp.half_width > 0.01)
     assert wide == [("cublaslt", "sdpa_causal/1x8x512x64/float32"), ("default", "sdpa_causal/1x8x512x64/float32")]
     assert sum(r.cmp.verdict == "undetermined" for _, r in rows) == 92
+
+
+def test_the_h200_device_time_aa_decides_the_launch_bound_cells_on_device_time():
+    """docs/examples/h200-aa-device-time: the default `compare --device cuda` A/A (568 s on the H200) after the
+    device-time corrections (the replayed unit sized by device time; each replay behind a spin that hides the
+    graph's launch): 0 false verdicts, 2 of 153 undetermined; 83 launch-bound cells judged on device time, 81 of
+    them with the CI inside ±2 %. The two left are one cell, mm 1x1024x1024 float32 outside cublaslt, whose
+    device time sits at per-process levels (8.2-11.7 µs; docs/timing.md)."""
+    root = Path(__file__).resolve().parent.parent / "docs" / "examples"
+    run = doc.load(root / "h200-aa-device-time")
+    rows = [
+        (c, r)
+        for result in contrasts.evaluate_all(run)
+        for c, r in ((result.contrast.a.config, r) for r in result.rows)
+    ]
+    assert len(rows) == 153 and not [r for _, r in rows if r.cmp.verdict in ("faster", "slower")]
+    undetermined = sorted((c, r.cell.key) for c, r in rows if r.cmp.verdict == "undetermined")
+    assert undetermined == [("default", "mm/1x1024x1024/float32"), ("tf32_override", "mm/1x1024x1024/float32")]
+    device = [(c, r) for c, r in rows if r.time == contrasts.DEVICE]
+    assert len(device) == 83 and all(r.launch_bound for _, r in device)
+    inside = [r for _, r in device if 0.98 <= r.cmp.ci_low and r.cmp.ci_high <= 1.02]
+    assert len(inside) == 81
+
+
+def test_the_h200_planted_run_is_caught_by_device_time_on_the_launch_bound_cells():
+    """docs/examples/h200-planted-device-time: `--plant-k 0.05` on 21 GEMM cells, 5 rounds: of the 17 launch-bound
+    on the H200, judged on device time, 16 slower (CI beyond +2 %), and mm 1x1024x1024 float32 (per-process
+    levels) undetermined; none is called equivalent or faster."""
+    root = Path(__file__).resolve().parent.parent / "docs" / "examples"
+    (result,) = contrasts.evaluate_all(doc.load(root / "h200-planted-device-time"))
+    device = {r.cell.key: r for r in result.rows if r.time == contrasts.DEVICE}
+    assert len(device) == 17
+    slower = {k for k, r in device.items() if r.cmp.verdict == "slower" and r.cmp.ci_low > 1.02}
+    assert set(device) - slower == {"mm/1x1024x1024/float32"}
+    assert device["mm/1x1024x1024/float32"].cmp.verdict == "undetermined"
