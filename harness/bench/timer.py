@@ -347,7 +347,7 @@ class Measurement:
 #: replay lasts at least this long by a pilot replay of :data:`DEVICE_PILOT_CALLS` calls, at most
 #: :data:`MAX_BLOCK_CALLS`. Sized by the device's own time, not the host median: sized from the host median,
 #: a process whose host was slow (host time sits at two per-process levels, docs/timing.md) captured half the
-#: calls, and a fixed cost per replay moved its device time per call by 2-3 % on an H100. A power of two
+#: calls, and a fixed cost per replay moved its device time per call by 3-7 % on an H100. A power of two
 #: gives both sides of a contrast the same unit unless their device time differs by about 2x. On an H100
 #: the smallest cells (mm 512³ fp16, 3.3 µs of device time per call) then replay 512 calls, ~1.7 ms: CUDA
 #: events resolve about 0.5 µs (CUDA Runtime API, ``cudaEventElapsedTime``), 0.03 % of it, and the
