@@ -354,6 +354,21 @@ def describe(differs: tuple[str, ...], most: int = 3) -> str:
     return "; ".join(differs[:most]) + more
 
 
+def format_patches(worktree: Path, base_commit: str, head: str, out: Path) -> list[Path]:
+    """``git format-patch`` (:data:`FORMAT_PATCH_ARGS`, neutral git config) of ``base_commit..head`` of
+    ``worktree`` into the folder ``out``; the patch files in order. Raises SeriesError when git fails."""
+    git_run(
+        worktree,
+        *FORMAT_PATCH_ARGS,
+        "-o",
+        str(out),
+        f"{base_commit}..{head}",
+        env=NEUTRAL_GIT_CONFIG,
+        error=SeriesError,
+    )
+    return sorted(out.iterdir())
+
+
 def compare_with_series(
     worktree: Path, base_commit: str, series: Series, entry: Base, head: str = "HEAD"
 ) -> BranchState:
@@ -374,17 +389,7 @@ def compare_with_series(
         tmp = Path(tmp_name)
         generated: list[Path] = []
         if commits:
-            out = tmp / "out"
-            git_run(
-                worktree,
-                *FORMAT_PATCH_ARGS,
-                "-o",
-                str(out),
-                f"{base_commit}..{head}",
-                env=NEUTRAL_GIT_CONFIG,
-                error=SeriesError,
-            )
-            generated = sorted(out.iterdir())
+            generated = format_patches(worktree, base_commit, head, tmp / "out")
         for position, new in enumerate(generated):
             old = patches[position] if position < len(patches) else None
             shown_commit = f"{commits[position][:12]} {subjects[position]}"
@@ -441,17 +446,7 @@ def write_patches(worktree: Path, base_commit: str, folder: Path, old_names: lis
     changed = 0
     with tempfile.TemporaryDirectory(prefix="harness-refresh-") as tmp_name:
         tmp = Path(tmp_name)
-        out = tmp / "out"
-        git_run(
-            worktree,
-            *FORMAT_PATCH_ARGS,
-            "-o",
-            str(out),
-            f"{base_commit}..HEAD",
-            env=NEUTRAL_GIT_CONFIG,
-            error=SeriesError,
-        )
-        generated = sorted(out.iterdir())
+        generated = format_patches(worktree, base_commit, "HEAD", tmp / "out")
         names = []
         for position, new in enumerate(generated):
             old_name = old_names[position] if position < len(old_names) else None
