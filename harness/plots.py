@@ -78,7 +78,9 @@ class LatencyPoint:
 
 def _save(fig: Figure, path: Path) -> Path:
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=100, metadata={"Software": None}, bbox_inches="tight", pad_inches=0.15)
+    # the figure's constrained layout already fits every label: no tight bounding box (it draws the figure
+    # twice, which was half of a report's render time, 13 s for 5 plots of a 153-cell run on a 2-core VM)
+    fig.savefig(buf, format="png", dpi=100, metadata={"Software": None})
     atomic_write_bytes(path, buf.getvalue())
     return path
 
