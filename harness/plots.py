@@ -11,8 +11,8 @@
   dtype; colour = (build, env config), marker = op; whiskers = IQR of the process medians. Only the dtypes
   where a line has more than one size (:func:`sizes_vary`), no PNG when none: a point per line shows no trend.
 
-Nothing is clipped: every PNG is saved with ``bbox_inches="tight"`` (the canvas grows to hold the
-legend and the row labels). Deterministic: matplotlib's Agg backend, fixed DPI, and PNG metadata
+Nothing is clipped: every figure is laid out by matplotlib's constrained layout, which shrinks the axes to
+hold the legend, the row labels and the text at each row's end. Deterministic: matplotlib's Agg backend, fixed DPI, and PNG metadata
 without the matplotlib version, so the same results.json gives byte-identical PNGs with the same
 matplotlib.
 """
