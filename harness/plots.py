@@ -12,13 +12,14 @@
   where a line has more than one size (:func:`sizes_vary`), no PNG when none: a point per line shows no trend.
 
 Nothing is clipped: every figure is laid out by matplotlib's constrained layout, which shrinks the axes to
-hold the legend, the row labels and the text at each row's end. Deterministic: matplotlib's Agg backend, fixed DPI, and PNG metadata
-without the matplotlib version, so the same results.json gives byte-identical PNGs with the same
-matplotlib.
+hold the legend, the row labels and the text at each row's end. Deterministic: matplotlib's Agg backend,
+fixed DPI, and PNG metadata without the matplotlib version, so the same results.json gives byte-identical
+PNGs with the same matplotlib. Each PNG carries the digest of the data it shows (:func:`data_digest`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import io
 import math
 from collections.abc import Callable, Sequence
@@ -76,11 +77,18 @@ class LatencyPoint:
     q3: float
 
 
-def _save(fig: Figure, path: Path) -> Path:
+def data_digest(*parts: object) -> str:
+    """``data sha256 <hex>`` of what one plot is drawn from (its rows or points, title and labels: their
+    ``repr``), stored as the PNG's ``Description`` text: :func:`harness.report.plot_digests` tells whether a
+    committed PNG still shows its results.json without drawing it again (drawing takes about 1 s a plot)."""
+    return "data sha256 " + hashlib.sha256(repr(parts).encode()).hexdigest()
+
+
+def _save(fig: Figure, path: Path, digest: str) -> Path:
     buf = io.BytesIO()
     # the figure's constrained layout already fits every label: no tight bounding box (it draws the figure
     # twice, which was half of a report's render time, 13 s for 5 plots of a 153-cell run on a 2-core VM)
-    fig.savefig(buf, format="png", dpi=100, metadata={"Software": None})
+    fig.savefig(buf, format="png", dpi=100, metadata={"Software": None, "Description": digest})
     atomic_write_bytes(path, buf.getvalue())
     return path
 
@@ -162,13 +170,19 @@ def forest_png(path: Path, rows: Sequence[ForestRow], title: str, xlabel: str, h
     """Write one forest plot: ``rows`` top to bottom (see :func:`_forest`), ``half`` the axis half-width in
     decades (:func:`half_width`; default this plot's own). Returns ``path``."""
     half = half_width(rows) if half is None else half
+    digest = forest_digest(rows, title, xlabel, half)
     fig = Figure(figsize=(7.0, 0.26 * max(len(rows), 1) + 1.5), layout="constrained")
     ax = fig.subplots()
     _forest(ax, rows, half)
     ax.set_xlabel(xlabel, fontsize=8)
     ax.set_title(title, fontsize=9, loc="left")
     _verdict_legend(fig, [row.band for row in rows])
-    return _save(fig, path)
+    return _save(fig, path, digest)
+
+
+def forest_digest(rows: Sequence[ForestRow], title: str, xlabel: str, half: float | None = None) -> str:
+    """:func:`data_digest` of a forest plot (:func:`forest_png`'s arguments)."""
+    return data_digest(list(rows), title, xlabel, half_width(rows) if half is None else half)
 
 
 def contrast_png_name(index: int) -> str:
@@ -205,17 +219,23 @@ def contrast_title(result) -> str:
     return f"{head}{c.a.label} (A) vs {c.b.label} (B){tail}"
 
 
+FOREST_XLABEL = "speedup = B time / A time (> 1: A faster), 95% CI"
+
+
+def contrast_digests(results: Sequence) -> dict[str, str]:
+    """File name -> :func:`data_digest` of each plot :func:`contrast_pngs` writes for ``results``."""
+    return {
+        contrast_png_name(i): forest_digest(forest_rows(result), contrast_title(result), FOREST_XLABEL)
+        for i, result in plotted(results)
+    }
+
+
 def contrast_pngs(directory: Path, results: Sequence, stale: Callable[[Path], bool] = lambda path: True) -> list[Path]:
     """Write one forest plot per contrast with cells (:func:`plotted`) into ``directory``; remove
     ``contrast-*.png`` left from an earlier render with more contrasts, those ``stale(path)`` accepts (the
     report passes :func:`harness.outdir.is_ours`: a file of the user's of such a name stays). Returns the paths."""
     written = [
-        forest_png(
-            Path(directory) / contrast_png_name(i),
-            forest_rows(result),
-            contrast_title(result),
-            "speedup = B time / A time (> 1: A faster), 95% CI",
-        )
+        forest_png(Path(directory) / contrast_png_name(i), forest_rows(result), contrast_title(result), FOREST_XLABEL)
         for i, result in plotted(results)
     ]
     for old in sorted(Path(directory).glob("contrast-*.png")):
@@ -244,10 +264,11 @@ def latency_png(path: Path, points: Sequence[LatencyPoint], family: str, unit_no
     Returns:
         ``path``, or None.
     """
-    dtypes = sorted({p.dtype for p in points if sizes_vary([q for q in points if q.dtype == p.dtype])})
+    dtypes = _latency_dtypes(points)
     if not dtypes:
         Path(path).unlink(missing_ok=True)
         return None
+    digest = latency_digest(points, family, unit_note)
     points = [p for p in points if p.dtype in dtypes]
     series = list(dict.fromkeys(p.series for p in points))
     ops = list(dict.fromkeys(p.op for p in points))
@@ -279,7 +300,17 @@ def latency_png(path: Path, points: Sequence[LatencyPoint], family: str, unit_no
                 )
         _latency_axes(ax, [p for p in points if p.dtype == dtype], f"{family} {dtype}", unit_note)
     _latency_legend(fig, series, ops, colours)
-    return _save(fig, path)
+    return _save(fig, path, digest)
+
+
+def _latency_dtypes(points: Sequence[LatencyPoint]) -> list[str]:
+    return sorted({p.dtype for p in points if sizes_vary([q for q in points if q.dtype == p.dtype])})
+
+
+def latency_digest(points: Sequence[LatencyPoint], family: str, unit_note: str) -> str | None:
+    """:func:`data_digest` of the plot :func:`latency_png` draws from these arguments; None where it draws none."""
+    dtypes = _latency_dtypes(points)
+    return data_digest([p for p in points if p.dtype in dtypes], family, unit_note) if dtypes else None
 
 
 def _latency_axes(ax: Axes, panel: Sequence[LatencyPoint], title: str, unit_note: str) -> None:

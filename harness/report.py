@@ -79,6 +79,19 @@ def write(directory: Path, run: RunDocument) -> list[Path]:
     return [path, *written]
 
 
+def plot_digests(run: RunDocument) -> dict[str, str]:
+    """File name -> :func:`harness.plots.data_digest` of every PNG :func:`write` draws for ``run``, without
+    drawing: the digest each PNG carries as its ``Description`` text, so a committed PNG can be checked
+    against its results.json in a fraction of the time of a render."""
+    run = doc.of(run)
+    analysis = analyse(run)
+    found = {
+        latency_png_name(f): plots.latency_digest(latency_points(analysis, f), f, run.header.clock)
+        for f in analysis.families
+    }
+    return {**{k: v for k, v in found.items() if v}, **plots.contrast_digests(analysis.contrasts)}
+
+
 #: what earlier versions drew: stock vs patched per config at one ±2 % band, the same cells as the
 #: ``patched/C`` vs ``stock/C`` contrast plots (which draw each cell's own band); removed on a re-render
 STALE_SPEEDUP_PNG = "speedup.png"

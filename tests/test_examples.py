@@ -1,8 +1,10 @@
 """The example reports in docs/examples/ are exactly what the current code renders from their
-results.json, and rendering is deterministic down to the PNG bytes."""
+results.json: report.md byte for byte, each PNG by the digest of the data it shows, and three examples
+rendered again down to the PNG bytes (rendering is deterministic)."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -18,25 +20,51 @@ def test_there_are_cpu_and_h200_examples():
     assert {p.parent.name for p in EXAMPLES} >= {"cpu-ab", "h200-aa"}
 
 
+#: examples rendered in full, PNGs included, and compared byte for byte (a cpu run, a GPU A/A with device time,
+#: a planted route run); every other example's PNGs are checked by the digest of the data they show
+RENDERED = {"cpu-ab", "h200-aa-device-time", "h200-planted-route"}
+
+
+def png_description(path: Path) -> str:
+    from PIL import Image  # matplotlib's own dependency
+
+    with Image.open(path) as image:
+        return image.text.get("Description", "")
+
+
 @pytest.mark.parametrize("results", EXAMPLES, ids=lambda p: p.parent.name)
-def test_example_report_is_current_and_rendering_is_byte_identical(results, tmp_path):
+def test_example_report_is_current_and_its_plots_show_its_data(results, tmp_path):
     data = res.load(results.parent)
-    first = tmp_path / "a"
-    written = report.write(first, data)
-    committed = (results.parent / "report.md").read_text()
-    assert (first / "report.md").read_text() == committed, "re-render it: python -m harness report " + str(
-        results.parent
+    assert report.render(data) == (results.parent / "report.md").read_text(), (
+        "re-render it: python -m harness report " + str(results.parent)
     )
-    for path in written[1:]:
-        assert (results.parent / path.name).is_file(), f"{path.name} is linked from the report but not committed"
+    digests = report.plot_digests(data)
+    assert {p.name for p in results.parent.glob("*.png")} == set(digests), "a plot is missing or left from before"
+    for name, digest in digests.items():
+        assert png_description(results.parent / name) == digest, f"{name} shows other data: re-render it"
+    if results.parent.name not in RENDERED:
+        return
     # byte-identical: every file equals an independent render of the same results.json -- the committed
     # one, rendered by an earlier process; where a plot differs from it (another matplotlib), a second
     # render in this process
+    written = report.write(tmp_path / "a", data)
+    assert sorted(p.name for p in written[1:]) == sorted(digests)
     if any(path.read_bytes() != (results.parent / path.name).read_bytes() for path in written):
         second = tmp_path / "b"
         report.write(second, data)
         for path in written:
             assert path.read_bytes() == (second / path.name).read_bytes(), path.name
+
+
+def test_a_plot_of_other_data_is_caught_by_its_digest(tmp_path):
+    """The digest check above catches a committed PNG drawn from other data: one cell's ratio changed."""
+    from harness import plots
+
+    rows = [plots.ForestRow("mm M1 N1024 K1024 float32", 1.01, 0.99, 1.02, "equivalent", 0.02)]
+    drawn = plots.forest_png(tmp_path / "c.png", rows, "t", plots.FOREST_XLABEL)
+    assert png_description(drawn) == plots.forest_digest(rows, "t", plots.FOREST_XLABEL)
+    other = [dataclasses.replace(rows[0], ratio=1.011)]
+    assert png_description(drawn) != plots.forest_digest(other, "t", plots.FOREST_XLABEL)
 
 
 def test_processes_per_cell_of_the_h200_default_matrix_examples():
