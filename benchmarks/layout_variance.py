@@ -22,6 +22,14 @@ prints (standard deviations of log time, i.e. relative spread):
   about 1 when the process's own state does.
 
     PYTHONPATH=. python3 benchmarks/layout_variance.py --device cuda --processes 10 --layouts 6 --out $OUT/layout.json
+
+``--time device`` asks the same of device time (:func:`harness.bench.timer.measure_device`'s unit, its
+pilot and its replays, after 0.1 s of untimed calls) for every cell, launch-bound ones included: each
+layout is a spacer and a copy of the inputs, captured in a graph of its own. ``--recapture`` keeps the
+inputs and only captures the graph again per layout (its private pool: where the outputs lie), which
+tells the inputs' placement from the outputs'.
+
+    PYTHONPATH=. python3 benchmarks/layout_variance.py --time device --cells mm/1x1024x1024/float32 --layouts 8
 """
 
 from __future__ import annotations
@@ -70,6 +78,42 @@ def child(device: str, cells: list[str], layouts: int, duty: float | None) -> di
     return out
 
 
+def device_child(device: str, cells: list[str], layouts: int, recapture: bool) -> dict:
+    """One process: cell key -> list of per-layout device seconds per call (median of the replays)."""
+    import random
+
+    import torch
+
+    from harness.bench import devices
+    from harness.bench.timer import DEVICE_PILOT_CALLS, DEVICE_REPLAYS, device_unit
+    from harness.bench.worker import MAX_SPACER_BYTES
+    from harness.bench.workloads import Cell, make_inputs, op_callable
+
+    prof = devices.profile(device, torch)
+    draw, out = random.SystemRandom(), {}
+    for key in cells:
+        cell = Cell.from_key(key)
+        inputs = make_inputs(cell, prof.torch_device)
+        fn = op_callable(cell, inputs)
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < 0.1:
+            fn()
+        prof.sync()
+        calls = device_unit(prof.device_time(fn, DEVICE_PILOT_CALLS, 1)[0])
+        spacers, per_layout = [], []
+        for i in range(layouts):
+            if i and not recapture:
+                spacers.append(
+                    torch.empty(draw.randrange(MAX_SPACER_BYTES), dtype=torch.uint8, device=prof.torch_device)
+                )
+                inputs = [t.clone() for t in inputs]
+                fn = op_callable(cell, inputs)
+            per_layout.append(statistics.median(prof.device_time(fn, calls, DEVICE_REPLAYS)))
+        out[key] = per_layout
+        del spacers
+    return out
+
+
 def sd(x: list[float]) -> float:
     return statistics.stdev(x) if len(x) > 1 else float("nan")
 
@@ -101,27 +145,48 @@ def main() -> int:
     parser.add_argument("--layouts", type=int, default=6)
     parser.add_argument("--duty", type=float, help="busy share of the timed period (default: the harness's)")
     parser.add_argument("--cells", nargs="*", default=list(CELLS))
+    parser.add_argument("--time", choices=("host", "device"), default="host")
+    parser.add_argument("--recapture", action="store_true", help="device: the same inputs, a new graph per layout")
     parser.add_argument("--out", type=Path)
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child is not None:
-        print(json.dumps(child(args.device, args.cells, args.layouts, args.duty)))
+        if args.time == "device":
+            print(json.dumps(device_child(args.device, args.cells, args.layouts, args.recapture)))
+        else:
+            print(json.dumps(child(args.device, args.cells, args.layouts, args.duty)))
         return 0
     per_process, seconds = [], []
     for i in range(args.processes):
         cmd = [sys.executable, __file__, "--device", args.device, "--layouts", str(args.layouts), "--child", str(i)]
         cmd += ["--duty", str(args.duty)] if args.duty is not None else []
+        cmd += ["--time", args.time] + (["--recapture"] if args.recapture else [])
         t0 = time.monotonic()
         done = subprocess.run([*cmd, "--cells", *args.cells], capture_output=True, text=True, check=True)
         seconds.append(time.monotonic() - t0)
         per_process.append(json.loads(done.stdout.strip().splitlines()[-1]))
     rows = summarise(per_process)
-    print(f"{'cell':36} {'first':>7} {'mean':>7} {'layout':>7} {'ratio':>6}   ({args.layouts} layouts)")
+    print(f"{'cell':36} {'first':>7} {'mean':>7} {'layout':>7} {'ratio':>6}   ({args.layouts} layouts, {args.time})")
     for r in rows:
         print(f"{r['key']:36} {r['first']:7.2%} {r['mean']:7.2%} {r['layout']:7.2%} {r['ratio']:6.2f}")
+    for key in args.cells:  # each process's layouts, microseconds
+        print(key)
+        for p in per_process:
+            print("  " + " ".join(f"{v * 1e6:7.3f}" for v in p[key]))
     print(f"process seconds: median {statistics.median(seconds):.1f}")
     if args.out:
-        args.out.write_text(json.dumps({"rows": rows, "per_process": per_process, "seconds": seconds}, indent=1))
+        args.out.write_text(
+            json.dumps(
+                {
+                    "time": args.time,
+                    "recapture": args.recapture,
+                    "rows": rows,
+                    "per_process": per_process,
+                    "seconds": seconds,
+                },
+                indent=1,
+            )
+        )
     return 0
 
 
