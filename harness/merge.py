@@ -149,7 +149,7 @@ def content_digest(run: doc.RunDocument) -> str:
             p.build,
             p.config,
             p.round,
-            [[r.key, r.status, r.reason, _plain(r.measurement), _plain(r.check)] for r in p.cells],
+            [[r.key, r.status, r.reason, r.measurement, r.check] for r in p.cells],
         ]
         for p in run.processes
     ]
@@ -157,9 +157,17 @@ def content_digest(run: doc.RunDocument) -> str:
     return _digest(whole)
 
 
+def _json_default(value):
+    """What json.dumps cannot write itself: a mapping (a typed document's read-only proxy) as an object, as
+    :func:`_plain` gives it; anything else as its ``str``."""
+    return dict(value) if isinstance(value, Mapping) else str(value)
+
+
 def _digest(value) -> str:
-    """sha256 (hex) of ``value`` as canonical JSON (sorted keys, no spaces)."""
-    return hashlib.sha256(json.dumps(value, sort_keys=True, separators=(",", ":"), default=str).encode()).hexdigest()
+    """sha256 (hex) of ``value`` as canonical JSON (sorted keys, no spaces; mappings at any depth as objects and
+    tuples as lists, as :func:`_plain` gives them, without copying the document first)."""
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), default=_json_default)
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def process_digests(run: doc.RunDocument) -> dict[str, str]:
@@ -173,7 +181,7 @@ def process_digests(run: doc.RunDocument) -> dict[str, str]:
                 p.build,
                 p.config,
                 p.round,
-                [[r.key, r.status, r.reason, _plain(r.measurement), _plain(r.check)] for r in p.cells],
+                [[r.key, r.status, r.reason, r.measurement, r.check] for r in p.cells],
             ]
         )
         for p in run.processes
