@@ -20,9 +20,9 @@ def test_there_are_cpu_and_h200_examples():
     assert {p.parent.name for p in EXAMPLES} >= {"cpu-ab", "h200-aa"}
 
 
-#: examples rendered in full, PNGs included, and compared byte for byte (a cpu run, a GPU A/A with device time,
+#: examples rendered in full, PNGs included, and compared byte for byte (a cpu run, a GPU run with device time,
 #: a planted route run); every other example's PNGs are checked by the digest of the data they show
-RENDERED = {"cpu-ab", "h200-aa-device-time", "h200-planted-route"}
+RENDERED = {"cpu-ab", "h200-planted-device-time", "h200-planted-route"}
 
 
 def png_description(path: Path) -> str:
