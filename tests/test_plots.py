@@ -106,3 +106,21 @@ def test_latency_plot_only_where_a_line_has_more_than_one_size(tmp_path):
     text = report.render(data, analysis)
     assert "(latency-gemm.png)" in text and "(latency-sdpa.png)" not in text
     assert "](contrast-1.png)" in text and "](contrast-2.png)" in text and "](contrast-3.png)" not in text
+
+
+def test_a_title_longer_than_the_figure_widens_the_png_instead_of_being_clipped(tmp_path):
+    """A contrast of two long config names has a title wider than the 7-inch figure: the PNG grows to hold it
+    (saved with a tight bounding box); the constrained layout alone kept 700 px and cut the title."""
+    from PIL import Image
+
+    from harness import plots
+
+    rows = [plots.ForestRow("mm M1 N1024 K1024 float32", 0.5, 0.45, 0.55, "slower", 0.02)]
+    short = plots.forest_png(tmp_path / "short.png", rows, "patched/default (A) vs stock/default (B)", "x")
+    title = (
+        "patched/fast_math+prefer_metal (A) vs stock/fast_math+prefer_metal (B); "
+        "claim patched/fast_math+prefer_metal faster: not shown"
+    )
+    long = plots.forest_png(tmp_path / "long.png", rows, title, "x")
+    with Image.open(short) as a, Image.open(long) as b:
+        assert a.width <= 7.0 * 100 + 30 < b.width
