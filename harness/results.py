@@ -336,8 +336,8 @@ def cells_problem(cells, where: str, process: str | None = None) -> str | None:
 def device_problem(m: dict, at: str) -> str | None:
     """What is wrong with a measurement's device time (``device``: seconds per call, one per replay, each
     within :data:`SECONDS_RANGE`; ``device_calls`` a whole number >= 1 where ``device`` is non-empty;
-    ``device_method`` and ``device_note`` strings), or None. All four are optional: results written
-    before device time have none of them."""
+    ``device_placements`` a whole number >= 1 dividing it; ``device_method`` and ``device_note`` strings), or
+    None. All five are optional: results written before device time have none of them."""
     device = m.get("device", [])
     if not isinstance(device, list) or not all(map(_number, device)):
         return f"{at}.device is not a list of numbers"
@@ -350,6 +350,9 @@ def device_problem(m: dict, at: str) -> str | None:
     calls = m.get("device_calls", 0)
     if type(calls) is not int or calls < (1 if device else 0):
         return f"{at}.device_calls is {calls!r}, not a whole number of calls" + (" >= 1" if device else "")
+    placements = m.get("device_placements", 1)
+    if type(placements) is not int or placements < 1 or (device and calls % placements):
+        return f"{at}.device_placements is {placements!r}, not a whole number >= 1 dividing device_calls"
     return None
 
 

@@ -189,12 +189,16 @@ def test_device_time_round_trips_and_is_validated():
     assert back.device == m.device and back.device_calls == 100 and back.device_median == pytest.approx(3.05e-6)
     record = {"measurement": m.to_json()}
     assert res.device_problem(record["measurement"], "m") is None
+    assert res.device_problem({**record["measurement"], "device_placements": 4}, "m") is None  # 100 = 4 x 25
     for key, value, words in (
         ("device", [3e-6, 0.0], "m.device holds 0.0"),
         ("device", "fast", "m.device is not a list"),
         ("device_calls", 0, "m.device_calls is 0"),
         ("device_calls", 1.5, "m.device_calls is 1.5"),
         ("device_note", 3, "m.device_note is"),
+        ("device_placements", 0, "m.device_placements is 0"),
+        ("device_placements", 3, "m.device_placements is 3"),  # 100 calls are not 3 placements' equal shares
+        ("device_placements", 2.0, "m.device_placements is 2.0"),
     ):
         bad = {**record["measurement"], key: value}
         assert res.device_problem(bad, "m").startswith(words), key
@@ -368,3 +372,41 @@ def test_drift_reads_launch_bound_cells_in_device_time_so_host_levels_in_late_sm
             rec["measurement"].update(device=[], device_method="", device_calls=0, device_note="none")
     series = report.round_series(doc.from_json(host), "default", "stock")
     assert stats.drift(series, threshold=0.02).verdict == stats.DRIFT, [round(v, 3) for v in series]
+
+
+def test_placed_callable_cycles_every_placement_equally_and_fewer_for_large_inputs():
+    """Device time cycles over placements of the inputs (harness.bench.worker.placed_callable): each call the
+    next copy in turn, every copy the same values at its own address; the number of placements halves until
+    the further copies fit DEVICE_PLACEMENT_BYTES (just inside and just outside each edge); the unit holds
+    every placement equally often, even for a kernel that alone fills a replay."""
+    torch = pytest.importorskip("torch")
+    from harness.bench import worker
+    from harness.bench.workloads import Cell, make_inputs
+
+    budget, n = worker.DEVICE_PLACEMENT_BYTES, worker.DEVICE_PLACEMENTS
+    assert n == 8
+    assert worker.device_placements(budget // 7) == 8 and worker.device_placements(budget // 7 + 1) == 4
+    assert worker.device_placements(budget // 3) == 4 and worker.device_placements(budget // 3 + 1) == 2
+    assert worker.device_placements(budget) == 2 and worker.device_placements(budget + 1) == 1
+
+    cell = Cell.from_key("mm/1x64x64/float32")
+    inputs = make_inputs(cell, "cpu")
+    seen = []
+    real = worker.op_callable
+    try:  # record which copy each call ran on
+        worker.op_callable = lambda c, xs: lambda: seen.append(xs[1].data_ptr()) or real(c, xs)()
+        fn, placements, kept = worker.placed_callable(torch, cell, inputs, "cpu")
+    finally:
+        worker.op_callable = real
+    outs = [fn() for _ in range(2 * n)]
+    assert placements == n and len(set(seen)) == n and seen[:n] == seen[n:] and seen[0] == inputs[1].data_ptr()
+    assert all(torch.equal(o, outs[0]) for o in outs)
+    assert len(kept) == 2 * (n - 1)  # a spacer and a copy per further placement, alive while timed
+
+    m = Measurement(samples=[20e-3] * 5, enqueue=[1e-5] * 5, number=1)
+    calls_seen = []
+    measure_device(
+        _Fake(lambda fn, calls, replays: calls_seen.append(calls) or [2e-3] * replays), None, m, placements=n
+    )
+    assert calls_seen == [DEVICE_PILOT_CALLS, n] and m.device_calls == n and m.device_placements == n
+    assert Measurement.from_json(m.to_json()).device_placements == n

@@ -252,6 +252,9 @@ class Measurement:
         device_method: how :attr:`device` was taken (``cuda-graph+events``: the calls captured once
             in a CUDA graph, each replay timed by CUDA events); empty when none.
         device_calls: calls captured in the replayed unit (0 when none).
+        device_placements: placements of the inputs in device memory the unit's calls cycle over, each
+            ``device_calls / device_placements`` times (:func:`harness.bench.worker.placed_callable`; 1: the
+            inputs alone, and in results written before placements existed).
         device_note: why :attr:`device` is empty (the cpu clock: host time is device time; a device
             or torch that cannot give it; an op that cannot be captured), empty otherwise.
     """
@@ -266,6 +269,7 @@ class Measurement:
     device: list[float] = field(default_factory=list)
     device_method: str = ""
     device_calls: int = 0
+    device_placements: int = 1
     device_note: str = ""
 
     @property
@@ -331,6 +335,7 @@ class Measurement:
             device=list(m.get("device") or []),
             device_method=m.get("device_method", ""),
             device_calls=m.get("device_calls", 0),
+            device_placements=m.get("device_placements", 1),
             device_note=m.get("device_note", ""),
         )
 
@@ -367,7 +372,9 @@ def device_unit(per_call_s: float) -> int:
     return min(MAX_BLOCK_CALLS, 1 << max(0, math.ceil(math.log2(max(need, 1.0)))))
 
 
-def measure_device(device, fn: Callable[[], object], m: Measurement, replays: int = DEVICE_REPLAYS) -> None:
+def measure_device(
+    device, fn: Callable[[], object], m: Measurement, replays: int = DEVICE_REPLAYS, placements: int = 1
+) -> None:
     """Device time per call of ``fn`` beside the host-timed blocks of ``m`` (filled in place).
 
     ``device`` is a :class:`harness.bench.devices.DeviceProfile`; its ``device_time(fn, calls, replays)``
@@ -376,7 +383,9 @@ def measure_device(device, fn: Callable[[], object], m: Measurement, replays: in
     calls sizes the timed unit (:func:`device_unit`). Where the profile has no ``device_time``,
     or it raises (an op that cannot be captured), or it returns a value that is not a finite positive
     number of seconds, :attr:`Measurement.device` stays empty and :attr:`Measurement.device_note` says why:
-    the cell is then judged on host time alone. Never raises for the call's own failure."""
+    the cell is then judged on host time alone. ``placements``: how many placements of the inputs ``fn``
+    cycles over (:func:`harness.bench.worker.placed_callable`), recorded as :attr:`Measurement.device_placements`.
+    Never raises for the call's own failure."""
     if device.device_time is None:
         m.device_note = device.device_note
         return
@@ -389,7 +398,7 @@ def measure_device(device, fn: Callable[[], object], m: Measurement, replays: in
     try:
         pilot = [float(v) for v in device.device_time(fn, DEVICE_PILOT_CALLS, 1)]
         if not problem(pilot):
-            calls = device_unit(pilot[0])
+            calls = max(device_unit(pilot[0]), placements)  # every placement as often: both powers of two
             found = [float(v) for v in device.device_time(fn, calls, replays)]
     except Exception as exc:  # the op or the device cannot give it: said, and the host time still stands
         m.device_note = f"no device time ({device.device_clock}): {words(exc, 200)}"
@@ -398,7 +407,7 @@ def measure_device(device, fn: Callable[[], object], m: Measurement, replays: in
     if bad:
         m.device_note = bad
         return
-    m.device, m.device_method, m.device_calls = found, device.device_clock, calls
+    m.device, m.device_method, m.device_calls, m.device_placements = found, device.device_clock, calls, placements
 
 
 class BlockTimer:

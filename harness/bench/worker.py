@@ -43,6 +43,7 @@ The same code runs on every device; what differs is :mod:`harness.bench.devices`
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -78,6 +79,53 @@ def layout_bytes(cell: Cell, timing: dict) -> int:
     the spacers, when it times more than one layout."""
     layouts = int(timing.get("layouts", 1))
     return cell.peak_bytes() + (layouts - 1) * MAX_SPACER_BYTES if layouts > 1 else 0
+
+
+#: input placements the device-time unit cycles over (:func:`placed_callable`): a power of two, so that every
+#: placement has the same share of a captured unit (a power of two of calls, at least
+#: :data:`harness.bench.timer.DEVICE_PILOT_CALLS`)
+DEVICE_PLACEMENTS = 8
+#: most device bytes the further placements' copies of the inputs take together; a cell whose inputs are larger
+#: cycles over fewer placements (a power of two; one: its own inputs)
+DEVICE_PLACEMENT_BYTES = 64 << 20
+#: the largest spacer allocated before each further placement's copy, bytes
+DEVICE_SPACER_BYTES = 4 << 20
+
+
+def device_placements(input_bytes: int) -> int:
+    """How many placements :func:`placed_callable` cycles over for inputs of ``input_bytes`` bytes in all: the
+    largest power of two <= :data:`DEVICE_PLACEMENTS` whose further copies fit :data:`DEVICE_PLACEMENT_BYTES`
+    (1 for inputs over half of it)."""
+    n = DEVICE_PLACEMENTS
+    while n > 1 and (n - 1) * input_bytes > DEVICE_PLACEMENT_BYTES:
+        n //= 2
+    return n
+
+
+def placed_callable(torch, cell: Cell, inputs: list, torch_device):
+    """The cell's call for device time, cycling over several placements of its inputs in device memory.
+
+    Returns ``(fn, placements, kept)``: ``fn()`` runs the cell's op on the next placement in turn (the given
+    ``inputs`` first, then :func:`device_placements` - 1 copies, each allocated after a spacer of a random size,
+    0-:data:`DEVICE_SPACER_BYTES` bytes); ``kept`` holds the copies and spacers (keep it until the device
+    time is taken). A captured unit of ``calls`` calls (a power of two, at least ``placements``) then runs
+    every placement ``calls / placements`` times, so a process's device time is the mean over its placements.
+
+    Why: device time of a launch-bound cell can sit at a per-process level that its replays repeat within
+    0.1 %: on an H200, mm 1×1024×1024 float32 (cuBLAS gemv) read 8.2-11.7 µs per call from process to
+    process (docs/timing.md, "Device time"), as host time of kernel-bound cells moves with the inputs'
+    placement (:func:`measure_layouts`). Memory: at most :data:`DEVICE_PLACEMENT_BYTES` of copies and
+    ``placements - 1`` spacers besides the cell's own."""
+    size = sum(t.numel() * t.element_size() for t in inputs)
+    placements = device_placements(size)
+    fns, kept, draw = [op_callable(cell, inputs)], [], random.SystemRandom()
+    for _ in range(placements - 1):
+        kept.append(torch.empty(draw.randrange(DEVICE_SPACER_BYTES), dtype=torch.uint8, device=torch_device))
+        copy = [t.clone() for t in inputs]
+        kept.append(copy)
+        fns.append(op_callable(cell, copy))
+    turn = itertools.cycle(fns)
+    return (lambda: next(turn)()), placements, kept
 
 
 def measure_layouts(torch, timer: BlockTimer, cell: Cell, inputs: list, torch_device, timing: dict):
@@ -185,7 +233,11 @@ def run_cell(
         if record["key"] in spec.get("measure_s", {}):
             timing["measure_s"] = spec["measure_s"][record["key"]]
         m = measure_layouts(torch, timer, cell, inputs, device.torch_device, timing)
-        measure_device(device, fn, m)  # beside the host-timed blocks (never raises for the call's failure)
+        placed, placements, kept = (
+            placed_callable(torch, cell, inputs, device.torch_device) if device.device_time else (fn, 1, [])
+        )
+        measure_device(device, placed, m, placements=placements)  # beside the host-timed blocks (never raises
+        del placed, kept  # for the call's failure)
     except Exception as exc:  # the op's own failure is the cell's result, recorded with its words
         return {**record, "status": "failed", "reason": words(exc)}
     bad = [s for s in m.samples if not (math.isfinite(s) and s > 0)]
