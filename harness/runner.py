@@ -124,8 +124,28 @@ def below_floor(run: RunDocument, reachable: bool | None = None) -> dict[str, li
     return _below_floor(_stock_patched_rows(run, POLICY), reachable)
 
 
+def _undecided_first(
+    rows: list[tuple[str, ContrastRow]], need: dict[str, list[str]], policy: Policy
+) -> dict[str, list[str]]:
+    """``need`` narrowed to its cells whose verdict is still undetermined and that MAX_ROUNDS processes can
+    decide (:func:`harness.undetermined.decidable_within`), where there are any; else ``need`` whole."""
+    undecided: dict[str, list[str]] = {}
+    for config, row in rows:
+        if (
+            row.cell.key in need.get(config, ())
+            and row.cmp.verdict == "undetermined"
+            and und.decidable_within(row, MAX_ROUNDS, policy)
+        ):
+            undecided.setdefault(config, []).append(row.cell.key)
+    return undecided or need
+
+
 def next_adaptive_cells(run: RunDocument, target: float, launch_target: float | None = None) -> dict[str, list[str]]:
-    """The cells the next adaptive round measures: the unconverged kernel-bound cells, with the
+    """The cells the next adaptive round measures: the unconverged kernel-bound cells (those still
+    undetermined first, while any is left that the rounds can decide: a round of a few cells is short, so
+    the cells a reviewer would ask about get the processes before the decided ones are narrowed; H100 A/A
+    of docs/examples/h100-aa-placements: 90 cells above ±1 % took the 2 adaptive rounds that fitted, and
+    16 cells stayed undetermined at 4-6 processes per side), with the
     launch-bound cells still below their floor whose spread lets them reach a verdict there (cheap:
     microseconds per call, and the process is started anyway); every other launch-bound cell (below
     its floor with a spread too wide for the band there, or unconverged) only once every kernel-bound cell
@@ -137,7 +157,7 @@ def next_adaptive_cells(run: RunDocument, target: float, launch_target: float | 
     run = doc.of(run)
     policy = _targets(target, launch_target)
     rows = _stock_patched_rows(run, policy)
-    kernel = _unconverged(rows, policy, only_launch_bound=False)
+    kernel = _undecided_first(rows, _unconverged(rows, policy, only_launch_bound=False), policy)
     if not kernel:
         return _unconverged(rows, policy, only_launch_bound=True)
     floor = _below_floor(rows, reachable=True)

@@ -175,6 +175,25 @@ def reaches_band_at_floor(row: ContrastRow, policy: Policy = POLICY) -> bool:
     return not math.isfinite(sd) or predicted_half_width(sd, rule.floor, policy.confidence) < rule.band
 
 
+def _goal(band: float, ratio: float) -> tuple[float, bool]:
+    """The CI half-width that decides a row at its time ratio (module docstring, **Goal**), and whether the
+    estimate sits at the band's edge (the goal raised to a quarter of the band)."""
+    d = abs(ratio - 1) if math.isfinite(ratio) else 0.0
+    goal = abs(band - d)
+    return max(goal, band / 4), goal < band / 4
+
+
+def decidable_within(row: ContrastRow, n: int, policy: Policy = POLICY) -> bool:
+    """Whether a row whose verdict is undetermined can be decided at ``n`` processes per side: the CI predicted
+    from its between-process spread (:func:`predicted_half_width`) reaches its goal by ``n``. True while the
+    spread or the estimate is not known yet (fewer than 2 + 2 processes)."""
+    rule, sd = policy.rule(row.judged), spread(row)
+    if not (math.isfinite(sd) and math.isfinite(row.cmp.ratio)):
+        return True
+    goal, _ = _goal(rule.band, row.cmp.ratio)
+    return processes_for(sd, goal, rule.floor, cap=n, confidence=policy.confidence) is not None
+
+
 def need(result: ContrastResult, row: ContrastRow, floors: list[NoiseFloor], policy: Policy = POLICY) -> Need:
     """What one undetermined row needs (see the module docstring)."""
     rule, cmp = policy.rule(row.judged), row.cmp
@@ -186,10 +205,7 @@ def need(result: ContrastResult, row: ContrastRow, floors: list[NoiseFloor], pol
     at = max(n, rule.floor)
     if not math.isfinite(hw):  # below the floor: predicted from the spread at the floor
         hw = predicted_half_width(sd, at, policy.confidence) if math.isfinite(sd) else math.nan
-    d = abs(cmp.ratio - 1) if math.isfinite(cmp.ratio) else 0.0
-    goal = abs(rule.band - d)
-    edge = goal < rule.band / 4
-    goal = max(goal, rule.band / 4)
+    goal, edge = _goal(rule.band, cmp.ratio)
     excess = max(1.0, cmp.half_width / predicted_half_width(sd, n)) if math.isfinite(cmp.half_width) else 1.0
     if math.isfinite(sd):
         processes = processes_for(sd, goal / excess, rule.floor, confidence=policy.confidence)

@@ -229,3 +229,54 @@ def test_further_layouts_count_as_overhead_not_as_measurement():
 
     assert cell_costs([proc(one)]) == (3.0, pytest.approx(0.8))
     assert cell_costs([proc(three)]) == (3.0, pytest.approx(0.8))  # not 0.6: only 0.2 s is measure_s's
+
+
+def _explicit(cells: dict[str, tuple[list[float], list[float]]]):
+    """Results with explicit per-process medians (seconds), kernel-bound: cell -> (stock, patched), by round."""
+    rounds = len(next(iter(cells.values()))[0])
+    processes = [
+        {
+            "config": "default",
+            "build": build,
+            "round": rnd,
+            "cells": {
+                key: {"status": "ok", "measurement": _measured(sides[side][rnd], False)} for key, sides in cells.items()
+            },
+        }
+        for rnd in range(rounds)
+        for side, build in enumerate(("stock", "patched"))
+    ]
+    return run_of(
+        {"run": {"cells": list(cells), "configs": ["default"], "builds": ["stock", "patched"]}, "processes": processes}
+    )
+
+
+def test_adaptive_rounds_decide_the_undetermined_cells_before_narrowing_the_decided_ones():
+    """H100 A/A (docs/examples/h100-aa-placements): 90 cells above the ±1 % target shared the two adaptive
+    rounds that fitted and 16 stayed undetermined; the rounds now go to the undetermined cells a verdict can
+    reach first, and only then to the cells that are decided but wider than the target."""
+    from harness.runner import MAX_ROUNDS, _stock_patched_rows
+
+    base = [1.000e-3, 1.010e-3, 0.990e-3, 1.005e-3, 0.995e-3, 1.000e-3]
+    wide = [1.000e-3, 1.012e-3, 0.988e-3, 1.006e-3, 0.994e-3, 1.000e-3]
+    undecided, decided, edge = "mm/512x512x512/float16", "mm/1024x1024x1024/float16", "mm/333x444x555/float16"
+    cells = {
+        undecided: (base, [v * 1.015 for v in base]),  # 1.5 % slower, CI across the +2 % edge
+        decided: (wide, list(reversed(wide))),  # no change: equivalent, CI above ±1 %
+        edge: ([v * (1 + 0.03 * (i % 3 - 1)) for i, v in enumerate(base)], [v * 1.0204 for v in base]),  # at the edge
+    }
+    data = _explicit(cells)
+    rows = {row.cell.key: row for _, row in _stock_patched_rows(data, POLICY)}
+    assert [rows[k].cmp.verdict for k in (undecided, decided, edge)] == ["undetermined", "equivalent", "undetermined"]
+    assert rows[decided].cmp.half_width > 0.01
+    assert und.decidable_within(rows[undecided], MAX_ROUNDS) and not und.decidable_within(rows[edge], MAX_ROUNDS)
+    assert next_adaptive_cells(data, 0.01) == {"default": [undecided]}
+    # the processes at which the prediction reaches the goal: decidable there, not one process before
+    goal = 0.02 - abs(rows[undecided].cmp.ratio - 1)
+    n = und.processes_for(und.spread(rows[undecided]), goal, POLICY.rule(rows[undecided].judged).floor)
+    assert 6 < n < MAX_ROUNDS
+    assert und.decidable_within(rows[undecided], n) and not und.decidable_within(rows[undecided], n - 1)
+    # once it is decided (here: 10 % slower), the decided-but-wide and the edge cells get the rounds
+    tight = [1e-3 * (1 + 0.0005 * (i % 3 - 1)) for i in range(6)]
+    settled = _explicit({**cells, undecided: (tight, [v * 1.10 for v in tight])})
+    assert next_adaptive_cells(settled, 0.01) == {"default": [decided, edge]}
