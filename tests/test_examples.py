@@ -135,3 +135,38 @@ def test_the_h200_planted_run_is_caught_by_device_time_on_the_launch_bound_cells
     slower = {k for k, r in device.items() if r.cmp.verdict == "slower" and r.cmp.ci_low > 1.02}
     assert set(device) - slower == {"mm/1x1024x1024/float32"}
     assert device["mm/1x1024x1024/float32"].cmp.verdict == "undetermined"
+
+
+def _rows(name: str) -> list[tuple[str, contrasts.ContrastRow]]:
+    run = doc.load(Path(__file__).resolve().parent.parent / "docs" / "examples" / name)
+    return [(result.contrast.a.config, r) for result in contrasts.evaluate_all(run) for r in result.rows]
+
+
+def test_the_h100_placements_aa_decides_most_launch_bound_cells_and_spent_its_rounds_on_decided_ones():
+    """docs/examples/h100-aa-placements: the default A/A (534 s on an H100) with device time averaged over 8
+    placements of the inputs: 0 false verdicts; 104 launch-bound cells judged on device time, 88 of them with
+    the CI inside ±2 %; mm 1x1024x1024 float32 (per-process levels on the H200) is among them. 16 stayed
+    undetermined at 4-6 processes per side while the two adaptive rounds that fitted went to 33-47 cells,
+    most already decided: what made the adaptive rounds decide the undetermined cells first."""
+    rows = _rows("h100-aa-placements")
+    assert len(rows) == 153 and not [r for _, r in rows if r.cmp.verdict in ("faster", "slower")]
+    device = [(c, r) for c, r in rows if r.time == contrasts.DEVICE]
+    assert len(device) == 104 and all(r.launch_bound for _, r in device)
+    inside = {(c, r.cell.key) for c, r in device if 0.98 <= r.cmp.ci_low and r.cmp.ci_high <= 1.02}
+    assert len(inside) == 88 and ("default", "mm/1x1024x1024/float32") in inside
+    assert sum(r.cmp.verdict == "undetermined" for _, r in rows) == 26
+    assert max(len(r.rounds) for _, r in device) == 6
+
+
+def test_the_h100_planted_run_is_caught_by_device_time_where_the_grown_k_costs_more_than_the_band():
+    """docs/examples/h100-planted-placements: `--plant-k 0.05` on 21 GEMM cells, 5 rounds, an H100: all 21
+    launch-bound, judged on device time; 16 slower (mm 1x1024x1024 float32 among them, 0.879x), and the 5 whose
+    grown K costs the kernel only 1.9-3.1 % (addmm 1024³, mm 512³: K 1024 -> 1088 and 512 -> 544 add 6.25 % of
+    the FLOP) are undetermined at the band's edge (time ratio 1.019-1.031); none is equivalent or faster."""
+    device = {r.cell.key: r for _, r in _rows("h100-planted-placements") if r.time == contrasts.DEVICE}
+    assert len(device) == 21
+    slower = {k for k, r in device.items() if r.cmp.verdict == "slower" and r.cmp.ci_low > 1.02}
+    assert len(slower) == 16 and "mm/1x1024x1024/float32" in slower
+    edge = {k: r.cmp for k, r in device.items() if k not in slower}
+    assert {k.split("/")[0] + "/" + k.split("/")[1] for k in edge} == {"addmm/1024x1024x1024", "mm/512x512x512"}
+    assert all(c.verdict == "undetermined" and 1.018 <= c.ratio <= 1.031 for c in edge.values())
