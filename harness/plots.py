@@ -11,10 +11,12 @@
   dtype; colour = (build, env config), marker = op; whiskers = IQR of the process medians. Only the dtypes
   where a line has more than one size (:func:`sizes_vary`), no PNG when none: a point per line shows no trend.
 
-Nothing is clipped: every PNG is saved with ``bbox_inches="tight"`` (the canvas grows to hold the
-legend, the title and the row labels). Deterministic: matplotlib's Agg backend,
-fixed DPI, and PNG metadata without the matplotlib version, so the same results.json gives byte-identical
-PNGs with the same matplotlib. Each PNG carries the digest of the data it shows (:func:`data_digest`).
+Nothing is clipped, on a canvas of fixed size laid out once (constrained layout; no tight bounding box, which
+draws every figure twice): a title is wrapped to the width it has (:func:`wrap`) and a legend takes as many
+columns as fit the figure's width, its labels wrapped where one alone is wider (:func:`_legend`). Deterministic:
+matplotlib's Agg backend, fixed DPI, and PNG metadata without the matplotlib version, so the same results.json
+gives byte-identical PNGs with the same matplotlib. Each PNG carries the digest of the data it shows
+(:func:`data_digest`).
 """
 
 from __future__ import annotations
@@ -22,12 +24,17 @@ from __future__ import annotations
 import hashlib
 import io
 import math
+import textwrap
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from matplotlib import rcParams
 from matplotlib.axes import Axes
+from matplotlib.backend_bases import RendererBase
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.font_manager import FontProperties
 from matplotlib.lines import Line2D
 from matplotlib.ticker import FixedLocator, FuncFormatter, LogFormatterSciNotation, LogLocator, NullFormatter
 
@@ -45,6 +52,17 @@ TICK_SETS = (
     (math.log10(12.0), (0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0)),
     (math.inf, (0.01, 0.1, 1.0, 10.0, 100.0)),
 )
+DPI = 100
+#: the margin, in inches, kept free of text at each edge of the canvas (constrained layout's own pad is 3/72 in)
+EDGE = 0.1
+#: inches a line of a 7-point legend takes (the text and ``labelspacing``)
+LEGEND_ROW = 0.15
+#: inches of one latency panel (width, height)
+LATENCY_PANEL = (4.2, 3.8)
+#: inches of a latency panel beside its axes (tick labels, y label) and above and below them (title, x label,
+#: three legend rows): a panel's title is wrapped to its width less the first, its y label to its height less
+#: the second
+LATENCY_MARGINS = (0.8, 1.6)
 #: the narrowest forest axis: ±12 % around 1, so the ±5 % band never fills it
 MIN_HALF_DECADES = math.log10(1.12)
 
@@ -84,18 +102,61 @@ def data_digest(*parts: object) -> str:
     return "data sha256 " + hashlib.sha256(repr(parts).encode()).hexdigest()
 
 
+def _figure(width: float, height: float) -> tuple[Figure, RendererBase]:
+    """A constrained-layout figure of ``width`` x ``height`` inches on an Agg canvas, and the renderer that
+    measures its texts (:func:`wrap`, :func:`_legend`) as the PNG draws them."""
+    fig = Figure(figsize=(width, height), dpi=DPI, layout="constrained")
+    return fig, FigureCanvasAgg(fig).get_renderer()
+
+
+def _text_width(text: str, fontsize: float, renderer: RendererBase) -> float:
+    """Width in inches of the widest line of ``text`` drawn at ``fontsize`` points."""
+    prop = FontProperties(size=fontsize)
+    return max(renderer.get_text_width_height_descent(line, prop, ismath=False)[0] for line in text.split("\n")) / DPI
+
+
+def wrap(text: str, inches: float, fontsize: float, renderer: RendererBase) -> str:
+    """``text`` broken into lines (:func:`textwrap.wrap`, at spaces, a word longer than a line cut) none wider than
+    ``inches`` at ``fontsize`` points; unchanged when it fits."""
+    whole = _text_width(text, fontsize, renderer)
+    if whole <= inches:
+        return text
+    # the first guess from the text's mean character width, narrowed until every line fits
+    chars = max(1, int(len(text) * inches / whole))
+    lines = textwrap.wrap(text, chars)
+    while chars > 1 and _text_width("\n".join(lines), fontsize, renderer) > inches:
+        chars -= 1
+        lines = textwrap.wrap(text, chars)
+    return "\n".join(lines)
+
+
+def _legend(fig: Figure, renderer: RendererBase, handles: Sequence[Line2D], most: int, fontsize: float = 7) -> int:
+    """A legend below the axes (``outside lower center``) with the most columns, up to ``most``, whose row fits the
+    figure's width less :data:`EDGE` each side; a label too wide for one column alone is wrapped. Returns its height
+    in lines of text (those of its longest column).
+    Widths as :class:`matplotlib.legend.Legend` lays them out: columns of consecutive entries, each as wide as its
+    widest (handle, pad, label), ``columnspacing`` between them, ``borderpad`` around."""
+    em = fontsize / 72
+    room = fig.get_figwidth() - 2 * EDGE - 2 * rcParams["legend.borderpad"] * em
+    handle = (rcParams["legend.handlelength"] + rcParams["legend.handletextpad"]) * em
+    labels = [wrap(h.get_label(), room - handle, fontsize, renderer) for h in handles]
+    widths = [handle + _text_width(label, fontsize, renderer) for label in labels]
+    for ncols in range(min(most, len(widths)), 0, -1):
+        rows, extra = divmod(len(widths), ncols)
+        starts = [c * rows + min(c, extra) for c in range(ncols + 1)]  # np.array_split's columns
+        row = (
+            sum(max(widths[a:b]) for a, b in zip(starts, starts[1:]))
+            + (ncols - 1) * rcParams["legend.columnspacing"] * em
+        )
+        if row <= room:
+            break
+    fig.legend(handles, labels, loc="outside lower center", ncols=ncols, fontsize=fontsize, frameon=False)
+    return max(sum(label.count("\n") + 1 for label in labels[a:b]) for a, b in zip(starts, starts[1:]))
+
+
 def _save(fig: Figure, path: Path, digest: str) -> Path:
     buf = io.BytesIO()
-    # a tight bounding box grows the canvas to hold every text: the constrained layout alone clips a title longer
-    # than the figure (a contrast of two long config names), for 11 % less time (6.0 s against 6.7 s for 5 plots)
-    fig.savefig(
-        buf,
-        format="png",
-        dpi=100,
-        metadata={"Software": None, "Description": digest},
-        bbox_inches="tight",
-        pad_inches=0.15,
-    )
+    fig.savefig(buf, format="png", dpi=DPI, metadata={"Software": None, "Description": digest})
     atomic_write_bytes(path, buf.getvalue())
     return path
 
@@ -164,27 +225,33 @@ def _forest(ax: Axes, rows: Sequence[ForestRow], half: float) -> None:
     ax.grid(axis="x", lw=0.3)
 
 
-def _verdict_legend(fig: Figure, bands: Sequence[float]) -> None:
+def _verdict_legend(fig: Figure, renderer: RendererBase, bands: Sequence[float]) -> None:
     handles = [
         Line2D([], [], color=c, marker=VERDICT_MARKERS[v], ls="none", label=v) for v, c in VERDICT_COLOURS.items()
     ]
     shown = "/".join(f"±{b:.0%}" for b in sorted(set(bands))) or "±2%"
     handles.append(Line2D([], [], color="#d0d7de", lw=6, label=f"verdict band ({shown})"))
-    fig.legend(handles=handles, loc="outside lower center", ncols=5, fontsize=7, frameon=False)
+    _legend(fig, renderer, handles, most=5)
 
 
-def forest_png(path: Path, rows: Sequence[ForestRow], title: str, xlabel: str, half: float | None = None) -> Path:
-    """Write one forest plot: ``rows`` top to bottom (see :func:`_forest`), ``half`` the axis half-width in
-    decades (:func:`half_width`; default this plot's own). Returns ``path``."""
+def forest_figure(rows: Sequence[ForestRow], title: str, xlabel: str, half: float | None = None) -> Figure:
+    """One forest plot: ``rows`` top to bottom (see :func:`_forest`), ``half`` the axis half-width in decades
+    (:func:`half_width`; default this plot's own). The title is the figure's, left-aligned and wrapped to its width
+    (an axes title starts after the row labels, and the layout cannot make room for one wider than what is left)."""
     half = half_width(rows) if half is None else half
-    digest = forest_digest(rows, title, xlabel, half)
-    fig = Figure(figsize=(7.0, 0.26 * max(len(rows), 1) + 1.5), layout="constrained")
+    fig, renderer = _figure(7.0, 0.26 * max(len(rows), 1) + 1.5)
     ax = fig.subplots()
     _forest(ax, rows, half)
     ax.set_xlabel(xlabel, fontsize=8)
-    ax.set_title(title, fontsize=9, loc="left")
-    _verdict_legend(fig, [row.band for row in rows])
-    return _save(fig, path, digest)
+    text = wrap(title, fig.get_figwidth() - 2 * EDGE, 9, renderer)
+    fig.suptitle(text, x=EDGE / fig.get_figwidth(), ha="left", fontsize=9)
+    _verdict_legend(fig, renderer, [row.band for row in rows])
+    return fig
+
+
+def forest_png(path: Path, rows: Sequence[ForestRow], title: str, xlabel: str, half: float | None = None) -> Path:
+    """Write :func:`forest_figure`'s plot of these arguments to ``path``. Returns ``path``."""
+    return _save(forest_figure(rows, title, xlabel, half), path, forest_digest(rows, title, xlabel, half))
 
 
 def forest_digest(rows: Sequence[ForestRow], title: str, xlabel: str, half: float | None = None) -> str:
@@ -271,17 +338,26 @@ def latency_png(path: Path, points: Sequence[LatencyPoint], family: str, unit_no
     Returns:
         ``path``, or None.
     """
-    dtypes = _latency_dtypes(points)
-    if not dtypes:
+    fig = latency_figure(points, family, unit_note)
+    if fig is None:
         Path(path).unlink(missing_ok=True)
         return None
-    digest = latency_digest(points, family, unit_note)
+    return _save(fig, path, latency_digest(points, family, unit_note))
+
+
+def latency_figure(points: Sequence[LatencyPoint], family: str, unit_note: str) -> Figure | None:
+    """The plot :func:`latency_png` writes, or None where it writes none: a :data:`LATENCY_PANEL` per dtype, taller
+    by a legend's lines beyond 3 (the legend takes fewer columns as its labels grow, :func:`_legend`)."""
+    dtypes = _latency_dtypes(points)
+    if not dtypes:
+        return None
     points = [p for p in points if p.dtype in dtypes]
     series = list(dict.fromkeys(p.series for p in points))
     ops = list(dict.fromkeys(p.op for p in points))
     colours = [f"C{i}" for i in range(len(series))]
-    fig = Figure(figsize=(4.2 * max(len(dtypes), 1), 3.8), layout="constrained")
-    axes = fig.subplots(1, max(len(dtypes), 1), squeeze=False)[0]
+    width, height = LATENCY_PANEL
+    fig, renderer = _figure(width * len(dtypes), height)
+    axes = fig.subplots(1, len(dtypes), squeeze=False)[0]
     for ax, dtype in zip(axes, dtypes):
         for i, name in enumerate(series):
             for j, op in enumerate(ops):
@@ -305,9 +381,10 @@ def latency_png(path: Path, points: Sequence[LatencyPoint], family: str, unit_no
                     lw=0.8,
                     mfc="none" if j % 2 else colours[i],
                 )
-        _latency_axes(ax, [p for p in points if p.dtype == dtype], f"{family} {dtype}", unit_note)
-    _latency_legend(fig, series, ops, colours)
-    return _save(fig, path, digest)
+        _latency_axes(ax, [p for p in points if p.dtype == dtype], f"{family} {dtype}", unit_note, renderer)
+    lines = _latency_legend(fig, renderer, series, ops, colours)
+    fig.set_figheight(height + LEGEND_ROW * max(0, lines - 3))
+    return fig
 
 
 def _latency_dtypes(points: Sequence[LatencyPoint]) -> list[str]:
@@ -320,7 +397,7 @@ def latency_digest(points: Sequence[LatencyPoint], family: str, unit_note: str) 
     return data_digest([p for p in points if p.dtype in dtypes], family, unit_note) if dtypes else None
 
 
-def _latency_axes(ax: Axes, panel: Sequence[LatencyPoint], title: str, unit_note: str) -> None:
+def _latency_axes(ax: Axes, panel: Sequence[LatencyPoint], title: str, unit_note: str, renderer: RendererBase) -> None:
     ax.set_xscale("log")
     ax.set_yscale("log")
     lo_x, hi_x = min(p.flop for p in panel), max(p.flop for p in panel)
@@ -334,14 +411,17 @@ def _latency_axes(ax: Axes, panel: Sequence[LatencyPoint], title: str, unit_note
     ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     ax.yaxis.set_minor_formatter(NullFormatter())
-    ax.set_title(title, fontsize=9)
+    width, height = (panel - margin for panel, margin in zip(LATENCY_PANEL, LATENCY_MARGINS))
+    ax.set_title(wrap(title, width, 9, renderer), fontsize=9)
     ax.set_xlabel("FLOP per call", fontsize=8)
-    ax.set_ylabel(f"median µs ({unit_note})", fontsize=8)
+    ax.set_ylabel(wrap(f"median µs ({unit_note})", height, 8, renderer), fontsize=8)
     ax.tick_params(labelsize=7)
     ax.grid(which="both", lw=0.3)
 
 
-def _latency_legend(fig: Figure, series: Sequence[str], ops: Sequence[str], colours: Sequence[str]) -> None:
+def _latency_legend(
+    fig: Figure, renderer: RendererBase, series: Sequence[str], ops: Sequence[str], colours: Sequence[str]
+) -> int:
     handles = [Line2D([], [], color=colours[i], lw=2, label=name) for i, name in enumerate(series)]
     handles += [
         Line2D(
@@ -355,5 +435,5 @@ def _latency_legend(fig: Figure, series: Sequence[str], ops: Sequence[str], colo
         )
         for j, op in enumerate(ops)
     ]
-    if handles:  # at most 3 columns: the entries ("patched / fast_math+prefer_metal") are long
-        fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 3), fontsize=7, frameon=False)
+    # at most 3 columns: the entries ("patched / fast_math+prefer_metal") are long; fewer where they don't fit
+    return _legend(fig, renderer, handles, most=3)

@@ -31,9 +31,9 @@ def test_blank_edges_catches_a_planted_clipped_legend():
     ax.plot([1, 2], [1, 2], label="a legend entry far wider than this three-inch figure " * 2)
     fig.legend(loc="lower center", ncols=1)
     clipped = io.BytesIO()
-    fig.savefig(clipped, format="png", dpi=50)  # the old way: no tight bounding box
+    fig.savefig(clipped, format="png", dpi=50)  # as the plots are saved: no tight bounding box
     assert not _blank_edges(clipped.getvalue())
-    kept = io.BytesIO()
+    kept = io.BytesIO()  # the canvas grown to hold the legend
     fig.savefig(kept, format="png", dpi=50, bbox_inches="tight", pad_inches=0.15)
     assert _blank_edges(kept.getvalue())
 
@@ -108,19 +108,64 @@ def test_latency_plot_only_where_a_line_has_more_than_one_size(tmp_path):
     assert "](contrast-1.png)" in text and "](contrast-2.png)" in text and "](contrast-3.png)" not in text
 
 
-def test_a_title_longer_than_the_figure_widens_the_png_instead_of_being_clipped(tmp_path):
-    """A contrast of two long config names has a title wider than the 7-inch figure: the PNG grows to hold it
-    (saved with a tight bounding box); the constrained layout alone kept 700 px and cut the title."""
-    from PIL import Image
+def _inside(fig: Figure, artist) -> bool:
+    """Whether ``artist``, as the Agg renderer of ``fig``'s last draw placed it, lies within the canvas."""
+    box, canvas = artist.get_window_extent(fig.canvas.get_renderer()), fig.bbox
+    return canvas.x0 <= box.x0 and box.x1 <= canvas.x1 and canvas.y0 <= box.y0 and box.y1 <= canvas.y1
 
-    from harness import plots
 
+def _all_inside(fig: Figure) -> bool:
+    """Whether everything ``fig``'s last draw drew lies within the canvas: its tight bounding box (what
+    ``bbox_inches="tight"`` would grow the canvas to) is inside it."""
+    box = fig.get_tightbbox(fig.canvas.get_renderer())
+    return 0 <= box.x0 and box.x1 <= fig.get_figwidth() and 0 <= box.y0 and box.y1 <= fig.get_figheight()
+
+
+def test_a_title_longer_than_the_figure_is_wrapped_inside_the_canvas():
+    """A contrast of two long config names has a title wider than the 7-inch figure: it is wrapped to the figure's
+    width, every text inside the canvas; on one line it ran past the right edge (and was clipped)."""
     rows = [plots.ForestRow("mm M1 N1024 K1024 float32", 0.5, 0.45, 0.55, "slower", 0.02)]
-    short = plots.forest_png(tmp_path / "short.png", rows, "patched/default (A) vs stock/default (B)", "x")
     title = (
         "patched/fast_math+prefer_metal (A) vs stock/fast_math+prefer_metal (B); "
         "claim patched/fast_math+prefer_metal faster: not shown"
     )
-    long = plots.forest_png(tmp_path / "long.png", rows, title, "x")
-    with Image.open(short) as a, Image.open(long) as b:
-        assert a.width <= 7.0 * 100 + 30 < b.width
+    fig = plots.forest_figure(rows, title, plots.FOREST_XLABEL)
+    fig.canvas.draw()
+    (text,) = fig.texts
+    assert text.get_text().count("\n") == 1 and text.get_text().replace("\n", " ") == title
+    assert _inside(fig, text) and _all_inside(fig)
+    text.set_text(title)
+    fig.canvas.draw()
+    assert text.get_window_extent(fig.canvas.get_renderer()).x1 > fig.bbox.x1
+    # a title that fits stays one line, at the canvas's left
+    short = plots.forest_figure(rows, "patched/default (A) vs stock/default (B)", plots.FOREST_XLABEL)
+    short.canvas.draw()
+    assert [t.get_text() for t in short.texts] == ["patched/default (A) vs stock/default (B)"]
+    assert _all_inside(short)
+
+
+def test_a_legend_with_labels_longer_than_the_figure_fits_inside_the_canvas():
+    """Latency series named by long configs: the legend takes one column and wraps the label wider than the
+    4.2-inch figure, so it lies inside the canvas; the same labels in 3 columns, unwrapped, ran past both edges."""
+    gemm = report.latency_points(report.analyse(_run()), "gemm")
+    tail = "+fast_math+prefer_metal+" + "a_config_name_longer_than_the_figure_" * 3
+    points = [replace(p, series=p.series + tail) for p in gemm]
+    names = list(dict.fromkeys(p.series for p in points))
+    fig = plots.latency_figure(points, "gemm", "device time / synchronize + host clock")
+    fig.canvas.draw()
+    (legend,) = fig.legends
+    labels = [t.get_text() for t in legend.get_texts()]
+    assert ["".join(label.split()) for label in labels[: len(names)]] == ["".join(n.split()) for n in names]
+    assert all("\n" in label for label in labels[: len(names)]) and labels[len(names) :] == ["mm"]
+    assert _inside(fig, legend) and _all_inside(fig)
+    renderer = fig.canvas.get_renderer()
+    assert len({round(t.get_window_extent(renderer).x0) for t in legend.get_texts()}) == 1  # one column
+    # the height grew with the legend's lines, past the 3 it had room for
+    assert fig.get_figheight() > plots.LATENCY_PANEL[1]
+    # the legend as it was drawn before: up to 3 columns of the labels as given
+    handles = legend.legend_handles
+    legend.remove()
+    old = fig.legend(handles, [*names, "mm"], loc="outside lower center", ncols=3, fontsize=7, frameon=False)
+    fig.canvas.draw()
+    box = old.get_window_extent(renderer)
+    assert box.x0 < fig.bbox.x0 and box.x1 > fig.bbox.x1
