@@ -64,3 +64,26 @@ def test_power_at_5_and_10_percent(model, n, power5, power10):
 def test_unknown_noise_model_is_an_error():
     with pytest.raises(ValueError, match="unknown noise model"):
         sim.draw("uniform", None, 4, 1.0)
+
+
+_spec_first = importlib.util.spec_from_file_location(
+    "decide_first", Path(__file__).resolve().parent.parent / "benchmarks" / "decide_first.py"
+)
+first = importlib.util.module_from_spec(_spec_first)
+_spec_first.loader.exec_module(first)
+
+
+def test_decide_first_counts_a_verdict_wrong_only_across_the_band_edge():
+    assert not first.wrong("equivalent", 0.02) and first.wrong("equivalent", 0.0201)
+    assert first.wrong("slower", 0.02) and not first.wrong("slower", 0.0201)
+    assert first.wrong("faster", 0.03) and not first.wrong("faster", -0.03) and not first.wrong("undetermined", 0.03)
+
+
+def test_deciding_at_the_first_decided_look_costs_verdicts_only_near_the_band_edge():
+    """200 cells, sd 0.7 %, looks at 4-8 processes: no false faster/slower in an A/A either way; a true +1.9 %
+    (inside the ±2 % band) is called slower at the first decided look in 7 cells, at the last look in 5
+    (optional stopping; seed 2)."""
+    none = first.simulate(0.0, 0.007, 8, 200, seed=1)
+    assert none["first"]["equivalent"] >= 195 and not {"slower", "faster"} & (set(none["first"]) | set(none["fixed"]))
+    edge = first.simulate(0.019, 0.007, 8, 200, seed=2)
+    assert (edge["first"].get("slower"), edge["fixed"].get("slower")) == (7, 5)
