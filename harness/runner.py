@@ -125,16 +125,17 @@ def below_floor(run: RunDocument, reachable: bool | None = None) -> dict[str, li
 
 
 def _undecided_first(
-    rows: list[tuple[str, ContrastRow]], need: dict[str, list[str]], policy: Policy
+    rows: list[tuple[str, ContrastRow]], need: dict[str, list[str]], policy: Policy, left: int
 ) -> dict[str, list[str]]:
-    """``need`` narrowed to its cells whose verdict is still undetermined and that MAX_ROUNDS processes can
-    decide (:func:`harness.undetermined.decidable_within`), where there are any; else ``need`` whole."""
+    """``need`` narrowed to its cells whose verdict is still undetermined and that the ``left`` rounds (to
+    MAX_ROUNDS) can decide (:func:`harness.undetermined.decidable_within` at the processes they would have
+    then), where there are any; else ``need`` whole."""
     undecided: dict[str, list[str]] = {}
     for config, row in rows:
         if (
             row.cell.key in need.get(config, ())
             and row.cmp.verdict == "undetermined"
-            and und.decidable_within(row, MAX_ROUNDS, policy)
+            and und.decidable_within(row, len(row.rounds) + left, policy)
         ):
             undecided.setdefault(config, []).append(row.cell.key)
     return undecided or need
@@ -157,7 +158,8 @@ def next_adaptive_cells(run: RunDocument, target: float, launch_target: float | 
     run = doc.of(run)
     policy = _targets(target, launch_target)
     rows = _stock_patched_rows(run, policy)
-    kernel = _undecided_first(rows, _unconverged(rows, policy, only_launch_bound=False), policy)
+    left = max(0, MAX_ROUNDS - und.rounds_done(run))
+    kernel = _undecided_first(rows, _unconverged(rows, policy, only_launch_bound=False), policy, left)
     if not kernel:
         return _unconverged(rows, policy, only_launch_bound=True)
     floor = _below_floor(rows, reachable=True)

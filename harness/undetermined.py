@@ -183,14 +183,24 @@ def _goal(band: float, ratio: float) -> tuple[float, bool]:
     return max(goal, band / 4), goal < band / 4
 
 
+def _excess(cmp, sd: float, n: int) -> float:
+    """How much wider the row's CI is than its spread predicts at its own ``n`` (heavy tails, two levels), at
+    least 1: the factor the goal is divided by before predicting processes (module docstring)."""
+    if not math.isfinite(cmp.half_width):
+        return 1.0
+    return max(1.0, cmp.half_width / predicted_half_width(sd, n))
+
+
 def decidable_within(row: ContrastRow, n: int, policy: Policy = POLICY) -> bool:
-    """Whether a row whose verdict is undetermined can be decided at ``n`` processes per side: the CI predicted
-    from its between-process spread (:func:`predicted_half_width`) reaches its goal by ``n``. True while the
-    spread or the estimate is not known yet (fewer than 2 + 2 processes)."""
+    """Whether a row whose verdict is undetermined can be decided at ``n`` processes per side, predicted as
+    :func:`need` predicts it: the CI from the row's between-process spread (:func:`predicted_half_width`), the
+    goal divided by the CI's excess over that prediction, reaching the goal by ``n``. True while the spread or
+    the estimate is not known yet (fewer than 2 + 2 processes: the planned rounds give every cell 4)."""
     rule, sd = policy.rule(row.judged), spread(row)
     if not (math.isfinite(sd) and math.isfinite(row.cmp.ratio)):
         return True
     goal, _ = _goal(rule.band, row.cmp.ratio)
+    goal /= _excess(row.cmp, sd, len(row.rounds))
     return processes_for(sd, goal, rule.floor, cap=n, confidence=policy.confidence) is not None
 
 
@@ -206,7 +216,7 @@ def need(result: ContrastResult, row: ContrastRow, floors: list[NoiseFloor], pol
     if not math.isfinite(hw):  # below the floor: predicted from the spread at the floor
         hw = predicted_half_width(sd, at, policy.confidence) if math.isfinite(sd) else math.nan
     goal, edge = _goal(rule.band, cmp.ratio)
-    excess = max(1.0, cmp.half_width / predicted_half_width(sd, n)) if math.isfinite(cmp.half_width) else 1.0
+    excess = _excess(cmp, sd, n)
     if math.isfinite(sd):
         processes = processes_for(sd, goal / excess, rule.floor, confidence=policy.confidence)
     else:

@@ -346,8 +346,8 @@ def test_adaptive_sampling_adds_rounds_only_for_unconverged_cells(ab_run, tmp_pa
     assert stopped["why"] == "budget" and stopped["next_round_s"] > 0 and 0 <= stopped["left_s"] <= 25
     extra = [p for p in data["processes"] if p["round"] >= 4]
     assert len(extra) == 2 * adaptive["rounds_added"]
-    # each adaptive round measured the cells the rule named from the rounds before it: the undetermined
-    # cells first where the rounds can decide them, else every unconverged cell
+    # each adaptive round measured the cells the rule named from the rounds before it (a consistency check of
+    # the runner against runner.next_adaptive_cells; the rule itself is tested in tests/test_schedule.py)
     from harness import runner
 
     for p in extra:
