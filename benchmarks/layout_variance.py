@@ -150,6 +150,8 @@ def main() -> int:
     parser.add_argument("--out", type=Path)
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.time == "device" and args.device != "cuda":
+        parser.error(f"--time device needs --device cuda (CUDA-graph replay); {args.device} has no device time here")
     if args.child is not None:
         if args.time == "device":
             print(json.dumps(device_child(args.device, args.cells, args.layouts, args.recapture)))
@@ -175,18 +177,10 @@ def main() -> int:
             print("  " + " ".join(f"{v * 1e6:7.3f}" for v in p[key]))
     print(f"process seconds: median {statistics.median(seconds):.1f}")
     if args.out:
-        args.out.write_text(
-            json.dumps(
-                {
-                    "time": args.time,
-                    "recapture": args.recapture,
-                    "rows": rows,
-                    "per_process": per_process,
-                    "seconds": seconds,
-                },
-                indent=1,
-            )
-        )
+        from harness.fsutil import atomic_write_json
+
+        data = {"time": args.time, "recapture": args.recapture, "rows": rows, "per_process": per_process}
+        atomic_write_json(args.out, {**data, "seconds": seconds})
     return 0
 
 

@@ -85,6 +85,11 @@ def test_every_example_pr_block_fits_one_screen(results):
     assert len(block.splitlines()) <= 60, results.parent.name
 
 
+def _rows(name: str) -> list[tuple[str, contrasts.ContrastRow]]:
+    run = doc.load(Path(__file__).resolve().parent.parent / "docs" / "examples" / name)
+    return [(result.contrast.a.config, r) for result in contrasts.evaluate_all(run) for r in result.rows]
+
+
 def test_the_h200_aa_under_the_floor_rule_spends_its_budget_on_the_busy_cells():
     """docs/examples/h200-aa-floor: the default `compare --device cuda` A/A after launch-bound cells whose
     spread cannot reach the band at their floor stopped riding along (576 s on the H200): no false verdict,
@@ -108,13 +113,7 @@ def test_the_h200_device_time_aa_decides_the_launch_bound_cells_on_device_time()
     graph's launch): 0 false verdicts, 2 of 153 undetermined; 83 launch-bound cells judged on device time, 81 of
     them with the CI inside ±2 %. The two left are one cell, mm 1x1024x1024 float32 outside cublaslt, whose
     device time sits at per-process levels (8.2-11.7 µs; docs/timing.md)."""
-    root = Path(__file__).resolve().parent.parent / "docs" / "examples"
-    run = doc.load(root / "h200-aa-device-time")
-    rows = [
-        (c, r)
-        for result in contrasts.evaluate_all(run)
-        for c, r in ((result.contrast.a.config, r) for r in result.rows)
-    ]
+    rows = _rows("h200-aa-device-time")
     assert len(rows) == 153 and not [r for _, r in rows if r.cmp.verdict in ("faster", "slower")]
     undetermined = sorted((c, r.cell.key) for c, r in rows if r.cmp.verdict == "undetermined")
     assert undetermined == [("default", "mm/1x1024x1024/float32"), ("tf32_override", "mm/1x1024x1024/float32")]
@@ -135,11 +134,6 @@ def test_the_h200_planted_run_is_caught_by_device_time_on_the_launch_bound_cells
     slower = {k for k, r in device.items() if r.cmp.verdict == "slower" and r.cmp.ci_low > 1.02}
     assert set(device) - slower == {"mm/1x1024x1024/float32"}
     assert device["mm/1x1024x1024/float32"].cmp.verdict == "undetermined"
-
-
-def _rows(name: str) -> list[tuple[str, contrasts.ContrastRow]]:
-    run = doc.load(Path(__file__).resolve().parent.parent / "docs" / "examples" / name)
-    return [(result.contrast.a.config, r) for result in contrasts.evaluate_all(run) for r in result.rows]
 
 
 def test_the_h100_placements_aa_decides_most_launch_bound_cells_and_spent_its_rounds_on_decided_ones():

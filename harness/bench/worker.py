@@ -113,9 +113,11 @@ def placed_callable(torch, cell: Cell, inputs: list, torch_device):
 
     Why: device time of a launch-bound cell can sit at a per-process level that its replays repeat within
     0.1 %: on an H200, mm 1×1024×1024 float32 (cuBLAS gemv) read 8.2-11.7 µs per call from process to
-    process (docs/timing.md, "Device time"), as host time of kernel-bound cells moves with the inputs'
-    placement (:func:`measure_layouts`). Memory: at most :data:`DEVICE_PLACEMENT_BYTES` of copies and
-    ``placements - 1`` spacers besides the cell's own."""
+    process (docs/timing.md, "Measured: device time beside host time"), as host time of kernel-bound cells moves
+    with the inputs' placement (:func:`measure_layouts`); on an H100 the same cell's time moved 2.8 % over 8
+    placements in one process (docs/timing.md, "Measured: device time over 8 placements of the inputs").
+    Memory: at most :data:`DEVICE_PLACEMENT_BYTES` of copies and ``placements - 1`` spacers besides the cell's
+    own."""
     size = sum(t.numel() * t.element_size() for t in inputs)
     placements = device_placements(size)
     fns, kept, draw = [op_callable(cell, inputs)], [], random.SystemRandom()
@@ -236,8 +238,9 @@ def run_cell(
         placed, placements, kept = (
             placed_callable(torch, cell, inputs, device.torch_device) if device.device_time else (fn, 1, [])
         )
-        measure_device(device, placed, m, placements=placements)  # beside the host-timed blocks (never raises
-        del placed, kept  # for the call's failure)
+        # beside the host-timed blocks (never raises for the call's failure); the copies go once it is taken
+        measure_device(device, placed, m, placements=placements)
+        del placed, kept
     except Exception as exc:  # the op's own failure is the cell's result, recorded with its words
         return {**record, "status": "failed", "reason": words(exc)}
     bad = [s for s in m.samples if not (math.isfinite(s) and s > 0)]
