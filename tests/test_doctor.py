@@ -401,6 +401,10 @@ def test_one_process_at_a_level_is_a_noisy_machine_and_two_at_each_level_are_a_s
         planted = asm.judge_fresh(_measured(fresh=two, again=again))
         assert planted.held is False and planted.data["modes"] == 2, again
         assert asm.row_text(asm.ASSUMPTIONS[4], planted)[0] == "failed"
+    # on cpu (one kernel per op) the same two levels are the host's per-process levels: a warning, not a failure
+    host = asm.judge_fresh(_measured(fresh=two, again=(1.09e-3, 0.41e-3, 0.43e-3, 1.1e-3), device="cpu"))
+    assert host.held is True and host.noisy is True and host.data["modes"] == 2
+    assert "on cpu not a kernel choice" in host.detail and asm.row_text(asm.ASSUMPTIONS[4], host)[0] == "warning"
     both = asm.judge_fresh(_measured(fresh=two, again=(0.42e-3,) * 4))
     assert both.held is True and both.noisy is True and both.data["cold"] == [0, 3]
     half = asm.judge_fresh(_measured(fresh=two, again=(1.09e-3, 0.41e-3, 0.43e-3, 0.42e-3)))
