@@ -155,3 +155,20 @@ def test_fails_with_is_plain_text_so_a_backtracking_pattern_cannot_hang_the_judg
     assert seriestests.judge(record, "fail", "^AssertionError: (a+)+$")[0] is False
     assert seriestests.judge(record, "fail", "AssertionError: aaa") == (True, "")
     assert time.perf_counter() - start < 1.0
+
+
+def test_a_selection_leaves_no_bytecode_in_the_source_tree_and_keeps_it_in_the_cache(tmp_path):
+    """The user's worktree gets no ``__pycache__``; the bytecode of the test module (pytest's rewritten one) and
+    of what it imports goes under the harness cache, so the next selection does not compile it again."""
+    from harness.paths import cache_dir
+
+    source = tmp_path / "src"
+    (source / "test").mkdir(parents=True)
+    (source / "test" / "test_planted.py").write_text(TEST_FILE)
+    test = SeriesTest("passes", "test/test_planted.py", "test_passes", {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"})
+    record = seriestests.run_one(sys.executable, test, source, tmp_path / "junit.xml")
+    assert (record["outcome"], record["passed"]) == ("pass", 1)
+    assert [p for p in source.rglob("*") if p.name == "__pycache__" or p.suffix == ".pyc"] == []
+    kept = cache_dir() / seriestests.PYCACHE
+    assert [p.name for p in kept.rglob("test_planted*.pyc")] != []  # pytest's rewritten module, under the prefix
+    assert [p for p in kept.rglob("unittest/*.pyc")] != []  # and what it imported
