@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from conftest import fixed_rounds, probes_as, run_harness
 
+from harness.bench.timer import MAX_SAMPLES
 from harness.plan import TIMING
 
 CELLS = "mm/64x64x64/float32,sdpa_causal/1x2x64x16/float32"
@@ -101,10 +102,12 @@ def test_compare_writes_results_with_raw_samples_of_every_process(ab_run):
             assert cell["status"] == "ok"
             m = cell["measurement"]
             # what the cpu timer promises, not a count a loaded machine may miss (9 blocks once under load):
-            # at least min_samples blocks, and blocks until measure_s seconds were timed
+            # at least min_samples blocks, and blocks until measure_s seconds were timed or MAX_SAMPLES blocks
+            # were (CI once: 2,000 blocks of one call, 0.14 s, the block sized while the host was descheduled)
             timing = TIMING["full"]["cpu"]
             assert len(m["samples"]) >= timing["min_samples"] and all(s > 0 for s in m["samples"])
-            assert sum(m["samples"]) * m["number"] >= timing["measure_s"] * (1 - 1e-9)
+            timed = sum(m["samples"]) * m["number"]
+            assert timed >= timing["measure_s"] * (1 - 1e-9) or len(m["samples"]) == MAX_SAMPLES, (timed, m["number"])
             assert ("check" in cell) == (p["round"] == 0)
     first_round = [p for p in data["processes"] if p["round"] == 0]
     assert all(p["cells"]["mm/64x64x64/float32"]["check"]["passed"] for p in first_round)

@@ -64,6 +64,15 @@ def test_a_known_duration_is_measured_exactly():
     assert m.median == 0.002 and not m.launch_bound
 
 
+@pytest.mark.parametrize("cap, blocks", [(24, 24), (25, 25), (26, 25)])
+def test_blocks_stop_at_measure_s_or_at_max_samples_whichever_comes_first(cap, blocks):
+    # 2 ms blocks and 50 ms to time: 25 blocks; a cap of 24 ends it one block short of measure_s
+    clock = FakeClock(call_ns=2_000_000)
+    timer = fake_timer(clock, "perf_counter")
+    m = timer.measure(clock.call, warmup_s=0.0, measure_s=0.05, min_samples=5, max_samples=cap)
+    assert len(m.samples) == blocks and sum(m.samples) == pytest.approx(blocks * 0.002)
+
+
 def test_fast_calls_are_grouped_into_blocks_of_bounded_size():
     clock = FakeClock(call_ns=100)  # 100 ns per call: a 1 ms block would need 10 000 calls
     m = fake_timer(clock).measure(clock.call, warmup_s=0.0, measure_s=0.02, min_block_s=1e-3)

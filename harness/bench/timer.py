@@ -116,6 +116,9 @@ PROBE_TIMES = 2
 MAX_BLOCK_CALLS = 1024
 #: most warm-up calls (each synchronized) before sizing starts
 WARMUP_CALLS = 50
+#: most timed blocks one measurement collects: it ends here even short of ``measure_s`` (a block sized while
+#: the host was descheduled holds fewer calls than its target; 2,000 such blocks of one 70 µs call are 0.14 s)
+MAX_SAMPLES = 2000
 #: calls run untimed after each rest of a duty-cycled measurement, as a share of a block's calls
 PREROLL_SHARE = 1 / 8
 #: at most this share of a process's blocks is dropped as warm-up transient (:func:`steady_start`)
@@ -485,7 +488,7 @@ class BlockTimer:
         min_block_s: float = 1e-3,
         max_overhead_fraction: float = 0.01,
         min_samples: int = 10,
-        max_samples: int = 2000,
+        max_samples: int = MAX_SAMPLES,
         number: int | None = None,
         host_bound_blocks: int | None = None,
         duty: float = 1.0,
@@ -497,8 +500,8 @@ class BlockTimer:
             fn: the call to time (its result is discarded).
             warmup_s: at most this many seconds of untimed, synchronized calls first.
             warmup_calls: at most this many warm-up calls.
-            measure_s: seconds of timed blocks to collect (at least ``min_samples`` blocks); rests
-                between blocks do not count.
+            measure_s: seconds of timed blocks to collect (at least ``min_samples`` blocks, at most
+                ``max_samples``); rests between blocks do not count.
             min_block_s: a block lasts at least this long (seconds), unless it reaches
                 :data:`MAX_BLOCK_CALLS` calls first.
             max_overhead_fraction: timer overhead must stay below this share of a block.
