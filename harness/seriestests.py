@@ -139,7 +139,8 @@ def run_one(python: str, test: SeriesTest, source: Path, junit: Path, keep: tupl
     env = cfg.worker_environment(cfg.EnvConfig(f"test {test.name}", dict(test.env)), keep=keep)
     env.pop("PYTHONPATH", None)
     # no __pycache__ left in the user's worktree (the source tree's), yet bytecode kept: under a prefix in the
-    # harness cache (Python 3.8+ PYTHONPYCACHEPREFIX; pytest writes its rewritten test modules there too). A
+    # harness cache (Python 3.8+ PYTHONPYCACHEPREFIX; pytest 6.0+ writes its rewritten test modules there too, its
+    # changelog: "sys.pycache_prefix ... will be used by pytest"; an older pytest writes them beside the file). A
     # test file that imports torch.testing's internals loads modules torch's own import does not (v2.6.0
     # test/test_mps.py: opinfo, inductor); without bytecode each run compiled them again (test_mps.py's
     # collection on Linux: 20 s a run, 11 s once they are kept; torch 2.13.0 CPU build, docs/measurements.md)
