@@ -64,7 +64,8 @@ def check(runs: Sequence[tuple[Path, doc.RunDocument]], allow_same_machine: bool
     """
     if len(runs) < 2:
         raise MergeRefused("merge needs at least two runs", "name two or more results directories")
-    _same_run(runs)
+    records = [_records(run) for _, run in runs]  # each process's samples hashed once, for both checks
+    _same_run(runs, records)
     for path, run in runs:
         if not run.finished:
             done = len(run.processes)
@@ -76,7 +77,7 @@ def check(runs: Sequence[tuple[Path, doc.RunDocument]], allow_same_machine: bool
     for path, run in runs[1:]:
         _same(first_path, first, path, run)
     _same_machine(runs, allow_same_machine)
-    _shared_processes(runs)
+    _shared_processes(runs, records)
     return _builds_differ(runs)
 
 
@@ -134,25 +135,27 @@ def _plain(value):
     return value
 
 
-def content_digest(run: doc.RunDocument) -> str:
+def _records(run: doc.RunDocument) -> tuple[str, ...]:
+    """Each process's records as one sha256 (hex), in process order: its build, config, round and, per cell,
+    key, status, reason, raw samples (``measurement``, seconds) and correctness check. The costly part of
+    :func:`content_digest` and :func:`process_digests` (the samples' JSON), done once per run for both."""
+    return tuple(
+        _digest([p.build, p.config, p.round, [[r.key, r.status, r.reason, r.measurement, r.check] for r in p.cells]])
+        for p in run.processes
+    )
+
+
+def content_digest(run: doc.RunDocument, records: tuple[str, ...] | None = None) -> str:
     """A run's identity, whatever bytes hold it: sha256 (hex, 64 characters) of the canonical JSON (sorted
-    keys, no spaces) of its plan (:data:`PLAN_FIELDS` of its header), of every process's records in process
-    order (name, build, config, round; per cell its key, status, reason, raw samples (``measurement``,
-    seconds) and correctness check), and of the machine it ran on (:attr:`harness.document.Machine.identity`).
+    keys, no spaces) of its plan (:data:`PLAN_FIELDS` of its header), of every process's name and records'
+    digest in process order (:func:`_records`, given as ``records`` when already made), and of the machine it
+    ran on (:attr:`harness.document.Machine.identity`).
     Timestamps, paths (the command's ``--out``), pids and the host clock's readings are left out, so a copy
     of one run whose clocks were shifted, or that was written again with other spacing or key order, has
     the digest of the run; two runs differ in their samples (or seed) and so in their digests."""
     plan = {k: _plain(getattr(run.header, k)) for k in PLAN_FIELDS}
-    processes = [
-        [
-            p.name,
-            p.build,
-            p.config,
-            p.round,
-            [[r.key, r.status, r.reason, r.measurement, r.check] for r in p.cells],
-        ]
-        for p in run.processes
-    ]
+    records = _records(run) if records is None else records
+    processes = [[p.name, digest] for p, digest in zip(run.processes, records, strict=True)]
     whole = {"plan": plan, "processes": processes, "machine": run.machine.identity}
     return _digest(whole)
 
@@ -170,32 +173,26 @@ def _digest(value) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def process_digests(run: doc.RunDocument) -> dict[str, str]:
-    """Each process's identity (name -> sha256 hex) as :func:`content_digest` takes it (build, config, round,
-    per cell its key, status, reason, raw samples and check), with the machine it ran on: the same process
-    in two runs (one run's folder copied and then extended by more rounds) has the same digest there."""
+def process_digests(run: doc.RunDocument, records: tuple[str, ...] | None = None) -> dict[str, str]:
+    """Each process's identity (name -> sha256 hex): its records' digest as :func:`content_digest` takes it
+    (:func:`_records`: build, config, round, per cell its key, status, reason, raw samples and check), with the
+    machine it ran on: the same process in two runs (one run's folder copied and then extended by more
+    rounds) has the same digest there. Processes without cells have none."""
+    records = _records(run) if records is None else records
     return {
-        p.name: _digest(
-            [
-                run.machine.identity,
-                p.build,
-                p.config,
-                p.round,
-                [[r.key, r.status, r.reason, r.measurement, r.check] for r in p.cells],
-            ]
-        )
-        for p in run.processes
+        p.name: _digest([run.machine.identity, digest])
+        for p, digest in zip(run.processes, records, strict=True)
         if p.cells
     }
 
 
-def _same_run(runs: Sequence[tuple[Path, doc.RunDocument]]) -> None:
+def _same_run(runs: Sequence[tuple[Path, doc.RunDocument]], records: Sequence[tuple[str, ...]]) -> None:
     """Refuse one run given twice: one resolved folder, or one :func:`content_digest` (a copy, whatever its
-    bytes: clocks shifted, written again)."""
+    bytes: clocks shifted, written again). ``records``: each run's :func:`_records`."""
     seen: dict[str, Path] = {}
-    for path, run in runs:
+    for (path, run), digests in zip(runs, records, strict=True):
         folder = _folder(path)
-        for key in (f"dir:{folder.resolve()}", f"content:{content_digest(run)}"):
+        for key in (f"dir:{folder.resolve()}", f"content:{content_digest(run, digests)}"):
             if key in seen:
                 raise MergeRefused(
                     f"{seen[key]} and {path} are the same run given twice "
@@ -209,13 +206,14 @@ def _same_run(runs: Sequence[tuple[Path, doc.RunDocument]]) -> None:
             seen[key] = path
 
 
-def _shared_processes(runs: Sequence[tuple[Path, doc.RunDocument]]) -> None:
+def _shared_processes(runs: Sequence[tuple[Path, doc.RunDocument]], records: Sequence[tuple[str, ...]]) -> None:
     """Refuse two runs that hold the same process record (:func:`process_digests`): one run's folder copied
-    and extended by more rounds, whose first rounds would count on two "machines"."""
+    and extended by more rounds, whose first rounds would count on two "machines". ``records``: each run's
+    :func:`_records`."""
     owner: dict[str, tuple[Path, str]] = {}
-    for path, run in runs:
+    for (path, run), digests in zip(runs, records, strict=True):
         shared = {}
-        for name, digest in process_digests(run).items():
+        for name, digest in process_digests(run, digests).items():
             if digest in owner and owner[digest][0] != path:
                 shared.setdefault(owner[digest][0], []).append(name)
             owner.setdefault(digest, (path, name))
