@@ -63,7 +63,9 @@ INHERITED_PREFIXES = ("LC_",)
 #: variables only the harness's probe processes set (harness.bench.kernels.MPS_DEVICE_ENV): the MPS profiler's
 #: log costs host time per call and WAIT_UNTIL_COMPLETED serialises host and device (docs/timing.md, "Device time")
 PROBE_ONLY_ENV = ("PYTORCH_MPS_LOG_PROFILE_INFO", "PYTORCH_MPS_TRACE_SIGNPOSTS")
-RESERVED_ENV = ("PYTHONPATH", *PROBE_ONLY_ENV)
+#: variables the harness sets for the series' tests (harness.seriestests.run_one: their bytecode under its cache)
+BYTECODE_ENV = ("PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX")
+RESERVED_ENV = ("PYTHONPATH", *PROBE_ONLY_ENV, *BYTECODE_ENV)
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -76,6 +78,8 @@ def env_name_problem(key: str) -> str | None:
         return f"{key!r} is not an environment variable name (letters, digits and _, not starting with a digit)"
     if key in PROBE_ONLY_ENV:
         return f"the harness sets {key} in its probe processes only: it would slow every timed call"
+    if key in BYTECODE_ENV:
+        return f"the harness sets {key} for the series' tests (their bytecode is kept under its cache)"
     if key in RESERVED_ENV:
         return f"the harness sets {key} for its workers"
     return None

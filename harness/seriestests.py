@@ -40,7 +40,9 @@ interpreter's pip, :func:`harness.venvs.pip_command`: those environments have no
 from __future__ import annotations
 
 import copy
+import os
 import re
+import shutil
 import xml.etree.ElementTree as ET
 from pathlib import Path, PurePosixPath
 
@@ -48,6 +50,7 @@ from harness import children
 from harness import configs as cfg
 from harness.errors import BuildInputError, HarnessError
 from harness.evidence import SeriesTest
+from harness.fsutil import inside
 from harness.paths import cache_dir
 from harness.venvs import NO_COMPILE, PIP_INSTALL_S, pip_command
 
@@ -109,6 +112,27 @@ def junit_outcome(path: Path) -> dict:
 
 #: the harness cache's folder for the bytecode of what the series' tests import (:func:`run_one`)
 PYCACHE = "pycache"
+
+
+def source_bytecode(source: Path) -> Path:
+    """Where Python keeps the bytecode of the source tree ``source`` under the prefix (CPython 3.8+
+    ``importlib._bootstrap_external.cache_from_source``: the absolute path, symbolic links as they are, below
+    the prefix, a Windows drive's colon dropped; pytest's rewritten modules, its ``get_cache_dir``, the same).
+    A folder of the cache."""
+    return cache_dir() / PYCACHE / Path(*Path(os.path.abspath(source)).parts[1:])
+
+
+def forget_source_bytecode(source: Path) -> None:
+    """Drop the bytecode of ``source``'s own modules (test files, their helpers, conftest.py) kept by an
+    earlier run: Python trusts a kept .pyc while its source has the same whole-second mtime and size, which
+    a file restored with ``cp -p``, ``rsync -a`` or ``tar`` can keep with other content. What the builds'
+    environments import stays (an environment's files never change: it is made once per wheel or requirement).
+
+    Raises:
+        OutsideFolder: a symbolic link in the cache leads that folder out of ``<cache>/pycache``."""
+    for tree in {source.resolve(), Path(os.path.abspath(source))}:  # the prefix mirrors the path imported by
+        kept = inside(cache_dir() / PYCACHE, source_bytecode(tree), "the --tests-source tree's bytecode in the cache")
+        shutil.rmtree(kept, ignore_errors=True)
 
 
 def command(python: str, test: SeriesTest, junit: Path) -> list[str]:
@@ -280,6 +304,7 @@ def run_all(
             "e.g. work/<base>/patched)",
             "tests": [t.to_json() for t in tests],
         }
+    forget_source_bytecode(source)  # once a run: its selections share what the first compiled
     installed, done = {}, {}
     for build, python in interpreters.items() if requirements else ():
         key = (python, build in managed)

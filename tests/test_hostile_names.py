@@ -202,6 +202,7 @@ WRITE_SITES = {
     "supervise.run_worker": "raw/<process>: raw/ resolved by open_out, process names from validated config names",
     "supervise._supervised": "raw/<process>.stderr and .worker.json of run_worker's process",
     "supervise.run_consistency": "raw/<process>: as run_worker",
+    "seriestests.forget_source_bytecode": "inside",
     "seriestests.run_one": "raw/tests/<n>-<build>.xml (pytest's junit XML): raw/ resolved by execute, n a number",
     "rundir.check_resumable": "raw/plan.json",
     "rundir.kept_record": "set_aside of a raw/ status file",

@@ -801,7 +801,7 @@ def test_interrupted_build_resumes_compiling_only_what_was_left(tiny_source, tmp
     launcher.write_text(
         '#!/bin/sh\ncase "$*" in\n  *config.cpp*)\n'
         f"    touch {done}/config-started\n    while [ -e {hold} ]; do sleep 0.1; done;;\nesac\n"
-        f'"$@" || exit $?\nfor a in "$@"; do last="$a"; done\ntouch "{done}/$(basename "$last")"\n'
+        f'"$@" || exit $?\nfor a in "$@"; do last="$a"; done\necho $$ > "{done}/$(basename "$last")"\n'
     )
     launcher.chmod(0o755)
     hold.touch()
@@ -834,19 +834,33 @@ def test_interrupted_build_resumes_compiling_only_what_was_left(tiny_source, tmp
         preexec_fn=_default_sigint,
     )
     objects = str(repo / "build" / "cmake-Release" / "**" / "*.o")
-    ninja_log = repo / "build" / "cmake-Release" / ".ninja_log"
+    build_dir = repo / "build" / "cmake-Release"
     finished = {u for u in su.UNITS if u != "config.cpp"}
 
-    def recorded() -> bool:
-        # the launcher notes a unit before it exits; ninja records it in .ninja_log only after reaping it, and a
-        # unit finished but not recorded is compiled again on resume (CI saw 2 units instead of 1 once)
-        if not ({"config-started", *finished} <= {p.name for p in done.iterdir()}):
+    def reaped(marker: Path) -> bool:
+        pid = marker.read_text().strip()  # the launcher's, once written
+        if not pid.isdigit():
             return False
-        if not ninja_log.exists():  # make: the object's mtime is its record
+        try:
+            os.kill(int(pid), 0)  # a launcher not yet reaped (a zombie) still answers
+        except ProcessLookupError:
             return True
-        logged = {
-            Path(line.split("\t")[3]).name for line in ninja_log.read_text().splitlines()[1:] if line.count("\t") >= 4
-        }
+        return False
+
+    def recorded() -> bool:
+        # the launcher notes a unit before it exits; a unit finished but not yet reaped is compiled again on resume
+        # (CI saw 2 units instead of 1 once): ninja records it in .ninja_log only after reaping it, and make, when
+        # interrupted, deletes the object of a command it has not reaped
+        markers = {p.name: p for p in done.iterdir()}
+        if not ({"config-started", *finished} <= set(markers)):
+            return False
+        if not all(reaped(markers[u]) for u in finished):
+            return False
+        if not (build_dir / "build.ninja").is_file():  # make: the reaped unit's object is its record
+            return True
+        log = build_dir / ".ninja_log"  # written from the first unit ninja records
+        lines = log.read_text().splitlines()[1:] if log.is_file() else []
+        logged = {Path(line.split("\t")[3]).name for line in lines if line.count("\t") >= 4}
         return {f"{u}.o" for u in finished} <= logged
 
     deadline = time.monotonic() + 400
@@ -854,6 +868,11 @@ def test_interrupted_build_resumes_compiling_only_what_was_left(tiny_source, tmp
         if recorded():
             break
         time.sleep(0.2)
+    else:
+        if first.poll() is None:
+            os.killpg(first.pid, signal.SIGKILL)
+            first.communicate()
+            pytest.fail(f"the finished units were not all recorded in 400 s: {sorted(p.name for p in done.iterdir())}")
     assert first.poll() is None, first.communicate()
     os.killpg(first.pid, signal.SIGINT)  # a terminal's Ctrl-C reaches the whole process group
     _, err = first.communicate(timeout=120)

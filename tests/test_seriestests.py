@@ -8,6 +8,7 @@ tests table shows the first line of every failure.
 
 from __future__ import annotations
 
+import os
 import sys
 
 import pytest
@@ -172,3 +173,40 @@ def test_a_selection_leaves_no_bytecode_in_the_source_tree_and_keeps_it_in_the_c
     kept = cache_dir() / seriestests.PYCACHE
     assert [p.name for p in kept.rglob("test_planted*.pyc")] != []  # pytest's rewritten module, under the prefix
     assert [p for p in kept.rglob("unittest/*.pyc")] != []  # and what it imported
+
+
+def test_a_helper_restored_with_its_old_mtime_is_not_served_from_the_kept_bytecode(tmp_path):
+    """Python trusts a kept .pyc while its source keeps its whole-second mtime and size: a helper module
+    restored with its old mtime (``cp -p``, ``rsync -a``, ``tar``) and other content must not pass as the old
+    one in the next run (each run forgets the source tree's bytecode; the environments' stays)."""
+    source = tmp_path / "src"
+    (source / "test").mkdir(parents=True)
+    helper = source / "test" / "helper.py"
+    helper.write_text("VALUE = 1\n")
+    (source / "test" / "test_uses_helper.py").write_text(
+        "import helper\n\n\ndef test_value():\n    assert helper.VALUE == 1\n"
+    )
+    test = SeriesTest(
+        "helper", "test/test_uses_helper.py", "", {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}, {"stock": "pass"}
+    )
+
+    def outcome(raw: str) -> str:
+        section = seriestests.run_all((test,), {"stock": sys.executable}, source, tmp_path / raw)
+        return section["tests"][0]["builds"]["stock"]["outcome"]
+
+    assert outcome("raw1") == "pass"
+    assert list(seriestests.source_bytecode(source).rglob("helper*.pyc")) != []  # kept by the first run
+    before = helper.stat()
+    helper.write_text("VALUE = 2\n")  # the same size
+    os.utime(helper, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert outcome("raw2") == "fail"
+
+
+@pytest.mark.parametrize("name", ["PYTHONPYCACHEPREFIX", "PYTHONDONTWRITEBYTECODE"])
+def test_a_selection_may_not_set_the_bytecode_variables_the_harness_sets(name):
+    table = {"test": [{"name": "t", "file": "test/t.py", "expect": {"stock": "pass"}, "env": {name: "1"}}]}
+    with pytest.raises(EvidenceError, match=f"the harness sets {name} for the series' tests"):
+        validate(table)
+    table["test"][0]["env"] = {"PYTORCH_MPS_PREFER_METAL": "1"}  # a variable of the test's own: fine
+    (test,) = validate(table).tests
+    assert dict(test.env) == {"PYTORCH_MPS_PREFER_METAL": "1"}

@@ -66,10 +66,11 @@ def test_a_known_duration_is_measured_exactly():
 
 @pytest.mark.parametrize("cap, blocks", [(24, 24), (25, 25), (26, 25)])
 def test_blocks_stop_at_measure_s_or_at_max_samples_whichever_comes_first(cap, blocks):
-    # 2 ms blocks and 50 ms to time: 25 blocks; a cap of 24 ends it one block short of measure_s
+    # 2 ms blocks and 49 ms to time: 25 blocks (48 ms after 24, not a sum that lands on the edge itself); a cap of
+    # 24 ends it one block short of measure_s
     clock = FakeClock(call_ns=2_000_000)
     timer = fake_timer(clock, "perf_counter")
-    m = timer.measure(clock.call, warmup_s=0.0, measure_s=0.05, min_samples=5, max_samples=cap)
+    m = timer.measure(clock.call, warmup_s=0.0, measure_s=0.049, min_samples=5, max_samples=cap)
     assert len(m.samples) == blocks and sum(m.samples) == pytest.approx(blocks * 0.002)
 
 
